@@ -1,0 +1,1 @@
+"""run layer of bisect_ov."""
