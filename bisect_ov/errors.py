@@ -7,7 +7,7 @@ one type. Messages say what was wrong, what is available, and how to fix it.
 
 from __future__ import annotations
 
-__all__ = ["BisectError", "InputError", "DeviceError", "CaptureError"]
+__all__ = ["BisectError", "InputError", "DeviceError", "CaptureError", "first_line"]
 
 
 class BisectError(Exception):
@@ -24,3 +24,14 @@ class DeviceError(BisectError, RuntimeError):
 
 class CaptureError(InputError):
     """A recorded capture file is unreadable, corrupted, or does not match the model or inputs."""
+
+
+def first_line(err: BaseException) -> str:
+    """The informative sentence of an exception's text, for one-line messages.
+
+    OpenVINO errors start with a C++ source location ("Exception from src/...", "Check '...'"); the sentence
+    a user can act on is usually the last remaining line.
+    """
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))]
+    return ((useful or lines or [type(err).__name__])[-1])[:300]

@@ -1,0 +1,242 @@
+"""Error statistics of one tensor pair, in numpy only.
+
+`compare(ref, target)` returns a frozen `TensorStats`: absolute and relative errors, cosine similarity,
+SQNR, NaN/Inf counts on each side, values at the f16 limit or an integer type's limits, and exact mismatch
+counts. Large tensors are processed in flat chunks so the temporary memory stays bounded (a few MB) whatever
+the tensor size. Integer and boolean tensors are compared exactly (int64 arithmetic).
+
+Positions where both sides hold the same non-finite value (NaN and NaN, +inf and +inf) agree; a value that is
+finite on the reference side and not on the target side makes the tensor's error infinite.
+
+A metric is a name in `METRICS` or a callable ``f(stats) -> float`` (larger is worse).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Union
+
+import numpy as np
+
+__all__ = ["TensorStats", "compare", "METRICS", "metric_value", "F16_MAX"]
+
+F16_MAX = 65504.0
+_CHUNK = 1 << 20  # elements per chunk: ~8 MB of float64 temporaries
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Statistics of target minus reference for one tensor; no tensor data is kept."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    numel: int
+    max_abs: float
+    mean_abs: float
+    rel_l2: float
+    max_rel: float
+    cosine: float
+    sqnr_db: float
+    ref_absmax: float
+    target_absmax: float
+    mismatches: int
+    ref_nan: int
+    ref_inf: int
+    target_nan: int
+    target_inf: int
+    new_nonfinite: int
+    at_f16_limit: int
+    at_int_limit: int
+    integer: bool
+    note: str = ""
+
+    @property
+    def exact(self) -> bool:
+        return self.mismatches == 0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TensorStats":
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        values["shape"] = tuple(values.get("shape", ()))
+        return cls(**values)
+
+
+def compare(ref: np.ndarray, target: np.ndarray) -> TensorStats:
+    """Compare two tensors of the same shape.
+
+    Parameters
+    ----------
+    ref, target
+        Arrays of equal shape; dtypes may differ (e.g. an int8 twin against a float model).
+
+    Returns
+    -------
+    TensorStats
+        With ``rel_l2 = ||t - r|| / ||r||`` (``/ ||t||`` when the reference is all zero), ``max_rel = max|t - r|
+        / max|r|``, ``sqnr_db = 10 log10(||r||^2 / ||t - r||^2)``; all infinite when the target has new NaN/Inf.
+
+    Examples
+    --------
+    >>> s = compare(np.array([1.0, 2.0]), np.array([1.0, 2.5]))
+    >>> round(s.max_abs, 3), s.mismatches
+    (0.5, 1)
+    >>> compare(np.array([1, 2]), np.array([1, 2])).exact
+    True
+    """
+    ref = np.asarray(ref)
+    target = np.asarray(target)
+    if ref.shape != target.shape:
+        if ref.size == target.size:
+            target = target.reshape(ref.shape)
+        else:
+            return _shape_mismatch(ref, target)
+    integer = _is_integer(ref.dtype) and _is_integer(target.dtype)
+    acc = _Accumulator(integer, target.dtype)
+    r_flat, t_flat = ref.reshape(-1), target.reshape(-1)
+    for start in range(0, r_flat.size, _CHUNK):
+        acc.add(r_flat[start:start + _CHUNK], t_flat[start:start + _CHUNK])
+    return acc.stats(tuple(ref.shape), str(target.dtype))
+
+
+def metric_value(stats: TensorStats, metric: Union[str, Callable[[TensorStats], float]] = "rel_l2") -> float:
+    """The scalar error of `stats` under `metric` (a name in `METRICS` or a callable)."""
+    if callable(metric):
+        return float(metric(stats))
+    try:
+        return METRICS[metric](stats)
+    except KeyError:
+        from bisect_ov.errors import InputError
+
+        raise InputError(f"Unknown metric '{metric}'. Available: {sorted(METRICS)}, or a callable f(TensorStats) -> float.") from None
+
+
+def _cosine_distance(s: TensorStats) -> float:
+    return 1.0 - s.cosine if math.isfinite(s.cosine) else math.inf
+
+
+METRICS: dict[str, Callable[[TensorStats], float]] = {
+    "rel_l2": lambda s: s.rel_l2,
+    "max_rel": lambda s: s.max_rel,
+    "max_abs": lambda s: s.max_abs,
+    "mean_abs": lambda s: s.mean_abs,
+    "cosine_distance": _cosine_distance,
+    "mismatch_fraction": lambda s: s.mismatches / s.numel if s.numel else 0.0,
+}
+
+
+class _Accumulator:
+    """Running sums over chunks."""
+
+    def __init__(self, integer: bool, target_dtype: np.dtype):
+        self.integer = integer
+        self.int_limits = _int_limits(target_dtype)
+        self.n = 0
+        self.sum_abs = 0.0
+        self.max_abs = 0.0
+        self.sum_sq_diff = 0.0
+        self.sum_sq_ref = 0.0
+        self.sum_sq_target = 0.0
+        self.dot = 0.0
+        self.ref_absmax = 0.0
+        self.target_absmax = 0.0
+        self.mismatches = 0
+        self.ref_nan = self.ref_inf = self.target_nan = self.target_inf = 0
+        self.new_nonfinite = 0
+        self.at_f16 = 0
+        self.at_int = 0
+
+    def add(self, r: np.ndarray, t: np.ndarray) -> None:
+        self.n += r.size
+        if self.integer:
+            ri, ti = r.astype(np.int64), t.astype(np.int64)
+            self.mismatches += int(np.count_nonzero(ri != ti))
+            if self.int_limits is not None:
+                lo, hi = self.int_limits
+                self.at_int += int(np.count_nonzero(((ti <= lo) | (ti >= hi)) & (ri > lo) & (ri < hi)))
+            rf, tf = ri.astype(np.float64), ti.astype(np.float64)
+            self._accumulate(rf, tf)
+            return
+        rf, tf = r.astype(np.float64), t.astype(np.float64)
+        r_fin, t_fin = np.isfinite(rf), np.isfinite(tf)
+        self.ref_nan += int(np.count_nonzero(np.isnan(rf)))
+        self.ref_inf += int(np.count_nonzero(np.isinf(rf)))
+        self.target_nan += int(np.count_nonzero(np.isnan(tf)))
+        self.target_inf += int(np.count_nonzero(np.isinf(tf)))
+        both = r_fin & t_fin
+        # Same non-finite value on both sides agrees; anything else non-finite is a mismatch.
+        same_special = ~both & ((np.isnan(rf) & np.isnan(tf)) | (rf == tf))
+        self.new_nonfinite += int(np.count_nonzero(r_fin & ~t_fin))
+        self.mismatches += int(np.count_nonzero(~both & ~same_special))
+        self.at_f16 += int(np.count_nonzero((np.abs(tf) >= F16_MAX) & (np.abs(rf) < F16_MAX)))
+        if not both.all():
+            rf, tf = rf[both], tf[both]
+        self.mismatches += int(np.count_nonzero(rf != tf))
+        self._accumulate(rf, tf)
+
+    def _accumulate(self, rf: np.ndarray, tf: np.ndarray) -> None:
+        if rf.size == 0:
+            return
+        diff = np.abs(tf - rf)
+        self.sum_abs += float(diff.sum())
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        self.sum_sq_diff += float(np.dot(diff, diff))
+        self.sum_sq_ref += float(np.dot(rf, rf))
+        self.sum_sq_target += float(np.dot(tf, tf))
+        self.dot += float(np.dot(rf, tf))
+        self.ref_absmax = max(self.ref_absmax, float(np.abs(rf).max()))
+        self.target_absmax = max(self.target_absmax, float(np.abs(tf).max()))
+
+    def stats(self, shape: tuple[int, ...], dtype: str) -> TensorStats:
+        inf = math.inf
+        broken = self.new_nonfinite > 0
+        l2_diff, l2_ref, l2_t = (math.sqrt(v) for v in (self.sum_sq_diff, self.sum_sq_ref, self.sum_sq_target))
+        denominator = l2_ref or l2_t
+        rel_l2 = l2_diff / denominator if denominator else 0.0
+        max_rel = self.max_abs / self.ref_absmax if self.ref_absmax else (1.0 if self.max_abs else 0.0)
+        if l2_ref and l2_t:
+            cosine = self.dot / (l2_ref * l2_t)
+        else:
+            cosine = 1.0 if l2_ref == l2_t else 0.0
+        sqnr = inf if self.sum_sq_diff == 0 else (10 * math.log10(self.sum_sq_ref / self.sum_sq_diff) if self.sum_sq_ref else -inf)
+        return TensorStats(
+            shape=shape, dtype=dtype, numel=self.n,
+            max_abs=inf if broken else self.max_abs,
+            mean_abs=inf if broken else (self.sum_abs / self.n if self.n else 0.0),
+            rel_l2=inf if broken else rel_l2,
+            max_rel=inf if broken else max_rel,
+            cosine=-inf if broken else min(1.0, max(-1.0, cosine)),
+            sqnr_db=-inf if broken else sqnr,
+            ref_absmax=self.ref_absmax, target_absmax=self.target_absmax,
+            mismatches=self.mismatches,
+            ref_nan=self.ref_nan, ref_inf=self.ref_inf, target_nan=self.target_nan, target_inf=self.target_inf,
+            new_nonfinite=self.new_nonfinite, at_f16_limit=self.at_f16, at_int_limit=self.at_int,
+            integer=self.integer,
+        )
+
+
+def _is_integer(dtype: np.dtype) -> bool:
+    return np.issubdtype(dtype, np.integer) or dtype == np.bool_
+
+
+def _int_limits(dtype: np.dtype) -> tuple[int, int] | None:
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return int(info.min), int(info.max)
+    return None
+
+
+def _shape_mismatch(ref: np.ndarray, target: np.ndarray) -> TensorStats:
+    inf = math.inf
+    return TensorStats(
+        shape=tuple(ref.shape), dtype=str(target.dtype), numel=int(ref.size), max_abs=inf, mean_abs=inf,
+        rel_l2=inf, max_rel=inf, cosine=-inf, sqnr_db=-inf, ref_absmax=0.0, target_absmax=0.0,
+        mismatches=int(max(ref.size, target.size)), ref_nan=0, ref_inf=0, target_nan=0, target_inf=0,
+        new_nonfinite=0, at_f16_limit=0, at_int_limit=0, integer=False,
+        note=f"shapes differ: reference {list(ref.shape)}, target {list(target.shape)}",
+    )

@@ -1,0 +1,144 @@
+"""The `bisect-ov` command line: argument parsing and printing only; the work is in `bisect_ov.api`.
+
+Exit codes: 0 nothing diverges, 1 something diverges, 2 a user error (printed on one line, no traceback).
+``bisect-ov demo`` runs the whole job on a built-in example model and needs nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from typing import Sequence
+
+from bisect_ov.errors import BisectError, InputError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors: one line, exit code 2
+        self.exit(EXIT_USER_ERROR, f"bisect-ov: error: {message} (see bisect-ov --help)\n")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got '{text}'")
+    return key.strip(), value.strip()
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ref", default="CPU", help="reference device (default CPU, run in f32): CPU, GPU, CPU:f32, ...")
+    parser.add_argument("--target", default=None, help="target device: GPU (default), NPU, CPU:bf16, EMU:f16 (demo default), ...")
+    parser.add_argument("--ref-config", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                        help="compile property for the reference (repeatable)")
+    parser.add_argument("--target-config", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                        help="compile property for the target (repeatable)")
+    parser.add_argument("--top", type=int, default=10, help="culprits to print (default 10)")
+    parser.add_argument("--json", type=pathlib.Path, help="write the report as JSON to this path")
+    parser.add_argument("--tolerance", type=float, help="one error threshold for every node (default: precision-aware)")
+    parser.add_argument("--metric", default="rel_l2", help="error metric: rel_l2 (default), max_rel, max_abs, mean_abs, ...")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--max-tap-mb", type=float, default=512.0, help="most MB of exposed tensors per compile (default 512)")
+    parser.add_argument("--width", type=int, default=120, help="text width of the printed report")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="bisect-ov",
+        description="Find the node where a model's output on a target device starts to differ from a reference.",
+        epilog="Commands: 'bisect-ov MODEL ...' compares; 'bisect-ov demo' runs a built-in example.",
+    )
+    parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
+    _common(parser)
+    parser.add_argument("--target-model", help="a second model (e.g. the int8 twin) run on the target, matched by name")
+    parser.add_argument("--input", action="append", type=_key_value, default=[], metavar="NAME=FILE.npy",
+                        help="value of one input (repeatable)")
+    parser.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz", help="values of all inputs, one array per name")
+    return parser
+
+
+def build_demo_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="bisect-ov demo",
+        description="Run bisect on the built-in example model (a small conv net with an instance-norm pattern).",
+    )
+    _common(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "demo" and not pathlib.Path("demo").exists():
+            return _demo(build_demo_parser().parse_args(argv[1:]))
+        return _compare(build_parser().parse_args(argv))
+    except BisectError as err:
+        print(f"bisect-ov: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("bisect-ov: interrupted", file=sys.stderr)
+        return 130
+
+
+def _inputs(args) -> object:
+    import numpy as np
+
+    if args.inputs and args.input:
+        raise InputError("Use either --inputs FILE.npz or --input NAME=FILE.npy, not both.")
+    if args.inputs:
+        return args.inputs
+    if not args.input:
+        return None
+    values = {}
+    for name, path in args.input:
+        file = pathlib.Path(path)
+        if not file.is_file():
+            raise InputError(f"Input file for '{name}' not found: '{file}'.")
+        try:
+            values[name] = np.load(file, allow_pickle=False)
+        except Exception as err:
+            raise InputError(f"Cannot read '{file}' for input '{name}': {err}") from err
+    return values
+
+
+def _run(args, model, target_model=None, inputs=None) -> int:
+    from bisect_ov.api import bisect
+
+    if args.top < 0:
+        raise InputError("--top must be 0 or more.")
+    report = bisect(
+        model, args.ref, args.target, inputs,
+        ref_config=dict(args.ref_config), target_config=dict(args.target_config), target_model=target_model,
+        metric=args.metric, tolerance=args.tolerance, seed=args.seed,
+        max_tap_bytes=int(args.max_tap_mb * (1 << 20)) if args.max_tap_mb > 0 else None,
+        progress=False if args.quiet else None,
+    )
+    print(report.to_text(top=args.top, width=args.width))
+    if args.json:
+        report.save(args.json)
+        print(f"\nReport written to {args.json}")
+    return EXIT_DIVERGES if report.diverges else EXIT_OK
+
+
+def _compare(args) -> int:
+    if args.target is None:
+        args.target = "GPU"
+    return _run(args, args.model, args.target_model, _inputs(args))
+
+
+def _demo(args) -> int:
+    from bisect_ov.zoo.synthetic import demo
+
+    if args.target is None:
+        args.target = "EMU:f16"
+    print(f"Demo: the built-in example model, {args.ref} (f32) against {args.target}.\n")
+    return _run(args, demo())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

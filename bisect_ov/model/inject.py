@@ -1,0 +1,145 @@
+"""Fault injection: a copy of a model with one node's output perturbed, every name kept.
+
+`inject_fault(model, "block2/conv")` returns a new model in which the tensor produced by ``block2/conv`` is
+changed (scaled, offset, noised, saturated, zeroed or made NaN) before any consumer reads it. The perturbing
+op takes over the node's friendly name and output tensor names, and the original op is renamed
+``<name>/before_fault``, so `bisect(model, target_model=inject_fault(model, name))` compares the faulty value
+under the node's own name and must report that node first. Used by the tests; useful to check that a
+pipeline would catch a given kind of error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import openvino as ov
+from openvino import opset13 as ops
+
+from bisect_ov.errors import InputError
+from bisect_ov.model.graph import ModelGraph, element_dtype
+from bisect_ov.model.load import load_model
+
+__all__ = ["FAULT_KINDS", "inject_fault"]
+
+F16_MAX = 65504.0
+
+FAULT_KINDS = {
+    "scale": "multiply by (1 + magnitude); magnitude 0.5 by default",
+    "offset": "add magnitude; 1.0 by default",
+    "noise": "add magnitude * N(0, 1) noise, seeded; 0.1 by default (static shapes only)",
+    "saturate": "blow values up and clamp them to +-65504, the f16 limit",
+    "zero": "replace the tensor by zeros",
+    "nan": "make one element NaN (all of them when the shape is dynamic)",
+}
+_DEFAULT_MAGNITUDE = {"scale": 0.5, "offset": 1.0, "noise": 0.1}
+
+
+def inject_fault(
+    model: Any,
+    node: str | int,
+    kind: str = "scale",
+    magnitude: float | None = None,
+    *,
+    port: int = 0,
+    seed: int = 0,
+) -> ov.Model:
+    """Return a copy of `model` whose node `node` produces a wrong value.
+
+    Parameters
+    ----------
+    model
+        Anything `load_model` accepts; it is not modified.
+    node
+        Friendly name, output tensor name, or topological index of a compute node.
+    kind
+        One of `FAULT_KINDS`: ``scale``, ``offset``, ``noise``, ``saturate``, ``zero``, ``nan``.
+    magnitude
+        Strength of ``scale``, ``offset`` and ``noise``; their defaults when None.
+    port
+        Which output of the node to perturb.
+    seed
+        Seed of the ``noise`` kind.
+
+    Returns
+    -------
+    openvino.Model
+        The faulty copy.
+
+    Raises
+    ------
+    InputError
+        Unknown node or kind, a node that is not a compute node, or ``noise`` on a dynamic shape.
+
+    Examples
+    --------
+    >>> from bisect_ov import bisect, inject_fault          # doctest: +SKIP
+    >>> report = bisect(m, "CPU", "CPU", target_model=inject_fault(m, "block2/conv"))  # doctest: +SKIP
+    >>> report.first_divergence.name                        # doctest: +SKIP
+    'block2/conv'
+    """
+    if kind not in FAULT_KINDS:
+        raise InputError(f"Unknown fault kind '{kind}'. Available: {sorted(FAULT_KINDS)}.")
+    source = load_model(model)
+    graph = ModelGraph(source)
+    info = graph.find(node)
+    if not info.is_candidate:
+        raise InputError(
+            f"Node '{info.name}' is a {info.kind} op ({info.op_type}); faults go on compute nodes, "
+            f"e.g. {[n.name for n in graph.candidates()[:5]]}."
+        )
+    if not 0 <= port < len(info.outputs):
+        raise InputError(f"Node '{info.name}' has {len(info.outputs)} output(s); port {port} does not exist.")
+    clone = source.clone()
+    (op,) = graph.ops_of(clone, [info.key])
+    out = op.output(port)
+    consumers = list(out.get_target_inputs())
+    tensor = info.outputs[port]
+    faulty = _perturb(out, tensor.dtype, tensor.shape, kind, magnitude, seed)
+
+    names = set(out.get_names())
+    out.get_tensor().set_names(set())
+    faulty.get_tensor().set_names(names)
+    op.set_friendly_name(f"{info.name}/before_fault")
+    faulty.get_node().set_friendly_name(info.name)
+    for inp in consumers:
+        inp.replace_source_output(faulty)
+    clone.validate_nodes_and_infer_types()
+    return clone
+
+
+def _perturb(out, dtype_name: str, shape, kind: str, magnitude: float | None, seed: int):
+    dtype = element_dtype(dtype_name)
+    m = _DEFAULT_MAGNITUDE.get(kind, 0.0) if magnitude is None else float(magnitude)
+    is_int = np.issubdtype(dtype, np.integer) or dtype == np.bool_
+    if dtype == np.bool_:
+        raise InputError("Faults on boolean tensors are not supported; choose a numeric node.")
+
+    def const(value) -> Any:
+        return ops.constant(np.asarray(value, dtype=dtype), dtype=out.get_element_type())
+
+    if kind == "scale":
+        factor = max(2, int(round(1 + m))) if is_int else 1.0 + m
+        return ops.multiply(out, const(factor)).output(0)
+    if kind == "offset":
+        return ops.add(out, const(max(1, int(round(m))) if is_int else m)).output(0)
+    if kind == "zero":
+        return ops.multiply(out, const(0)).output(0)
+    if kind == "saturate":
+        if is_int:
+            info = np.iinfo(dtype)
+            return ops.clamp(ops.multiply(out, const(1 << 20)), float(info.min), float(info.max)).output(0)
+        return ops.clamp(ops.multiply(out, const(1e6)), -F16_MAX, F16_MAX).output(0)
+    if is_int:
+        raise InputError(f"Fault kind '{kind}' needs a floating-point tensor; this one is {dtype_name}.")
+    if kind == "noise":
+        if shape is None:
+            raise InputError("Fault kind 'noise' needs a static shape; use 'scale' or 'offset' on dynamic tensors.")
+        noise = np.random.default_rng(seed).standard_normal(shape) * m
+        return ops.add(out, const(noise)).output(0)
+    # kind == "nan": one NaN element, so the test sees exactly where NaN starts.
+    if shape is None:
+        return ops.add(out, const(np.nan)).output(0)
+    mask = np.zeros(shape, dtype=dtype)
+    mask.reshape(-1)[0] = np.nan
+    return ops.add(out, const(mask)).output(0)

@@ -1,0 +1,104 @@
+"""Turn whatever the user passed as a model into an `openvino.Model`.
+
+Accepted: an `ov.Model` (used as is: nothing here modifies it), a path to an OpenVINO IR `.xml`, an `.onnx`
+file, any other file OpenVINO's frontends read (`.pb`, `.tflite`, `.pdmodel`), an `onnx.ModelProto`, or any
+object `openvino.convert_model` takes (a PyTorch module, a TensorFlow function, ...). Every failure becomes an
+`InputError` that says what was given and what would work.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+from typing import Any
+
+import openvino as ov
+
+from bisect_ov.errors import InputError, first_line
+
+__all__ = ["load_model", "model_label"]
+
+_FILE_SUFFIXES = (".xml", ".onnx", ".pb", ".tflite", ".pdmodel", ".savedmodel")
+
+
+def load_model(model: Any, *, core: ov.Core | None = None) -> ov.Model:
+    """Return an `ov.Model` for `model`.
+
+    Parameters
+    ----------
+    model
+        An `ov.Model`, a path (str or `os.PathLike`) to `.xml`/`.onnx`/other framework file, an
+        `onnx.ModelProto`, or anything `openvino.convert_model` accepts.
+    core
+        The `ov.Core` to read files with; a new one when None.
+
+    Returns
+    -------
+    openvino.Model
+        The user's model itself when an `ov.Model` was passed: callers clone before rewriting.
+
+    Raises
+    ------
+    InputError
+        Missing file, unknown format, or a file or object OpenVINO cannot read.
+    """
+    if isinstance(model, ov.Model):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return _read_file(pathlib.Path(model), core or ov.Core())
+    if type(model).__name__ == "ModelProto" and type(model).__module__.startswith("onnx"):
+        return _read_onnx_proto(model, core or ov.Core())
+    try:
+        return ov.convert_model(model)
+    except Exception as err:  # convert_model raises many unrelated types
+        raise InputError(
+            f"Cannot convert a {type(model).__name__} to an OpenVINO model: {first_line(err)}. "
+            "Pass an ov.Model, a path to .xml or .onnx, or an object openvino.convert_model accepts."
+        ) from err
+
+
+def model_label(model: Any) -> str:
+    """A short human-readable label for the model argument, used in reports."""
+    if isinstance(model, (str, os.PathLike)):
+        return pathlib.Path(model).name
+    if isinstance(model, ov.Model):
+        return model.get_friendly_name() or "ov.Model"
+    return type(model).__name__
+
+
+def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
+    if not path.exists():
+        raise InputError(f"Model file not found: '{path}'. Check the path; the current directory is '{os.getcwd()}'.")
+    if path.is_dir():
+        # A TensorFlow SavedModel is a folder; convert_model reads it.
+        try:
+            return ov.convert_model(str(path))
+        except Exception as err:
+            raise InputError(
+                f"Cannot read the folder '{path}' as a model: {first_line(err)}. "
+                "Pass an IR .xml, an .onnx file, or a SavedModel folder."
+            ) from err
+    suffix = path.suffix.lower()
+    if suffix == ".bin":
+        raise InputError(f"'{path}' is the weights file of an IR; pass the '.xml' beside it.")
+    if suffix not in _FILE_SUFFIXES:
+        raise InputError(
+            f"Unknown model format '{suffix or '(no suffix)'}' for '{path}'. "
+            f"Supported: {', '.join(_FILE_SUFFIXES)} files, an ov.Model, or an object openvino.convert_model accepts."
+        )
+    try:
+        if suffix == ".xml":
+            return core.read_model(str(path))
+        return core.read_model(str(path)) if suffix == ".onnx" else ov.convert_model(str(path))
+    except Exception as err:
+        raise InputError(f"Cannot read model '{path}': {first_line(err)}. Is the file complete and valid?") from err
+
+
+def _read_onnx_proto(proto: Any, core: ov.Core) -> ov.Model:
+    # Going through a file keeps ONNX tensor names exactly as core.read_model keeps them for a path.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "model.onnx"
+        path.write_bytes(proto.SerializeToString())
+        return _read_file(path, core)
+

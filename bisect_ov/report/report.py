@@ -1,0 +1,335 @@
+"""The result of a bisect run: frozen records of statistics (no tensors), and their JSON form.
+
+`Report` holds one `NodeResult` per compared node (topological order), the final outputs' errors, the first
+divergence(s) and the culprit ranking, what each side ran with, timings and settings. `to_dict`/`from_dict`
+round-trip exactly; `save`/`load` write JSON with a ``schema_version``. Non-finite floats are written as the
+strings ``"inf"``, ``"-inf"`` and ``"nan"`` so that any JSON reader takes the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pathlib
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.errors import InputError
+from bisect_ov.run.devices import DeviceInfo
+
+__all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One compared node: its errors, its role in the error's story, and what ran it.
+
+    ``error`` is the node's output error under the report's metric (the worst of its outputs),
+    ``input_error`` the largest error among the tensors it reads, ``growth`` their ratio (see
+    `bisect_ov.analysis.scoring`), ``role`` one of source / amplifier / inherits / ok.
+    """
+
+    name: str
+    key: str
+    op_type: str
+    index: int
+    error: float
+    input_error: float
+    tolerance: float
+    growth: float
+    role: str
+    first: bool = False
+    rank: int | None = None
+    outputs: tuple[TensorStats, ...] = ()
+    tensor_names: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
+    causes: tuple[str, ...] = ()
+    runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def diverged(self) -> bool:
+        return self.role != "ok"
+
+    @property
+    def shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(s.shape for s in self.outputs)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(s.dtype for s in self.outputs)
+
+    @property
+    def nan_inf(self) -> dict[str, int]:
+        """NaN and Inf counts on each side, summed over the node's outputs."""
+        return {
+            "ref_nan": sum(s.ref_nan for s in self.outputs), "ref_inf": sum(s.ref_inf for s in self.outputs),
+            "target_nan": sum(s.target_nan for s in self.outputs), "target_inf": sum(s.target_inf for s in self.outputs),
+        }
+
+    @property
+    def stats(self) -> TensorStats | None:
+        """Statistics of the node's first output."""
+        return self.outputs[0] if self.outputs else None
+
+    def __repr__(self) -> str:
+        return (
+            f"NodeResult({self.name!r}, {self.op_type}, #{self.index}, {self.role}, "
+            f"error={_fmt(self.error)}, input_error={_fmt(self.input_error)}, growth={_fmt(self.growth)})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "key": self.key, "op_type": self.op_type, "index": self.index,
+            "error": self.error, "input_error": self.input_error, "tolerance": self.tolerance,
+            "growth": self.growth, "role": self.role, "first": self.first, "rank": self.rank,
+            "outputs": [s.to_dict() for s in self.outputs], "tensor_names": list(self.tensor_names),
+            "inputs": list(self.inputs), "causes": list(self.causes), "runtime": self.runtime,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "NodeResult":
+        return cls(
+            name=d["name"], key=d["key"], op_type=d["op_type"], index=d["index"], error=d["error"],
+            input_error=d["input_error"], tolerance=d["tolerance"], growth=d["growth"], role=d["role"],
+            first=d.get("first", False), rank=d.get("rank"),
+            outputs=tuple(TensorStats.from_dict(s) for s in d.get("outputs", [])),
+            tensor_names=tuple(d.get("tensor_names", [])), inputs=tuple(d.get("inputs", [])),
+            causes=tuple(d.get("causes", [])), runtime=d.get("runtime", {}),
+        )
+
+
+@dataclass(frozen=True)
+class OutputResult:
+    """Error of one final output of the model."""
+
+    name: str
+    stats: TensorStats
+    error: float
+    tolerance: float
+
+    @property
+    def diverged(self) -> bool:
+        return self.error > self.tolerance
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "stats": self.stats.to_dict(), "error": self.error, "tolerance": self.tolerance}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "OutputResult":
+        return cls(d["name"], TensorStats.from_dict(d["stats"]), d["error"], d["tolerance"])
+
+
+@dataclass(frozen=True)
+class Report:
+    """What `bisect` found. Read `first_divergence` and `culprits`; print `to_text()`.
+
+    Examples
+    --------
+    >>> report = bisect(model, "CPU", "CPU:bf16")      # doctest: +SKIP
+    >>> report.first_divergence.name                   # doctest: +SKIP
+    'inorm/sub'
+    >>> report.save("report.json"); Report.load("report.json") == report  # doctest: +SKIP
+    True
+    """
+
+    model: str
+    ref: DeviceInfo
+    target: DeviceInfo
+    nodes: tuple[NodeResult, ...]
+    outputs: tuple[OutputResult, ...]
+    metric: str
+    tolerance: dict[str, Any]
+    first_keys: tuple[str, ...] = ()
+    ranking: tuple[str, ...] = ()
+    model_hash: str = ""
+    target_model: str | None = None
+    unmatched: dict[str, list[str]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    compiles: dict[str, int] = field(default_factory=dict)
+    inputs: tuple[dict[str, Any], ...] = ()
+    openvino_version: str = ""
+    notes: tuple[str, ...] = ()
+    schema_version: int = SCHEMA_VERSION
+
+    # ----- questions a user asks ----------------------------------------------------------------------
+    @property
+    def diverges(self) -> bool:
+        """True when any node or final output is over its tolerance."""
+        return bool(self.ranking) or any(o.diverged for o in self.outputs)
+
+    @property
+    def first_divergences(self) -> tuple[NodeResult, ...]:
+        """Every node where error starts (several when independent branches start diverging)."""
+        return tuple(self.node(k) for k in self.first_keys)
+
+    @property
+    def first_divergence(self) -> NodeResult | None:
+        """The earliest node where error starts; None when nothing diverges."""
+        firsts = self.first_divergences
+        return min(firsts, key=lambda n: n.index) if firsts else None
+
+    @property
+    def culprits(self) -> list[NodeResult]:
+        """Diverged nodes, ranked: first divergences, other sources and amplifiers, then those that inherit."""
+        return [self.node(k) for k in self.ranking]
+
+    def node(self, name: str | int) -> NodeResult:
+        """A compared node by key, friendly name, output tensor name, or topological index."""
+        index = self._index()
+        if isinstance(name, int):
+            for n in self.nodes:
+                if n.index == name:
+                    return n
+            raise InputError(f"No compared node has topological index {name}.")
+        if name in index:
+            return index[name]
+        for n in self.nodes:
+            if name in n.tensor_names:
+                return n
+        close = [n.name for n in self.nodes if name.lower() in n.name.lower()][:8]
+        raise InputError(f"No compared node named '{name}'." + (f" Similar: {close}." if close else ""))
+
+    def __iter__(self) -> Iterator[NodeResult]:
+        return iter(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def _index(self) -> dict[str, NodeResult]:
+        cached = self.__dict__.get("_by_name")
+        if cached is None:
+            cached = {n.key: n for n in self.nodes}
+            for n in self.nodes:
+                cached.setdefault(n.name, n)
+            object.__setattr__(self, "_by_name", cached)  # a cache, not state: equality ignores it
+        return cached
+
+    # ----- rendering ----------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        head = f"Report({self.ref.label} -> {self.target.label}, {len(self.nodes)} nodes, "
+        first = self.first_divergence
+        if first is not None:
+            return head + f"first divergence '{first.name}' {self.metric}={_fmt(first.error)})"
+        if self.diverges:
+            worst = max(self.outputs, key=lambda o: o.error, default=None)
+            return head + f"diverges without a single source; worst output {self.metric}={_fmt(worst.error if worst else math.nan)})"
+        return head + "no divergence)"
+
+    def to_text(self, top: int = 10, width: int = 120) -> str:
+        """The report as a terminal-readable page: verdict, final outputs, ranked culprits, run facts."""
+        from bisect_ov.report.text import render_text
+
+        return render_text(self, top=top, width=width)
+
+    def _repr_html_(self) -> str:
+        from bisect_ov.report.text import render_html
+
+        return render_html(self)
+
+    # ----- serialisation ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version, "model": self.model, "model_hash": self.model_hash,
+            "target_model": self.target_model, "ref": self.ref.to_dict(), "target": self.target.to_dict(),
+            "metric": self.metric, "tolerance": self.tolerance, "first_divergence": list(self.first_keys),
+            "ranking": list(self.ranking), "outputs": [o.to_dict() for o in self.outputs],
+            "nodes": [n.to_dict() for n in self.nodes], "unmatched": self.unmatched, "timings": self.timings,
+            "compiles": self.compiles, "inputs": list(self.inputs), "openvino_version": self.openvino_version,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Report":
+        version = d.get("schema_version")
+        if version is None or version > SCHEMA_VERSION:
+            raise InputError(
+                f"Report schema version {version} is not supported by this bisect_ov (reads up to {SCHEMA_VERSION}). "
+                "Upgrade bisect_ov to read it."
+            )
+        return cls(
+            model=d["model"], ref=DeviceInfo.from_dict(d["ref"]), target=DeviceInfo.from_dict(d["target"]),
+            nodes=tuple(NodeResult.from_dict(n) for n in d["nodes"]),
+            outputs=tuple(OutputResult.from_dict(o) for o in d["outputs"]), metric=d["metric"],
+            tolerance=d["tolerance"], first_keys=tuple(d.get("first_divergence", [])),
+            ranking=tuple(d.get("ranking", [])), model_hash=d.get("model_hash", ""),
+            target_model=d.get("target_model"), unmatched=d.get("unmatched", {}), timings=d.get("timings", {}),
+            compiles=d.get("compiles", {}), inputs=tuple(d.get("inputs", [])),
+            openvino_version=d.get("openvino_version", ""), notes=tuple(d.get("notes", [])), schema_version=version,
+        )
+
+    def save(self, path: str | os.PathLike) -> pathlib.Path:
+        """Write the report as JSON (atomically: a temporary file renamed into place)."""
+        path = pathlib.Path(path)
+        text = json.dumps(_encode(self.to_dict()), indent=1, allow_nan=False)
+        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Report":
+        """Read a report written by `save`."""
+        path = pathlib.Path(path)
+        if not path.is_file():
+            raise InputError(f"Report file not found: '{path}'.")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise InputError(f"'{path}' is not a readable bisect_ov JSON report: {err}") from err
+        if not isinstance(data, dict) or "nodes" not in data:
+            raise InputError(f"'{path}' is JSON but not a bisect_ov report (no 'nodes').")
+        return cls.from_dict(_decode(data))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Report):
+            return NotImplemented
+        return _encode(self.to_dict()) == _encode(other.to_dict())
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _fmt(x: float) -> str:
+    if x is None:
+        return "-"
+    if math.isinf(x) or math.isnan(x):
+        return str(x)
+    return f"{x:.2e}"
+
+
+_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _encode(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: _encode(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(v) for v in obj]
+    return obj
+
+
+_FLOAT_FIELDS = {
+    "error", "input_error", "tolerance", "growth", "max_abs", "mean_abs", "rel_l2", "max_rel", "cosine",
+    "sqnr_db", "ref_absmax", "target_absmax",
+}
+
+
+def _decode(obj: Any, key: str | None = None) -> Any:
+    if isinstance(obj, str) and key in _FLOAT_FIELDS and obj in _SPECIAL:
+        return _SPECIAL[obj]
+    if isinstance(obj, dict):
+        return {k: _decode(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode(v, key) for v in obj]
+    return obj

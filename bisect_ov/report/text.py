@@ -1,0 +1,211 @@
+"""Renderings of a `Report` for people: a terminal page and the same content as HTML for Jupyter.
+
+Both start with the verdict (does it diverge, where does it start, how bad, why), then the final outputs,
+then the ranked culprit table, then what each side ran with and how long each stage took. Every
+model-supplied string that goes into HTML is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import textwrap
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bisect_ov.report.report import NodeResult, Report
+
+__all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "COLUMNS"]
+
+COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "role", "shape", "dtype", "nan/inf", "ran as (target)")
+
+
+def fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return {math.inf: "inf", -math.inf: "-inf"}.get(x, "nan")
+    return f"{x:.1e}"
+
+
+def fmt_growth(g: float) -> str:
+    if math.isinf(g):
+        return "inf"
+    return f"{g:.3g}x"
+
+
+def _runtime_str(n: "NodeResult", side: str = "target") -> str:
+    rt = n.runtime.get(side) if n.runtime else None
+    if not rt:
+        return "-"
+    parts = [rt.get("precision") or "?", rt.get("kernel") or ""]
+    fused = [f for f in rt.get("fused", []) if f != n.name]
+    text = " ".join(p for p in parts if p)
+    if fused:
+        text += f" +{len(fused)} fused"
+    return text
+
+
+def _nan_inf(n: "NodeResult") -> str:
+    c = n.nan_inf
+    if not any(c.values()):
+        return "-"
+    return f"{c['ref_nan']}/{c['ref_inf']} -> {c['target_nan']}/{c['target_inf']}"
+
+
+def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
+    rows = []
+    for n in report.culprits[:top]:
+        shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
+        rows.append((
+            str(n.rank), n.name, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
+            fmt_growth(n.growth), n.role + ("*" if n.first else ""), shape, ",".join(sorted(set(n.dtypes))),
+            _nan_inf(n), _runtime_str(n),
+        ))
+    return rows
+
+
+def verdict_lines(report: "Report") -> list[str]:
+    """The answer in a few sentences: where it starts, how bad, why."""
+    lines = []
+    worst = max(report.outputs, key=lambda o: o.error, default=None)
+    first = report.first_divergences
+    if not report.diverges:
+        lines.append(f"Verdict: no divergence. Every compared node is within tolerance ({report.metric}).")
+    elif first:
+        names = ", ".join(f"'{n.name}' ({n.op_type}, #{n.index})" for n in first[:3])
+        more = f" and {len(first) - 3} more" if len(first) > 3 else ""
+        lines.append(f"Verdict: DIVERGES. Error starts at {names}{more}.")
+        for n in first[:3]:
+            why = f"; {', '.join(n.causes)}" if n.causes else ""
+            lines.append(
+                f"  '{n.name}': {report.metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, "
+                f"its inputs carry {fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}."
+            )
+    else:
+        lines.append(
+            "Verdict: DIVERGES, but no single node creates the error: it accumulates through depth "
+            "(each node adds less than the tolerance). See the nodes that inherit it below."
+        )
+    if worst is not None:
+        state = "over" if worst.diverged else "within"
+        lines.append(
+            f"Final output '{worst.name}': {report.metric} {fmt(worst.error)} ({state} tolerance {fmt(worst.tolerance)}), "
+            f"max abs {fmt(worst.stats.max_abs)}, cosine {worst.stats.cosine:.6f}."
+        )
+    amplifiers = [n for n in report.culprits if n.role == "amplifier"]
+    inheritors = [n for n in report.culprits if n.role == "inherits"]
+    if amplifiers or inheritors:
+        lines.append(
+            f"Downstream: {len(amplifiers)} node(s) amplify inherited error, {len(inheritors)} only pass it on."
+        )
+    return lines
+
+
+def _sides(report: "Report") -> list[str]:
+    out = []
+    for role, info in (("ref", report.ref), ("target", report.target)):
+        text = f"{role:>6}: {info.name} ran {info.precision}"
+        if info.emulated:
+            text += " (emulated)"
+        if info.full_name:
+            text += f" on {info.full_name}"
+        if info.note:
+            text += f" [{info.note}]"
+        out.append(text)
+    return out
+
+
+def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
+    title = f"bisect_ov: {report.model}"
+    if report.target_model:
+        title += f" vs {report.target_model}"
+    title += f" | {report.ref.label} -> {report.target.label} | {len(report.nodes)} nodes compared"
+    lines = [title[:width], "=" * min(width, len(title))]
+    lines += verdict_lines(report)
+    lines.append("")
+    rows = culprit_rows(report, top)
+    if rows:
+        lines.append(f"Culprits (top {len(rows)} of {len(report.ranking)}; * = first divergence; error = {report.metric}):")
+        lines += _table(COLUMNS, rows, width)
+    else:
+        lines.append("Culprits: none.")
+    if len(report.outputs) > 1 or (report.outputs and report.diverges):
+        lines.append("")
+        lines.append("Final outputs:")
+        for o in report.outputs:
+            lines.append(
+                f"  {o.name}: {report.metric} {fmt(o.error)} (tol {fmt(o.tolerance)}), max abs {fmt(o.stats.max_abs)}, "
+                f"SQNR {o.stats.sqnr_db:.1f} dB, mismatches {o.stats.mismatches}/{o.stats.numel}"
+            )
+    unmatched = {k: v for k, v in report.unmatched.items() if v}
+    if unmatched:
+        lines.append("")
+        for side, names in unmatched.items():
+            shown = ", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8 else "")
+            lines.append(f"Unmatched in {side}: {shown}")
+    lines.append("")
+    lines += _sides(report)
+    for note in report.notes:
+        lines.append(f"Note: {note}")
+    footer = []
+    if report.timings:
+        footer.append("Timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()))
+    if report.compiles:
+        footer.append("Compiles: " + ", ".join(f"{k} {v}" for k, v in report.compiles.items()))
+    if report.openvino_version:
+        footer.append(f"OpenVINO {report.openvino_version.split('-')[0]}; tolerance: {_tol_str(report)}")
+    lines = [line if len(line) <= width else line[: width - 3] + "..." for line in lines]
+    for line in footer:
+        lines += textwrap.wrap(line, width, subsequent_indent="  ")
+    return "\n".join(lines)
+
+
+def _tol_str(report: "Report") -> str:
+    t = report.tolerance
+    if t.get("value") is not None:
+        return f"fixed {t['value']}"
+    return f"{t.get('factor')} x unit roundoff of {t.get('precision')} x (1 + log2(K)/4), floor {t.get('floor')}"
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> list[str]:
+    cols = list(zip(header, *rows))
+    widths = [max(len(c) for c in col) for col in cols]
+    name_col = header.index("node")
+    # Shrink the node-name column first when the table would be too wide.
+    excess = sum(widths) + 2 * (len(widths) - 1) - width
+    if excess > 0:
+        widths[name_col] = max(12, widths[name_col] - excess)
+
+    def cell(text: str, w: int, i: int) -> str:
+        text = text if len(text) <= w else text[: max(1, w - 1)] + "~"
+        return text.ljust(w) if i in (name_col, header.index("op"), header.index("role"), len(header) - 1) else text.rjust(w)
+
+    out = ["  ".join(cell(h, w, i) for i, (h, w) in enumerate(zip(header, widths))).rstrip()]
+    out += ["  ".join(cell(c, w, i) for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    return out
+
+
+def render_html(report: "Report", *, top: int = 25) -> str:
+    """The same content as `render_text`, as an HTML fragment (every model-supplied string escaped)."""
+    e = html.escape
+    parts = ['<div class="bisect-ov-report" style="font-family:sans-serif">']
+    title = f"bisect_ov: {report.model}" + (f" vs {report.target_model}" if report.target_model else "")
+    parts.append(f"<h3>{e(title)}</h3>")
+    parts.append(f"<p>{e(report.ref.label)} &rarr; {e(report.target.label)}, {len(report.nodes)} nodes compared</p>")
+    color = "#b00020" if report.diverges else "#1b5e20"
+    parts.append(f'<div style="border-left:4px solid {color};padding-left:8px">')
+    parts += [f"<div>{e(line)}</div>" for line in verdict_lines(report)]
+    parts.append("</div>")
+    rows = culprit_rows(report, top)
+    if rows:
+        head = "".join(f"<th>{e(h)}</th>" for h in COLUMNS)
+        body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows[:10])
+        parts.append(f'<table style="font-size:smaller"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+        if len(rows) > 10:
+            more = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows[10:])
+            parts.append(f"<details><summary>{len(rows) - 10} more culprits</summary><table style=\"font-size:smaller\">"
+                         f"<thead><tr>{head}</tr></thead><tbody>{more}</tbody></table></details>")
+    parts += [f"<div><small>{e(line)}</small></div>" for line in _sides(report)]
+    parts.append("</div>")
+    return "".join(parts)

@@ -1,0 +1,283 @@
+"""Devices: where a model is compiled and run, behind one small protocol.
+
+A `Device` turns an `ov.Model` into a `Compiled` that runs inputs to a list of output arrays, and says what
+it really ran with (`DeviceInfo`: device, precision read back from the plugin, kernels). `Device.compile`
+checks its argument and calls `_compile`, which subclasses override (the Polygraphy runner pattern).
+
+Device names accepted by `make_device`:
+
+* any OpenVINO device: ``CPU``, ``GPU``, ``GPU.1``, ``NPU``, ``AUTO:GPU,CPU`` ...;
+* a precision variant: ``CPU:f32``, ``CPU:bf16``, ``CPU:f16``, ``GPU:f32``, ``CPU:accuracy`` (sets
+  ``INFERENCE_PRECISION_HINT`` or ``EXECUTION_MODE_HINT``);
+* an emulated low-precision device that runs on the CPU anywhere: ``EMU:f16``, ``EMU:bf16``, and
+  ``EMU:f16-acc`` / ``EMU:bf16-acc`` where reductions also accumulate in the low precision.
+
+The reference role gets f32 unless the user chose a precision: on CPUs with AVX512_BF16 or AMX the CPU
+plugin otherwise runs bf16 silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import numpy as np
+import openvino as ov
+
+from bisect_ov.errors import DeviceError, InputError, first_line
+from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
+
+__all__ = ["DeviceInfo", "Compiled", "Device", "OpenVINODevice", "EmulatedDevice", "make_device", "available_devices"]
+
+PRECISION_SUFFIXES = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
+_PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT")
+_core: ov.Core | None = None
+
+
+def shared_core() -> ov.Core:
+    """One `ov.Core` per process: creating it loads plugins, which is slow."""
+    global _core
+    if _core is None:
+        _core = ov.Core()
+    return _core
+
+
+def available_devices() -> list[str]:
+    return list(shared_core().available_devices)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What one side ran on, as read back after compiling."""
+
+    name: str
+    device: str
+    full_name: str = ""
+    precision: str = "unknown"
+    requested_precision: str | None = None
+    config: dict[str, str] = field(default_factory=dict)
+    emulated: bool = False
+    note: str = ""
+    precision_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``CPU/f32``, ``EMU:f16/f16 (emulated)``."""
+        return f"{self.name}/{self.precision}" + (" (emulated)" if self.emulated else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "device": self.device, "full_name": self.full_name, "precision": self.precision,
+            "requested_precision": self.requested_precision, "config": dict(self.config),
+            "emulated": self.emulated, "note": self.note, "precision_counts": dict(self.precision_counts),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DeviceInfo":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+class Compiled:
+    """A model compiled on a device, ready to run."""
+
+    def __init__(self, compiled: ov.CompiledModel, info: DeviceInfo, runtime: RuntimeGraph):
+        self.compiled = compiled
+        self.info = info
+        self.runtime = runtime
+        self._request = compiled.create_infer_request()
+        self.n_outputs = len(compiled.outputs)
+
+    def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
+        """Run once. With `share_outputs`, arrays are views valid until the next call (no output copies).
+
+        Raises
+        ------
+        DeviceError
+            When the plugin fails to run.
+        """
+        try:
+            result = self._request.infer(list(inputs), share_outputs=share_outputs)
+        except Exception as err:
+            raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
+        return [result[i] for i in range(self.n_outputs)]
+
+
+class Device:
+    """A place to compile and run models. Subclasses implement `_compile`."""
+
+    name: str = "device"
+
+    def compile(self, model: ov.Model) -> Compiled:
+        if not isinstance(model, ov.Model):
+            raise InputError(f"Device.compile takes an ov.Model, not {type(model).__name__}.")
+        return self._compile(model)
+
+    def _compile(self, model: ov.Model) -> Compiled:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class OpenVINODevice(Device):
+    """An OpenVINO plugin device with a property dict.
+
+    Parameters
+    ----------
+    device
+        OpenVINO device name, e.g. ``CPU`` or ``GPU.1``.
+    config
+        Properties for `compile_model`.
+    name
+        Name shown in reports (what the user typed, e.g. ``CPU:bf16``).
+    """
+
+    def __init__(self, device: str, config: dict[str, Any] | None = None, *, name: str | None = None):
+        _check_device(device)
+        self.device = device
+        self.config = {str(k): _prop_str(v) for k, v in (config or {}).items()}
+        self.name = name or device
+
+    def _compile(self, model: ov.Model) -> Compiled:
+        core = shared_core()
+        try:
+            compiled = core.compile_model(model, self.device, self.config)
+        except Exception as err:
+            raise DeviceError(
+                f"Compiling for {self.name} with {self.config or 'default properties'} failed: {first_line(err)}"
+            ) from err
+        runtime = read_runtime_graph(compiled)
+        return Compiled(compiled, self._info(compiled, runtime), runtime)
+
+    def _info(self, compiled: ov.CompiledModel, runtime: RuntimeGraph, *, emulated: bool = False) -> DeviceInfo:
+        hint = _read_precision_hint(compiled)
+        counts = runtime.precision_counts()
+        # The plugin's own read-back is authoritative (the CPU reports bf16 when f16 was asked for); the
+        # runtime graph speaks for plugins that do not report the property.
+        used = hint or runtime.dominant_precision() or "unknown"
+        requested = self.config.get("INFERENCE_PRECISION_HINT")
+        requested = PRECISION_SUFFIXES.get(requested.lower(), requested) if requested else None
+        note = ""
+        seen = runtime.dominant_precision()
+        if requested and hint and requested != hint:
+            note = f"asked for {requested}; the plugin ran {hint}"
+        elif seen and hint and seen != hint and seen in PRECISION_SUFFIXES.values():
+            note = f"the plugin reports {hint}; most compute layers ran {seen}"
+        try:
+            full = str(shared_core().get_property(self.device.split(":")[0].split(",")[0], "FULL_DEVICE_NAME"))
+        except Exception:
+            full = ""
+        return DeviceInfo(
+            name=self.name, device=self.device, full_name=full, precision=used, requested_precision=requested,
+            config=dict(self.config), emulated=emulated, note=note, precision_counts=counts,
+        )
+
+
+class EmulatedDevice(OpenVINODevice):
+    """A low-precision device emulated on the CPU in f32: see `bisect_ov.run.emulate`.
+
+    Every floating activation (and weight) is rounded to `precision` at each op boundary; with
+    `reductions`, Softmax/ReduceSum/ReduceMean (and what `emulate_precision` supports) also accumulate in the
+    low precision. Real GPU or NPU kernels differ in fusion and accumulation order: the report marks results
+    of this device as emulated.
+    """
+
+    def __init__(self, precision: str = "f16", *, reductions: bool = False, name: str | None = None):
+        if precision not in ("f16", "bf16"):
+            raise InputError(f"Emulated precision '{precision}' is not supported. Use 'f16' or 'bf16'.")
+        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": "f32"}, name=name or f"EMU:{precision}" + ("-acc" if reductions else ""))
+        self.precision = precision
+        self.reductions = reductions
+
+    def _compile(self, model: ov.Model) -> Compiled:
+        from bisect_ov.run.emulate import emulate_precision  # the rewrite is heavy to import only when used
+
+        emulated = emulate_precision(model, self.precision, reductions=self.reductions)
+        compiled = super()._compile(emulated)
+        acc = "low-precision accumulation in reductions" if self.reductions else "f32 accumulation inside ops"
+        compiled.info = replace(
+            compiled.info, precision=self.precision, requested_precision=self.precision, emulated=True,
+            note=f"emulated on CPU f32: values rounded to {self.precision} at every op boundary, {acc}",
+        )
+        return compiled
+
+
+def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, role: str = "target") -> Device:
+    """Build a `Device` from a name such as ``CPU``, ``GPU.1``, ``CPU:bf16`` or ``EMU:f16``.
+
+    Parameters
+    ----------
+    spec
+        Device name (see the module docstring) or a ready `Device`, returned as is.
+    config
+        Properties for `compile_model`; merged over those a precision suffix sets.
+    role
+        ``ref`` or ``target``. The reference gets ``INFERENCE_PRECISION_HINT=f32`` when neither the name nor
+        `config` chooses a precision and the device supports the property.
+
+    Raises
+    ------
+    InputError
+        Unknown device (the message lists the available ones) or precision suffix.
+    """
+    if isinstance(spec, Device):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError(f"A device is a name such as 'CPU' or 'GPU'; got {spec!r}. Available: {available_devices()}.")
+    spec = spec.strip()
+    base, _, suffix = spec.partition(":")
+    if base.upper() in ("EMU", "EMULATED"):
+        precision, _, acc = suffix.lower().partition("-")
+        if precision not in ("f16", "bf16") or acc not in ("", "acc"):
+            raise InputError(f"Unknown emulated device '{spec}'. Use EMU:f16, EMU:bf16, EMU:f16-acc or EMU:bf16-acc.")
+        return EmulatedDevice(precision, reductions=acc == "acc", name=spec)
+    merged: dict[str, Any] = {}
+    if suffix and base.upper() not in ("AUTO", "HETERO", "MULTI", "BATCH"):
+        key = suffix.lower()
+        if key == "accuracy":
+            merged["EXECUTION_MODE_HINT"] = "ACCURACY"
+        elif key in PRECISION_SUFFIXES:
+            merged["INFERENCE_PRECISION_HINT"] = PRECISION_SUFFIXES[key]
+        else:
+            raise InputError(f"Unknown precision '{suffix}' in '{spec}'. Use one of: f32, bf16, f16, accuracy.")
+        device = base
+    else:
+        device = spec
+    merged.update(config or {})
+    if role == "ref" and not any(k in merged for k in _PRECISION_KEYS) and _supports(device, "INFERENCE_PRECISION_HINT"):
+        merged["INFERENCE_PRECISION_HINT"] = "f32"
+    return OpenVINODevice(device, merged, name=spec)
+
+
+def _check_device(device: str) -> None:
+    available = available_devices()
+    head = device.split(":")[0]
+    if head in ("AUTO", "HETERO", "MULTI", "BATCH"):
+        return
+    if device in available or any(a.split(".")[0] == device for a in available):
+        return
+    raise InputError(
+        f"Unknown device '{device}'. Available: {available}. "
+        "Pass a device name from ov.Core().available_devices, or an emulated one such as 'EMU:f16'."
+    )
+
+
+def _supports(device: str, prop: str) -> bool:
+    try:
+        return prop in shared_core().get_property(device, "SUPPORTED_PROPERTIES")
+    except Exception:
+        return False
+
+
+def _read_precision_hint(compiled: ov.CompiledModel) -> str | None:
+    try:
+        value = compiled.get_property("INFERENCE_PRECISION_HINT")
+    except Exception:
+        return None
+    name = value.get_type_name() if hasattr(value, "get_type_name") else str(value)
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
+
+
+def _prop_str(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool)) else str(value)
+

@@ -1,0 +1,175 @@
+"""Inputs: from what the user passed to one validated array per model parameter.
+
+Accepted forms: None (seeded random values that respect each parameter's element type and static shape),
+a dict name -> array (names are tensor names or friendly names of the parameters), a list or tuple in
+parameter order, a single array for a single-input model, or a path to ``.npz`` (keys are names, or
+``arr_0``... in order) or ``.npy`` (single input). Arrays are checked against the parameter's (partial) shape
+and element type; values are cast only within a kind (float64 -> float32), never across kinds.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import openvino as ov
+
+from bisect_ov.errors import InputError
+from bisect_ov.model.graph import element_dtype
+
+__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "random_inputs", "align_inputs"]
+
+
+class ParameterSpec:
+    """Name, names, partial shape and element type of one model input."""
+
+    def __init__(self, param, index: int):
+        out = param.output(0)
+        self.index = index
+        self.friendly = param.get_friendly_name()
+        self.names = set(out.get_names()) | {self.friendly}
+        self.name = sorted(out.get_names())[0] if out.get_names() else self.friendly
+        self.pshape = out.get_partial_shape()
+        self.type_name = out.get_element_type().get_type_name()
+        self.dtype = element_dtype(self.type_name)
+
+    def describe(self) -> str:
+        return f"'{self.name}' {self.pshape} {self.type_name}"
+
+
+def parameter_specs(model: ov.Model) -> list[ParameterSpec]:
+    return [ParameterSpec(p, i) for i, p in enumerate(model.get_parameters())]
+
+
+def random_inputs(model: ov.Model, seed: int = 0) -> list[np.ndarray]:
+    """Seeded random inputs: standard normal floats, small non-negative integers (0..9), random booleans.
+
+    Raises
+    ------
+    InputError
+        When an input shape is dynamic: random values need a concrete shape.
+    """
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in parameter_specs(model):
+        if not spec.pshape.is_static:
+            raise InputError(
+                f"Input {spec.describe()} has a dynamic shape, so random inputs cannot be made. "
+                "Pass inputs={name: array} (or --input NAME=FILE.npy) with concrete shapes."
+            )
+        shape = tuple(int(d.get_length()) for d in spec.pshape)
+        if spec.dtype == np.bool_:
+            arrays.append(rng.random(shape) < 0.5)
+        elif np.issubdtype(spec.dtype, np.integer):
+            arrays.append(rng.integers(0, 10, size=shape).astype(spec.dtype))
+        else:
+            arrays.append(rng.standard_normal(shape).astype(spec.dtype))
+    return arrays
+
+
+def prepare_inputs(model: ov.Model, inputs: Any = None, *, seed: int = 0) -> list[np.ndarray]:
+    """Return one checked array per parameter of `model`, in parameter order.
+
+    Raises
+    ------
+    InputError
+        Missing or unknown input names, wrong count, incompatible shape or element type, unreadable file.
+    """
+    specs = parameter_specs(model)
+    if inputs is None:
+        return random_inputs(model, seed)
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = _read_file(pathlib.Path(inputs), specs)
+    if isinstance(inputs, np.ndarray):
+        inputs = [inputs]
+    if isinstance(inputs, Mapping):
+        arrays = _by_name(inputs, specs)
+    elif isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
+        if len(inputs) != len(specs):
+            raise InputError(
+                f"Got {len(inputs)} input array(s) but the model has {len(specs)} input(s): "
+                f"{', '.join(s.describe() for s in specs)}."
+            )
+        arrays = list(inputs)
+    else:
+        raise InputError(
+            f"inputs must be None, a dict name->array, a list of arrays, an array, or a path to .npz/.npy; "
+            f"got {type(inputs).__name__}."
+        )
+    return [_check(np.asarray(a), s) for a, s in zip(arrays, specs)]
+
+
+def align_inputs(ref_model: ov.Model, target_model: ov.Model, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Reorder `arrays` (for `ref_model`'s parameters) to `target_model`'s parameters, matching by name."""
+    ref_specs, target_specs = parameter_specs(ref_model), parameter_specs(target_model)
+    if len(ref_specs) != len(target_specs):
+        raise InputError(
+            f"The target model has {len(target_specs)} input(s) and the model {len(ref_specs)}; they must match."
+        )
+    out = []
+    for spec in target_specs:
+        match = [r for r in ref_specs if r.names & spec.names]
+        source = match[0] if match else ref_specs[spec.index]
+        out.append(_check(np.asarray(arrays[source.index]), spec))
+    return out
+
+
+def _by_name(mapping: Mapping, specs: list[ParameterSpec]) -> list[np.ndarray]:
+    arrays: list[Any] = [None] * len(specs)
+    unknown = []
+    for key, value in mapping.items():
+        hits = [s for s in specs if str(key) in s.names]
+        if not hits:
+            unknown.append(str(key))
+            continue
+        arrays[hits[0].index] = value
+    if unknown:
+        raise InputError(f"Unknown input name(s) {unknown}. The model's inputs: {', '.join(s.describe() for s in specs)}.")
+    missing = [s.describe() for s, a in zip(specs, arrays) if a is None]
+    if missing:
+        raise InputError(f"Missing value(s) for input(s) {', '.join(missing)}. Pass every input or none (random).")
+    return arrays
+
+
+def _read_file(path: pathlib.Path, specs: list[ParameterSpec]) -> Any:
+    if not path.is_file():
+        raise InputError(f"Input file not found: '{path}'.")
+    try:
+        if path.suffix == ".npy":
+            return [np.load(path, allow_pickle=False)]
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                loaded = {k: data[k] for k in data.files}
+        else:
+            raise InputError(f"Input file '{path}' must be .npz (one array per input) or .npy (one input).")
+    except InputError:
+        raise
+    except Exception as err:
+        raise InputError(f"Cannot read input file '{path}': {err}") from err
+    positional = [f"arr_{i}" for i in range(len(loaded))]
+    if sorted(loaded) == sorted(positional):
+        return [loaded[k] for k in positional]
+    return loaded
+
+
+def _check(array: np.ndarray, spec: ParameterSpec) -> np.ndarray:
+    if not spec.pshape.compatible(ov.PartialShape(list(array.shape))):
+        raise InputError(
+            f"Input {spec.describe()} got an array of shape {list(array.shape)}. Pass an array of shape {spec.pshape}."
+        )
+    want = spec.dtype
+    if array.dtype == want:
+        return np.ascontiguousarray(array)
+    same_kind = (np.issubdtype(array.dtype, np.floating) and np.issubdtype(want, np.floating)) or (
+        np.issubdtype(array.dtype, np.integer) and np.issubdtype(want, np.integer)
+    )
+    if same_kind:
+        cast = array.astype(want)
+        if np.issubdtype(want, np.integer) and not np.array_equal(cast, array):
+            raise InputError(f"Input {spec.describe()}: values do not fit {spec.type_name} (got {array.dtype}).")
+        return np.ascontiguousarray(cast)
+    raise InputError(
+        f"Input {spec.describe()} got dtype {array.dtype}. Pass {np.dtype(want).name} values, e.g. array.astype(np.{np.dtype(want).name})."
+    )

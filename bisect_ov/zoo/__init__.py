@@ -1,0 +1,1 @@
+"""Models built in code and real topologies with seeded weights, for examples, tests and benchmarks."""
