@@ -158,7 +158,7 @@ class _Accumulator:
             self.mismatches += int(np.count_nonzero(ri != ti))
             if self.int_limits is not None:
                 lo, hi = self.int_limits
-                self.at_int += int(np.count_nonzero(((ti <= lo) | (ti >= hi)) & (ri > lo) & (ri < hi)))
+                self.at_int += int(np.count_nonzero(((ti <= lo) | (ti >= hi)) & (ri != ti)))
             rf, tf = ri.astype(np.float64), ti.astype(np.float64)
             self._accumulate(rf, tf)
             return

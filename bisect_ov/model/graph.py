@@ -66,6 +66,7 @@ class NodeInfo:
     inputs: tuple[tuple[str, int], ...]  # (producer key, producer output port) per input slot
     reduction_length: int = 1
     input_shapes: tuple[tuple[int, ...] | None, ...] = field(default=())
+    auto_named: bool = False  # OpenVINO made the name up (e.g. "Constant_123"): it differs run to run
 
     @property
     def is_candidate(self) -> bool:
@@ -132,6 +133,7 @@ class ModelGraph:
                 key=key, name=friendly, op_type=op_type, index=index, kind=kind, outputs=outputs,
                 inputs=tuple(inputs), reduction_length=_reduction_length(op),
                 input_shapes=tuple(_static_shape(inp.get_partial_shape()) for inp in op.inputs()),
+                auto_named=friendly == op.get_name(),
             )
             self._nodes[key] = info
             self._order.append(key)
@@ -221,10 +223,13 @@ class ModelGraph:
         return [ops[self._nodes[k].index] for k in keys]
 
     def structure_hash(self) -> str:
-        """A hash of op types, names, edges, shapes and element types: equal for the same model structure."""
+        """A hash of op types, user-given names, edges, shapes and element types: equal for the same structure."""
         h = hashlib.sha256()
         for n in self:
-            h.update(f"{n.index}|{n.op_type}|{n.key}|{n.inputs}|".encode())
+            # Made-up names change every time a model is built; edges by position do not.
+            name = "" if n.auto_named else n.key
+            edges = [(self._nodes[k].index, port) for k, port in n.inputs]
+            h.update(f"{n.index}|{n.op_type}|{name}|{edges}|".encode())
             h.update("|".join(f"{t.partial_shape}:{t.dtype}" for t in n.outputs).encode())
         return h.hexdigest()[:16]
 

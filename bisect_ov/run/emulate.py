@@ -49,7 +49,7 @@ optimisation can merge them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import openvino as ov
@@ -130,18 +130,16 @@ class _Namer:
         self._counts[what] = n + 1
         return f"{self.prefix}/{what}" if n == 0 else f"{self.prefix}/{what}_{n}"
 
+    def f32(self, value: object) -> ov.Output:
+        return ops.constant(np.array(value, dtype=np.float32), name=self("const")).output(0)
 
-def _f32(value: object) -> ov.Output:
-    return ops.constant(np.array(value, dtype=np.float32)).output(0)
-
-
-def _i64(value: object) -> ov.Output:
-    return ops.constant(np.array(value, dtype=np.int64)).output(0)
+    def i64(self, value: object) -> ov.Output:
+        return ops.constant(np.array(value, dtype=np.int64), name=self("const")).output(0)
 
 
-def _pick(cond: ov.Output, if_true: float, if_false: float, name: str) -> ov.Output:
+def _pick(cond: ov.Output, if_true: float, if_false: float, nm: _Namer, what: str) -> ov.Output:
     # A data-dependent "constant": graph optimisations cannot fold it into a neighbouring Multiply.
-    return ops.select(cond, _f32(if_true), _f32(if_false), name=name).output(0)
+    return ops.select(cond, nm.f32(if_true), nm.f32(if_false), name=nm(what)).output(0)
 
 
 def _veltkamp(x: ov.Output, factor: ov.Output, nm: _Namer) -> ov.Output:
@@ -152,40 +150,40 @@ def _veltkamp(x: ov.Output, factor: ov.Output, nm: _Namer) -> ov.Output:
 
 def _round_f16(x: ov.Output, nm: _Namer) -> ov.Output:
     a = ops.abs(x, name=nm("abs"))
-    finite = ops.less(a, _f32(65520.0), name=nm("finite"))  # f16 rounds |x| >= 65520 to inf; NaN -> False
-    tiny = ops.less(a, _f32(2.0**-14), name=nm("subnormal"))
+    finite = ops.less(a, nm.f32(65520.0), name=nm("finite"))  # f16 rounds |x| >= 65520 to inf; NaN -> False
+    tiny = ops.less(a, nm.f32(2.0**-14), name=nm("subnormal"))
     # Normal range: 11 significant bits. The factor is 0 outside the f16 range so x * factor cannot overflow.
-    normal = _veltkamp(x, _pick(finite, 2.0**13 + 1, 0.0, nm("factor")), nm)
+    normal = _veltkamp(x, _pick(finite, 2.0**13 + 1, 0.0, nm, "factor"), nm)
     # Subnormal range: multiples of 2**-24 (x * 2**24 is exact, Round is half to even).
-    scaled = ops.multiply(x, _pick(tiny, 2.0**24, 1.0, nm("sub_scale")), name=nm("sub_scaled"))
-    sub = ops.multiply(ops.round(scaled, "half_to_even", name=nm("sub_round")), _f32(2.0**-24), name=nm("sub"))
+    scaled = ops.multiply(x, _pick(tiny, 2.0**24, 1.0, nm, "sub_scale"), name=nm("sub_scaled"))
+    sub = ops.multiply(ops.round(scaled, "half_to_even", name=nm("sub_round")), nm.f32(2.0**-24), name=nm("sub"))
     r = ops.select(tiny, sub, normal, name=nm("select_sub"))
-    overflow = ops.greater_equal(a, _f32(65520.0), name=nm("overflow"))
-    return ops.select(overflow, ops.multiply(x, _f32(np.inf), name=nm("inf")), r, name=nm("select_inf")).output(0)
+    overflow = ops.greater_equal(a, nm.f32(65520.0), name=nm("overflow"))
+    return ops.select(overflow, ops.multiply(x, nm.f32(np.inf), name=nm("inf")), r, name=nm("select_inf")).output(0)
 
 
 def _round_bf16(x: ov.Output, nm: _Namer) -> ov.Output:
     a = ops.abs(x, name=nm("abs"))
-    big = ops.greater(a, _f32(2.0**100), name=nm("big"))  # x * (2**16 + 1) would overflow near f32 max
-    tiny = ops.less(a, _f32(2.0**-126), name=nm("subnormal"))  # f32 subnormals
+    big = ops.greater(a, nm.f32(2.0**100), name=nm("big"))  # x * (2**16 + 1) would overflow near f32 max
+    tiny = ops.less(a, nm.f32(2.0**-126), name=nm("subnormal"))  # f32 subnormals
     # Bring big and subnormal values into a safe range by exact power-of-two scaling.
-    scale = ops.select(big, _f32(2.0**-64), _pick(tiny, 2.0**64, 1.0, nm("scale_tiny")), name=nm("scale"))
-    unscale = ops.select(big, _f32(2.0**64), _pick(tiny, 2.0**-64, 1.0, nm("unscale_tiny")), name=nm("unscale"))
+    scale = ops.select(big, nm.f32(2.0**-64), _pick(tiny, 2.0**64, 1.0, nm, "scale_tiny"), name=nm("scale"))
+    unscale = ops.select(big, nm.f32(2.0**64), _pick(tiny, 2.0**-64, 1.0, nm, "unscale_tiny"), name=nm("unscale"))
     xs = ops.multiply(x, scale, name=nm("scaled")).output(0)
-    normal = _veltkamp(xs, _f32(2.0**16 + 1), nm)  # 8 significant bits
+    normal = _veltkamp(xs, nm.f32(2.0**16 + 1), nm)  # 8 significant bits
     # bf16 subnormals keep multiples of 2**-133, i.e. 2**-69 after the 2**64 scaling.
-    sub_round = ops.round(ops.multiply(xs, _f32(2.0**69), name=nm("sub_scaled")), "half_to_even", name=nm("sub_round"))
-    sub = ops.multiply(sub_round, _f32(2.0**-69), name=nm("sub"))
+    sub_round = ops.round(ops.multiply(xs, nm.f32(2.0**69), name=nm("sub_scaled")), "half_to_even", name=nm("sub_round"))
+    sub = ops.multiply(sub_round, nm.f32(2.0**-69), name=nm("sub"))
     r = ops.multiply(ops.select(tiny, sub, normal, name=nm("select_sub")), unscale, name=nm("unscaled"))
-    inf = ops.greater(a, _f32(_F32_MAX), name=nm("is_inf"))  # inf - inf inside the split gave NaN
+    inf = ops.greater(a, nm.f32(_F32_MAX), name=nm("is_inf"))  # inf - inf inside the split gave NaN
     return ops.select(inf, x, r, name=nm("select_inf")).output(0)
 
 
 def _fix_zero_sign(r: ov.Output, x: ov.Output, nm: _Namer) -> ov.Output:
     # Round() and the CPU's multiply-by-constant lose the sign of zero; x * 0 restores it (x is finite
     # wherever r == 0). The zero factor is data-dependent so the multiply is a true multiply.
-    is_zero = ops.equal(r, _f32(0.0), name=nm("is_zero"))
-    signed_zero = ops.multiply(x, _pick(is_zero, 0.0, 1.0, nm("zero_factor")), name=nm("signed_zero"))
+    is_zero = ops.equal(r, nm.f32(0.0), name=nm("is_zero"))
+    signed_zero = ops.multiply(x, _pick(is_zero, 0.0, 1.0, nm, "zero_factor"), name=nm("signed_zero"))
     return ops.select(is_zero, signed_zero, r, name=nm("select_zero")).output(0)
 
 
@@ -235,199 +233,200 @@ def round_output(output: ov.Output, precision: str, *, name: str | None = None) 
 
 
 # ---------------------------------------------------------------------------- low-precision sums
-def _slice(x: ov.Output, start: int, stop: int, axis: int, name: str) -> ov.Output:
-    return ops.slice(x, _i64([start]), _i64([stop]), _i64([1]), _i64([axis]), name=name).output(0)
+class _Builder(_Namer):
+    """Names ops and knows the emulated precision and lane count of one replaced op."""
+
+    def __init__(self, prefix: str, precision: str, lanes: int) -> None:
+        super().__init__(prefix)
+        self.precision, self.lanes = precision, lanes
+
+    def rnd(self, node: ov.Node | ov.Output) -> ov.Output:
+        """The op's result as the low-precision device stores it."""
+        return _round(node if isinstance(node, ov.Output) else node.output(0), self.precision, self)
+
+    def slice(self, x: ov.Output, start: int, stop: int, axis: int, what: str) -> ov.Output:
+        return ops.slice(x, self.i64([start]), self.i64([stop]), self.i64([1]), self.i64([axis]), name=self(what)).output(0)
+
+    def pad(self, x: ov.Output, axis: int, extra: int) -> ov.Output:
+        """Append `extra` zeros along `axis` (static rank); adding zeros to a sum is exact."""
+        if extra == 0:
+            return x
+        end = [0] * x.get_partial_shape().rank.get_length()
+        end[axis] = extra
+        return ops.pad(x, self.i64([0] * len(end)), self.i64(end), "constant", self.f32(0.0), name=self("pad")).output(0)
 
 
-def _tree_sum(x: ov.Output, axis: int, width: int, precision: str, nm: _Namer) -> ov.Output:
+def _tree_sum(x: ov.Output, axis: int, width: int, b: _Builder) -> ov.Output:
     """Pairwise-combine `width` partial sums along `axis` (element j + element j + width//2), rounding."""
     while width > 1:
         half = width // 2
-        lo, hi = _slice(x, 0, half, axis, nm("lanes_lo")), _slice(x, half, 2 * half, axis, nm("lanes_hi"))
-        summed = _round(ops.add(lo, hi, name=nm("lanes_add")).output(0), precision, nm)
+        lo, hi = b.slice(x, 0, half, axis, "lanes_lo"), b.slice(x, half, 2 * half, axis, "lanes_hi")
+        summed = b.rnd(ops.add(lo, hi, name=b("lanes_add")))
         if width % 2:  # the odd lane waits for the next level
-            summed = ops.concat([summed, _slice(x, 2 * half, width, axis, nm("lanes_odd"))], axis, name=nm("lanes_cat")).output(0)
+            odd = b.slice(x, 2 * half, width, axis, "lanes_odd")
+            summed = ops.concat([summed, odd], axis, name=b("lanes_cat")).output(0)
         x, width = summed, half + width % 2
     return x
 
 
-def _body_parameter(x: ov.Output, axis: int, lanes: int, name: str) -> ov.op.Parameter:
-    shape = ov.PartialShape(x.get_partial_shape())
-    shape[axis] = ov.Dimension(lanes)
-    return ops.parameter(shape, ov.Type.f32, name=name)
+def _lane_loop(first: ov.Output, sliced: list[tuple[ov.Output, int]], steps: int,
+               body_fn: Callable[..., ov.Output], b: _Builder) -> ov.Output:
+    """Run ``acc = body_fn(acc, *chunks)`` over `steps` chunks of ``b.lanes`` elements, from ``acc = first``.
 
-
-def _lane_loop(first: ov.Output, sliced: list[tuple[ov.Output, int]], steps: int, lanes: int, body_fn, nm: _Namer) -> ov.Output:
-    """Run ``acc = body_fn(acc, *chunks)`` over `steps` chunks of `lanes` elements, starting from `first`.
-
-    `sliced` holds (tensor, axis) pairs whose axis length is ``steps * lanes``; one Loop op does the
+    `sliced` holds (tensor, axis) pairs whose axis length is ``steps * lanes``. One Loop op does the
     sequential part, so the op count does not grow with the reduction length.
     """
-    acc = ops.parameter(first.get_partial_shape(), ov.Type.f32, name=nm("body_acc"))
-    chunks = [_body_parameter(t, axis, lanes, nm("body_chunk")) for t, axis in sliced]
-    new_acc = ops.result(body_fn(acc.output(0), *[c.output(0) for c in chunks]))
-    keep_going = ops.result(ops.constant(np.array(True)))
-    loop = ops.loop(_i64(steps), ops.constant(np.array(True)).output(0))
-    loop.set_friendly_name(nm("loop"))
-    loop.set_function(ov.Model([new_acc, keep_going], [acc, *chunks], nm("body")))
-    loop.set_special_body_ports([-1, 1])
+    acc = ops.parameter(first.get_partial_shape(), ov.Type.f32, name=b("body_acc"))
+    chunks = []
+    for t, axis in sliced:
+        shape = ov.PartialShape(t.get_partial_shape())
+        shape[axis] = ov.Dimension(b.lanes)
+        chunks.append(ops.parameter(shape, ov.Type.f32, name=b("body_chunk")))
+    new_acc = ops.result(body_fn(acc.output(0), *[c.output(0) for c in chunks]), name=b("body_result"))
+    keep_going = ops.result(ops.constant(np.array(True), name=b("const")), name=b("body_condition"))
+    loop = ops.loop(b.i64(steps), ops.constant(np.array(True), name=b("const")).output(0))
+    loop.set_friendly_name(b("loop"))
+    loop.set_function(ov.Model([new_acc, keep_going], [acc, *chunks], b("body")))
+    loop.set_special_body_ports([-1, 1])  # no iteration-number input; body output 1 is the condition
     for chunk, (t, axis) in zip(chunks, sliced):
-        # The CPU Loop ignores a sliced input's start offset, so the caller passes tensors starting at 0.
-        loop.set_sliced_input(chunk, t, 0, lanes, lanes, -1, axis)
+        # The CPU Loop ignores a sliced input's start offset, so callers pass tensors starting at 0.
+        loop.set_sliced_input(chunk, t, 0, b.lanes, b.lanes, -1, axis)
     loop.set_merged_input(acc, first, new_acc.output(0))
     return loop.get_iter_value(new_acc.output(0), -1)
 
 
-def _pad_axis(x: ov.Output, axis: int, rank: int, extra: int, name: str) -> ov.Output:
-    if extra == 0:
-        return x
-    end = [0] * rank
-    end[axis] = extra
-    return ops.pad(x, _i64([0] * rank), _i64(end), "constant", _f32(0.0), name=name).output(0)
+def _lane_sum(x: ov.Output, axis: int, n: int, b: _Builder) -> ov.Output:
+    """Sum a rounded tensor along `axis` (static length `n`) in low precision; the axis stays, length 1."""
+    if n <= b.lanes:  # one element per lane: only the tree
+        return _tree_sum(x, axis, n, b)
+    steps = -(-n // b.lanes)
+    x = b.pad(x, axis, steps * b.lanes - n)
+    first = b.slice(x, 0, b.lanes, axis, "first_chunk")
+    rest = b.slice(x, b.lanes, steps * b.lanes, axis, "rest")
+    partial = _lane_loop(first, [(rest, axis)], steps - 1, lambda acc, chunk: b.rnd(ops.add(acc, chunk, name=b("body_add"))), b)
+    return _tree_sum(partial, axis, b.lanes, b)
 
 
-def _lane_sum(x: ov.Output, axis: int, n: int, precision: str, lanes: int, nm: _Namer) -> ov.Output:
-    """Sum a rounded tensor along `axis` (static length `n`) in low precision; the axis is kept with length 1."""
-    rank = x.get_partial_shape().rank.get_length()
-    if n <= lanes:  # one element per lane: only the tree
-        return _tree_sum(x, axis, n, precision, nm)
-    steps = -(-n // lanes)
-    x = _pad_axis(x, axis, rank, steps * lanes - n, nm("pad"))  # zeros: adding them is exact
-    first = _slice(x, 0, lanes, axis, nm("first_chunk"))
-    rest = _slice(x, lanes, steps * lanes, axis, nm("rest"))
-    partial = _lane_loop(first, [(rest, axis)], steps - 1, lanes, lambda acc, chunk: _round(ops.add(acc, chunk, name=nm("body_add")).output(0), precision, nm), nm)
-    return _tree_sum(partial, axis, lanes, precision, nm)
-
-
-def _reduce_sum(x: ov.Output, axes: list[int], precision: str, lanes: int, nm: _Namer) -> ov.Output:
-    """Low-precision sum over `axes` (sorted, static), keeping them with length 1; row-major element order."""
+def _reduce_sum(x: ov.Output, axes: list[int], b: _Builder) -> ov.Output:
+    """Low-precision sum over sorted static `axes`, kept with length 1; elements taken in row-major order."""
     shape = x.get_partial_shape()
-    rank = shape.rank.get_length()
     if len(axes) == 1:
-        return _lane_sum(x, axes[0], shape[axes[0]].get_length(), precision, lanes, nm)
-    others = [i for i in range(rank) if i not in axes]
-    n = int(np.prod([shape[a].get_length() for a in axes]))
-    moved = ops.transpose(x, _i64(others + axes), name=nm("move_axes"))
-    kept_dims = ops.gather(ops.shape_of(x, name=nm("shape")), _i64(others), _i64(0), name=nm("kept_dims"))
-    flat = ops.reshape(moved, ops.concat([kept_dims, _i64([n])], 0, name=nm("flat_shape")), False, name=nm("flatten"))
-    summed = _lane_sum(flat.output(0), len(others), n, precision, lanes, nm)
-    squeezed = ops.squeeze(summed, _i64([len(others)]), name=nm("squeeze"))
-    return ops.unsqueeze(squeezed, _i64(axes), name=nm("unsqueeze")).output(0)
+        return _lane_sum(x, axes[0], shape[axes[0]].get_length(), b)
+    # Several axes: move them last and flatten them into one axis of length n.
+    others = [i for i in range(shape.rank.get_length()) if i not in axes]
+    n = _count(x, axes)
+    moved = ops.transpose(x, b.i64(others + axes), name=b("move_axes"))
+    kept_dims = ops.gather(ops.shape_of(x, name=b("shape")), b.i64(others), b.i64(0), name=b("kept_dims"))
+    flat_shape = ops.concat([kept_dims, b.i64([n])], 0, name=b("flat_shape"))
+    summed = _lane_sum(ops.reshape(moved, flat_shape, False, name=b("flatten")).output(0), len(others), n, b)
+    squeezed = ops.squeeze(summed, b.i64([len(others)]), name=b("squeeze"))
+    return ops.unsqueeze(squeezed, b.i64(axes), name=b("unsqueeze")).output(0)
 
 
 # --------------------------------------------------------------------------- reduction emulators
-def _static_axes(node: ov.Node, rank: int) -> list[int] | None:
-    source = node.input_value(1).get_node()
-    if source.get_type_name() != "Constant":
-        return None
-    return sorted({int(a) % rank for a in np.ravel(source.get_data())})
+# Each returns the emulated output, or None when the op cannot be emulated (it then keeps per-op rounding).
+def _count(x: ov.Output, axes: list[int]) -> int:
+    return int(np.prod([x.get_partial_shape()[a].get_length() for a in axes]))
 
 
-def _static_rank(x: ov.Output) -> int | None:
+def _reduced_axes(node: ov.Node, x: ov.Output, axes: object) -> list[int] | None:
+    """Sorted non-negative axes if the rank and those axes' lengths are static, else None."""
     shape = x.get_partial_shape()
-    return shape.rank.get_length() if shape.rank.is_static else None
+    if not shape.rank.is_static:
+        return None
+    if isinstance(axes, ov.Output):
+        if axes.get_node().get_type_name() != "Constant":
+            return None
+        axes = axes.get_node().get_data()
+    rank = shape.rank.get_length()
+    result = sorted({int(a) % rank for a in np.ravel(axes)})
+    return result if result and all(shape[a].is_static for a in result) else None
 
 
-def _axes_ok(x: ov.Output, axes: list[int] | None) -> bool:
-    return bool(axes) and all(x.get_partial_shape()[a].is_static for a in axes)
-
-
-def _emulate_softmax(node: ov.Node, precision: str, lanes: int, nm: _Namer) -> ov.Output | None:
+def _emulate_softmax(node: ov.Node, b: _Builder) -> ov.Output | None:
     x = node.input_value(0)
-    rank = _static_rank(x)
-    if rank is None:
+    axes = _reduced_axes(node, x, node.get_attributes()["axis"])
+    if axes is None:
         return None
-    axis = int(node.get_attributes()["axis"]) % rank
-    if not _axes_ok(x, [axis]):
-        return None
-    rnd = lambda t: _round(t.output(0), precision, nm)  # noqa: E731 - keeps the formulas readable
-    peak = ops.reduce_max(x, _i64([axis]), True, name=nm("max"))  # exact
-    e = rnd(ops.exp(rnd(ops.subtract(x, peak, name=nm("shift"))), name=nm("exp")))
-    total = _lane_sum(e, axis, x.get_partial_shape()[axis].get_length(), precision, lanes, nm)
-    return rnd(ops.divide(e, total, name=nm("divide")))
+    peak = ops.reduce_max(x, b.i64(axes), True, name=b("max"))  # exact
+    e = b.rnd(ops.exp(b.rnd(ops.subtract(x, peak, name=b("shift"))), name=b("exp")))
+    return b.rnd(ops.divide(e, _lane_sum(e, axes[0], _count(x, axes), b), name=b("divide")))
 
 
-def _emulate_reduce(node: ov.Node, precision: str, lanes: int, nm: _Namer) -> ov.Output | None:
+def _emulate_reduce(node: ov.Node, b: _Builder) -> ov.Output | None:
     x = node.input_value(0)
-    rank = _static_rank(x)
-    axes = None if rank is None else _static_axes(node, rank)
-    if not _axes_ok(x, axes):
+    axes = _reduced_axes(node, x, node.input_value(1))
+    if axes is None:
         return None
-    total = _reduce_sum(x, axes, precision, lanes, nm)
+    total = _reduce_sum(x, axes, b)
     if node.get_type_name() == "ReduceMean":
-        n = int(np.prod([x.get_partial_shape()[a].get_length() for a in axes]))
-        total = _round(ops.divide(total, _f32(n), name=nm("mean")).output(0), precision, nm)
+        total = b.rnd(ops.divide(total, b.f32(_count(x, axes)), name=b("mean")))
     if not node.get_attributes()["keep_dims"]:
-        total = ops.squeeze(total, _i64(axes), name=nm("drop_axes")).output(0)
+        total = ops.squeeze(total, b.i64(axes), name=b("drop_axes")).output(0)
     return total
 
 
-def _emulate_mvn(node: ov.Node, precision: str, lanes: int, nm: _Namer) -> ov.Output | None:
-    x = node.input_value(0)
-    rank = _static_rank(x)
-    if node.get_input_size() != 2 or rank is None:  # MVN-1 has no axes input
+def _emulate_mvn(node: ov.Node, b: _Builder) -> ov.Output | None:
+    if node.get_input_size() != 2:  # MVN-1 has no axes input
         return None
-    axes = _static_axes(node, rank)
-    if not _axes_ok(x, axes):
+    x = node.input_value(0)
+    axes = _reduced_axes(node, x, node.input_value(1))
+    if axes is None:
         return None
     attrs = node.get_attributes()
-    n = _f32(int(np.prod([x.get_partial_shape()[a].get_length() for a in axes])))
-    rnd = lambda t: _round(t.output(0), precision, nm)  # noqa: E731
-    mean = rnd(ops.divide(_reduce_sum(x, axes, precision, lanes, nm), n, name=nm("mean")))
-    d = rnd(ops.subtract(x, mean, name=nm("center")))
+    n = b.f32(_count(x, axes))
+    mean = b.rnd(ops.divide(_reduce_sum(x, axes, b), n, name=b("mean")))
+    d = b.rnd(ops.subtract(x, mean, name=b("center")))
     if not attrs["normalize_variance"]:
         return d
-    square = rnd(ops.multiply(d, d, name=nm("square")))
-    var = rnd(ops.divide(_reduce_sum(square, axes, precision, lanes, nm), n, name=nm("variance")))
-    eps = _f32(round_array(np.float32(attrs["eps"]), precision))
+    square = b.rnd(ops.multiply(d, d, name=b("square")))
+    var = b.rnd(ops.divide(_reduce_sum(square, axes, b), n, name=b("variance")))
+    eps = b.f32(round_array(np.float32(attrs["eps"]), b.precision))
     if attrs["eps_mode"].lower() == "inside_sqrt":
-        den = rnd(ops.sqrt(rnd(ops.add(var, eps, name=nm("add_eps"))), name=nm("sqrt")))
+        den = b.rnd(ops.sqrt(b.rnd(ops.add(var, eps, name=b("add_eps"))), name=b("sqrt")))
     else:
-        den = rnd(ops.add(rnd(ops.sqrt(var, name=nm("sqrt"))), eps, name=nm("add_eps")))
-    return rnd(ops.divide(d, den, name=nm("normalize")))
+        den = b.rnd(ops.add(b.rnd(ops.sqrt(var, name=b("sqrt"))), eps, name=b("add_eps")))
+    return b.rnd(ops.divide(d, den, name=b("normalize")))
 
 
-def _emulate_matmul(node: ov.Node, precision: str, lanes: int, nm: _Namer) -> ov.Output | None:
-    a, b = node.input_value(0), node.input_value(1)
-    rank_a, rank_b = _static_rank(a), _static_rank(b)
-    if rank_a is None or rank_b is None or rank_a < 2 or rank_b < 2:
+def _emulate_matmul(node: ov.Node, b: _Builder) -> ov.Output | None:
+    inputs = node.input_values()
+    ranks = [v.get_partial_shape().rank for v in inputs]
+    if not all(r.is_static and r.get_length() >= 2 for r in ranks):
         return None
-    if a.get_element_type() != ov.Type.f32 or b.get_element_type() != ov.Type.f32:
-        return None
+    rank_a, rank_b = (r.get_length() for r in ranks)
     attrs = node.get_attributes()
-    # Bring both to [..., M, K] x [..., K, N].
-    for flag, rank, idx in (("transpose_a", rank_a, 0), ("transpose_b", rank_b, 1)):
+    for idx, flag in enumerate(("transpose_a", "transpose_b")):  # bring to [..., M, K] x [..., K, N]
         if attrs[flag]:
+            rank = (rank_a, rank_b)[idx]
             perm = list(range(rank - 2)) + [rank - 1, rank - 2]
-            t = ops.transpose((a, b)[idx], _i64(perm), name=nm(flag)).output(0)
-            a, b = (t, b) if idx == 0 else (a, t)
-    k_dim = a.get_partial_shape()[rank_a - 1]
-    if not k_dim.is_static:
+            inputs[idx] = ops.transpose(inputs[idx], b.i64(perm), name=b(flag)).output(0)
+    a, bb = inputs
+    if not a.get_partial_shape()[rank_a - 1].is_static:
         return None
-    k = k_dim.get_length()
-    rnd = lambda t: _round(t.output(0), precision, nm)  # noqa: E731
+    k, lanes = a.get_partial_shape()[rank_a - 1].get_length(), b.lanes
+    a_axis, b_axis = rank_a - 1, rank_b - 2
 
     def products(a_part: ov.Output, b_part: ov.Output) -> ov.Node:
         # [..., M, L, 1] * [..., 1, L, N] -> [..., M, L, N]; exact in f32 for low-precision inputs.
-        return ops.multiply(ops.unsqueeze(a_part, _i64([-1])), ops.unsqueeze(b_part, _i64([-3])), name=nm("products"))
+        a_col = ops.unsqueeze(a_part, b.i64([-1]), name=b("a_col"))
+        b_row = ops.unsqueeze(b_part, b.i64([-3]), name=b("b_row"))
+        return ops.multiply(a_col, b_row, name=b("products"))
 
     width = min(k, lanes)
-    steps = -(-k // lanes)
-    a = _pad_axis(a, rank_a - 1, rank_a, steps * lanes - k if k > lanes else 0, nm("pad_a"))
-    b = _pad_axis(b, rank_b - 2, rank_b, steps * lanes - k if k > lanes else 0, nm("pad_b"))
-    acc = rnd(products(_slice(a, 0, width, rank_a - 1, nm("a_first")), _slice(b, 0, width, rank_b - 2, nm("b_first"))))
-    if steps > 1:
-        rest = [(_slice(a, lanes, steps * lanes, rank_a - 1, nm("a_rest")), rank_a - 1),
-                (_slice(b, lanes, steps * lanes, rank_b - 2, nm("b_rest")), rank_b - 2)]
-        acc = _lane_loop(acc, rest, steps - 1, lanes, lambda s, ca, cb: rnd(ops.add(s, products(ca, cb), name=nm("body_fma"))), nm)
-    acc_rank = acc.get_partial_shape().rank.get_length()
-    total = _tree_sum(acc, acc_rank - 2, width, precision, nm)
-    return ops.squeeze(total, _i64([acc_rank - 2]), name=nm("squeeze")).output(0)
+    acc = b.rnd(products(b.slice(a, 0, width, a_axis, "a_first"), b.slice(bb, 0, width, b_axis, "b_first")))
+    if k > lanes:
+        steps = -(-k // lanes)
+        a, bb = b.pad(a, a_axis, steps * lanes - k), b.pad(bb, b_axis, steps * lanes - k)
+        rest = [(b.slice(a, lanes, steps * lanes, a_axis, "a_rest"), a_axis),
+                (b.slice(bb, lanes, steps * lanes, b_axis, "b_rest"), b_axis)]
+        acc = _lane_loop(acc, rest, steps - 1, lambda s, ca, cb: b.rnd(ops.add(s, products(ca, cb), name=b("body_fma"))), b)
+    lane_axis = acc.get_partial_shape().rank.get_length() - 2
+    return ops.squeeze(_tree_sum(acc, lane_axis, width, b), b.i64([lane_axis]), name=b("squeeze")).output(0)
 
 
 _EMULATORS = {"Softmax": _emulate_softmax, "ReduceSum": _emulate_reduce, "ReduceMean": _emulate_reduce,
               "MVN": _emulate_mvn, "MatMul": _emulate_matmul}
-
 
 # ------------------------------------------------------------------------------- model rewriting
 def _check_reductions(reductions: bool | Iterable[str]) -> frozenset[str]:
@@ -550,9 +549,10 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
             if r is not None:
                 everyone = len(consumers) == len(targets)
                 _redirect(consumers, out, r, move_names=everyone)
-                if everyone and kind == "Constant" and r.get_node().get_type_name() == "Constant":
-                    node.set_friendly_name(nm("original"))  # the rounded constant takes over the name
-                    r.get_node().set_friendly_name(nm.prefix.rsplit("/", 1)[0])
+                if everyone and r.get_node().get_type_name() == "Constant":  # it takes over the name
+                    original_name = node.get_friendly_name()
+                    node.set_friendly_name(nm("original"))
+                    r.get_node().set_friendly_name(original_name)
 
     # Low-precision accumulation: rebuild selected ops from their (already rounded) inputs and hand the
     # original's consumers, friendly name and tensor names to the emulated result.
@@ -561,7 +561,7 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
         if kind not in selected or node.get_instance_id() not in data or node.get_output_element_type(0) != ov.Type.f32:
             continue
         name = node.get_friendly_name()
-        emulated = _EMULATORS[kind](node, precision, lanes, _Namer(f"{name}/{tag}/{kind.lower()}"))
+        emulated = _EMULATORS[kind](node, _Builder(f"{name}/{tag}/{kind.lower()}", precision, lanes))
         if emulated is None:  # dynamic reduced axis, non-constant axes, ...: keep per-op rounding only
             continue
         r = rounded[(node.get_instance_id(), 0)]

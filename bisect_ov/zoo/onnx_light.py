@@ -1,44 +1,56 @@
 """Real network topologies from the `onnx` wheel, with seeded random weights.
 
-The `onnx` package ships the "light" versions of classic ONNX model-zoo networks under
-`onnx/backend/test/data/light/` (ResNet-50, SqueezeNet, ShuffleNet, DenseNet-121, Inception v1/v2, VGG-19,
-ZFNet-512, AlexNet). They have the real graphs but no real weights: every large weight is produced at run time
-by a `ConstantOfShape` node that fills it with 0.02. With every weight equal, every output is degenerate and
-f32 and bf16 agree exactly, so the files are useless as they stand for finding precision divergences.
+The `onnx` package ships "light" copies of classic model-zoo networks under `onnx/backend/test/data/light/`
+(ResNet-50, SqueezeNet, ShuffleNet, DenseNet-121, Inception v1/v2, VGG-19, ZFNet-512, AlexNet). The graphs
+are the real ones, the weights are not: every large weight is made at run time by a `ConstantOfShape` node
+that fills it with 0.02. With all weights equal the outputs are degenerate and f32 and bf16 agree exactly, so
+the files are no use for finding precision divergences as they stand.
 
-This module replaces each `ConstantOfShape`-produced weight by a seeded random initializer of the same name
-and shape, chosen from the op and input slot that consumes it (looking through `Reshape`, `Unsqueeze` and
-similar view ops):
+This module turns them into usable test and benchmark models:
 
-* Conv / ConvTranspose / Gemm / MatMul weights: He normal, std = sqrt(2 / fan_in);
-* their biases, BatchNorm biases and means, Caffe-style `Add` biases: small values around 0;
-* BatchNorm scales and Caffe-style `Mul` scales: around 1; BatchNorm variances: positive, around 1.
+* Each `ConstantOfShape` weight becomes a seeded random initializer of the same name and shape. Its values
+  follow the op and input slot that reads it (looking through `Reshape`, `Unsqueeze` and other view ops):
+  Conv/ConvTranspose/Gemm/MatMul weights are He normal (std = sqrt(2 / fan_in)); their biases, BatchNorm
+  biases and means, and Caffe-style `Add` biases are small and centred on 0; BatchNorm and Caffe-style `Mul`
+  scales are near 1; BatchNorm variances are positive.
+* The few small initializers the files kept from the trained networks (some biases and BatchNorm parameters)
+  are redrawn the same way. Trained statistics next to random weights are wrong by orders of magnitude
+  (ShuffleNet's first BatchNorm has running variances of 1e-13, a gain of about 300).
+* BatchNorm running means and variances are then calibrated: one forward pass of the ONNX reference evaluator
+  on a seeded standard-normal input sets them to the per-channel statistics each BatchNorm actually sees, as
+  training would. Without this, a BatchNorm with random statistics does not normalise, each residual `Sum`
+  doubles the activations' variance and ResNet-50's softmax ends up exactly one-hot.
 
-Everything else (node names, tensor names, the small real initializers the files keep, the IR and opset
-versions) is left as it is. The result is a real topology with non-degenerate outputs whose f32 and bf16
-results differ measurably, for tests, examples and benchmarks.
+Nothing else changes: node names, tensor names, attributes, graph inputs and outputs, IR and opset versions
+stay as in the file, except that the `ConstantOfShape` nodes and the shape tensors only they used are gone.
 
-Assumptions: the `onnx` wheel holds the `light` folder (it has since onnx 1.2); the models take one image
-input of batch 1 in their own shape ([1, 3, 224, 224]), and feeding standard-normal data gives outputs in a
-sane range. Weights are random, so the predictions mean nothing.
+Assumptions: the installed `onnx` wheel holds the `light` folder (it has since onnx 1.2); the networks take one
+image input of batch 1 in their own shape ([1, 3, 224, 224]); inputs are drawn like the calibration input
+(standard normal), for which every output is finite, varied and in a sane range. Weights are random, so the
+predictions mean nothing. Loading works with onnx and numpy alone; only `load_light_model` needs OpenVINO.
 """
 
 from __future__ import annotations
 
 import pathlib
-import tempfile
-from collections import defaultdict
+import zlib
+from collections import Counter, defaultdict
+from typing import Any
 
 import numpy as np
 import onnx
 import openvino as ov
-from onnx import numpy_helper, shape_inference
+from numpy.lib.stride_tricks import sliding_window_view
+from onnx import helper, numpy_helper, shape_inference
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
 
 from bisect_ov.errors import InputError
+from bisect_ov.model.load import load_model
 
 __all__ = ["LIGHT_MODELS", "light_model_path", "load_light_onnx", "load_light_model", "save_light_onnx"]
 
-# Short name -> file in the light folder. Only those present in the installed wheel end up in LIGHT_MODELS.
+# Short name -> file in the light folder. Only those the installed wheel holds end up in LIGHT_MODELS.
 _FILES = {
     "resnet50": "light_resnet50.onnx",
     "squeezenet": "light_squeezenet.onnx",
@@ -51,13 +63,20 @@ _FILES = {
     "bvlc_alexnet": "light_bvlc_alexnet.onnx",
 }
 
-# Ops that only re-view a weight; the weight's role is decided by whoever consumes their output.
+# Ops that only re-view a weight: its role is decided by whoever reads their output.
 _VIEW_OPS = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Identity", "Cast"})
 
-# Spread of the "small around 0" and "around 1" draws. Small enough that BatchNorm stays close to identity
-# (so He scaling keeps activations in range), large enough that no two channels are alike.
+# Spread of the "small around 0" and "around 1" draws: large enough that no two channels are alike, small
+# enough that BatchNorm and the Caffe scale layers stay close to identity and He scaling holds.
 _BIAS_STD = 0.05
 _SCALE_STD = 0.1
+
+# A channel that is constant on the calibration input has variance ~0; dividing by that would blow up any
+# other input. Its variance is raised to this fraction of the layer's mean channel variance.
+_MIN_RELATIVE_VARIANCE = 1e-2
+
+# Pooling attributes the fast calibration pools implement; any other makes calibration use the reference ones.
+_FAST_POOL_ATTRIBUTES = frozenset({"kernel_shape", "pads", "strides", "count_include_pad"})
 
 
 def light_model_path() -> pathlib.Path:
@@ -66,83 +85,83 @@ def light_model_path() -> pathlib.Path:
     Returns
     -------
     pathlib.Path
-        `<site-packages>/onnx/backend/test/data/light`; it may be missing in a stripped-down install.
+        ``<site-packages>/onnx/backend/test/data/light``; it may be missing from a stripped-down install.
     """
     return pathlib.Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
 
 
 LIGHT_MODELS: tuple[str, ...] = tuple(name for name, file in _FILES.items() if (light_model_path() / file).is_file())
-"""Short names of the light models available in the installed `onnx` wheel, e.g. ``"squeezenet"``."""
+"""Short names of the light models in the installed `onnx` wheel, e.g. ``"squeezenet"``, ``"resnet50"``."""
 
 
 def load_light_onnx(name: str, seed: int = 0) -> onnx.ModelProto:
-    """Load a light model with every constant-filled weight replaced by seeded random values.
+    """Load a light model with seeded random weights, as ONNX.
 
     Parameters
     ----------
     name
         One of `LIGHT_MODELS`.
     seed
-        Seed of the random weights: the same seed gives the same model, byte for byte.
+        Non-negative seed of the weights (and of the BatchNorm calibration input): the same seed gives the
+        same model, byte for byte; each weight depends only on the seed and its own name.
 
     Returns
     -------
     onnx.ModelProto
-        The model, with each `ConstantOfShape` weight turned into an initializer of the same name; no other
-        node, tensor or attribute changes.
+        The model with every weight random and every `ConstantOfShape` weight turned into an initializer of
+        the same name; nodes, tensor names and attributes otherwise as in the file.
 
     Raises
     ------
     InputError
-        `name` is not one of `LIGHT_MODELS`.
+        `name` is not one of `LIGHT_MODELS`, or `seed` is not a non-negative integer.
     """
-    model = onnx.load(str(_model_file(name)))
-    _randomise_weights(model, np.random.default_rng(seed))
+    path = _model_file(name)
+    seed = _check_seed(seed)
+    model = onnx.load(str(path))
+    drawn = _randomise_weights(model, seed)
+    _calibrate_batchnorm(model, drawn, seed)
     return model
 
 
 def load_light_model(name: str, seed: int = 0) -> ov.Model:
-    """Load a light model with seeded random weights as an `openvino.Model`.
+    """Load a light model with seeded random weights, as an `openvino.Model`.
 
     Parameters
     ----------
     name
         One of `LIGHT_MODELS`.
     seed
-        Seed of the random weights, as in `load_light_onnx`.
+        Seed of the weights, as in `load_light_onnx`.
 
     Returns
     -------
     openvino.Model
-        The converted model; its input and output tensor names are the ONNX ones.
+        The model of `load_light_onnx`, read the way bisect_ov reads any `onnx.ModelProto` (through a
+        temporary file, removed afterwards), so tensor names are the ONNX ones. Its friendly name is
+        ``light_<name>``.
 
     Raises
     ------
     InputError
-        `name` is not one of `LIGHT_MODELS`.
+        `name` is not one of `LIGHT_MODELS`, `seed` is invalid, or OpenVINO cannot read the model.
     """
-    proto = load_light_onnx(name, seed)
-    # Through a temporary file: the ONNX frontend reads a path the same way core.read_model does, which
-    # keeps tensor names as the rest of bisect_ov sees them for a user's .onnx file.
-    with tempfile.TemporaryDirectory() as tmp:
-        path = pathlib.Path(tmp) / f"{name}.onnx"
-        onnx.save(proto, str(path))
-        model = ov.convert_model(str(path))
+    model = load_model(load_light_onnx(name, seed))
     model.set_friendly_name(f"light_{name}")
     return model
 
 
 def save_light_onnx(name: str, path: str | pathlib.Path, seed: int = 0) -> pathlib.Path:
-    """Write a light model with seeded random weights to an `.onnx` file.
+    """Write a light model with seeded random weights to an ``.onnx`` file.
 
     Parameters
     ----------
     name
         One of `LIGHT_MODELS`.
     path
-        File to write; its parent folder must exist.
+        File to write; its folder must exist. VGG-19 takes about 550 MB.
     seed
-        Seed of the random weights, as in `load_light_onnx`.
+        Seed of the weights, as in `load_light_onnx`.
 
     Returns
     -------
@@ -152,91 +171,158 @@ def save_light_onnx(name: str, path: str | pathlib.Path, seed: int = 0) -> pathl
     Raises
     ------
     InputError
-        `name` is not one of `LIGHT_MODELS`.
+        `name` is not one of `LIGHT_MODELS`, or `seed` is invalid.
     """
-    proto = load_light_onnx(name, seed)
+    model = load_light_onnx(name, seed)
     path = pathlib.Path(path)
-    onnx.save(proto, str(path))
+    onnx.save(model, str(path))
     return path
 
 
 def _model_file(name: str) -> pathlib.Path:
     if name not in LIGHT_MODELS:
-        available = ", ".join(LIGHT_MODELS) or "none (the installed onnx wheel has no light models)"
-        raise InputError(f"Unknown light model '{name}'. Available: {available}.")
+        available = ", ".join(LIGHT_MODELS) or f"none (the installed onnx has no '{light_model_path()}')"
+        raise InputError(f"Unknown light model {name!r}. Available: {available}.")
     return light_model_path() / _FILES[name]
 
 
-def _randomise_weights(model: onnx.ModelProto, rng: np.random.Generator) -> None:
-    """Replace, in place, each ConstantOfShape with a constant shape by a random initializer."""
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise InputError(f"The seed must be a non-negative integer, not {seed!r}.")
+    return int(seed)
+
+
+def _rng(seed: int, label: str) -> np.random.Generator:
+    # One stream per tensor, keyed by its name: a weight's values do not depend on the order the graph
+    # lists its nodes in, nor on how many other weights were drawn before it.
+    return np.random.default_rng([seed, zlib.crc32(label.encode())])
+
+
+# --- weights -------------------------------------------------------------------------------------------------
+
+
+def _randomise_weights(model: onnx.ModelProto, seed: int) -> set[str]:
+    """Replace, in place, the ConstantOfShape weights and the kept trained ones; return the names drawn."""
     graph = model.graph
-    # Shape inference gives the shape each consumer sees (a weight may be reshaped before a Gemm).
+    # Inference gives the shape each consumer sees (Inception v1 reshapes its classifier weight before Gemm).
     shapes = _inferred_shapes(model)
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = defaultdict(list)
     for node in graph.node:
         for slot, tensor in enumerate(node.input):
             consumers[tensor].append((node, slot))
+    uses = Counter(tensor for node in graph.node for tensor in node.input)
     constants = _constant_tensors(graph)
-    # Up to IR 3 every initializer must also be a graph input (later IRs allow but don't require it).
-    inits_are_inputs = model.ir_version < 4
+    input_index = {info.name: i for i, info in enumerate(graph.input)}
+    # Up to IR 3 every initializer must also be a graph input (the light files are IR 3).
+    initializers_are_inputs = model.ir_version < 4
 
-    for node in [n for n in graph.node if n.op_type == "ConstantOfShape"]:
-        shape_name = node.input[0]
-        if shape_name not in constants:
-            continue  # a shape computed at run time: not a weight
-        shape = tuple(int(d) for d in constants[shape_name].ravel())
+    drawn: set[str] = set()
+    dropped_nodes: set[int] = set()
+    dropped_tensors: set[str] = set()
+    new_initializers: list[onnx.TensorProto] = []
+    for position, node in enumerate(graph.node):
+        if node.op_type != "ConstantOfShape" or node.input[0] not in constants:
+            continue  # a shape computed at run time makes an activation, not a weight
         fill = _fill_value(node)
-        op, slot, view_shape, attrs = _final_consumer(node.output[0], shape, consumers, shapes)
-        values = _draw(rng, op, slot, view_shape, attrs, fill).reshape(shape).astype(fill.dtype, copy=False)
-        weight = numpy_helper.from_array(values, node.output[0])
+        if fill.dtype.kind != "f":
+            continue  # integer fills are indices or masks
+        shape_name, name = node.input[0], node.output[0]
+        shape = tuple(int(d) for d in constants[shape_name].ravel())
+        op, slot, seen_shape, attrs = _final_consumer(name, shape, consumers, shapes)
+        values = _draw(_rng(seed, name), _role(op, slot), op, slot, seen_shape, attrs, fill, shape)
+        new_initializers.append(numpy_helper.from_array(values.astype(fill.dtype, copy=False), name))
+        drawn.add(name)
+        dropped_nodes.add(position)
 
-        graph.node.remove(node)
-        graph.initializer.append(weight)
-        if inits_are_inputs:
-            graph.input.append(onnx.helper.make_tensor_value_info(weight.name, weight.data_type, shape))
-        # The shape tensor was only there to feed this node; drop it if nothing else reads it.
-        consumers[shape_name] = [(n, s) for n, s in consumers[shape_name] if n is not node]
-        if not consumers[shape_name] and shape_name not in {o.name for o in graph.output}:
-            _remove_constant(graph, shape_name)
+        info = helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(fill.dtype), shape)
+        uses[shape_name] -= 1
+        if uses[shape_name] == 0:
+            # The shape tensor only fed this node: it goes, and the weight takes its place among the inputs.
+            dropped_tensors.add(shape_name)
+            if shape_name in input_index:
+                graph.input[input_index[shape_name]].CopyFrom(info)
+                continue
+        if initializers_are_inputs:
+            graph.input.append(info)
+
+    for init in graph.initializer:
+        values = numpy_helper.to_array(init)
+        # Scalars are left alone: a single value is more likely a fixed constant (an input scale, an epsilon)
+        # than a learned weight.
+        if values.dtype.kind != "f" or values.size <= 1:
+            continue
+        op, slot, seen_shape, attrs = _final_consumer(init.name, values.shape, consumers, shapes)
+        role = _role(op, slot)
+        if role is None:
+            continue
+        redrawn = _draw(_rng(seed, init.name), role, op, slot, seen_shape, attrs, values, values.shape)
+        init.CopyFrom(numpy_helper.from_array(redrawn.astype(values.dtype, copy=False), init.name))
+        drawn.add(init.name)
+
+    kept_nodes = [
+        node
+        for position, node in enumerate(graph.node)
+        if position not in dropped_nodes and not (node.op_type == "Constant" and node.output[0] in dropped_tensors)
+    ]
+    kept_initializers = [init for init in graph.initializer if init.name not in dropped_tensors]
+    del graph.node[:]
+    graph.node.extend(kept_nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(kept_initializers + new_initializers)
+    return drawn
+
+
+def _role(op: str, slot: int) -> str | None:
+    """What a tensor read by input `slot` of `op` is: weight, bias, scale, variance, or None if unknown."""
+    if op in ("Conv", "ConvTranspose", "Gemm"):
+        return "weight" if slot in (0, 1) else "bias"
+    if op == "MatMul":
+        return "weight"
+    if op == "BatchNormalization":
+        return {1: "scale", 2: "bias", 3: "bias", 4: "variance"}.get(slot)
+    if op == "Mul":  # Caffe's Scale layer, exported as Unsqueeze + Mul + Unsqueeze + Add after a BatchNorm
+        return "scale"
+    if op in ("Add", "Sum"):
+        return "bias"
+    return None
 
 
 def _draw(
-    rng: np.random.Generator, op: str, slot: int, shape: tuple[int, ...], attrs: dict, fill: np.ndarray
+    rng: np.random.Generator,
+    role: str | None,
+    op: str,
+    slot: int,
+    seen_shape: tuple[int, ...],
+    attrs: dict[str, Any],
+    fill: np.ndarray,
+    shape: tuple[int, ...],
 ) -> np.ndarray:
-    """Random values for a weight read by input `slot` of `op`, where the op sees it as `shape`."""
+    """Random values of `shape` for a tensor of `role`; `seen_shape` is how `op` sees it, for the fan-in."""
     size = int(np.prod(shape))
-    if op in ("Conv", "ConvTranspose", "Gemm", "MatMul") and slot < 2 and len(shape) >= 2:
-        std = np.sqrt(2.0 / _fan_in(op, slot, shape, attrs))
-        return rng.standard_normal(size) * std
-    if op in ("Conv", "ConvTranspose", "Gemm") and slot == 2:
-        return rng.standard_normal(size) * _BIAS_STD
-    if op == "BatchNormalization":
-        if slot == 1:  # scale
-            return 1.0 + rng.standard_normal(size) * _SCALE_STD
-        if slot in (2, 3):  # bias, running mean
-            return rng.standard_normal(size) * _BIAS_STD
-        if slot == 4:  # running variance: must stay positive
-            return rng.uniform(0.5, 1.5, size)
-    if op == "Mul":  # Caffe-style channel scale after BatchNorm
-        return 1.0 + rng.standard_normal(size) * _SCALE_STD
-    if op in ("Add", "Sum", "Sub"):  # Caffe-style channel bias
-        return rng.standard_normal(size) * _BIAS_STD
-    # A role we don't know: jitter around the file's own fill value, which at least keeps its sign and size.
-    return fill.ravel()[0] * (1.0 + rng.standard_normal(size) * _SCALE_STD)
+    if role == "weight" and len(seen_shape) >= 2:
+        values = rng.standard_normal(size, dtype=np.float32) * np.float32(np.sqrt(2.0 / _fan_in(op, slot, seen_shape, attrs)))
+    elif role in ("bias", "weight"):  # a 1-D MatMul operand is a vector: treat it as a bias-sized one
+        values = rng.standard_normal(size, dtype=np.float32) * np.float32(_BIAS_STD)
+    elif role == "scale":
+        values = 1 + rng.standard_normal(size, dtype=np.float32) * np.float32(_SCALE_STD)
+    elif role == "variance":
+        # Only a placeholder where calibration applies; positive in any case so BatchNorm stays finite.
+        values = rng.uniform(0.5, 1.5, size)
+    else:
+        # A role we don't know: jitter around the file's own value, which keeps its sign and size.
+        values = fill.ravel()[0] * (1 + rng.standard_normal(size) * _SCALE_STD)
+    return values.reshape(shape)
 
 
-def _fan_in(op: str, slot: int, shape: tuple[int, ...], attrs: dict) -> int:
-    if op == "Conv":  # [out, in/groups, *kernel]
-        return int(np.prod(shape[1:]))
-    if op == "ConvTranspose":  # [in, out/groups, *kernel]: each output sums over in * kernel / stride^d
-        return int(shape[0] * np.prod(shape[2:]))
-    if op == "Gemm":
-        transposed = attrs.get("transB" if slot == 1 else "transA", 0)
-        # B is [K, N] or, transposed, [N, K]; A is [M, K] or [K, M].
-        if slot == 1:
-            return shape[1] if transposed else shape[0]
-        return shape[0] if transposed else shape[1]
-    return shape[-2] if slot == 1 else shape[-1]  # MatMul: [.., K, N] on the right, [.., M, K] on the left
+def _fan_in(op: str, slot: int, shape: tuple[int, ...], attrs: dict[str, Any]) -> int:
+    if op == "Conv":  # [out, in / groups, *kernel]
+        return max(1, int(np.prod(shape[1:])))
+    if op == "ConvTranspose":  # [in, out / groups, *kernel]
+        return max(1, int(shape[0] * np.prod(shape[2:])))
+    if op == "Gemm":  # B is [K, N] (transposed: [N, K]); A is [M, K] (transposed: [K, M])
+        transposed = bool(attrs.get("transB" if slot == 1 else "transA", 0))
+        return shape[1] if transposed == (slot == 1) else shape[0]
+    return shape[-2] if slot == 1 else shape[-1]  # MatMul: [..., K, N] on the right, [..., M, K] on the left
 
 
 def _final_consumer(
@@ -244,22 +330,21 @@ def _final_consumer(
     shape: tuple[int, ...],
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]],
     shapes: dict[str, tuple[int, ...]],
-) -> tuple[str, int, tuple[int, ...], dict]:
-    """(op type, input slot, shape seen there, attributes) of the op that uses a weight, past view ops."""
-    seen_shape = shape
-    for _ in range(16):  # view chains are short; the bound only guards against odd graphs
-        users = consumers.get(tensor, [])
+) -> tuple[str, int, tuple[int, ...], dict[str, Any]]:
+    """(op type, input slot, shape it sees, attributes) of the first op that uses a weight, past view ops."""
+    seen_shape = tuple(shape)
+    for _ in range(16):  # view chains are one or two ops long; the bound only guards against odd graphs
+        users = consumers.get(tensor)
         if not users:
             return "", 0, seen_shape, {}
         node, slot = users[0]
         if node.op_type in _VIEW_OPS and slot == 0:
             tensor = node.output[0]
-            # When inference knows the viewed shape, fan-in must be read from it, not from the original.
             viewed = shapes.get(tensor)
             if viewed is not None and int(np.prod(viewed)) == int(np.prod(shape)):
                 seen_shape = viewed
             continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         return node.op_type, slot, seen_shape, attrs
     return "", 0, seen_shape, {}
 
@@ -267,7 +352,7 @@ def _final_consumer(
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     try:
         inferred = shape_inference.infer_shapes(model)
-    except Exception:  # inference is only a help for fan-in; without it the weight's own shape is used
+    except Exception:  # inference only refines fan-ins; without it each weight's own shape is used
         return {}
     shapes = {}
     for info in list(inferred.graph.value_info) + list(inferred.graph.output):
@@ -278,8 +363,11 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 
 
 def _constant_tensors(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
-    """Tensors whose value is known without running the graph: initializers and Constant node outputs."""
-    values = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    """Integer tensors known without running the graph (initializers, Constant outputs): shape candidates."""
+    values = {}
+    for init in graph.initializer:
+        if helper.tensor_dtype_to_np_dtype(init.data_type).kind in "iu":
+            values[init.name] = numpy_helper.to_array(init)
     for node in graph.node:
         if node.op_type == "Constant":
             for attr in node.attribute:
@@ -295,9 +383,113 @@ def _fill_value(node: onnx.NodeProto) -> np.ndarray:
     return np.zeros(1, dtype=np.float32)  # the operator's documented default
 
 
-def _remove_constant(graph: onnx.GraphProto, name: str) -> None:
-    for collection in (graph.initializer, graph.input):
-        for item in [i for i in collection if i.name == name]:
-            collection.remove(item)
-    for node in [n for n in graph.node if n.op_type == "Constant" and list(n.output) == [name]]:
-        graph.node.remove(node)
+# --- BatchNorm calibration -----------------------------------------------------------------------------------
+
+
+def _calibrate_batchnorm(model: onnx.ModelProto, drawn: set[str], seed: int) -> None:
+    """Set the drawn BatchNorm means and variances, in place, to what each BatchNorm sees on a seeded input."""
+    graph = model.graph
+    uses = Counter(tensor for node in graph.node for tensor in node.input)
+    # Only statistics we drew, and read by this BatchNorm alone: shared ones would get several answers.
+    targets = {
+        (node.input[3], node.input[4])
+        for node in graph.node
+        if node.op_type == "BatchNormalization"
+        and len(node.input) == 5
+        and all(t in drawn and uses[t] == 1 for t in node.input[3:5])
+    }
+    if not targets:
+        return
+    stats: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    new_ops = [_calibrating_batchnorm(targets, stats)]
+    if all(_fast_pool_applies(node) for node in graph.node if node.op_type in ("MaxPool", "AveragePool")):
+        new_ops += [_FastMaxPool, _FastAveragePool]
+    evaluator = ReferenceEvaluator(model, new_ops=new_ops)
+
+    initialized = {init.name for init in graph.initializer}
+    rng = _rng(seed, "batchnorm calibration input")
+    feeds = {}
+    for info in graph.input:
+        if info.name in initialized:
+            continue
+        tensor_type = info.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
+        feeds[info.name] = rng.standard_normal(shape).astype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+    evaluator.run(None, feeds)
+
+    by_name = {init.name: init for init in graph.initializer}
+    for (mean_name, var_name), (mean, var) in stats.items():
+        for name, values in ((mean_name, mean), (var_name, var)):
+            dtype = numpy_helper.to_array(by_name[name]).dtype
+            by_name[name].CopyFrom(numpy_helper.from_array(values.astype(dtype), name))
+
+
+def _calibrating_batchnorm(
+    targets: set[tuple[str, str]], stats: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]
+) -> type[OpRun]:
+    """A reference BatchNormalization that normalises with its input's own statistics and records them."""
+
+    class BatchNormalization(OpRun):  # the class name is the op type the evaluator replaces
+        op_domain = ""
+
+        def _run(self, x, scale, bias, mean, var, epsilon=None, **_unused):  # noqa: ANN001, ANN003
+            key = (self.onnx_node.input[3], self.onnx_node.input[4])
+            if key in targets:
+                axes = tuple(i for i in range(x.ndim) if i != 1)
+                mean = x.mean(axis=axes, dtype=np.float64)
+                var = x.var(axis=axes, dtype=np.float64)
+                floor = _MIN_RELATIVE_VARIANCE * var.mean() if var.mean() > 0 else 1.0
+                var = np.maximum(var, floor)
+                stats[key] = (mean, var)
+            eps = 1e-5 if epsilon is None else epsilon
+            channel = (-1,) + (1,) * (x.ndim - 2)
+            y = scale.reshape(channel) * (x - mean.reshape(channel)) / np.sqrt(var.reshape(channel) + eps)
+            return ((y + bias.reshape(channel)).astype(x.dtype),)
+
+    return BatchNormalization
+
+
+def _fast_pool_applies(node: onnx.NodeProto) -> bool:
+    return len(node.output) == 1 and {a.name for a in node.attribute} <= _FAST_POOL_ATTRIBUTES
+
+
+def _pool(x: np.ndarray, kernel, strides, pads, maximum: bool, count_include_pad: bool) -> np.ndarray:  # noqa: ANN001
+    # The reference evaluator pools with Python loops (10 s for Inception v2's padded 3x3 average pools);
+    # windows over a padded view give the same numbers in milliseconds.
+    rank = len(kernel)
+    strides = list(strides or [1] * rank)
+    pads = list(pads or [0] * (2 * rank))
+    width = [(0, 0), (0, 0)] + list(zip(pads[:rank], pads[rank:]))
+    spatial = tuple(range(2, 2 + rank))
+    step = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
+    window_axes = tuple(range(-rank, 0))
+    padded = np.pad(x, width, constant_values=-np.inf if maximum else 0)
+    windows = sliding_window_view(padded, kernel, axis=spatial)[step]
+    if maximum:
+        return windows.max(axis=window_axes)
+    total = windows.sum(axis=window_axes)
+    if count_include_pad:
+        return (total / np.prod(kernel)).astype(x.dtype)
+    # Without count_include_pad a border window averages only the values inside the image.
+    inside = np.pad(np.ones((1, 1) + x.shape[2:], dtype=x.dtype), width)
+    counts = sliding_window_view(inside, kernel, axis=spatial)[step].sum(axis=window_axes)
+    return (total / counts).astype(x.dtype)
+
+
+class _FastMaxPool(OpRun):
+    op_domain = ""
+
+    def _run(self, x, kernel_shape=None, strides=None, pads=None, **_unused):  # noqa: ANN001, ANN003
+        return (_pool(x, kernel_shape, strides, pads, maximum=True, count_include_pad=False),)
+
+
+class _FastAveragePool(OpRun):
+    op_domain = ""
+
+    def _run(self, x, kernel_shape=None, strides=None, pads=None, count_include_pad=0, **_unused):  # noqa: ANN001, ANN003
+        return (_pool(x, kernel_shape, strides, pads, maximum=False, count_include_pad=bool(count_include_pad)),)
+
+
+# The evaluator matches replacements by class name.
+_FastMaxPool.__name__ = "MaxPool"
+_FastAveragePool.__name__ = "AveragePool"

@@ -17,8 +17,8 @@ Builders of one model each are listed in `BUILDERS`. Besides them:
 
 `face_resnet` and `demo` contain, on purpose, a hand-built instance norm whose input carries a large constant
 offset ("inorm/offset"). In f32 that is harmless; once the offset tensor is stored in f16 or bf16 its
-rounding step is larger than its spread, so ``x - mean`` ("inorm/sub") cancels catastrophically and the model
-visibly diverges there. Pass ``inorm_offset=0.0`` to build the numerically benign variant.
+rounding step (0.5..1 in f16, 4..8 in bf16) is as large as or larger than its spread (about 0.5), so
+``x - mean`` ("inorm/sub") cancels catastrophically and the model visibly diverges there. Pass ``inorm_offset=0.0`` to build the numerically benign variant.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import openvino as ov
-from openvino import Node, Output
+from openvino import Node
 from openvino import opset1
 from openvino import opset13 as ops
 
@@ -61,10 +61,9 @@ INPUT_RANGES: dict[str, tuple[float, float]] = {
 _DEFAULT_RANGE = (-1.0, 1.0)
 
 # Default offset added in front of the instance norm. Around 1000 a bf16 value's rounding step is 4..8 and an
-# f16 value's 0.5..1, both comparable to or larger than the spread (about 1) of the tensor being normalised.
+# f16 value's 0.5..1, both as large as the spread (about 0.5) of the tensor being normalised.
 _INORM_OFFSET = 1000.0
 
-_ELEMENTWISE = ("relu", "sigmoid", "gelu", "tanh")
 _INT_CONV_TYPES = {"i8": np.int8, "i32": np.int32, "f32": np.float32}
 
 
@@ -182,8 +181,9 @@ class _Net:
     def preprocess(self, x: Node) -> Node:
         """Raw pixels 0..255 to [-1, 1], as the users' face model does: x * (1/128) - 1.
 
-        The Multiply comes first, right on the input, as in the real model; (x - 127.5) / 128 differs only by
-        a constant. 0.0078125 = 2^-7, so the multiply itself is exact in every float format.
+        The users' model computes (x - 127.5) * 2^-7; here the Multiply sits right on the raw input so that
+        it is the first op to see values up to 255, and the result differs only by a constant (1/256).
+        2^-7 is a power of two, so the multiply itself is exact in every float format.
         """
         x = self.binary(ops.multiply, "preprocess/mul", x, 0.0078125, "scale")
         return self.binary(ops.subtract, "preprocess/sub", x, 1.0, "shift")
@@ -465,7 +465,7 @@ def face_resnet(
     -------
     openvino.Model
         Input "input" [1, 3, 56, 56] of raw pixel values 0..255; output "embedding" [1, 128], unit L2 norm.
-        With the defaults it has about 140 compute ops.
+        With the defaults it has 135 compute ops (323 ops in all).
 
         * "preprocess/mul" (x * 2^-7, right on the input), "preprocess/sub" (- 1): raw pixels to [-1, 1];
         * stem: "stem/conv", "stem/bn", "stem/prelu";
@@ -603,7 +603,7 @@ def elementwise_model(op: str, n: int = 10000) -> ov.Model:
         "tanh": ops.tanh,
     }
     if op not in makers:
-        raise InputError(f"unknown elementwise op {op!r}; choose one of {', '.join(_ELEMENTWISE)}")
+        raise InputError(f"unknown elementwise op {op!r}; choose one of {', '.join(makers)}")
     g = _Net(0)
     inp = g.param("input", [1, n])
     x = g.name(makers[op](inp), op)
@@ -653,7 +653,8 @@ def _mobilenet(seed: int, ranges: _Ranges | None = None, taps: dict[str, Node] |
 
     def fq(consumer: str, kind: str, x: Node, lo: float, hi: float) -> Node:
         p = f"{consumer}/{kind}"
-        bounds = [g.const(f"{p}/{b}", v) for b, v in (("in_low", lo), ("in_high", hi), ("out_low", lo), ("out_high", hi))]
+        limits = (("in_low", lo), ("in_high", hi), ("out_low", lo), ("out_high", hi))
+        bounds = [g.const(f"{p}/{bound}", value) for bound, value in limits]
         return g.name(ops.fake_quantize(x, *bounds, 256), p)
 
     def operands(consumer: str, x: Node, w_value: np.ndarray) -> tuple[Node, Node]:
@@ -668,7 +669,7 @@ def _mobilenet(seed: int, ranges: _Ranges | None = None, taps: dict[str, Node] |
         a = float(np.abs(w_value).max())
         return fq(consumer, "fq_in", x, *ranges[consumer]), fq(consumer, "fq_w", w, -a, a)
 
-    def conv(name: str, bias: str, x: Node, cin: int, cout: int, k: int, stride: int, depthwise: bool = False) -> Node:
+    def conv(name: str, bias: str, x: Node, cin: int, cout: int, k: int, stride: int, depthwise=False) -> Node:
         pad = [k // 2, k // 2]
         if depthwise:  # GroupConvolution weights: [groups, out/group, in/group, k, k]
             x, w = operands(name, x, g.he([cin, 1, 1, k, k], k * k))
@@ -736,8 +737,10 @@ def int_conv(channels: int = 11111, value: int = 127, input_type: str = "i8") ->
         Convolution to one channel, weights "conv/weight" all = `value`) -> "to_int" (Convert to i32) ->
         result "output" [1, 1, 1, 1].
 
-        With the defaults the exact answer is 127 * 127 * 11111 = 179,209,319, above 2^24, so an f32
-        accumulator cannot hold it exactly (its step there is 16) and a bf16/f16 one is far off.
+        With the defaults the exact answer is 127 * 127 * 11111 = 179,209,319. That is above 2^24, so an f32
+        accumulator cannot hold it exactly (its step there is 16: CPU f32 gives 179,207,392); stored in bf16
+        it is rounded to a multiple of 2^20 (CPU bf16 gives 179,306,496); and it is far above the f16
+        maximum (65504), so an f16 result overflows.
     """
     _check_positive(channels=channels)
     dtype = _int_conv_dtype(input_type)

@@ -1,0 +1,81 @@
+"""Scoring on hand-made error maps: no device involved."""
+
+import math
+
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+from bisect_ov.analysis.scoring import score_graph
+from bisect_ov.model.graph import ModelGraph
+
+
+def _two_branches() -> ModelGraph:
+    x = ops.parameter([1, 4], np.float32, name="x")
+    a = ops.relu(x, name="a")
+    b = ops.sigmoid(a, name="b")
+    c = ops.tanh(a, name="c")
+    b2 = ops.exp(b, name="b2")
+    c2 = ops.negative(c, name="c2")
+    d = ops.add(b2, c2, name="d")
+    return ModelGraph(ov.Model([d.output(0)], [x]))
+
+
+TOL = 1e-3
+
+
+def _score(errors: dict[str, float]):
+    g = _two_branches()
+    keys = [n.key for n in g.candidates()]
+    full = {(k, 0): errors.get(k, 0.0) for k in keys}
+    return score_graph(g, full, {k: TOL for k in keys})
+
+
+def test_single_source_is_first_and_downstream_inherits():
+    s = _score({"b": 0.1, "b2": 0.1, "d": 0.05})
+    assert s.first == ("b",)
+    assert s.nodes["b"].role == "source"
+    assert s.nodes["b2"].role == "inherits" and s.nodes["d"].role == "inherits"
+    assert s.ranking[0] == "b"
+
+
+def test_amplifier_is_told_apart_from_source():
+    s = _score({"b": 0.01, "b2": 0.5, "d": 0.5})
+    assert s.nodes["b"].role == "source"
+    assert s.nodes["b2"].role == "amplifier" and s.nodes["b2"].growth == pytest.approx(50)
+    assert s.first == ("b",)
+    assert s.ranking[:2] == ("b", "b2")
+
+
+def test_independent_branches_give_two_first_divergences():
+    s = _score({"b": 0.1, "c": 0.2, "b2": 0.1, "c2": 0.2, "d": 0.2})
+    assert set(s.first) == {"b", "c"}
+
+
+def test_nothing_over_tolerance_means_no_culprit():
+    s = _score({"a": TOL / 2, "b": TOL / 2})
+    assert s.first == () and s.ranking == ()
+    assert all(n.role == "ok" for n in s.nodes.values())
+
+
+def test_slow_drift_has_no_source():
+    # Each node adds a little: the crossing node grows what it got by less than min_growth.
+    s = _score({"a": 0.9 * TOL, "b": 1.1 * TOL, "b2": 1.2 * TOL, "d": 1.2 * TOL})
+    assert s.first == ()
+    assert s.nodes["b"].role == "inherits"
+
+
+def test_nan_source_is_infinite_growth_and_consumers_inherit():
+    s = _score({"c": math.inf, "c2": math.inf, "d": math.nan})
+    assert s.first == ("c",)
+    assert math.isinf(s.nodes["c"].growth)
+    assert s.nodes["c2"].role == "inherits" and s.nodes["d"].role == "inherits"
+
+
+def test_unmeasured_nodes_pass_their_inputs_error_on():
+    g = _two_branches()
+    errors = {("b", 0): 0.1, ("d", 0): 0.1}  # b2 not measured
+    s = score_graph(g, errors, {"b": TOL, "d": TOL})
+    assert s.nodes["d"].inherited == pytest.approx(0.1)
+    assert s.nodes["d"].role == "inherits" and s.first == ("b",)

@@ -1,0 +1,43 @@
+"""Shared fixtures: tiny models built in code, and the bf16 capability check.
+
+Tests that need a CPU whose OpenVINO plugin runs bf16 use the `needs_bf16` marker and are skipped with a
+reason elsewhere; everything else runs on any x86 CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_runs_bf16() -> bool:
+    """True when the CPU plugin can run bf16 (AVX512_BF16 or AMX): its capabilities list BF16."""
+    try:
+        return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    except Exception:
+        return False
+
+
+needs_bf16 = pytest.mark.skipif(not cpu_runs_bf16(), reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
+
+
+def tiny_chain(depth: int = 4, width: int = 8, seed: int = 0) -> ov.Model:
+    """x -> (MatMul -> Tanh) * depth; names mm{i}, tanh{i}."""
+    rng = np.random.default_rng(seed)
+    x = ops.parameter([1, width], np.float32, name="x")
+    h = x
+    for i in range(depth):
+        w = ops.constant((rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32), name=f"w{i}")
+        h = ops.matmul(h, w, False, False, name=f"mm{i}")
+        h = ops.tanh(h, name=f"tanh{i}")
+    return ov.Model([h.output(0)], [x], "tiny_chain")
+
+
+@pytest.fixture
+def chain_model() -> ov.Model:
+    return tiny_chain()

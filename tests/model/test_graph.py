@@ -1,0 +1,65 @@
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+from bisect_ov.errors import InputError
+from bisect_ov.model.graph import ModelGraph
+from tests.conftest import tiny_chain
+
+
+def _shape_model() -> ov.Model:
+    x = ops.parameter([2, 3, 4], np.float32, name="x")
+    a = ops.relu(x, name="a")
+    shape = ops.shape_of(a, name="shape")
+    flat = ops.reshape(a, ops.constant(np.array([2, 12], np.int64), name="target_shape"), False, name="flat")
+    back = ops.reshape(flat, shape, False, name="back")
+    w = ops.constant(np.ones((4, 5), np.float32), name="w")
+    mm = ops.matmul(back, w, False, False, name="mm")
+    sm = ops.softmax(mm, 2, name="sm")
+    red = ops.reduce_mean(sm, ops.constant(np.array([1, 2], np.int64), name="axes"), True, name="mean")
+    return ov.Model([red.output(0)], [x], "shapes")
+
+
+def test_nodes_in_topological_order_with_roles():
+    g = ModelGraph(_shape_model())
+    order = g.order
+    for key in order:
+        for producer, _ in g[key].inputs:
+            assert order.index(producer) < order.index(key)
+    kinds = {n.key: n.kind for n in g}
+    assert kinds["x"] == "parameter" and kinds["w"] == "constant"
+    assert kinds["shape"] == "static"  # ShapeOf chains are never culprits
+    assert [n.key for n in g.candidates()] == ["a", "flat", "back", "mm", "sm", "mean"]
+
+
+def test_reduction_lengths():
+    g = ModelGraph(_shape_model())
+    assert g["mm"].reduction_length == 4
+    assert g["sm"].reduction_length == 5
+    assert g["mean"].reduction_length == 3 * 5
+    assert g["a"].reduction_length == 1
+
+
+def test_duplicate_friendly_names_get_suffixes_and_lookup():
+    x = ops.parameter([1, 2], np.float32, name="x")
+    a = ops.relu(x, name="dup")
+    b = ops.relu(a, name="dup")
+    b.output(0).get_tensor().set_names({"my_tensor"})
+    g = ModelGraph(ov.Model([b.output(0)], [x]))
+    assert [n.key for n in g.candidates()] == ["dup", "dup#2"]
+    assert g.find("my_tensor").key == "dup#2"
+    assert g.find(1).key == "dup"
+    with pytest.raises(InputError, match="Similar names"):
+        g.find("du")
+
+
+def test_structure_hash_is_stable_and_sensitive():
+    assert ModelGraph(tiny_chain()).structure_hash() == ModelGraph(tiny_chain()).structure_hash()
+    assert ModelGraph(tiny_chain()).structure_hash() != ModelGraph(tiny_chain(depth=5)).structure_hash()
+
+
+def test_dynamic_shapes_are_allowed_in_the_graph():
+    x = ops.parameter(ov.PartialShape([-1, 4]), np.float32, name="x")
+    g = ModelGraph(ov.Model([ops.relu(x, name="r").output(0)], [x]))
+    assert g["r"].outputs[0].shape is None and g["r"].outputs[0].nbytes is None

@@ -1,0 +1,58 @@
+import numpy as np
+import onnx
+import openvino as ov
+import pytest
+from onnx import TensorProto, helper
+
+from bisect_ov.errors import InputError
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.load import load_model
+from tests.conftest import tiny_chain
+
+
+def _onnx_model() -> onnx.ModelProto:
+    w = helper.make_tensor("W", TensorProto.FLOAT, [4, 3], np.arange(12, dtype=np.float32).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "W"], ["mm_out"], name="mm"),
+         helper.make_node("Relu", ["mm_out"], ["relu_out"], name="relu")],
+        "g", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("relu_out", TensorProto.FLOAT, [1, 3])], [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_ov_model_is_returned_as_is():
+    m = tiny_chain()
+    assert load_model(m) is m
+
+
+def test_ir_and_onnx_paths_and_proto(tmp_path):
+    xml = tmp_path / "chain.xml"
+    ov.save_model(tiny_chain(), xml)
+    assert len(ModelGraph(load_model(xml)).candidates()) == 8
+    proto = _onnx_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    for source in (path, str(path), proto):
+        g = ModelGraph(load_model(source))
+        # ONNX tensor names survive conversion: the user's names find the nodes.
+        assert g.find("mm_out").op_type == "MatMul"
+        assert g.find("relu_out").op_type == "Relu"
+
+
+def test_errors_say_what_is_wrong(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        load_model(tmp_path / "missing.xml")
+    bad = tmp_path / "model.txt"
+    bad.write_text("hello")
+    with pytest.raises(InputError, match="Unknown model format '.txt'"):
+        load_model(bad)
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<net><layers>")
+    with pytest.raises(InputError, match="Cannot read model"):
+        load_model(broken)
+    (tmp_path / "w.bin").write_bytes(b"\0")
+    with pytest.raises(InputError, match="weights file"):
+        load_model(tmp_path / "w.bin")
+    with pytest.raises(InputError, match="Cannot convert"):
+        load_model(12345)

@@ -1,0 +1,71 @@
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+from bisect_ov.errors import InputError
+from bisect_ov.run.inputs import align_inputs, prepare_inputs
+
+
+def _two_inputs(dynamic: bool = False) -> ov.Model:
+    a = ops.parameter(ov.PartialShape([-1, 3]) if dynamic else [2, 3], np.float32, name="a")
+    b = ops.parameter([1], np.int32, name="b")
+    out = ops.add(a, ops.convert(b, "f32"), name="sum")
+    return ov.Model([out.output(0)], [a, b])
+
+
+def test_random_inputs_respect_dtype_shape_and_seed():
+    m = _two_inputs()
+    a, b = prepare_inputs(m, None, seed=3)
+    assert a.shape == (2, 3) and a.dtype == np.float32
+    assert b.dtype == np.int32 and 0 <= b.min() and b.max() < 10
+    assert np.array_equal(prepare_inputs(m, None, seed=3)[0], a)
+    assert not np.array_equal(prepare_inputs(m, None, seed=4)[0], a)
+
+
+def test_forms_dict_list_npz_npy(tmp_path):
+    m = _two_inputs()
+    a = np.ones((2, 3), np.float64)  # float64 is cast within its kind
+    b = np.array([4], np.int64)
+    for given in ({"a": a, "b": b}, [a, b]):
+        got = prepare_inputs(m, given)
+        assert got[0].dtype == np.float32 and got[1].tolist() == [4]
+    np.savez(tmp_path / "in.npz", a=a, b=b)
+    assert prepare_inputs(m, tmp_path / "in.npz")[1].tolist() == [4]
+    np.savez(tmp_path / "pos.npz", a, b)
+    assert prepare_inputs(m, tmp_path / "pos.npz")[0].shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"a": np.ones((2, 3))}, "Missing value"),
+        ({"a": np.ones((2, 3)), "b": np.ones(1, np.int32), "c": 1}, "Unknown input name"),
+        ([np.ones((2, 4)), np.ones(1, np.int32)], "shape"),
+        ([np.ones((2, 3)), np.ones(1, np.float32)], "dtype float32"),
+        ([np.ones((2, 3))], "has 2 input"),
+        ("missing.npz", "not found"),
+        (42, "inputs must be"),
+    ],
+)
+def test_bad_inputs_are_clear(given, message):
+    with pytest.raises(InputError, match=message):
+        prepare_inputs(_two_inputs(), given)
+
+
+def test_dynamic_shape_needs_inputs():
+    m = _two_inputs(dynamic=True)
+    with pytest.raises(InputError, match="dynamic shape"):
+        prepare_inputs(m, None)
+    got = prepare_inputs(m, [np.ones((5, 3), np.float32), np.ones(1, np.int32)])
+    assert got[0].shape == (5, 3)
+
+
+def test_align_by_name_when_order_differs():
+    a = ops.parameter([1], np.float32, name="a")
+    b = ops.parameter([2], np.float32, name="b")
+    twin = ov.Model([ops.concat([a, b], 0).output(0)], [b, a])
+    orig = ov.Model([ops.concat([a, b], 0).output(0)], [a, b])
+    arrays = [np.ones(1, np.float32), np.zeros(2, np.float32)]
+    aligned = align_inputs(orig, twin, arrays)
+    assert aligned[0].shape == (2,) and aligned[1].shape == (1,)
