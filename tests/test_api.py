@@ -1,0 +1,117 @@
+"""bisect() end to end on tiny models: contract, NaN origin, bad inputs, report round trip."""
+
+import json
+import math
+
+import numpy as np
+import onnx
+import openvino as ov
+import pytest
+
+from bisect_ov import InputError, Report, bisect, inject_fault
+from bisect_ov.report.report import SCHEMA_VERSION
+from tests.conftest import needs_bf16, tiny_chain
+from tests.model.test_load import _onnx_model
+
+F32 = "CPU:f32"
+
+
+def test_no_divergence_is_an_answer():
+    report = bisect(tiny_chain(), "CPU", F32, progress=False)
+    assert report.first_divergence is None and report.culprits == [] and not report.diverges
+    assert "no divergence" in repr(report)
+    assert report.ref.precision == "f32" and report.target.precision == "f32"
+    assert {"compile ref", "infer target", "compare", "score"} <= set(report.timings)
+
+
+def test_fault_is_named_with_its_contract_fields():
+    model = tiny_chain()
+    report = bisect(model, "CPU", F32, target_model=inject_fault(model, "mm2", "scale", 0.3), progress=False)
+    first = report.first_divergence
+    assert first.name == "mm2" and report.culprits[0].name == "mm2"
+    assert first.op_type == "MatMul"  # the user's op, as in the reference model
+    assert first.input_error == 0 and first.error > first.tolerance and first.role == "source"
+    assert first.shapes == ((1, 8),) and first.dtypes == ("float32",)
+    assert first.nan_inf == {"ref_nan": 0, "ref_inf": 0, "target_nan": 0, "target_inf": 0}
+    assert report.unmatched["target_model"] == ["mm2/before_fault"]
+    downstream = [n for n in report.culprits if n.index > first.index]
+    assert downstream and all(n.role in ("inherits", "amplifier") for n in downstream)
+    assert "first divergence 'mm2'" in repr(report)
+
+
+def test_nan_produced_in_the_middle_names_its_producer():
+    model = tiny_chain(depth=6)
+    report = bisect(model, "CPU", F32, target_model=inject_fault(model, "tanh2", "nan"), progress=False)
+    assert report.first_divergence.name == "tanh2"
+    assert any("NaN" in c for c in report.first_divergence.causes)
+    later = report.node("mm4")
+    assert later.nan_inf["target_nan"] > 0 and later.role == "inherits"
+
+
+def test_report_round_trips_through_json(tmp_path):
+    model = tiny_chain()
+    report = bisect(model, "CPU", F32, target_model=inject_fault(model, "tanh1", "nan"), progress=False)
+    path = report.save(tmp_path / "r.json")
+    data = json.loads(path.read_text())  # plain JSON: no NaN/Infinity literals
+    assert data["schema_version"] == SCHEMA_VERSION
+    loaded = Report.load(path)
+    assert loaded == report
+    assert loaded.first_divergence.name == "tanh1" and math.isinf(loaded.node("tanh1").error)
+    assert loaded.to_text() == report.to_text()
+
+
+def test_newer_schema_or_foreign_json_is_refused(tmp_path):
+    report = bisect(tiny_chain(depth=1), "CPU", F32, progress=False)
+    data = report.to_dict()
+    data["schema_version"] = SCHEMA_VERSION + 1
+    (tmp_path / "new.json").write_text(json.dumps(data))
+    with pytest.raises(InputError, match="schema version"):
+        Report.load(tmp_path / "new.json")
+    (tmp_path / "other.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="not a bisect_ov report"):
+        Report.load(tmp_path / "other.json")
+
+
+def test_onnx_path_names_map_back(tmp_path):
+    proto = _onnx_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(proto, path)
+    report = bisect(path, "CPU", F32, progress=False)
+    assert "mm_out" in report.node("mm_out").tensor_names
+
+
+def test_bad_arguments_are_input_errors(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        bisect(tmp_path / "none.xml", "CPU", F32)
+    with pytest.raises(InputError, match="Unknown device 'GPU'"):
+        bisect(tiny_chain(), "CPU", "GPU")
+    with pytest.raises(InputError, match="shape"):
+        bisect(tiny_chain(), "CPU", F32, {"x": np.ones((2, 8), np.float32)})
+    with pytest.raises(InputError, match="tolerance must be"):
+        bisect(tiny_chain(), "CPU", F32, tolerance="big")
+
+
+def test_user_tolerance_overrides_the_model():
+    model = tiny_chain()
+    faulty = inject_fault(model, "mm1", "scale", 0.01)
+    assert bisect(model, "CPU", F32, target_model=faulty, progress=False).diverges
+    assert not bisect(model, "CPU", F32, target_model=faulty, tolerance=0.5, progress=False).diverges
+
+
+def test_chunks_give_the_same_answer_as_one_compile():
+    model = tiny_chain(depth=5)
+    faulty = inject_fault(model, "tanh3", "offset")
+    one = bisect(model, "CPU", F32, target_model=faulty, progress=False, max_tap_bytes=None)
+    many = bisect(model, "CPU", F32, target_model=faulty, progress=False, max_tap_bytes=64)
+    assert many.compiles["target"] > 1 == one.compiles["target"]
+    assert many.first_divergence.name == one.first_divergence.name == "tanh3"
+    assert [n.error for n in many.nodes] == [n.error for n in one.nodes]
+
+
+@needs_bf16
+def test_bf16_target_tolerance_follows_its_precision():
+    report = bisect(tiny_chain(), "CPU", "CPU:bf16", progress=False)
+    assert report.target.precision == "bf16"
+    assert report.tolerance["precision"] == "bf16"
+    assert not report.diverges  # plain bf16 rounding on a well-scaled chain is expected, not a culprit
+    assert report.outputs[0].error > 1e-4  # ... though bf16 really did change the numbers
