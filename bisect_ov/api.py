@@ -122,6 +122,10 @@ def bisect(
             OutputResult(name, stats, metric_value(stats, metric), tol.for_node(graph[graph[key].inputs[0][0]]))
             for name, key, stats in run.outputs
         )
+        fidelity = _fidelity(run, metric)
+        notes = list(run.notes)
+        if fidelity.get("warning"):
+            notes.append(fidelity["warning"])
     return Report(
         model=model_label(model), ref=run.ref_info, target=run.target_info, nodes=nodes, outputs=outputs,
         metric=metric if isinstance(metric, str) else getattr(metric, "__name__", "custom"),
@@ -133,7 +137,7 @@ def bisect(
         timings=clock.stages, compiles=run.compiles,
         inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
                      for p, a in zip(ov_model.get_parameters(), ref_arrays)),
-        openvino_version=ov.get_version(), notes=tuple(run.notes),
+        openvino_version=ov.get_version(), notes=tuple(notes), fidelity=fidelity,
     )
 
 
@@ -142,7 +146,8 @@ class _RunResult:
 
     def __init__(self) -> None:
         self.stats: dict[Tap, TensorStats] = {}
-        self.outputs: list[tuple[str, str, TensorStats]] = []
+        self.outputs: list[tuple[str, str, TensorStats]] = []  # from the untouched model
+        self.tapped_outputs: list[tuple[str, str, TensorStats]] = []  # from the instrumented one
         self.runtime_ref: dict[str, dict] = {}
         self.runtime_target: dict[str, dict] = {}
         self.ref_info: DeviceInfo | None = None
@@ -159,14 +164,23 @@ def _run_pairs(graph, target_graph, match: Match, ref_dev, target_dev, ref_array
     chunks = plan_chunks(graph, [r for r, _ in match.pairs], max_tap_bytes)
     bar = tqdm(total=len(match.pairs), desc="compare", unit="tensor", disable=not show, leave=False)
     try:
+        # The untouched model on both sides: the divergence the taps are meant to explain.
+        bar.set_description("plain run")
+        with clock("plain run"):
+            plain_ref = ref_dev.compile(graph.model).infer(ref_arrays)
+            plain_target = target_dev.compile(target_graph.model).infer(target_arrays)
+            result.outputs = _final_outputs(graph, plain_ref, plain_target, len(graph.model.outputs))
+            result.compiles["ref"] += 1
+            result.compiles["target"] += 1
+            del plain_ref, plain_target
         for i, chunk in enumerate(chunks):
             ref_tapped = tap_model(graph, chunk)
             target_tapped = tap_model(target_graph, [target_of[t] for t in chunk])
             bar.set_description(f"compile {i + 1}/{len(chunks)}")
             with clock("compile ref"):
-                ref_c = ref_dev.compile(ref_tapped.model)
+                ref_c = ref_dev.compile(ref_tapped.model, taps=ref_tapped.added_outputs)
             with clock("compile target"):
-                target_c = target_dev.compile(target_tapped.model)
+                target_c = target_dev.compile(target_tapped.model, taps=target_tapped.added_outputs)
             result.compiles["ref"] += 1
             result.compiles["target"] += 1
             result.ref_info = result.ref_info or ref_c.info
@@ -181,7 +195,7 @@ def _run_pairs(graph, target_graph, match: Match, ref_dev, target_dev, ref_array
             bar.set_description("compare")
             with clock("compare"):
                 if i == 0:
-                    result.outputs = _final_outputs(graph, ref_out, target_out, ref_tapped.n_original_outputs)
+                    result.tapped_outputs = _final_outputs(graph, ref_out, target_out, ref_tapped.n_original_outputs)
                 for tap, ri, ti in zip(chunk, ref_tapped.tap_outputs, target_tapped.tap_outputs):
                     result.stats[tap] = compare(ref_out[ri], target_out[ti])
                     bar.update(1)
@@ -191,6 +205,32 @@ def _run_pairs(graph, target_graph, match: Match, ref_dev, target_dev, ref_array
     if not match.pairs:
         result.notes.append("The model has no compute node to compare.")
     return result
+
+
+FIDELITY_RANGE = (0.5, 2.0)
+
+
+def _fidelity(run: _RunResult, metric) -> dict[str, Any]:
+    """Did exposing the taps change the final-output error? Ratio of instrumented to plain error."""
+    if not run.tapped_outputs or not run.outputs:
+        return {}
+    plain = max(metric_value(s, metric) for _, _, s in run.outputs)
+    tapped = max(metric_value(s, metric) for _, _, s in run.tapped_outputs)
+    if plain == tapped:
+        ratio = 1.0
+    elif plain == 0 or not np.isfinite(plain):
+        ratio = float("inf") if tapped > plain else 0.0
+    else:
+        ratio = tapped / plain
+    fidelity: dict[str, Any] = {"plain_error": plain, "tapped_error": tapped, "ratio": ratio}
+    low, high = FIDELITY_RANGE
+    if not low <= ratio <= high:
+        fidelity["warning"] = (
+            f"Exposing intermediate tensors changed the final-output error from {plain:.2e} to {tapped:.2e} "
+            f"(ratio {ratio:.2f}, outside [{low}, {high}]): the target compiled differently with taps, so the "
+            "per-node errors may not explain the plain run. Try fewer taps (max_tap_bytes) or another strategy."
+        )
+    return fidelity
 
 
 def _final_outputs(graph: ModelGraph, ref_out, target_out, n: int) -> list[tuple[str, str, TensorStats]]:

@@ -37,6 +37,11 @@ class TappedModel:
     tap_outputs: tuple[int, ...]  # model output index of each tap
     n_original_outputs: int
 
+    @property
+    def added_outputs(self) -> tuple[int, ...]:
+        """Indices of the outputs that exist only to observe taps (not the model's own outputs)."""
+        return tuple(sorted({i for i in self.tap_outputs if i >= self.n_original_outputs}))
+
 
 def default_taps(graph: ModelGraph, keys: Sequence[str] | None = None) -> list[Tap]:
     """Every output of every candidate op (or of `keys`), in topological order."""

@@ -154,6 +154,7 @@ class Report:
     inputs: tuple[dict[str, Any], ...] = ()
     openvino_version: str = ""
     notes: tuple[str, ...] = ()
+    fidelity: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     # ----- questions a user asks ----------------------------------------------------------------------
@@ -240,7 +241,7 @@ class Report:
             "ranking": list(self.ranking), "outputs": [o.to_dict() for o in self.outputs],
             "nodes": [n.to_dict() for n in self.nodes], "unmatched": self.unmatched, "timings": self.timings,
             "compiles": self.compiles, "inputs": list(self.inputs), "openvino_version": self.openvino_version,
-            "notes": list(self.notes),
+            "notes": list(self.notes), "fidelity": self.fidelity,
         }
 
     @classmethod
@@ -259,7 +260,8 @@ class Report:
             ranking=tuple(d.get("ranking", [])), model_hash=d.get("model_hash", ""),
             target_model=d.get("target_model"), unmatched=d.get("unmatched", {}), timings=d.get("timings", {}),
             compiles=d.get("compiles", {}), inputs=tuple(d.get("inputs", [])),
-            openvino_version=d.get("openvino_version", ""), notes=tuple(d.get("notes", [])), schema_version=version,
+            openvino_version=d.get("openvino_version", ""), notes=tuple(d.get("notes", [])),
+            fidelity=d.get("fidelity", {}), schema_version=version,
         )
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
@@ -320,7 +322,7 @@ def _encode(obj: Any) -> Any:
 
 
 _FLOAT_FIELDS = {
-    "error", "input_error", "tolerance", "growth", "max_abs", "mean_abs", "rel_l2", "max_rel", "cosine",
+    "plain_error", "tapped_error", "ratio", "error", "input_error", "tolerance", "growth", "max_abs", "mean_abs", "rel_l2", "max_rel", "cosine",
     "sqnr_db", "ref_absmax", "target_absmax",
 }
 

@@ -149,6 +149,12 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     for note in report.notes:
         lines.append(f"Note: {note}")
     footer = []
+    if report.fidelity:
+        f = report.fidelity
+        footer.append(
+            f"Fidelity: final-output error {fmt(f['plain_error'])} plain, {fmt(f['tapped_error'])} with taps "
+            f"(ratio {f['ratio']:.2f}; 1 means the taps did not change what ran)"
+        )
     if report.timings:
         footer.append("Timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()))
     if report.compiles:
