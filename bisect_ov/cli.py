@@ -73,10 +73,13 @@ def build_demo_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    is_demo = bool(argv) and argv[0] == "demo" and not pathlib.Path("demo").exists()
     try:
-        if argv and argv[0] == "demo" and not pathlib.Path("demo").exists():
-            return _demo(build_demo_parser().parse_args(argv[1:]))
-        return _compare(build_parser().parse_args(argv))
+        args = build_demo_parser().parse_args(argv[1:]) if is_demo else build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, or a usage error already printed on one line
+        return int(stop.code or 0)
+    try:
+        return _demo(args) if is_demo else _compare(args)
     except BisectError as err:
         print(f"bisect-ov: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR

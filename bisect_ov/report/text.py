@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "COLUMNS"]
 
-COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "role", "shape", "dtype", "nan/inf", "ran as (target)")
+COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "role", "shape", "nan/inf", "target ran")
+_SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
+                 "uint8": "u8", "bool": "bool"}
 
 
 def fmt(x: float | None) -> str:
@@ -54,15 +56,22 @@ def _nan_inf(n: "NodeResult") -> str:
 
 
 def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
+    """One row of `COLUMNS` per ranked culprit."""
     rows = []
     for n in report.culprits[:top]:
         shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
+        dtypes = ",".join(sorted({_SHORT_DTYPES.get(d, d) for d in n.dtypes}))
         rows.append((
             str(n.rank), n.name, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
-            fmt_growth(n.growth), n.role + ("*" if n.first else ""), shape, ",".join(sorted(set(n.dtypes))),
-            _nan_inf(n), _runtime_str(n),
+            fmt_growth(n.growth), n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime_str(n),
         ))
     return rows
+
+
+def _drop_empty_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]):
+    """Leave out the optional columns (nan/inf, target ran) when no row has anything in them."""
+    keep = [i for i, h in enumerate(header) if h not in ("nan/inf", "target ran") or any(r[i] != "-" for r in rows)]
+    return tuple(header[i] for i in keep), [tuple(r[i] for i in keep) for r in rows]
 
 
 def verdict_lines(report: "Report") -> list[str]:
@@ -127,7 +136,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     rows = culprit_rows(report, top)
     if rows:
         lines.append(f"Culprits (top {len(rows)} of {len(report.ranking)}; * = first divergence; error = {report.metric}):")
-        lines += _table(COLUMNS, rows, width)
+        lines += _table(*_drop_empty_columns(COLUMNS, rows), width)
     else:
         lines.append("Culprits: none.")
     if len(report.outputs) > 1 or (report.outputs and report.diverges):
@@ -178,14 +187,16 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> 
     cols = list(zip(header, *rows))
     widths = [max(len(c) for c in col) for col in cols]
     name_col = header.index("node")
-    # Shrink the node-name column first when the table would be too wide.
-    excess = sum(widths) + 2 * (len(widths) - 1) - width
-    if excess > 0:
-        widths[name_col] = max(12, widths[name_col] - excess)
+    # Shrink the last column (kernel names), then the node names, when the table would be too wide.
+    for col, least in ((len(widths) - 1, 12), (name_col, 16)):
+        excess = sum(widths) + 2 * (len(widths) - 1) - width
+        if excess > 0:
+            widths[col] = max(least, widths[col] - excess)
 
     def cell(text: str, w: int, i: int) -> str:
         text = text if len(text) <= w else text[: max(1, w - 1)] + "~"
-        return text.ljust(w) if i in (name_col, header.index("op"), header.index("role"), len(header) - 1) else text.rjust(w)
+        left = (name_col, header.index("op"), header.index("role"), len(header) - 1)
+        return text.ljust(w) if i in left else text.rjust(w)
 
     out = ["  ".join(cell(h, w, i) for i, (h, w) in enumerate(zip(header, widths))).rstrip()]
     out += ["  ".join(cell(c, w, i) for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
@@ -203,9 +214,9 @@ def render_html(report: "Report", *, top: int = 25) -> str:
     parts.append(f'<div style="border-left:4px solid {color};padding-left:8px">')
     parts += [f"<div>{e(line)}</div>" for line in verdict_lines(report)]
     parts.append("</div>")
-    rows = culprit_rows(report, top)
+    header, rows = _drop_empty_columns(COLUMNS, culprit_rows(report, top))
     if rows:
-        head = "".join(f"<th>{e(h)}</th>" for h in COLUMNS)
+        head = "".join(f"<th>{e(h)}</th>" for h in header)
         body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows[:10])
         parts.append(f'<table style="font-size:smaller"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
         if len(rows) > 10:

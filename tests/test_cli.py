@@ -1,0 +1,65 @@
+"""The bisect-ov command: exit codes, files, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from bisect_ov import inject_fault
+from bisect_ov.cli import main
+from tests.conftest import tiny_chain
+
+
+@pytest.fixture
+def model_files(tmp_path):
+    model = tiny_chain()
+    ov.save_model(model, tmp_path / "m.xml")
+    ov.save_model(inject_fault(model, "mm2"), tmp_path / "faulty.xml")
+    return tmp_path
+
+
+def test_diverging_run_exits_1_and_writes_json(model_files, capsys):
+    out_json = model_files / "r.json"
+    code = main([str(model_files / "m.xml"), "--ref", "CPU", "--target", "CPU:f32", "--target-model",
+                 str(model_files / "faulty.xml"), "--json", str(out_json), "-q", "--top", "3"])
+    text = capsys.readouterr().out
+    assert code == 1
+    assert "Error starts at 'mm2'" in text
+    assert json.loads(out_json.read_text())["first_divergence"] == ["mm2"]
+
+
+def test_agreeing_run_exits_0_with_inputs_and_config(model_files, capsys):
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
+    np.save(model_files / "x.npy", x)
+    code = main([str(model_files / "m.xml"), "--target", "CPU", "--target-config", "INFERENCE_PRECISION_HINT=f32",
+                 "--input", f"x={model_files / 'x.npy'}", "-q"])
+    assert code == 0
+    assert "no divergence" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["missing.xml", "--target", "CPU"], "not found"),
+        (["{m}", "--target", "TPU"], "Unknown device 'TPU'. Available:"),
+        (["{m}", "--target", "CPU", "--input", "x={d}/nope.npy"], "not found"),
+        (["{m}", "--target", "CPU", "--target-config", "NOEQUALS"], "expected KEY=VALUE"),
+        (["{m}", "--target", "CPU", "--metric", "max_abs"], "explicit threshold"),
+    ],
+)
+def test_user_errors_exit_2_in_one_line(model_files, capsys, args, message):
+    code = main([a.format(m=model_files / "m.xml", d=model_files) for a in args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_console_script_entry_point(model_files):
+    # The real process: python -m bisect_ov, no traceback on a user error.
+    proc = subprocess.run([sys.executable, "-m", "bisect_ov", str(model_files / "none.xml"), "--target", "CPU"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "not found" in proc.stderr and "Traceback" not in proc.stderr
