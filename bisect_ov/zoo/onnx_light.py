@@ -15,19 +15,22 @@ This module turns them into usable test and benchmark models:
   scales are near 1; BatchNorm variances are positive.
 * The few small initializers the files kept from the trained networks (some biases and BatchNorm parameters)
   are redrawn the same way. Trained statistics next to random weights are wrong by orders of magnitude
-  (ShuffleNet's first BatchNorm has running variances of 1e-13, a gain of about 300).
-* BatchNorm running means and variances are then calibrated: one forward pass of the ONNX reference evaluator
-  on a seeded standard-normal input sets them to the per-channel statistics each BatchNorm actually sees, as
-  training would. Without this, a BatchNorm with random statistics does not normalise, each residual `Sum`
-  doubles the activations' variance and ResNet-50's softmax ends up exactly one-hot.
+  (ShuffleNet's first BatchNorm has running variances of 1e-13 and less, a gain of about 300).
+* BatchNorm running variances are then calibrated: one forward pass of the ONNX reference evaluator on a
+  seeded standard-normal input sets each to the mean square of what that BatchNorm sees (one value per
+  layer, see `_calibrating_batchnorm` for why not per channel), so every BatchNorm brings its layer back to
+  unit size as a trained one would. Without this, a BatchNorm with random statistics does not normalise, each
+  residual `Sum` doubles the activations' variance and ResNet-50's softmax ends up exactly one-hot.
 
-Nothing else changes: node names, tensor names, attributes, graph inputs and outputs, IR and opset versions
-stay as in the file, except that the `ConstantOfShape` nodes and the shape tensors only they used are gone.
+Nothing else changes: node names, tensor names, attributes, the inputs fed and the outputs, IR and opset
+versions stay as in the file. The `ConstantOfShape` nodes and the shape tensors only they used are gone; under
+IR 3, which lists every initializer among the graph inputs too, each weight's entry takes its shape's place.
 
 Assumptions: the installed `onnx` wheel holds the `light` folder (it has since onnx 1.2); the networks take one
 image input of batch 1 in their own shape ([1, 3, 224, 224]); inputs are drawn like the calibration input
-(standard normal), for which every output is finite, varied and in a sane range. Weights are random, so the
-predictions mean nothing. Loading works with onnx and numpy alone; only `load_light_model` needs OpenVINO.
+(standard normal), for which every output is finite, varied and in a sane range, and f32 and bf16 differ by
+0.4 to 5 % (relative L2) on OpenVINO's CPU plugin. Weights are random, so the predictions mean nothing.
+`load_light_onnx` needs onnx and numpy alone; only `load_light_model` needs OpenVINO.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import pathlib
 import tempfile
 import zlib
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -306,14 +310,16 @@ def _draw(
 ) -> np.ndarray:
     """Random values of `shape` for a tensor of `role`; `seen_shape` is how `op` sees it, for the fan-in."""
     size = int(np.prod(shape))
+    # float32 draws: half the time and memory of float64 for VGG-19's 140 M weights, and what the model stores.
     if role == "weight" and len(seen_shape) >= 2:
-        values = rng.standard_normal(size, dtype=np.float32) * np.float32(np.sqrt(2.0 / _fan_in(op, slot, seen_shape, attrs)))
+        std = np.sqrt(2.0 / _fan_in(op, slot, seen_shape, attrs))
+        values = rng.standard_normal(size, dtype=np.float32) * np.float32(std)
     elif role in ("bias", "weight"):  # a 1-D MatMul operand is a vector: treat it as a bias-sized one
         values = rng.standard_normal(size, dtype=np.float32) * np.float32(_BIAS_STD)
     elif role == "scale":
         values = 1 + rng.standard_normal(size, dtype=np.float32) * np.float32(_SCALE_STD)
     elif role == "variance":
-        # Only a placeholder where calibration applies; positive in any case so BatchNorm stays finite.
+        # Replaced by calibration where it applies; positive in any case so BatchNorm stays finite.
         values = rng.uniform(0.5, 1.5, size)
     else:
         # A role we don't know: jitter around the file's own value, which keeps its sign and size.
@@ -380,6 +386,8 @@ def _constant_tensors(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
             for attr in node.attribute:
                 if attr.name == "value":
                     values[node.output[0]] = numpy_helper.to_array(attr.t)
+                elif attr.name in ("value_ints", "value_int"):
+                    values[node.output[0]] = np.array(helper.get_attribute_value(attr), dtype=np.int64)
     return values
 
 
@@ -411,7 +419,7 @@ def _calibrate_batchnorm(model: onnx.ModelProto, drawn: set[str], seed: int) -> 
     variances: dict[str, float] = {}
     new_ops = [_calibrating_batchnorm(targets, variances)]
     if all(_fast_pool_applies(node) for node in graph.node if node.op_type in ("MaxPool", "AveragePool")):
-        new_ops += [_FastMaxPool, _FastAveragePool]
+        new_ops += _fast_pools()
     evaluator = ReferenceEvaluator(model, new_ops=new_ops)
 
     initialized = {init.name for init in graph.initializer}
@@ -443,11 +451,13 @@ def _calibrating_batchnorm(targets: set[str], variances: dict[str, float]) -> ty
     class BatchNormalization(OpRun):  # the class name is the op type the evaluator replaces
         op_domain = ""
 
-        def _run(self, x, scale, bias, mean, var, epsilon=None, **_unused):  # noqa: ANN001, ANN003
+        def _run(self, x, scale, bias, mean, var, epsilon=None, **_unused):
             name = self.onnx_node.input[4]
             if name in targets:
-                mean_square = float(np.square(x, dtype=np.float64).mean())
-                # An all-zero input (a dead layer) has nothing to normalise: keep the op an identity.
+                # Three significant digits: the last bits of a numpy convolution depend on the BLAS build and
+                # thread count, and must not make the same seed give different files on different machines.
+                mean_square = float(f"{np.square(x, dtype=np.float64).mean():.3g}")
+                # An all-zero input (a dead layer) has nothing to rescale: leave the BatchNorm a near-identity.
                 variances[name] = mean_square if mean_square > 0 else 1.0
                 var = np.full_like(var, variances[name])
             eps = 1e-5 if epsilon is None else epsilon
@@ -462,18 +472,45 @@ def _fast_pool_applies(node: onnx.NodeProto) -> bool:
     return len(node.output) == 1 and {a.name for a in node.attribute} <= _FAST_POOL_ATTRIBUTES
 
 
-def _pool(x: np.ndarray, kernel, strides, pads, maximum: bool, count_include_pad: bool) -> np.ndarray:  # noqa: ANN001
-    # The reference evaluator pools with Python loops (10 s for Inception v2's padded 3x3 average pools);
-    # windows over a padded view give the same numbers in milliseconds.
+def _fast_pools() -> list[type[OpRun]]:
+    """Reference MaxPool and AveragePool for explicit pads, strides and kernels, without Python loops.
+
+    The reference evaluator's own pools loop in Python: 10 s for Inception v2's padded 3x3 average pools,
+    against milliseconds for windows over a padded view, with the same numbers.
+    """
+
+    class MaxPool(OpRun):  # the class name is the op type the evaluator replaces
+        op_domain = ""
+
+        def _run(self, x, kernel_shape=None, strides=None, pads=None, **_unused):
+            return (_pool(x, kernel_shape, strides, pads, maximum=True, count_include_pad=False),)
+
+    class AveragePool(OpRun):
+        op_domain = ""
+
+        def _run(self, x, kernel_shape=None, strides=None, pads=None, count_include_pad=0, **_unused):
+            return (_pool(x, kernel_shape, strides, pads, maximum=False, count_include_pad=bool(count_include_pad)),)
+
+    return [MaxPool, AveragePool]
+
+
+def _pool(
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int] | None,
+    pads: Sequence[int] | None,
+    maximum: bool,
+    count_include_pad: bool,
+) -> np.ndarray:
     rank = len(kernel)
     strides = list(strides or [1] * rank)
-    pads = list(pads or [0] * (2 * rank))
+    pads = list(pads or [0] * (2 * rank))  # ONNX order: all begins, then all ends
     width = [(0, 0), (0, 0)] + list(zip(pads[:rank], pads[rank:]))
     spatial = tuple(range(2, 2 + rank))
     step = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in strides)
     window_axes = tuple(range(-rank, 0))
     padded = np.pad(x, width, constant_values=-np.inf if maximum else 0)
-    windows = sliding_window_view(padded, kernel, axis=spatial)[step]
+    windows = sliding_window_view(padded, tuple(kernel), axis=spatial)[step]
     if maximum:
         return windows.max(axis=window_axes)
     total = windows.sum(axis=window_axes)
@@ -481,24 +518,5 @@ def _pool(x: np.ndarray, kernel, strides, pads, maximum: bool, count_include_pad
         return (total / np.prod(kernel)).astype(x.dtype)
     # Without count_include_pad a border window averages only the values inside the image.
     inside = np.pad(np.ones((1, 1) + x.shape[2:], dtype=x.dtype), width)
-    counts = sliding_window_view(inside, kernel, axis=spatial)[step].sum(axis=window_axes)
+    counts = sliding_window_view(inside, tuple(kernel), axis=spatial)[step].sum(axis=window_axes)
     return (total / counts).astype(x.dtype)
-
-
-class _FastMaxPool(OpRun):
-    op_domain = ""
-
-    def _run(self, x, kernel_shape=None, strides=None, pads=None, **_unused):  # noqa: ANN001, ANN003
-        return (_pool(x, kernel_shape, strides, pads, maximum=True, count_include_pad=False),)
-
-
-class _FastAveragePool(OpRun):
-    op_domain = ""
-
-    def _run(self, x, kernel_shape=None, strides=None, pads=None, count_include_pad=0, **_unused):  # noqa: ANN001, ANN003
-        return (_pool(x, kernel_shape, strides, pads, maximum=False, count_include_pad=bool(count_include_pad)),)
-
-
-# The evaluator matches replacements by class name.
-_FastMaxPool.__name__ = "MaxPool"
-_FastAveragePool.__name__ = "AveragePool"
