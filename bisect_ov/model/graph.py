@@ -107,6 +107,12 @@ class ModelGraph:
         self._by_tensor_name: dict[str, tuple[str, int]] = {}
         self._by_friendly: dict[str, list[str]] = {}
         self._build(model.get_ordered_ops())
+        position = {p.get_name(): i for i, p in enumerate(model.get_parameters())}
+        # Inputs are fed in get_parameters() order, which need not be the topological order.
+        self.parameter_position: dict[str, int] = {
+            key: position[op.get_name()] for key, op in zip(self._order, model.get_ordered_ops())
+            if op.get_type_name() == "Parameter" and op.get_name() in position
+        }
 
     # ----- construction -------------------------------------------------------------------------------
     def _build(self, ops: list) -> None:

@@ -50,6 +50,7 @@ class NodeResult:
     inputs: tuple[str, ...] = ()
     causes: tuple[str, ...] = ()
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
+    group: tuple[str, ...] = ()  # other nodes the target executed in the same fused kernel
 
     @property
     def diverged(self) -> bool:
@@ -89,6 +90,7 @@ class NodeResult:
             "growth": self.growth, "role": self.role, "first": self.first, "rank": self.rank,
             "outputs": [s.to_dict() for s in self.outputs], "tensor_names": list(self.tensor_names),
             "inputs": list(self.inputs), "causes": list(self.causes), "runtime": self.runtime,
+            "group": list(self.group),
         }
 
     @classmethod
@@ -99,7 +101,7 @@ class NodeResult:
             first=d.get("first", False), rank=d.get("rank"),
             outputs=tuple(TensorStats.from_dict(s) for s in d.get("outputs", [])),
             tensor_names=tuple(d.get("tensor_names", [])), inputs=tuple(d.get("inputs", [])),
-            causes=tuple(d.get("causes", [])), runtime=d.get("runtime", {}),
+            causes=tuple(d.get("causes", [])), runtime=d.get("runtime", {}), group=tuple(d.get("group", [])),
         )
 
 
@@ -151,6 +153,7 @@ class Report:
     unmatched: dict[str, list[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     compiles: dict[str, int] = field(default_factory=dict)
+    strategy: str = "full"
     inputs: tuple[dict[str, Any], ...] = ()
     openvino_version: str = ""
     notes: tuple[str, ...] = ()
@@ -192,6 +195,12 @@ class Report:
         for n in self.nodes:
             if name in n.tensor_names:
                 return n
+        holders = [n.name for n in self.nodes if name in n.group]
+        if holders:
+            raise InputError(
+                f"'{name}' was not measured on its own: the target fused it into the kernel that ends at "
+                f"'{holders[0]}'. Run with strategy='full' to measure every node."
+            )
         close = [n.name for n in self.nodes if name.lower() in n.name.lower()][:8]
         raise InputError(f"No compared node named '{name}'." + (f" Similar: {close}." if close else ""))
 
@@ -240,7 +249,7 @@ class Report:
             "metric": self.metric, "tolerance": self.tolerance, "first_divergence": list(self.first_keys),
             "ranking": list(self.ranking), "outputs": [o.to_dict() for o in self.outputs],
             "nodes": [n.to_dict() for n in self.nodes], "unmatched": self.unmatched, "timings": self.timings,
-            "compiles": self.compiles, "inputs": list(self.inputs), "openvino_version": self.openvino_version,
+            "compiles": self.compiles, "strategy": self.strategy, "inputs": list(self.inputs), "openvino_version": self.openvino_version,
             "notes": list(self.notes), "fidelity": self.fidelity,
         }
 
@@ -259,7 +268,7 @@ class Report:
             tolerance=d["tolerance"], first_keys=tuple(d.get("first_divergence", [])),
             ranking=tuple(d.get("ranking", [])), model_hash=d.get("model_hash", ""),
             target_model=d.get("target_model"), unmatched=d.get("unmatched", {}), timings=d.get("timings", {}),
-            compiles=d.get("compiles", {}), inputs=tuple(d.get("inputs", [])),
+            compiles=d.get("compiles", {}), strategy=d.get("strategy", "full"), inputs=tuple(d.get("inputs", [])),
             openvino_version=d.get("openvino_version", ""), notes=tuple(d.get("notes", [])),
             fidelity=d.get("fidelity", {}), schema_version=version,
         )

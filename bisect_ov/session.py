@@ -1,0 +1,169 @@
+"""A measuring session: both sides of one comparison, ready to run the model with any set of taps.
+
+`Session` owns the walked graph(s), the node matching, the two devices and the inputs. `plain()` runs the
+untouched model on both sides (the divergence to explain, and the target's fusion groups from its runtime
+graph); `measure(taps)` compiles a tapped copy on both sides, runs it once, compares each tapped pair as it
+arrives and keeps only statistics. Every compile is counted, every tapped run's final-output error kept for
+the fidelity check, and the runtime info (kernel, precision, fusion group) of every compiled layer collected.
+Search strategies (`bisect_ov.strategies`) decide which taps to measure.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from bisect_ov.analysis.exactness import check_exact, exact_result
+from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.match import Match
+from bisect_ov.model.runtime import RuntimeGraph
+from bisect_ov.model.taps import Tap, plan_chunks, tap_model
+from bisect_ov.run.devices import Device, DeviceInfo
+
+__all__ = ["Session", "Clock"]
+
+_EXACT_OPS = ("Convolution", "GroupConvolution", "MatMul")
+
+
+class Clock:
+    """Accumulates wall time per named stage."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages[stage] = round(self.stages.get(stage, 0.0) + time.perf_counter() - start, 4)
+
+
+class Session:
+    """Both sides of a comparison; see the module docstring."""
+
+    def __init__(self, graph: ModelGraph, target_graph: ModelGraph, match: Match, ref: Device, target: Device,
+                 ref_arrays: Sequence[np.ndarray], target_arrays: Sequence[np.ndarray], *,
+                 clock: Clock | None = None, progress: bool = False):
+        self.graph = graph
+        self.target_graph = target_graph
+        self.match = match
+        self.target_of: dict[Tap, Tap] = dict(match.pairs)
+        self.ref, self.target = ref, target
+        self.ref_arrays, self.target_arrays = list(ref_arrays), list(target_arrays)
+        self.clock = clock or Clock()
+        self.progress = progress
+        self.compiles = {"ref": 0, "target": 0}
+        self.ref_info: DeviceInfo | None = None
+        self.target_info: DeviceInfo | None = None
+        self.runtime_ref: dict[str, dict] = {}
+        self.runtime_target: dict[str, dict] = {}
+        self.target_runtime: RuntimeGraph = RuntimeGraph()  # of the untouched model: its real fusion groups
+        self.outputs: list[tuple[str, str, TensorStats]] = []
+        self.tapped_outputs: list[list[tuple[str, str, TensorStats]]] = []
+        self.exact: dict[str, str] = {}
+        self.notes: list[str] = []
+
+    # ----- running ------------------------------------------------------------------------------------
+    def plain(self) -> list[tuple[str, str, TensorStats]]:
+        """Run the untouched model on both sides; returns (name, result key, stats) per final output."""
+        with self.clock("plain run"):
+            ref_c = self.ref.compile(self.graph.model)
+            target_c = self.target.compile(self.target_graph.model)
+            self._count(ref_c, target_c)
+            self.target_runtime = target_c.runtime
+            ref_out = ref_c.infer(self.ref_arrays)
+            target_out = target_c.infer(self.target_arrays)
+            self.outputs = self._final_outputs(ref_out, target_out, len(self.graph.model.outputs))
+        return self.outputs
+
+    def measure(self, taps: Sequence[Tap], *, bar: tqdm | None = None) -> dict[Tap, TensorStats]:
+        """Expose `taps` (reference-side taps; matched target taps are found) in one compile per side."""
+        taps = [t for t in taps if t in self.target_of]
+        ref_tapped = tap_model(self.graph, taps)
+        target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
+        with self.clock("compile ref"):
+            ref_c = self.ref.compile(ref_tapped.model, taps=ref_tapped.added_outputs)
+        with self.clock("compile target"):
+            target_c = self.target.compile(target_tapped.model, taps=target_tapped.added_outputs)
+        self._count(ref_c, target_c)
+        with self.clock("infer ref"):
+            ref_out = ref_c.infer(self.ref_arrays)
+        with self.clock("infer target"):
+            target_out = target_c.infer(self.target_arrays)
+        stats: dict[Tap, TensorStats] = {}
+        with self.clock("compare"):
+            self.tapped_outputs.append(self._final_outputs(ref_out, target_out, ref_tapped.n_original_outputs))
+            ref_of = dict(zip(taps, ref_tapped.tap_outputs))
+            for tap, ri, ti in zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs):
+                stats[tap] = compare(ref_out[ri], target_out[ti])
+                self._check_exact(tap, ref_out, target_out, ri, ti, ref_of)
+                if bar is not None:
+                    bar.update(1)
+        return stats
+
+    def measure_chunked(self, taps: Sequence[Tap], max_bytes: int | None, *, desc: str = "compare") -> dict[Tap, TensorStats]:
+        """`measure` in as many compiles as the byte budget needs, with a progress bar over tensors."""
+        chunks = plan_chunks(self.graph, [t for t in taps if t in self.target_of], max_bytes)
+        stats: dict[Tap, TensorStats] = {}
+        with tqdm(total=sum(map(len, chunks)), desc=desc, unit="tensor", disable=not self.progress, leave=False) as bar:
+            for i, chunk in enumerate(chunks):
+                bar.set_description(f"{desc} {i + 1}/{len(chunks)}" if len(chunks) > 1 else desc)
+                stats.update(self.measure(chunk, bar=bar))
+        return stats
+
+    # ----- helpers ------------------------------------------------------------------------------------
+    def _count(self, ref_c, target_c) -> None:
+        self.compiles["ref"] += 1
+        self.compiles["target"] += 1
+        self.ref_info = self.ref_info or ref_c.info
+        self.target_info = self.target_info or target_c.info
+        _collect_runtime(self.runtime_ref, ref_c.runtime)
+        _collect_runtime(self.runtime_target, target_c.runtime)
+
+    def _final_outputs(self, ref_out, target_out, n: int) -> list[tuple[str, str, TensorStats]]:
+        outputs = []
+        for result_node, r, t in zip(self.graph.results(), ref_out[:n], target_out[:n]):
+            producer = self.graph[result_node.inputs[0][0]]
+            names = producer.outputs[result_node.inputs[0][1]].names
+            outputs.append((names[0] if names else producer.name, result_node.key, compare(r, t)))
+        return outputs
+
+    def _check_exact(self, tap: Tap, ref_out, target_out, ri: int, ti: int, ref_of: dict[Tap, int]) -> None:
+        """For Conv/MatMul over integer-valued inputs, compare both sides with the exact int64 result."""
+        node = self.graph[tap.key]
+        if node.op_type not in _EXACT_OPS or tap.port != 0 or node.key in self.exact:
+            return
+        inputs = []
+        for key, port in node.inputs:
+            producer = self.graph[key]
+            if producer.kind == "constant":
+                (op,) = self.graph.ops_of(self.graph.model, [key])
+                inputs.append(np.asarray(op.get_data()))
+            elif producer.kind == "parameter":
+                inputs.append(self.ref_arrays[self.graph.parameter_position[key]])
+            elif Tap(key, port) in ref_of:
+                inputs.append(ref_out[ref_of[Tap(key, port)]])
+            else:
+                return
+        (op,) = self.graph.ops_of(self.graph.model, [tap.key])
+        exact = exact_result(node.op_type, op.get_attributes(), inputs)
+        if exact is not None:
+            self.exact[node.key] = check_exact(exact, ref_out[ri], target_out[ti]).describe()
+
+
+def _collect_runtime(into: dict[str, dict], runtime: RuntimeGraph) -> None:
+    for name, layer in runtime.by_original.items():
+        if layer.is_compute:
+            into.setdefault(name, {"layer": layer.name, "layer_type": layer.layer_type,
+                                   "precision": layer.runtime_precision, "kernel": layer.primitive_type,
+                                   "fused": list(layer.original_names)})
+
+
+Predicate = Callable[[Tap, TensorStats], bool]

@@ -1,0 +1,172 @@
+"""Which tensors to expose, and in how many compiles: the capture strategies.
+
+* ``full``: every output of every compute node, split into compiles of at most `max_tap_bytes`. Exact
+  per-node attribution; breaks every fusion of the target.
+* ``fusion`` (the default): only the tensors that leave one of the target's fusion groups, read from the
+  runtime graph of the untouched target compile, so the instrumented target compiles the same groups. A
+  group whose output diverges and one of whose members reads only clean tensors from outside the group may
+  hold the place where error starts: its members (every unmeasured node feeding that output since the last
+  measured tensors, which includes ops the runtime graph does not name) are exposed in one more compile so
+  the report can name the member (``refine=False`` keeps group granularity).
+* ``bisection``: a search along the topological order that exposes only a cut per compile. The cut at
+  position i is the set of tensors produced at or before i and read after it (model outputs included); all
+  information computed up to i flows through it, so error created at or before i is visible in the cut
+  unless the network masks it. The smallest i whose cut diverges is found by binary search, and the node at
+  i is then the first divergence (its inputs lie in the clean cut at i - 1). That takes ceil(log2 N) compiles
+  plus one to confirm, with a handful of tensors each: for models too big or too fragile for many taps.
+
+Each strategy returns statistics per measured tap; scoring (`bisect_ov.analysis.scoring`) works with any
+subset of taps, unmeasured tensors passing their inputs' error on.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.model.taps import Tap
+from bisect_ov.session import Session
+
+__all__ = ["STRATEGIES", "run_full", "run_fusion", "run_bisection", "fusion_boundaries"]
+
+STRATEGIES = ("auto", "fusion", "full", "bisection")
+
+Diverged = Callable[[Tap, TensorStats], bool]
+
+
+def run_full(session: Session, max_bytes: int | None) -> dict[Tap, TensorStats]:
+    """Expose every matched candidate tensor."""
+    return session.measure_chunked([r for r, _ in session.match.pairs], max_bytes)
+
+
+def fusion_boundaries(session: Session) -> tuple[list[Tap], dict[str, tuple[str, ...]]]:
+    """Taps at the boundaries of the target's fusion groups, and each tapped node's group (reference keys).
+
+    A member's tensor is a boundary when some reader lies outside its group (or is a model output). Nodes the
+    runtime graph does not mention (folded or eliminated by the plugin) are not tapped. When the target
+    exposes no runtime graph, every candidate is a boundary.
+    """
+    graph, target_graph = session.graph, session.target_graph
+    ref_key_of = {t.key: r.key for r, t in session.match.pairs}
+    groups_by_member: dict[str, tuple[str, ...]] = {}
+    for layer in session.target_runtime.layers:
+        if not layer.is_compute:
+            continue
+        members = tuple(n for n in layer.original_names if n in target_graph and target_graph[n].is_candidate)
+        for m in members:
+            groups_by_member.setdefault(m, members)
+    if not groups_by_member:
+        return [r for r, _ in session.match.pairs], {}
+    taps: list[Tap] = []
+    groups: dict[str, tuple[str, ...]] = {}
+    for ref_tap, target_tap in session.match.pairs:
+        group = groups_by_member.get(target_tap.key)
+        if group is None:
+            continue
+        members = set(group)
+        readers = target_graph.consumers(target_tap.key)
+        if any(r not in members for r in readers):
+            taps.append(ref_tap)
+            groups[ref_tap.key] = tuple(ref_key_of.get(m, m) for m in group)
+    return taps, groups
+
+
+def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, refine: bool = True
+               ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
+    """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups."""
+    taps, groups = fusion_boundaries(session)
+    stats = session.measure_chunked(taps, max_bytes, desc="compare groups")
+    if not refine:
+        return stats, groups
+    graph = session.graph
+    measured = {t.key for t in stats}
+    to_refine: set[str] = set()
+    for tap, s in stats.items():
+        if not diverged(tap, s):
+            continue
+        # Everything unmeasured that feeds this tensor since the last measured tensors: the group's members,
+        # and ops the runtime graph does not name (the plugin folds some into neighbours silently).
+        inside = _unmeasured_ancestors(graph, tap.key, measured)
+        if len(inside) < 2:
+            continue
+        # Refine when some member reads only clean tensors from outside: error may start inside.
+        if any(_reads_clean(graph, m, inside, stats, diverged) for m in inside):
+            to_refine.update(inside)
+    extra = [r for r, _ in session.match.pairs if r.key in to_refine and r not in stats]
+    if extra:
+        stats.update(session.measure_chunked(extra, max_bytes, desc="refine"))
+    return stats, groups
+
+
+def _reads_clean(graph, member: str, inside: set[str], stats, diverged: Diverged) -> bool:
+    """True when `member` reads something from outside `inside`, and all of that is measured clean or an input."""
+    outside = [(k, p) for k, p in graph.data_inputs(member) if k not in inside]
+    if not outside:
+        return False
+    for k, p in outside:
+        if graph[k].kind == "parameter":
+            continue
+        tap = Tap(k, p)
+        if tap not in stats or diverged(tap, stats[tap]):
+            return False
+    return True
+
+
+def _unmeasured_ancestors(graph, key: str, measured: set[str]) -> set[str]:
+    """`key` and the candidates upstream of it reached without crossing a measured node."""
+    seen, stack = {key}, [key]
+    while stack:
+        for producer, _ in graph.data_inputs(stack.pop()):
+            if producer not in seen and producer not in measured and graph[producer].is_candidate:
+                seen.add(producer)
+                stack.append(producer)
+    return seen
+
+
+def _cut(graph, order: list[str], position: dict[str, int], i: int, matched: set[Tap]) -> list[Tap]:
+    """Matched tensors produced by order[:i+1] and read by a node after position i (or by a Result)."""
+    cut = []
+    for key in order[: i + 1]:
+        node = graph[key]
+        for t in node.outputs:
+            tap = Tap(key, t.port)
+            if tap not in matched:
+                continue
+            readers = [c for c in graph.consumers(key) if any(p == t.port for p, _ in graph.graph.edges[key, c]["ports"])]
+            if any(graph[c].kind == "result" or position.get(c, -1) > i for c in readers):
+                cut.append(tap)
+    return cut
+
+
+def run_bisection(session: Session, diverged: Diverged) -> dict[Tap, TensorStats]:
+    """Binary search for the first position whose cut diverges; see the module docstring."""
+    graph = session.graph
+    matched = {r for r, _ in session.match.pairs}
+    order = [n.key for n in graph.candidates() if any(Tap(n.key, t.port) in matched for t in n.outputs)]
+    position = {k: i for i, k in enumerate(order)}
+    stats: dict[Tap, TensorStats] = {}
+
+    def cut_diverges(i: int) -> bool:
+        cut = _cut(graph, order, position, i, matched)
+        missing = [t for t in cut if t not in stats]
+        if missing:
+            stats.update(session.measure(missing))
+        return any(diverged(t, stats[t]) for t in cut)
+
+    if not order or not cut_diverges(len(order) - 1):
+        return stats
+    lo, hi = 0, len(order) - 1  # invariant: cut(hi) diverges; cuts before lo do not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cut_diverges(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    # Confirm: the node at hi with every tensor it reads, so scoring sees a clean input and a dirty output.
+    found = order[hi]
+    confirm = [Tap(found, t.port) for t in graph[found].outputs if Tap(found, t.port) in matched]
+    confirm += [Tap(k, p) for k, p in graph.data_inputs(found) if Tap(k, p) in matched]
+    missing = [t for t in confirm if t not in stats]
+    if missing:
+        stats.update(session.measure(missing))
+    return stats
