@@ -40,14 +40,14 @@ def run_full(session: Session, max_bytes: int | None) -> dict[Tap, TensorStats]:
 
 
 def fusion_boundaries(session: Session) -> tuple[list[Tap], dict[str, tuple[str, ...]]]:
-    """Taps at the boundaries of the target's fusion groups, and each tapped node's group (reference keys).
+    """Taps at the boundaries of the target's fusion groups, and what each tap covers (reference keys).
 
     A member's tensor is a boundary when some reader lies outside its group (or is a model output). Nodes the
-    runtime graph does not mention (folded or eliminated by the plugin) are not tapped. When the target
-    exposes no runtime graph, every candidate is a boundary.
+    runtime graph does not mention (folded or eliminated by the plugin) are not tapped. A tap's group is every
+    candidate upstream of it reached without crossing another tap: its fusion partners and the unnamed ops.
+    When the target exposes no runtime graph, every candidate is a boundary.
     """
     graph, target_graph = session.graph, session.target_graph
-    ref_key_of = {t.key: r.key for r, t in session.match.pairs}
     groups_by_member: dict[str, tuple[str, ...]] = {}
     for layer in session.target_runtime.layers:
         if not layer.is_compute:
@@ -58,16 +58,17 @@ def fusion_boundaries(session: Session) -> tuple[list[Tap], dict[str, tuple[str,
     if not groups_by_member:
         return [r for r, _ in session.match.pairs], {}
     taps: list[Tap] = []
-    groups: dict[str, tuple[str, ...]] = {}
     for ref_tap, target_tap in session.match.pairs:
         group = groups_by_member.get(target_tap.key)
         if group is None:
             continue
         members = set(group)
-        readers = target_graph.consumers(target_tap.key)
-        if any(r not in members for r in readers):
+        if any(r not in members for r in target_graph.consumers(target_tap.key)):
             taps.append(ref_tap)
-            groups[ref_tap.key] = tuple(ref_key_of.get(m, m) for m in group)
+    # What each tap stands for: its fusion group, and ops the plugin folded in without naming them.
+    tapped = {t.key for t in taps}
+    groups = {key: tuple(sorted(_unmeasured_ancestors(graph, key, tapped) - {key}, key=lambda k: graph[k].index))
+              for key in tapped}
     return taps, groups
 
 

@@ -9,6 +9,7 @@ multiple inputs and outputs, attention block, conv net with batch norm).
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 
@@ -65,3 +66,30 @@ def test_every_fault_kind_is_found_mid_graph(shape, node, kind):
         assert any("65504" in c for c in report.first_divergence.causes)
     if kind == "nan":
         assert any("NaN" in c for c in report.first_divergence.causes)
+
+
+BISECT_CASES = [(shape, name) for shape in ("chain", "diamond", "conv_bn_net", "multi_io") for name in _float_sites(shape)]
+
+
+@pytest.mark.parametrize("shape, node", BISECT_CASES, ids=[f"{s}:{n}" for s, n in BISECT_CASES])
+def test_bisection_strategy_finds_the_fault_in_few_compiles(shape, node):
+    model = _model(shape)
+    faulty = inject_fault(model, node, "noise", 0.05, seed=7)
+    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=faulty, strategy="bisection",
+                    progress=False)
+    assert report.strategy == "bisection"
+    assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
+    n = len(ModelGraph(model).candidates())
+    assert report.compiles["target"] <= 2 * math.log2(n) + 8
+    assert len(report.nodes) < n  # only cuts were exposed
+
+
+@pytest.mark.parametrize("shape", ["chain", "conv_bn_net", "attention_block"])
+def test_fusion_strategy_without_refinement_names_the_group(shape):
+    sites = _float_sites(shape)
+    node = sites[len(sites) // 3]
+    model = _model(shape)
+    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=inject_fault(model, node, "offset"),
+                    strategy="fusion", refine=False, progress=False)
+    first = report.first_divergence
+    assert first.name == node or node in first.group, report.to_text()

@@ -50,7 +50,7 @@ class NodeResult:
     inputs: tuple[str, ...] = ()
     causes: tuple[str, ...] = ()
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
-    group: tuple[str, ...] = ()  # other nodes the target executed in the same fused kernel
+    group: tuple[str, ...] = ()  # nodes measured only through this one (fused with it, or folded in)
 
     @property
     def diverged(self) -> bool:

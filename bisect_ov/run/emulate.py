@@ -41,10 +41,18 @@ inputs of rank >= 2; other instances of those ops are left alone (per-op roundin
 MVN-1 ops (no ``axes`` input). Emulated models must be compiled with ``INFERENCE_PRECISION_HINT`` f32:
 a bf16 CPU pipeline would round the rounding arithmetic itself.
 
-Why arithmetic rounding: the CPU plugin removes ``Convert(f32->f16) -> Convert(f16->f32)`` pairs, so the
-rounding is built from Multiply/Subtract/Round/Select (Veltkamp splitting). Multipliers that could be
-fused with a preceding ``Multiply`` by a constant are made data-dependent (Select), so no graph
-optimisation can merge them.
+How: the CPU plugin removes ``Convert(f32->f16) -> Convert(f16->f32)`` pairs (they come out bit-identical
+to f32), so rounding is arithmetic: Veltkamp splitting for the significand, adding and subtracting a
+"magic" constant for the fixed quantum of subnormals, Select for overflow, inf, NaN and signed zeros.
+Multipliers and addends are made data-dependent (Select outputs), so no graph optimisation can fold them
+into a neighbouring ``Multiply``/``Add`` by a constant. This costs ~16 ops per rounded tensor; CPU
+compile time grows about linearly with the op count (measured: ~15 s for a 1000-op model, whose emulated
+copy has ~17,000 ops).
+
+Naming: original ops keep their friendly names; new ops are named ``<friendly>/emulated_<precision>/...``.
+Tensor names move to the rounded tensors (so a tensor name always denotes the stored value; model inputs
+and outputs keep theirs), while an op found by friendly name still yields its value *before* rounding,
+except for emulated reductions, whose final op takes over the original's friendly name.
 """
 
 from __future__ import annotations
@@ -76,7 +84,7 @@ _NON_VALUE_INPUTS = {"Interpolate": {1, 2, 3}}
 
 def _check_precision(precision: object, allow_f32: bool) -> str:
     valid = PRECISIONS + (("f32",) if allow_f32 else ())
-    if precision not in valid:
+    if not isinstance(precision, str) or precision not in valid:
         raise InputError(f"unknown precision {precision!r}; valid precisions are {', '.join(map(repr, valid))}")
     return str(precision)
 
@@ -144,44 +152,49 @@ def _pick(cond: ov.Output, if_true: float, if_false: float, nm: _Namer, what: st
 
 def _veltkamp(x: ov.Output, factor: ov.Output, nm: _Namer) -> ov.Output:
     # p = x * (2**s + 1); p - (p - x) is x rounded to 24 - s significant bits, ties to even (f32 RNE).
+    # With factor 0 it returns x unchanged.
     p = ops.multiply(x, factor, name=nm("split"))
     return ops.subtract(p, ops.subtract(p, x, name=nm("split_lo")), name=nm("split_hi")).output(0)
 
 
+def _quantize_tiny(x: ov.Output, tiny: ov.Output, magic: float, nm: _Namer) -> ov.Output:
+    # Where `tiny`, (x + magic) - magic rounds x to a multiple of ulp(magic), ties to even: the fixed
+    # quantum of the low precision's subnormals. Elsewhere magic is 0 and x passes unchanged.
+    m = _pick(tiny, magic, 0.0, nm, "magic")
+    return ops.subtract(ops.add(x, m, name=nm("quantize")), m, name=nm("quantized")).output(0)
+
+
 def _round_f16(x: ov.Output, nm: _Namer) -> ov.Output:
     a = ops.abs(x, name=nm("abs"))
-    finite = ops.less(a, nm.f32(65520.0), name=nm("finite"))  # f16 rounds |x| >= 65520 to inf; NaN -> False
+    finite = ops.less(a, nm.f32(65520.0), name=nm("finite"))  # f16 rounds |x| >= 65520 to inf; NaN: False
     tiny = ops.less(a, nm.f32(2.0**-14), name=nm("subnormal"))
-    # Normal range: 11 significant bits. The factor is 0 outside the f16 range so x * factor cannot overflow.
-    normal = _veltkamp(x, _pick(finite, 2.0**13 + 1, 0.0, nm, "factor"), nm)
-    # Subnormal range: multiples of 2**-24 (x * 2**24 is exact, Round is half to even).
-    scaled = ops.multiply(x, _pick(tiny, 2.0**24, 1.0, nm, "sub_scale"), name=nm("sub_scaled"))
-    sub = ops.multiply(ops.round(scaled, "half_to_even", name=nm("sub_round")), nm.f32(2.0**-24), name=nm("sub"))
-    r = ops.select(tiny, sub, normal, name=nm("select_sub"))
-    overflow = ops.greater_equal(a, nm.f32(65520.0), name=nm("overflow"))
-    return ops.select(overflow, ops.multiply(x, nm.f32(np.inf), name=nm("inf")), r, name=nm("select_inf")).output(0)
+    # Subnormals are multiples of 2**-24 = ulp(0.75); such values then have <= 11 bits, so the split
+    # below keeps them. Normal range: 11 significant bits; the factor is 0 beyond the f16 range, so no
+    # overflow there.
+    x = _quantize_tiny(x, tiny, 0.75, nm)
+    r = _veltkamp(x, _pick(finite, 2.0**13 + 1, 0.0, nm, "factor"), nm)
+    return ops.select(finite, r, ops.multiply(x, nm.f32(np.inf), name=nm("inf")), name=nm("select_inf")).output(0)
 
 
 def _round_bf16(x: ov.Output, nm: _Namer) -> ov.Output:
     a = ops.abs(x, name=nm("abs"))
     big = ops.greater(a, nm.f32(2.0**100), name=nm("big"))  # x * (2**16 + 1) would overflow near f32 max
     tiny = ops.less(a, nm.f32(2.0**-126), name=nm("subnormal"))  # f32 subnormals
-    # Bring big and subnormal values into a safe range by exact power-of-two scaling.
-    scale = ops.select(big, nm.f32(2.0**-64), _pick(tiny, 2.0**64, 1.0, nm, "scale_tiny"), name=nm("scale"))
-    unscale = ops.select(big, nm.f32(2.0**64), _pick(tiny, 2.0**-64, 1.0, nm, "unscale_tiny"), name=nm("unscale"))
-    xs = ops.multiply(x, scale, name=nm("scaled")).output(0)
-    normal = _veltkamp(xs, nm.f32(2.0**16 + 1), nm)  # 8 significant bits
-    # bf16 subnormals keep multiples of 2**-133, i.e. 2**-69 after the 2**64 scaling.
-    sub_round = ops.round(ops.multiply(xs, nm.f32(2.0**69), name=nm("sub_scaled")), "half_to_even", name=nm("sub_round"))
-    sub = ops.multiply(sub_round, nm.f32(2.0**-69), name=nm("sub"))
-    r = ops.multiply(ops.select(tiny, sub, normal, name=nm("select_sub")), unscale, name=nm("unscaled"))
-    inf = ops.greater(a, nm.f32(_F32_MAX), name=nm("is_inf"))  # inf - inf inside the split gave NaN
-    return ops.select(inf, x, r, name=nm("select_inf")).output(0)
+    # bf16 subnormals are multiples of 2**-133 = ulp(1.5 * 2**-110); the split must then leave them
+    # alone (factor 0): on subnormals it would round to 8 *significant* bits.
+    xq = _quantize_tiny(x, tiny, 1.5 * 2.0**-110, nm)
+    # Big values are split at 2**-64 times their size (exact power-of-two scaling) and scaled back, which
+    # overflows to inf exactly when bf16 rounding does.
+    xs = ops.multiply(xq, _pick(big, 2.0**-64, 1.0, nm, "scale"), name=nm("scaled")).output(0)
+    r = _veltkamp(xs, _pick(tiny, 0.0, 2.0**16 + 1, nm, "factor"), nm)  # 8 significant bits
+    r = ops.multiply(r, _pick(big, 2.0**64, 1.0, nm, "unscale"), name=nm("unscaled"))
+    is_inf = ops.greater(a, nm.f32(_F32_MAX), name=nm("is_inf"))  # inf - inf inside the split gave NaN
+    return ops.select(is_inf, x, r, name=nm("select_inf")).output(0)
 
 
 def _fix_zero_sign(r: ov.Output, x: ov.Output, nm: _Namer) -> ov.Output:
-    # Round() and the CPU's multiply-by-constant lose the sign of zero; x * 0 restores it (x is finite
-    # wherever r == 0). The zero factor is data-dependent so the multiply is a true multiply.
+    # (x + m) - m, and the CPU's multiply-by-constant, turn -0 into +0; x * 0 restores the sign (x is
+    # finite wherever r == 0). The zero factor is data-dependent so the multiply is a true multiply.
     is_zero = ops.equal(r, nm.f32(0.0), name=nm("is_zero"))
     signed_zero = ops.multiply(x, _pick(is_zero, 0.0, 1.0, nm, "zero_factor"), name=nm("signed_zero"))
     return ops.select(is_zero, signed_zero, r, name=nm("select_zero")).output(0)
@@ -190,7 +203,8 @@ def _fix_zero_sign(r: ov.Output, x: ov.Output, nm: _Namer) -> ov.Output:
 def _round(x: ov.Output, precision: str, nm: _Namer) -> ov.Output:
     element_type = x.get_element_type()
     if element_type not in _FLOAT_TYPES:
-        raise InputError(f"can only round floating tensors, got {element_type} from '{x.get_node().get_friendly_name()}'")
+        source = x.get_node().get_friendly_name()
+        raise InputError(f"can only round floating tensors, got {element_type} from '{source}'")
     if element_type != ov.Type.f32:  # the CPU runs f16/bf16 models in f32 anyway; round there
         x = ops.convert(x, ov.Type.f32, name=nm("to_f32")).output(0)
     r = _fix_zero_sign(_round_f16(x, nm) if precision == "f16" else _round_bf16(x, nm), x, nm)
@@ -203,8 +217,8 @@ def round_output(output: ov.Output, precision: str, *, name: str | None = None) 
     """Build OpenVINO ops that round a floating tensor to a low precision, arithmetically.
 
     Convert(f32->f16)->Convert(f16->f32) would be optimised away by the CPU plugin, so the rounding is
-    computed with Veltkamp splitting plus Round/Select for subnormals, overflow, inf and NaN. Compiled with
-    ``INFERENCE_PRECISION_HINT`` f32 the result is bit-exact to `round_array`, signed zeros included.
+    computed arithmetically (see the module docstring). Compiled with ``INFERENCE_PRECISION_HINT`` f32 the
+    result is bit-exact to `round_array`, signed zeros and subnormals included; NaN stays NaN.
 
     Parameters
     ----------
@@ -245,7 +259,8 @@ class _Builder(_Namer):
         return _round(node if isinstance(node, ov.Output) else node.output(0), self.precision, self)
 
     def slice(self, x: ov.Output, start: int, stop: int, axis: int, what: str) -> ov.Output:
-        return ops.slice(x, self.i64([start]), self.i64([stop]), self.i64([1]), self.i64([axis]), name=self(what)).output(0)
+        bounds = self.i64([start]), self.i64([stop]), self.i64([1]), self.i64([axis])
+        return ops.slice(x, *bounds, name=self(what)).output(0)
 
     def pad(self, x: ov.Output, axis: int, extra: int) -> ov.Output:
         """Append `extra` zeros along `axis` (static rank); adding zeros to a sum is exact."""
@@ -253,7 +268,8 @@ class _Builder(_Namer):
             return x
         end = [0] * x.get_partial_shape().rank.get_length()
         end[axis] = extra
-        return ops.pad(x, self.i64([0] * len(end)), self.i64(end), "constant", self.f32(0.0), name=self("pad")).output(0)
+        zeros = self.i64([0] * len(end))
+        return ops.pad(x, zeros, self.i64(end), "constant", self.f32(0.0), name=self("pad")).output(0)
 
 
 def _tree_sum(x: ov.Output, axis: int, width: int, b: _Builder) -> ov.Output:
@@ -303,7 +319,8 @@ def _lane_sum(x: ov.Output, axis: int, n: int, b: _Builder) -> ov.Output:
     x = b.pad(x, axis, steps * b.lanes - n)
     first = b.slice(x, 0, b.lanes, axis, "first_chunk")
     rest = b.slice(x, b.lanes, steps * b.lanes, axis, "rest")
-    partial = _lane_loop(first, [(rest, axis)], steps - 1, lambda acc, chunk: b.rnd(ops.add(acc, chunk, name=b("body_add"))), b)
+    add_chunk = lambda acc, chunk: b.rnd(ops.add(acc, chunk, name=b("body_add")))  # noqa: E731
+    partial = _lane_loop(first, [(rest, axis)], steps - 1, add_chunk, b)
     return _tree_sum(partial, axis, b.lanes, b)
 
 
@@ -329,7 +346,7 @@ def _count(x: ov.Output, axes: list[int]) -> int:
     return int(np.prod([x.get_partial_shape()[a].get_length() for a in axes]))
 
 
-def _reduced_axes(node: ov.Node, x: ov.Output, axes: object) -> list[int] | None:
+def _reduced_axes(x: ov.Output, axes: object) -> list[int] | None:
     """Sorted non-negative axes if the rank and those axes' lengths are static, else None."""
     shape = x.get_partial_shape()
     if not shape.rank.is_static:
@@ -340,12 +357,14 @@ def _reduced_axes(node: ov.Node, x: ov.Output, axes: object) -> list[int] | None
         axes = axes.get_node().get_data()
     rank = shape.rank.get_length()
     result = sorted({int(a) % rank for a in np.ravel(axes)})
-    return result if result and all(shape[a].is_static for a in result) else None
+    if not all(shape[a].is_static for a in result) or _count(x, result) < 2:
+        return None  # dynamic, or nothing to accumulate (the op is an identity up to its rounding)
+    return result
 
 
 def _emulate_softmax(node: ov.Node, b: _Builder) -> ov.Output | None:
     x = node.input_value(0)
-    axes = _reduced_axes(node, x, node.get_attributes()["axis"])
+    axes = _reduced_axes(x, node.get_attributes()["axis"])
     if axes is None:
         return None
     peak = ops.reduce_max(x, b.i64(axes), True, name=b("max"))  # exact
@@ -355,7 +374,7 @@ def _emulate_softmax(node: ov.Node, b: _Builder) -> ov.Output | None:
 
 def _emulate_reduce(node: ov.Node, b: _Builder) -> ov.Output | None:
     x = node.input_value(0)
-    axes = _reduced_axes(node, x, node.input_value(1))
+    axes = _reduced_axes(x, node.input_value(1))
     if axes is None:
         return None
     total = _reduce_sum(x, axes, b)
@@ -370,7 +389,7 @@ def _emulate_mvn(node: ov.Node, b: _Builder) -> ov.Output | None:
     if node.get_input_size() != 2:  # MVN-1 has no axes input
         return None
     x = node.input_value(0)
-    axes = _reduced_axes(node, x, node.input_value(1))
+    axes = _reduced_axes(x, node.input_value(1))
     if axes is None:
         return None
     attrs = node.get_attributes()
@@ -420,7 +439,8 @@ def _emulate_matmul(node: ov.Node, b: _Builder) -> ov.Output | None:
         a, bb = b.pad(a, a_axis, steps * lanes - k), b.pad(bb, b_axis, steps * lanes - k)
         rest = [(b.slice(a, lanes, steps * lanes, a_axis, "a_rest"), a_axis),
                 (b.slice(bb, lanes, steps * lanes, b_axis, "b_rest"), b_axis)]
-        acc = _lane_loop(acc, rest, steps - 1, lambda s, ca, cb: b.rnd(ops.add(s, products(ca, cb), name=b("body_fma"))), b)
+        fma = lambda s, ca, cb: b.rnd(ops.add(s, products(ca, cb), name=b("body_fma")))  # noqa: E731
+        acc = _lane_loop(acc, rest, steps - 1, fma, b)
     lane_axis = acc.get_partial_shape().rank.get_length() - 2
     return ops.squeeze(_tree_sum(acc, lane_axis, width, b), b.i64([lane_axis]), name=b("squeeze")).output(0)
 
@@ -437,7 +457,8 @@ def _check_reductions(reductions: bool | Iterable[str]) -> frozenset[str]:
     names = (reductions,) if isinstance(reductions, str) else tuple(reductions)
     unknown = [n for n in names if n not in REDUCTION_OPS]
     if unknown:
-        raise InputError(f"cannot emulate low-precision accumulation of {unknown}; supported op types are {sorted(REDUCTION_OPS)}")
+        raise InputError(f"cannot emulate low-precision accumulation of {unknown}; "
+                         f"supported op types are {sorted(REDUCTION_OPS)}")
     return frozenset(names)
 
 
@@ -475,6 +496,33 @@ def _round_constant(node: ov.Node, out: ov.Output, precision: str, nm: _Namer) -
     if out.get_element_type() != ov.Type.f32:
         return _round(out, precision, nm)
     return ops.constant(rounded, ov.Type.f32, name=nm("constant")).output(0)
+
+
+def _round_static(node: ov.Node, out: ov.Output, targets: list[ov.Input], data: set[int], precision: str,
+                  nm: _Namer) -> None:
+    """Round a constant or shape-derived value where it enters the data path (or is a model output)."""
+    def is_value_use(inp: ov.Input) -> bool:
+        user = inp.get_node()
+        if user.get_type_name() == "Result":
+            return True
+        non_value = _NON_VALUE_INPUTS.get(user.get_type_name(), ())
+        return user.get_instance_id() in data and inp.get_index() not in non_value
+
+    consumers = [inp for inp in targets if is_value_use(inp)]
+    if not consumers:  # pure shape arithmetic: computed on the host in f32 by real plugins
+        return
+    if node.get_type_name() == "Constant":
+        r = _round_constant(node, out, precision, nm)
+    else:  # e.g. decompressed weights, positional encodings computed from ShapeOf
+        r = _round(out, precision, nm)
+    if r is None:
+        return
+    everyone = len(consumers) == len(targets)
+    _redirect(consumers, out, r, move_names=everyone)
+    if everyone and r.get_node().get_type_name() == "Constant":  # the rounded copy takes over the name
+        original_name = node.get_friendly_name()
+        node.set_friendly_name(nm("original"))
+        r.get_node().set_friendly_name(original_name)
 
 
 def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bool | Iterable[str] = False,
@@ -518,53 +566,34 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
     nodes = list(clone.get_ordered_ops())
     data = _data_path(nodes)
     tag = f"emulated_{precision}"
-
-    def namer(node: ov.Node, port: int) -> _Namer:
-        suffix = f"/out{port}" if node.get_output_size() > 1 else ""
-        return _Namer(f"{node.get_friendly_name()}/{tag}{suffix}")
-
     rounded: dict[tuple[int, int], ov.Output] = {}  # (op id, port) -> rounded data-path output
     for node in nodes:
-        kind = node.get_type_name()
-        if kind == "Result":
+        if node.get_type_name() == "Result":
             continue
-        is_data = node.get_instance_id() in data
         for out in node.outputs():
-            if not _is_float(out):
+            targets = list(out.get_target_inputs())  # taken before the rounding ops become consumers
+            if not _is_float(out) or not targets:
                 continue
-            targets = list(out.get_target_inputs())  # before the rounding ops become consumers too
-            if is_data:
-                r = _round(out, precision, namer(node, out.get_index()))
-                _redirect(targets, out, r, move_names=kind not in _DATA_SOURCES)
+            suffix = f"/out{out.get_index()}" if node.get_output_size() > 1 else ""
+            nm = _Namer(f"{node.get_friendly_name()}/{tag}{suffix}")
+            if node.get_instance_id() in data:
+                r = _round(out, precision, nm)
+                _redirect(targets, out, r, move_names=node.get_type_name() != "Parameter")
                 rounded[(node.get_instance_id(), out.get_index())] = r
-                continue
-            # Constant or shape-derived value: round where it enters the data path (or is a model output).
-            consumers = [inp for inp in targets if inp.get_node().get_type_name() == "Result" or (
-                inp.get_node().get_instance_id() in data
-                and inp.get_index() not in _NON_VALUE_INPUTS.get(inp.get_node().get_type_name(), ()))]
-            if not consumers:
-                continue
-            nm = namer(node, out.get_index())
-            r = _round_constant(node, out, precision, nm) if kind == "Constant" else _round(out, precision, nm)
-            if r is not None:
-                everyone = len(consumers) == len(targets)
-                _redirect(consumers, out, r, move_names=everyone)
-                if everyone and r.get_node().get_type_name() == "Constant":  # it takes over the name
-                    original_name = node.get_friendly_name()
-                    node.set_friendly_name(nm("original"))
-                    r.get_node().set_friendly_name(original_name)
+            else:
+                _round_static(node, out, targets, data, precision, nm)
 
     # Low-precision accumulation: rebuild selected ops from their (already rounded) inputs and hand the
     # original's consumers, friendly name and tensor names to the emulated result.
     for node in nodes:
         kind = node.get_type_name()
-        if kind not in selected or node.get_instance_id() not in data or node.get_output_element_type(0) != ov.Type.f32:
+        r = rounded.get((node.get_instance_id(), 0))
+        if kind not in selected or r is None or node.get_output_element_type(0) != ov.Type.f32:
             continue
         name = node.get_friendly_name()
         emulated = _EMULATORS[kind](node, _Builder(f"{name}/{tag}/{kind.lower()}", precision, lanes))
         if emulated is None:  # dynamic reduced axis, non-constant axes, ...: keep per-op rounding only
             continue
-        r = rounded[(node.get_instance_id(), 0)]
         _redirect(list(r.get_target_inputs()), r, emulated, move_names=True)
         node.set_friendly_name(f"{name}/{tag}/replaced")
         emulated.get_node().set_friendly_name(name)

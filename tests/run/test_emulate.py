@@ -1,0 +1,323 @@
+"""Tests of bisect_ov.run.emulate: arithmetic rounding ops and the emulated low-precision device."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+from bisect_ov.errors import InputError
+from bisect_ov.run.emulate import emulate_precision, round_array, round_output
+
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}  # this CPU runs bf16 by default
+CORE = ov.Core()
+
+
+def run(model: ov.Model, *inputs: np.ndarray) -> list[np.ndarray]:
+    compiled = CORE.compile_model(model, "CPU", F32)
+    result = compiled(list(inputs))
+    return [result[out] for out in compiled.outputs]
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise: identical float32 bit patterns (signed zeros distinguished), or both NaN."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
+
+
+def ulp(x: np.ndarray, precision: str) -> np.ndarray:
+    """Spacing of the low-precision numbers at |x| (normal range)."""
+    if precision == "f16":
+        return np.spacing(np.abs(x).astype(np.float16)).astype(np.float32)
+    return np.spacing(np.abs(x).astype(np.float32)) * 2**16
+
+
+def sweep_values() -> np.ndarray:
+    """Values across every magnitude, the f16 edges, random bit patterns (incl. NaN/inf/subnormals)."""
+    rng = np.random.default_rng(1234)
+    magnitudes = 10.0 ** rng.uniform(-45, 38.5, 200_000)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519, 65519.996, 65520, -65520, 65536, 1e5,
+                3.4028235e38, -3.4028235e38, 1e-45, -1e-45, 2**-14, 2**-24, 2**-25, -(2**-25), 3 * 2**-26, 1e-40]
+    return np.concatenate([
+        (rng.choice([-1.0, 1.0], magnitudes.size) * magnitudes).astype(np.float32),
+        rng.integers(0, 2**32, 300_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        np.geomspace(1e-8, 1e-4, 50_001, dtype=np.float32),  # f16 subnormals and smallest normals
+        -np.geomspace(1e-8, 1e-4, 50_001, dtype=np.float32),
+        np.linspace(65400, 65600, 20_001, dtype=np.float32),  # around the largest f16 and its rounding edge
+        np.arange(1, 2**12, dtype=np.uint32).view(np.float32),  # f32 subnormals (bf16 subnormal rounding)
+        np.array(specials, dtype=np.float32),
+    ])
+
+
+# ----------------------------------------------------------------------------------------- round_array
+def test_round_array_known_values():
+    x = np.array([1 + 2**-11, 1 + 3 * 2**-11, 65519, 65520, -1e6, 2**-25, 1e-30, np.nan], np.float32)
+    f16 = round_array(x, "f16")
+    assert f16.dtype == np.float32
+    np.testing.assert_array_equal(f16[:7], [1.0, 1 + 2**-9, 65504, np.inf, -np.inf, 0.0, 0.0])  # ties to even
+    assert np.isnan(f16[7])
+    bf16 = round_array(np.array([1 + 2**-8, 1 + 3 * 2**-8, 3.4028235e38, np.nan], np.float32), "bf16")
+    np.testing.assert_array_equal(bf16[:3], [1.0, 1 + 2**-6, np.inf])
+    assert np.isnan(bf16[3])
+    # A NaN whose payload sits only in the low 16 bits must not turn into inf.
+    low_payload_nan = np.array([0x7F800001], np.uint32).view(np.float32)
+    assert np.isnan(round_array(low_payload_nan, "bf16")).all()
+    y = np.array([0.1, 1e-30], np.float32)
+    assert same_bits(round_array(y, "f32"), y).all()
+
+
+@pytest.mark.parametrize("bad", ["fp16", "f64", None, 16])
+def test_unknown_precision_is_an_input_error(bad):
+    with pytest.raises(InputError, match="'f16', 'bf16'"):
+        round_array(np.zeros(2), bad)
+    p = ops.parameter([2], ov.Type.f32)
+    with pytest.raises(InputError, match="'f16', 'bf16'"):
+        emulate_precision(ov.Model([ops.relu(p)], [p]), bad)
+
+
+# ---------------------------------------------------------------------------------------- round_output
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+def test_round_output_is_bit_exact_to_round_array(precision):
+    x = sweep_values()
+    p = ops.parameter([-1], ov.Type.f32)
+    # A preceding Multiply/Add by a constant would let graph optimisations fuse into the rounding ops.
+    tensors = [p.output(0), ops.multiply(p, np.float32(0.3)).output(0), ops.add(p, np.float32(0.1)).output(0)]
+    outputs = [t for v in tensors for t in (v, round_output(v, precision))]
+    results = run(ov.Model(outputs, [p]), x)
+    for value, rounded in zip(results[::2], results[1::2]):
+        expected = round_array(value, precision)
+        mismatch = ~same_bits(rounded, expected)
+        assert not mismatch.any(), (value[mismatch][:5], rounded[mismatch][:5], expected[mismatch][:5])
+        finite = np.isfinite(value) & (value != 0)
+        assert np.mean(rounded[finite] != value[finite]) > 0.99  # the rounding was not optimised away
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+def test_round_output_static_4d_shape(precision):
+    # Static shapes take other CPU code paths (fused/JIT eltwise kernels) than the dynamic sweep above.
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((1, 16, 24, 24)) * 10.0 ** rng.integers(-7, 5, (1, 16, 24, 24))).astype(np.float32)
+    p = ops.parameter(list(x.shape), ov.Type.f32)
+    y = ops.sigmoid(ops.multiply(p, np.float32(1.7)))
+    value, rounded = run(ov.Model([y.output(0), round_output(y.output(0), precision)], [p]), x)
+    assert same_bits(rounded, round_array(value, precision)).all()
+    assert rounded.shape == x.shape
+
+
+def test_round_output_f32_returns_the_input_and_names_new_ops():
+    p = ops.parameter([3], ov.Type.f32, name="x")
+    assert round_output(p.output(0), "f32") == p.output(0)
+    r = round_output(p.output(0), "f16", name="x/rounded")
+    assert r.get_node().get_friendly_name().startswith("x/rounded/")
+    with pytest.raises(InputError, match="floating"):
+        round_output(ops.parameter([3], ov.Type.i32).output(0), "f16")
+
+
+# ------------------------------------------------------------------------------------ emulate_precision
+def small_model(rng: np.random.Generator) -> tuple[ov.Model, dict[str, np.ndarray]]:
+    """x[?, 8] @ w[8, 6] + b -> relu -> softmax; outputs (softmax, relu). Batch is dynamic."""
+    w = (rng.integers(-32, 33, (8, 6)) / 16).astype(np.float32)  # dyadic: the f32 MatMul is exact in any order
+    b = rng.standard_normal(6).astype(np.float32)
+    x = ops.parameter([-1, 8], ov.Type.f32, name="x")
+    x.output(0).get_tensor().set_names({"input"})
+    mm = ops.matmul(x, ops.constant(w, name="w"), False, False, name="mm")
+    add = ops.add(mm, ops.constant(b, name="b"), name="add")
+    relu = ops.relu(add, name="relu")
+    relu.output(0).get_tensor().set_names({"hidden"})
+    sm = ops.softmax(relu, -1, name="sm")
+    sm.output(0).get_tensor().set_names({"probs"})
+    return ov.Model([sm, relu], [x], "small"), {"w": w, "b": b}
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+def test_emulated_small_model_matches_numpy_rounding_after_every_op(precision):
+    rng = np.random.default_rng(0)
+    model, weights = small_model(rng)
+    x = (rng.integers(-32, 33, (5, 8)) / 8).astype(np.float32)
+    before = run(model, x)
+    names_before = [op.get_friendly_name() for op in model.get_ordered_ops()]
+
+    emulated = emulate_precision(model, precision)
+
+    r = lambda a: round_array(a, precision)  # noqa: E731
+    hidden = r(np.maximum(r(r(r(x) @ r(weights["w"])) + r(weights["b"])), 0))
+    e = np.exp(hidden - hidden.max(-1, keepdims=True))
+    probs = r(e / e.sum(-1, keepdims=True))
+    got_probs, got_hidden = run(emulated, x)
+    assert same_bits(got_hidden, hidden).all()
+    # exp differs between numpy and the CPU in the last f32 bits: at most one f16 ulp apart after rounding.
+    assert np.all(np.abs(got_probs - probs) <= ulp(probs, precision))
+    assert np.mean(got_probs == probs) > 0.9
+    assert not np.array_equal(got_probs, before[0])  # something was really rounded
+
+    # Same outputs (count, order, names), same inputs, original ops keep their friendly names.
+    assert [o.get_names() for o in emulated.outputs] == [{"probs"}, {"hidden"}]
+    assert [o.get_names() for o in emulated.inputs] == [{"input"}]
+    emulated_names = {op.get_friendly_name() for op in emulated.get_ordered_ops()}
+    assert {"x", "w", "b", "mm", "add", "relu", "sm"} <= emulated_names
+    assert any(n.startswith(f"relu/emulated_{precision}/") for n in emulated_names)
+    # The input model is untouched.
+    assert [op.get_friendly_name() for op in model.get_ordered_ops()] == names_before
+    for old, new in zip(before, run(model, x)):
+        assert same_bits(old, new).all()
+
+
+def test_constants_are_rounded_and_keep_their_name():
+    p = ops.parameter([2], ov.Type.f32, name="x")
+    model = ov.Model([ops.add(p, ops.constant(np.float32([0.1, 1e-7]), name="bias"), name="add")], [p])
+    emulated = emulate_precision(model, "f16")
+    (bias,) = [op for op in emulated.get_ordered_ops() if op.get_friendly_name() == "bias"]
+    assert bias.get_type_name() == "Constant"
+    assert same_bits(bias.get_data(), round_array(np.float32([0.1, 1e-7]), "f16")).all()
+
+
+@pytest.mark.parametrize("precision, expected", [("f16", np.inf), ("bf16", 70144.0)])
+def test_overflow_beyond_f16_range(precision, expected):
+    p = ops.parameter([3], ov.Type.f32)
+    model = ov.Model([ops.multiply(p, np.float32(1000.0))], [p])
+    (out,) = run(emulate_precision(model, precision), np.float32([70.0, -70.0, 1.0]))
+    np.testing.assert_array_equal(out, [expected, -expected, 1000.0])
+
+
+def mean_abs_error(model: ov.Model, x: np.ndarray, **options) -> float:
+    (reference,) = run(model, x)
+    (emulated,) = run(emulate_precision(model, "f16", **options), x)
+    return float(np.mean(np.abs(emulated.astype(np.float64) - reference)))
+
+
+def test_error_levels_match_real_f16_devices():
+    # Real GPU/NPU runs of these cases gave mean abs errors of 4.6e-5 (softmax) and 6.0e-5 (activations).
+    rng = np.random.default_rng(42)
+    p = ops.parameter([1, 5], ov.Type.f32)
+    x = rng.standard_normal((1, 5)).astype(np.float32)
+    assert 1e-6 < mean_abs_error(ov.Model([ops.softmax(p, 1)], [p]), x) < 1e-3
+    x = rng.standard_normal(10_000).astype(np.float32)
+    for activation in (ops.relu, ops.sigmoid, lambda t: ops.gelu(t, "erf")):
+        p = ops.parameter([10_000], ov.Type.f32)
+        assert 1e-5 < mean_abs_error(ov.Model([activation(p)], [p]), x) < 1e-3
+
+
+def test_f16_accumulation_of_a_long_softmax_is_much_worse():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 10_000)).astype(np.float32)
+    p = ops.parameter([1, 10_000], ov.Type.f32)
+    p.output(0).get_tensor().set_names({"logits"})
+    sm = ops.softmax(p, -1, name="softmax")
+    sm.output(0).get_tensor().set_names({"probs"})
+    model = ov.Model([sm], [p])
+    stored_only = mean_abs_error(model, x)
+    accumulated = mean_abs_error(model, x, reductions=True)
+    assert accumulated > 3 * stored_only
+    emulated = emulate_precision(model, "f16", reductions=["Softmax"])
+    assert len(emulated.get_ordered_ops()) < 1000  # the 625 sequential steps live in one Loop op
+    final = emulated.output(0).get_node().input_value(0)
+    assert final.get_node().get_friendly_name() == "softmax"  # tools tapping "softmax" see the emulation
+    assert emulated.output(0).get_names() == {"probs"} and final.get_names() == {"probs"}
+    assert "Softmax" not in {op.get_type_name() for op in emulated.get_ordered_ops()}
+
+
+def lane_sum(x: np.ndarray, axis: int, lanes: int, precision: str) -> np.ndarray:
+    """Numpy model of the emulated reduction: lane k % lanes, sequential adds, then a pairwise tree."""
+    r = lambda a: round_array(a, precision)  # noqa: E731
+    x = np.moveaxis(x, axis, -1)
+    n = x.shape[-1]
+    steps = -(-n // lanes)
+    if steps == 1:
+        acc = r(x)
+    else:
+        x = np.concatenate([x, np.zeros(x.shape[:-1] + (steps * lanes - n,), np.float32)], -1)
+        chunks = x.reshape(x.shape[:-1] + (steps, lanes))
+        acc = r(chunks[..., 0, :])
+        for i in range(1, steps):
+            acc = r(acc + chunks[..., i, :])
+    while acc.shape[-1] > 1:
+        width, half = acc.shape[-1], acc.shape[-1] // 2
+        acc = np.concatenate([r(acc[..., :half] + acc[..., half:2 * half]), acc[..., 2 * half:]], -1)
+    return acc[..., 0]
+
+
+@pytest.mark.parametrize("precision", ["f16", "bf16"])
+def test_emulated_reductions_match_the_lane_model_exactly(precision):
+    rng = np.random.default_rng(3)
+    r = lambda a: round_array(a, precision)  # noqa: E731
+    x = (rng.standard_normal((4, 3, 37)) * 10).astype(np.float32)
+    w = rng.standard_normal((7, 37)).astype(np.float32)
+    p = ops.parameter([4, -1, 37], ov.Type.f32)  # a dynamic axis that is not reduced is fine
+    model = ov.Model([ops.reduce_sum(p, np.array([0, 2]), False),
+                      ops.reduce_mean(p, np.array([-1]), True),
+                      ops.matmul(p, ops.constant(w), False, True),
+                      ops.mvn(p, ops.constant(np.array([0, 2])), True, 1e-5, "inside_sqrt")], [p])
+    emulated = emulate_precision(model, precision, reductions=True, lanes=8)
+    total, mean, product, normalized = run(emulated, x)
+
+    xr = r(x)
+    assert same_bits(total, lane_sum(np.moveaxis(xr, 1, 0).reshape(3, -1), 1, 8, precision)).all()
+    assert same_bits(mean, r(lane_sum(xr, 2, 8, precision) / np.float32(37))[..., None]).all()
+    products = xr[..., :, None] * r(w).T  # [4, 3, 37, 7], exact in f32
+    assert same_bits(product, lane_sum(products, 2, 8, precision)).all()
+    per_channel = lambda a: np.moveaxis(a, 1, 0).reshape(3, -1)  # noqa: E731 - axes (0, 2), row-major
+    mu = r(lane_sum(per_channel(xr), 1, 8, precision) / np.float32(148))[None, :, None]
+    d = r(xr - mu)
+    var = r(lane_sum(per_channel(r(d * d)), 1, 8, precision) / np.float32(148))[None, :, None]
+    expected = r(d / r(np.sqrt(r(var + r(np.float32(1e-5))))))
+    assert np.all(np.abs(normalized - expected) <= ulp(expected, precision))  # allow sqrt/divide last bits
+    assert np.mean(normalized == expected) > 0.99
+    types = {op.get_type_name() for op in emulated.get_ordered_ops()}
+    assert not types & {"ReduceSum", "ReduceMean", "MatMul", "MVN"}  # all four were replaced
+
+
+def test_short_reductions_use_only_the_pairwise_tree():
+    # 5 <= lanes elements, one per lane: (0+2, 1+3; 4 waits), then (02 + 13), then + 4, rounding each add.
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, 5)) * 100).astype(np.float32)
+    w = rng.standard_normal((5, 2)).astype(np.float32)
+    p = ops.parameter([3, 5], ov.Type.f32)
+    model = ov.Model([ops.reduce_sum(p, np.array([1]), False), ops.matmul(p, ops.constant(w), False, False)], [p])
+    total, product = run(emulate_precision(model, "f16", reductions=True), x)
+    xr = round_array(x, "f16")
+    assert same_bits(total, lane_sum(xr, 1, 16, "f16")).all()
+    assert same_bits(product, lane_sum(xr[:, :, None] * round_array(w, "f16"), 1, 16, "f16")).all()
+
+
+def test_reductions_with_dynamic_axis_keep_per_op_rounding():
+    p = ops.parameter([2, -1], ov.Type.f32)
+    model = ov.Model([ops.softmax(p, 1, name="sm")], [p])
+    emulated = emulate_precision(model, "f16", reductions=True)
+    types = {op.get_type_name() for op in emulated.get_ordered_ops()}
+    assert "Softmax" in types and "Loop" not in types
+    x = np.random.default_rng(0).standard_normal((2, 50)).astype(np.float32)
+    (out,) = run(emulated, x)
+    assert same_bits(out, round_array(out, "f16")).all()  # still stored in f16
+
+
+def test_integer_and_shape_tensors_pass_through_unchanged():
+    ids = ops.parameter([3], ov.Type.i32, name="ids")
+    x = ops.parameter([2, -1], ov.Type.f32, name="x")
+    int_out = ops.add(ids, np.int32(70_001), name="int_add")
+    # Float shape arithmetic (as in resize ops): must not be rounded, 1/3 in f16 would change the shape.
+    scaled = ops.multiply(ops.convert(ops.shape_of(x), ov.Type.f32), np.float32(1 / 3), name="shape_scale")
+    new_shape = ops.convert(ops.ceil(scaled), ov.Type.i64, name="new_shape")
+    filled = ops.broadcast(ops.constant(np.float32(2.0)), new_shape, name="filled")
+    model = ov.Model([int_out, filled, ops.relu(x, name="relu")], [ids, x])
+    emulated = emulate_precision(model, "f16")
+    names = {op.get_friendly_name() for op in emulated.get_ordered_ops()}
+    untouched = ("int_add/emulated", "ids/emulated", "shape_scale/emulated", "new_shape/emulated")
+    assert not any(n.startswith(untouched) for n in names)
+    assert any(n.startswith("relu/emulated_f16/") for n in names)
+    args = [np.int32([1, 70_000, -5]), np.zeros((2, 30_000), np.float32)]
+    int_result, filled_result, _ = run(emulated, *args)
+    assert int_result.dtype == np.int32
+    np.testing.assert_array_equal(int_result, [70_002, 140_001, 69_996])
+    assert filled_result.shape == (1, 10_000)  # ceil([2, 30000] * 0.33333334): f16 1/3 would give 9998
+
+
+def test_invalid_options_are_input_errors():
+    p = ops.parameter([2], ov.Type.f32)
+    model = ov.Model([ops.relu(p)], [p])
+    with pytest.raises(InputError, match="Softmax"):
+        emulate_precision(model, reductions=["Convolution"])
+    with pytest.raises(InputError, match="lanes"):
+        emulate_precision(model, lanes=0)
+    with pytest.raises(InputError, match="openvino.Model"):
+        emulate_precision("model.xml")
