@@ -125,7 +125,11 @@ def bisect(
         return metric_value(stats, metric) > tol.for_node(graph[tap.key], tap.port)
 
     used, stats, groups = _capture(session, strategy, diverged, max_tap_bytes, refine, metric)
+    _check_integer_nodes(session, stats)
     notes = list(session.notes)
+    for key, check in session.exact.items():
+        if not (check.ref_exact and check.target_exact):
+            notes.append(f"'{graph[key].name}' computes on integers: {check.describe()}.")
     fidelity = _fidelity(session, metric)
     if fidelity.get("warning"):
         notes.append(fidelity["warning"])
@@ -134,7 +138,8 @@ def bisect(
 
     with clock("score"):
         errors = {(tap.key, tap.port): metric_value(s, metric) for tap, s in stats.items()}
-        tolerances = {tap.key: tol.for_node(graph[tap.key]) for tap in stats}
+        # An integer computation has one right answer: the two sides must agree exactly.
+        tolerances = {tap.key: 0.0 if tap.key in session.exact else tol.for_node(graph[tap.key]) for tap in stats}
         scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
         nodes = _node_results(session, stats, scores, groups)
         outputs = tuple(
@@ -154,6 +159,15 @@ def bisect(
                      for p, a in zip(ov_model.get_parameters(), ref_arrays)),
         openvino_version=ov.get_version(), notes=tuple(notes), fidelity=fidelity,
     )
+
+
+def _check_integer_nodes(session: Session, stats: dict[Tap, TensorStats]) -> None:
+    """Measure integer Conv/MatMul nodes with their inputs, so each is checked against its exact result."""
+    graph = session.graph
+    pending = [k for k in session.exact_candidates() if k not in session.exact]
+    taps = {Tap(k, 0) for k in pending} | {Tap(i, p) for k in pending for i, p in graph.data_inputs(k)}
+    if taps:
+        stats.update(session.measure(sorted(taps, key=lambda t: graph[t.key].index)))
 
 
 def _capture(session: Session, strategy: str, diverged, max_tap_bytes, refine: bool, metric):
@@ -221,7 +235,7 @@ def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, group
         target_key = session.target_of[by_key[key][0]].key
         if target_key in session.runtime_target:
             runtime["target"] = session.runtime_target[target_key]
-        causes = _causes(node_stats) + ((session.exact[key],) if key in session.exact else ())
+        causes = _causes(node_stats) + ((session.exact[key].describe(),) if key in session.exact else ())
         results.append(NodeResult(
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,

@@ -17,7 +17,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from bisect_ov.analysis.exactness import check_exact, exact_result
+from bisect_ov.analysis.exactness import ExactCheck, check_exact, exact_result, integer_valued
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
@@ -67,7 +67,7 @@ class Session:
         self.target_runtime: RuntimeGraph = RuntimeGraph()  # of the untouched model: its real fusion groups
         self.outputs: list[tuple[str, str, TensorStats]] = []
         self.tapped_outputs: list[list[tuple[str, str, TensorStats]]] = []
-        self.exact: dict[str, str] = {}
+        self.exact: dict[str, ExactCheck] = {}
         self.notes: list[str] = []
 
     # ----- running ------------------------------------------------------------------------------------
@@ -77,7 +77,9 @@ class Session:
             ref_c = self.ref.compile(self.graph.model)
             target_c = self.target.compile(self.target_graph.model)
             self._count(ref_c, target_c)
-            self.target_runtime = target_c.runtime
+            # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
+            # groups and kernels say nothing about the emulated device, so they are not used.
+            self.target_runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
             ref_out = ref_c.infer(self.ref_arrays)
             target_out = target_c.infer(self.target_arrays)
             self.outputs = self._final_outputs(ref_out, target_out, len(self.graph.model.outputs))
@@ -124,8 +126,10 @@ class Session:
         self.compiles["target"] += 1
         self.ref_info = self.ref_info or ref_c.info
         self.target_info = self.target_info or target_c.info
-        _collect_runtime(self.runtime_ref, ref_c.runtime)
-        _collect_runtime(self.runtime_target, target_c.runtime)
+        if not ref_c.info.emulated:
+            _collect_runtime(self.runtime_ref, ref_c.runtime)
+        if not target_c.info.emulated:
+            _collect_runtime(self.runtime_target, target_c.runtime)
 
     def _final_outputs(self, ref_out, target_out, n: int) -> list[tuple[str, str, TensorStats]]:
         outputs = []
@@ -155,7 +159,34 @@ class Session:
         (op,) = self.graph.ops_of(self.graph.model, [tap.key])
         exact = exact_result(node.op_type, op.get_attributes(), inputs)
         if exact is not None:
-            self.exact[node.key] = check_exact(exact, ref_out[ri], target_out[ti]).describe()
+            self.exact[node.key] = check_exact(exact, ref_out[ri], target_out[ti])
+
+    def exact_candidates(self) -> list[str]:
+        """Conv/MatMul nodes that compute on integers: integer-valued constant operands, and data operands of
+        an integer type or converted from one. Their result has an exact integer answer to check against."""
+        graph = self.graph
+        found = []
+        for node in graph.candidates():
+            if node.op_type not in _EXACT_OPS:
+                continue
+            integer = True
+            for key, port in node.inputs:
+                producer = graph[key]
+                if producer.kind == "constant":
+                    (op,) = graph.ops_of(graph.model, [key])
+                    integer = integer_valued(np.asarray(op.get_data()))
+                elif not producer.outputs[port].is_float:
+                    continue
+                elif producer.op_type == "Convert":
+                    source, source_port = producer.inputs[0]
+                    integer = not graph[source].outputs[source_port].is_float
+                else:
+                    integer = False
+                if not integer:
+                    break
+            if integer:
+                found.append(node.key)
+        return found
 
 
 def _collect_runtime(into: dict[str, dict], runtime: RuntimeGraph) -> None:

@@ -130,7 +130,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     if report.target_model:
         title += f" vs {report.target_model}"
     title += f" | {report.ref.label} -> {report.target.label} | {len(report.nodes)} nodes compared"
-    lines = [title[:width], "=" * min(width, len(title))]
+    lines = [title, "=" * min(width, len(title))]
     lines += verdict_lines(report)
     lines.append("")
     rows = culprit_rows(report, top)
@@ -170,10 +170,11 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
         footer.append("Compiles: " + ", ".join(f"{k} {v}" for k, v in report.compiles.items()))
     if report.openvino_version:
         footer.append(f"OpenVINO {report.openvino_version.split('-')[0]}; tolerance: {_tol_str(report)}")
-    lines = [line if len(line) <= width else line[: width - 3] + "..." for line in lines]
-    for line in footer:
-        lines += textwrap.wrap(line, width, subsequent_indent="  ")
-    return "\n".join(lines)
+    wrapped: list[str] = []
+    for line in lines + footer:
+        # Table rows are already fitted; prose wraps instead of being cut.
+        wrapped += [line] if len(line) <= width else textwrap.wrap(line, width, subsequent_indent="    ")
+    return "\n".join(wrapped)
 
 
 def _tol_str(report: "Report") -> str:

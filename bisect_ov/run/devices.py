@@ -227,10 +227,11 @@ class EmulatedDevice(OpenVINODevice):
         emulated = emulate_precision(model, self.precision, reductions=self.reductions)
         # Runs in f32 and rounds at every boundary itself: tap outputs stay f32.
         compiled = super()._compile(emulated)
-        acc = "low-precision accumulation in reductions" if self.reductions else "f32 accumulation inside ops"
+        acc = f"reductions accumulate in {self.precision}" if self.reductions else "ops accumulate in f32"
         compiled.info = replace(
             compiled.info, precision=self.precision, requested_precision=self.precision, emulated=True,
-            note=f"emulated on CPU f32: values rounded to {self.precision} at every op boundary, {acc}",
+            note=f"emulated on the CPU: values rounded to {self.precision} between ops; {acc}",
+            precision_counts={},
         )
         return compiled
 
