@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import openvino as ov
 
-from bisect_ov.analysis.metrics import TensorStats, compare, metric_value
+from bisect_ov.analysis.diagnosis import diagnose, observations
+from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.scoring import score_graph
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
 from bisect_ov.errors import InputError
@@ -141,7 +142,7 @@ def bisect(
         # An integer computation has one right answer: the two sides must agree exactly.
         tolerances = {tap.key: 0.0 if tap.key in session.exact else tol.for_node(graph[tap.key]) for tap in stats}
         scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
-        nodes = _node_results(session, stats, scores, groups)
+        nodes = _node_results(session, stats, scores, groups, tol.precision)
         outputs = tuple(
             OutputResult(name, s, metric_value(s, metric), tol.for_node(graph[graph[key].inputs[0][0]]))
             for name, key, s in session.outputs
@@ -218,7 +219,7 @@ def _ratio(tapped: float, plain: float) -> float:
     return tapped / plain
 
 
-def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, groups) -> tuple[NodeResult, ...]:
+def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, groups, precision: str) -> tuple[NodeResult, ...]:
     graph = session.graph
     by_key: dict[str, list[Tap]] = {}
     for tap in stats:
@@ -235,27 +236,20 @@ def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, group
         target_key = session.target_of[by_key[key][0]].key
         if target_key in session.runtime_target:
             runtime["target"] = session.runtime_target[target_key]
-        causes = _causes(node_stats) + ((session.exact[key].describe(),) if key in session.exact else ())
+        causes = observations(node_stats)
+        if key in session.exact:
+            causes.append(session.exact[key].describe())
+        else:
+            inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
+            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, precision)
         results.append(NodeResult(
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,
             rank=s.rank, outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
-            inputs=tuple(k for k, _ in graph.data_inputs(key)), causes=causes, runtime=runtime,
+            inputs=tuple(k for k, _ in graph.data_inputs(key)), causes=tuple(causes), runtime=runtime,
             group=tuple(m for m in groups.get(key, ()) if m != key),
         ))
     return tuple(results)
-
-
-def _causes(stats: tuple[TensorStats, ...]) -> tuple[str, ...]:
-    causes = []
-    if any(s.new_nonfinite for s in stats):
-        causes.append(f"NaN/Inf appeared in {sum(s.new_nonfinite for s in stats)} value(s)")
-    if any(s.at_f16_limit for s in stats):
-        causes.append(f"{sum(s.at_f16_limit for s in stats)} value(s) at or beyond the f16 limit 65504 (saturation/overflow)")
-    if any(s.at_int_limit for s in stats):
-        causes.append(f"{sum(s.at_int_limit for s in stats)} value(s) at the integer type's limits (saturation)")
-    causes += [s.note for s in stats if s.note]
-    return tuple(causes)
 
 
 def _comparison_precision(ref: DeviceInfo, target: DeviceInfo, target_graph: ModelGraph | None) -> str:

@@ -80,7 +80,13 @@ def verdict_lines(report: "Report") -> list[str]:
     worst = max(report.outputs, key=lambda o: o.error, default=None)
     first = report.first_divergences
     if not report.diverges:
-        lines.append(f"Verdict: no divergence. Every compared node is within tolerance ({report.metric}).")
+        precision = report.tolerance.get("precision") or "f32"
+        line = f"Verdict: no divergence. Every compared node is within what {precision} rounding predicts"
+        worst = max((n for n in report.nodes if n.tolerance > 0), key=lambda n: n.error / n.tolerance, default=None)
+        if worst is not None and worst.error > 0:
+            line += (f"; the largest error is {worst.error / worst.tolerance:.0%} of its tolerance "
+                     f"({report.metric} {fmt(worst.error)} at '{worst.name}'): expected rounding, not a culprit")
+        lines.append(line + ".")
     elif first:
         names = ", ".join(f"'{n.name}' ({n.op_type}, #{n.index})" for n in first[:3])
         more = f" and {len(first) - 3} more" if len(first) > 3 else ""

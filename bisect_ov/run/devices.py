@@ -214,20 +214,25 @@ class EmulatedDevice(OpenVINODevice):
     of this device as emulated.
     """
 
-    def __init__(self, precision: str = "f16", *, reductions: bool = False, name: str | None = None):
+    def __init__(self, precision: str = "f16", *, reductions: bool = False, lanes: int = 16, name: str | None = None):
         if precision not in ("f16", "bf16"):
             raise InputError(f"Emulated precision '{precision}' is not supported. Use 'f16' or 'bf16'.")
-        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": "f32"}, name=name or f"EMU:{precision}" + ("-acc" if reductions else ""))
+        if not isinstance(lanes, int) or lanes < 1:
+            raise InputError(f"lanes must be a positive integer (parallel partial sums of a reduction); got {lanes!r}.")
+        default = f"EMU:{precision}" + (f"-acc{lanes if lanes != 16 else ''}" if reductions else "")
+        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": "f32"}, name=name or default)
         self.precision = precision
         self.reductions = reductions
+        self.lanes = lanes
 
     def _compile(self, model: ov.Model, taps: tuple[int, ...] = ()) -> Compiled:
         from bisect_ov.run.emulate import emulate_precision  # the rewrite is heavy to import only when used
 
-        emulated = emulate_precision(model, self.precision, reductions=self.reductions)
+        emulated = emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes)
         # Runs in f32 and rounds at every boundary itself: tap outputs stay f32.
         compiled = super()._compile(emulated)
-        acc = f"reductions accumulate in {self.precision}" if self.reductions else "ops accumulate in f32"
+        acc = (f"reductions accumulate in {self.precision} over {self.lanes} lane(s)" if self.reductions
+               else "ops accumulate in f32")
         compiled.info = replace(
             compiled.info, precision=self.precision, requested_precision=self.precision, emulated=True,
             note=f"emulated on the CPU: values rounded to {self.precision} between ops; {acc}",
@@ -262,9 +267,13 @@ def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, rol
     base, _, suffix = spec.partition(":")
     if base.upper() in ("EMU", "EMULATED"):
         precision, _, acc = suffix.lower().partition("-")
-        if precision not in ("f16", "bf16") or acc not in ("", "acc"):
-            raise InputError(f"Unknown emulated device '{spec}'. Use EMU:f16, EMU:bf16, EMU:f16-acc or EMU:bf16-acc.")
-        return EmulatedDevice(precision, reductions=acc == "acc", name=spec)
+        lanes = acc[3:] if acc.startswith("acc") else None
+        if precision not in ("f16", "bf16") or (acc and (lanes is None or (lanes and not lanes.isdigit()))):
+            raise InputError(
+                f"Unknown emulated device '{spec}'. Use EMU:f16, EMU:bf16, EMU:f16-acc, EMU:bf16-acc, "
+                "or EMU:f16-accN for N parallel partial sums (EMU:f16-acc1: one sequential accumulator)."
+            )
+        return EmulatedDevice(precision, reductions=bool(acc), lanes=int(lanes) if lanes else 16, name=spec)
     merged: dict[str, Any] = {}
     if suffix and base.upper() not in ("AUTO", "HETERO", "MULTI", "BATCH"):
         key = suffix.lower()
