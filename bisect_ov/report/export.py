@@ -30,7 +30,7 @@ _STATS_FIELDS = tuple(f.name for f in dataclasses.fields(TensorStats))
 RUNTIME_COLUMNS = ("ref_precision", "ref_kernel", "target_precision", "target_kernel", "fused_with")
 DATAFRAME_COLUMNS = (
     ("name", "key", "op_type", "index", "role", "rank", "first", "error", "input_error", "tolerance", "growth",
-     "causes", "shape", "dtype", "n_outputs", "tensor_names", "inputs")
+     "causes", "shape", "dtype", "n_outputs", "tensor_names", "inputs", "group")
     + tuple(f"out_{f}" for f in _STATS_FIELDS)
     + RUNTIME_COLUMNS
 )
@@ -46,7 +46,8 @@ def to_dataframe(report: "Report") -> "pd.DataFrame":
       divergence), ``error``, ``input_error``, ``tolerance``, ``growth`` (floats; may be ``inf``/``nan``);
     * ``causes``: the node's causes joined with ``"; "`` (``""`` when none);
     * ``shape`` and ``dtype``: every output's shape (``"1x16x32x32"``) and dtype, joined with ``", "``;
-      ``n_outputs``; ``tensor_names`` and ``inputs`` (producer keys) joined with ``", "``;
+      ``n_outputs``; ``tensor_names``, ``inputs`` (producer keys) and ``group`` (nodes measured only through
+      this one: fused with it or folded in) joined with ``", "``;
     * ``out_<field>`` for every `TensorStats` field of the node's first output (``out_max_abs``, ``out_cosine``,
       ``out_sqnr_db``, ``out_target_nan``, ...; ``out_shape`` is a tuple);
     * ``ref_precision``, ``ref_kernel``, ``target_precision``, ``target_kernel``: read from the runtime graph
@@ -61,7 +62,9 @@ def to_dataframe(report: "Report") -> "pd.DataFrame":
     try:
         import pandas as pd
     except ImportError as err:
-        raise ImportError("to_dataframe needs pandas, which is not installed: pip install bisect_ov[dataframe]") from err
+        raise ImportError(
+            "to_dataframe needs pandas, which is not installed: pip install bisect_ov[dataframe]"
+        ) from err
 
     rows = [_row(n) for n in report.nodes]
     columns: dict[str, Any] = {}
@@ -91,6 +94,7 @@ def _row(n: "NodeResult") -> dict[str, Any]:
         "shape": ", ".join("x".join(str(d) for d in s.shape) if s.shape is not None else "?" for s in n.outputs),
         "dtype": ", ".join(s.dtype for s in n.outputs), "n_outputs": len(n.outputs),
         "tensor_names": ", ".join(n.tensor_names), "inputs": ", ".join(n.inputs),
+        "group": ", ".join(getattr(n, "group", ()) or ()),
     }
     first = n.outputs[0] if n.outputs else None
     for f in _STATS_FIELDS:
@@ -152,7 +156,8 @@ def to_model_explorer(
 
     * **keys**: every output tensor name of each compared node (Model Explorer matches them against a node's
       output tensor tags; ONNX tensor names survive conversion to OpenVINO) and the node's friendly name (matched
-      against node ids), all mapped to the same value.
+      against node ids), all mapped to the same value. Nodes that were not measured on their own (members of a
+      fused group, ``NodeResult.group``) get no entry and stay uncoloured.
     * **value**: ``log10(error)`` under the report's metric, so ``-2`` means an error of 1e-2. Exact matches (and
       errors below 1e-20) are `ME_ZERO_VALUE` (-20); infinite or NaN errors are `ME_NONFINITE_VALUE` (99).
     * **bgColor** per result: the node against its own tolerance: green within it, orange up to 10x over it, red

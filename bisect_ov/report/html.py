@@ -44,7 +44,8 @@ _CSS = """
 body { margin: 0; background: #ffffff; color: var(--ink);
        font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
 main { max-width: 1240px; margin: 0 auto; padding: 18px 24px 40px; }
-code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace; font-size: 0.93em; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+              font-size: 0.93em; }
 header { display: flex; align-items: baseline; flex-wrap: wrap; gap: 4px 16px; margin-bottom: 12px; }
 header h1 { font-size: 20px; margin: 0; font-weight: 600; word-break: break-all; }
 header .sub { color: var(--muted); }
@@ -83,6 +84,7 @@ h2 small { color: var(--muted); font-weight: normal; font-size: 13px; }
 .sides b { font-weight: 600; }
 .warn { margin-top: 8px; padding: 6px 10px; border-radius: 4px; background: #fff4e5; border: 1px solid #ffcc80;
         color: #5d4037; font-size: 13px; }
+.small { font-size: 12px; color: var(--muted); }
 .okline { margin-top: 6px; color: var(--muted); font-size: 13px; }
 
 /* tables */
@@ -199,7 +201,7 @@ def _verdict(report: "Report") -> str:
 
     if firsts:
         out.append('<div class="cards">')
-        out += [_card(report, n) for n in firsts[:3]]
+        out += [_card(n) for n in firsts[:3]]
         out.append("</div>")
         if len(firsts) > 3:
             more = ", ".join(f"<code>{e(n.name)}</code>" for n in firsts[3:])
@@ -216,7 +218,7 @@ def _verdict(report: "Report") -> str:
     return "\n".join(o for o in out if o)
 
 
-def _card(report: "Report", n: "NodeResult") -> str:
+def _card(n: "NodeResult") -> str:
     role = n.role if n.role in ("source", "amplifier") else "source"
     ratio = n.error / n.tolerance if n.tolerance and math.isfinite(n.error) else math.inf
     over = f"error is {ratio:.3g}\u00d7 it" if math.isfinite(ratio) else "error is non-finite"
@@ -232,6 +234,13 @@ def _card(report: "Report", n: "NodeResult") -> str:
     if n.causes:
         causes = '<div class="causes"><b>Why:</b> ' + "; ".join(e(c) for c in n.causes) + "</div>"
     ran_line = _ran_line(n)
+    group = [str(g) for g in getattr(n, "group", ()) or () if g != n.name]
+    if group:
+        shown = ", ".join(f"<code>{e(g)}</code>" for g in group[:6])
+        if len(group) > 6:
+            shown += f" and {len(group) - 6} more"
+        ran_line += (f'<div class="causes">Measured as one with {len(group)} node(s) the target fused or folded into '
+                     f"it: {shown}.</div>")
     return (
         f'<div class="card {role}"><div class="name"><code>{e(n.name)}</code> '
         f'<span class="pill {role}">{e(n.role)}</span> <span class="pill first">first divergence</span></div>'
@@ -283,10 +292,13 @@ def _fidelity(report: "Report") -> str:
         return ""
     detail = (f"final-output error {fmt(f.get('plain_error'))} in the plain run, {fmt(f.get('tapped_error'))} with "
               "the intermediate outputs exposed")
+    if f.get("warning"):
+        return f'<div class="warn">\u26a0 Fidelity ratio {e(_num(ratio))}: {e(f["warning"])}</div>'
     if not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and 0.5 <= ratio <= 2.0):
         return (f'<div class="warn">\u26a0 Fidelity ratio {e(_num(ratio))}: exposing intermediate tensors changed what '
                 f"ran ({e(detail)}); the node errors may not be those of the plain model.</div>")
-    return f'<div class="okline">Fidelity {e(_num(ratio))} (1 means the taps did not change what ran): {e(detail)}.</div>'
+    return (f'<div class="okline">Fidelity {e(_num(ratio))} (1 means the taps did not change what ran): '
+            f"{e(detail)}.</div>")
 
 
 def _num(x: Any) -> str:
@@ -331,7 +343,8 @@ def _culprits(report: "Report", top: int) -> str:
                    "(raise <code>top</code>, or read them from the JSON report).</p>")
     out.append('<p class="note">Roles: <span class="pill source">source</span> error starts here \u00b7 '
                '<span class="pill amplifier">amplifier</span> multiplies error it was given \u00b7 '
-               '<span class="pill inherits">inherits</span> only passes it on. growth = error / max(inputs, tol/10).</p>')
+               '<span class="pill inherits">inherits</span> only passes it on. '
+               "growth = error / max(inputs, tol/10).</p>")
     return "\n".join(out)
 
 
@@ -429,6 +442,8 @@ def _run_facts(report: "Report") -> str:
     if report.model_hash:
         facts.append(("model hash", f"<code>{e(report.model_hash)}</code>"))
     facts.append(("metric", e(report.metric)))
+    if getattr(report, "strategy", None):
+        facts.append(("strategy", e(report.strategy)))
     facts.append(("tolerance", e(_tolerance_text(report.tolerance))))
     if report.inputs:
         facts.append(("inputs", _join(f"<code>{e(i.get('name', '?'))}</code> {e(_shape(i.get('shape')))} "
@@ -440,8 +455,9 @@ def _run_facts(report: "Report") -> str:
     if report.compiles:
         facts.append(("compiles", e(", ".join(f"{k} {v}" for k, v in report.compiles.items()))))
     if report.fidelity:
-        facts.append(("fidelity", e(", ".join(f"{k} {_num(v) if k == 'ratio' else fmt(v) if isinstance(v, float) else v}"
-                                              for k, v in report.fidelity.items()))))
+        shown = [f"{k} {_num(v) if k == 'ratio' else fmt(v) if isinstance(v, float) else v}"
+                 for k, v in report.fidelity.items() if k != "warning"]
+        facts.append(("fidelity", e(", ".join(shown))))
     if report.openvino_version:
         facts.append(("OpenVINO", e(report.openvino_version)))
     out.append('<dl class="kv">' + "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>")

@@ -227,12 +227,14 @@ def _graph(report: "Report"):
     import networkx as nx
 
     g = nx.DiGraph()
+    holder = {m: n.name for n in report.nodes for m in getattr(n, "group", ()) or () if m != n.key}
     for n in report.nodes:
         g.add_node(n.key, result=n)
     for n in report.nodes:
         for src in n.inputs:
             if src not in g:
-                g.add_node(src, result=None)  # a parameter or a node that was not compared
+                # a parameter, or a node measured only as part of a fused group, or one that was not compared
+                g.add_node(src, result=None, holder=holder.get(src))
             g.add_edge(src, n.key)
     return g
 
@@ -306,7 +308,9 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
     for key, (px, py) in xy.items():
         res: NodeResult | None = sub.nodes[key].get("result")
         if res is None:
-            face, label, edge, lw = "#ffffff", f"{_short(key, 28)}\n(not compared)", "#b0bec5", 1.0
+            within = sub.nodes[key].get("holder")
+            note = f"(measured within\n{_short(within, 28)})" if within else "(not compared)"
+            face, label, edge, lw = "#ffffff", f"{_short(key, 28)}\n{note}", "#b0bec5", 1.0
         else:
             e = res.error
             if not math.isfinite(e):

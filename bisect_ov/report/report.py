@@ -241,6 +241,48 @@ class Report:
 
         return render_html(self)
 
+    def save_html(self, path: str | os.PathLike, **kwargs: Any) -> pathlib.Path:
+        """Write a standalone HTML page (one file, no network, plots embedded when matplotlib is installed)."""
+        from bisect_ov.report.html import save_html
+
+        return save_html(self, path, **kwargs)
+
+    def to_dataframe(self):
+        """One row per compared node with every metric and the runtime info (needs pandas)."""
+        from bisect_ov.report.export import to_dataframe
+
+        return to_dataframe(self)
+
+    def to_model_explorer(self, path: str | os.PathLike | None = None, **kwargs: Any) -> dict:
+        """Node data for Google Model Explorer: per-node errors keyed by tensor and node name."""
+        from bisect_ov.report.export import to_model_explorer
+
+        return to_model_explorer(self, path, **kwargs)
+
+    def plot_errors(self, ax=None):
+        """Error along the topological order, with tolerances and culprits marked (needs matplotlib)."""
+        from bisect_ov.report.plots import plot_errors
+
+        return plot_errors(self, ax)
+
+    def plot_neighbourhood(self, name: str, *, radius: int = 1):
+        """The graph around a node, coloured by error (needs matplotlib)."""
+        from bisect_ov.report.plots import plot_neighbourhood
+
+        return plot_neighbourhood(self, name, radius=radius)
+
+    # ----- exploring ----------------------------------------------------------------------------------
+    def inputs_of(self, name: str | int) -> list[NodeResult]:
+        """The compared nodes that feed `name` (their errors are what it inherited)."""
+        node = self.node(name)
+        index = self._index()
+        return [index[k] for k in node.inputs if k in index]
+
+    def consumers_of(self, name: str | int) -> list[NodeResult]:
+        """The compared nodes that read `name`."""
+        key = self.node(name).key
+        return [n for n in self.nodes if key in n.inputs]
+
     # ----- serialisation ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,141 @@
+"""A report as a pandas DataFrame and as Model Explorer node data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+
+import pytest
+
+from bisect_ov import bisect, inject_fault
+from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.report.export import (
+    DATAFRAME_COLUMNS, ME_COLORS, ME_NONFINITE_VALUE, ME_ZERO_VALUE, to_dataframe, to_model_explorer,
+)
+from bisect_ov.zoo import synthetic
+
+REQUIRED = ("name", "key", "op_type", "index", "role", "rank", "first", "error", "input_error", "tolerance",
+            "growth", "causes", "shape", "dtype", "ref_precision", "ref_kernel", "target_precision", "target_kernel",
+            "fused_with")
+
+
+@pytest.fixture(scope="module")
+def report():
+    m = synthetic.demo()
+    return bisect(m, "CPU", "CPU:f32", target_model=inject_fault(m, "block1/conv1"), strategy="full", progress=False)
+
+
+# ----- DataFrame --------------------------------------------------------------------------------------------------
+
+def test_dataframe_one_row_per_node_with_the_columns(report):
+    pytest.importorskip("pandas")
+    df = to_dataframe(report)
+    assert len(df) == len(report.nodes)
+    assert list(df.columns) == list(DATAFRAME_COLUMNS)
+    for col in REQUIRED:
+        assert col in df.columns
+    for field in dataclasses.fields(TensorStats):
+        assert f"out_{field.name}" in df.columns
+    assert list(df["name"]) == [n.name for n in report.nodes]
+    assert list(df["index"]) == [n.index for n in report.nodes]
+    assert df["error"].tolist() == [n.error for n in report.nodes]
+    first = df[df["first"]]
+    assert first["name"].tolist() == ["block1/conv1"]
+    assert first["role"].item() == "source" and first["rank"].item() == 1
+    assert first["shape"].item() == "1x16x32x32" and first["dtype"].item() == "float32"
+    assert first["out_shape"].item() == (1, 16, 32, 32) and first["out_numel"].item() == 16 * 32 * 32
+    assert first["out_max_abs"].item() == report.node("block1/conv1").stats.max_abs
+    # rank is a nullable integer: missing for nodes within tolerance
+    assert str(df["rank"].dtype) == "Int64"
+    assert df.loc[df["role"] == "ok", "rank"].isna().all()
+    assert df.loc[df["role"] != "ok", "rank"].notna().all()
+    # culprits in rank order come back from the frame
+    ranked = df.dropna(subset=["rank"]).sort_values("rank")["key"].tolist()
+    assert ranked == list(report.ranking)
+
+
+def test_dataframe_runtime_columns_and_missing_values(report):
+    pytest.importorskip("pandas")
+    n0 = report.nodes[0]
+    runtime = {"ref": {"precision": "f32", "kernel": "jit_avx512_f32", "fused": [n0.name, "Multiply_1", "x/relu"],
+                       "layer": n0.name, "layer_type": "Eltwise"},
+               "target": {"precision": "bf16", "kernel": "jit_avx512_bf16", "fused": [n0.name, "x/relu"]}}
+    nodes = (dataclasses.replace(n0, runtime=runtime, causes=("one", "two")),
+             dataclasses.replace(report.nodes[1], runtime={}, causes=()),
+             dataclasses.replace(report.nodes[2], runtime={"ref": {"precision": "f32"}}, outputs=()))
+    df = to_dataframe(dataclasses.replace(report, nodes=nodes))
+    row = df.iloc[0]
+    assert (row["ref_precision"], row["ref_kernel"]) == ("f32", "jit_avx512_f32")
+    assert (row["target_precision"], row["target_kernel"]) == ("bf16", "jit_avx512_bf16")
+    assert row["fused_with"] == "x/relu"  # the target's fused ops, without the node itself
+    assert row["causes"] == "one; two"
+    empty = df.iloc[1]
+    for col in ("ref_precision", "ref_kernel", "target_precision", "target_kernel", "fused_with"):
+        assert empty[col] is None
+    assert empty["causes"] == ""
+    partial = df.iloc[2]
+    assert partial["ref_precision"] == "f32" and partial["ref_kernel"] is None and partial["target_kernel"] is None
+    assert partial["out_max_abs"] is None and partial["n_outputs"] == 0 and partial["shape"] == ""
+
+
+def test_dataframe_needs_pandas(report, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(ImportError, match=r"pip install bisect_ov\[dataframe\]"):
+        to_dataframe(report)
+
+
+# ----- Model Explorer ---------------------------------------------------------------------------------------------
+
+def test_model_explorer_results_for_every_node(report):
+    data = to_model_explorer(report)
+    assert list(data) == ["demo"]  # the graph id: the model label
+    graph = data["demo"]
+    results = graph["results"]
+    for n in report.nodes:
+        for key in (n.name, *n.tensor_names):
+            assert key in results, key
+            assert results[key]["value"] == results[n.name]["value"]
+    conv = results["block1/conv1"]
+    assert conv["value"] == pytest.approx(math.log10(report.node("block1/conv1").error), abs=1e-6)
+    assert conv["bgColor"] == ME_COLORS["far"]  # 5e-1 against a tolerance of 1.3e-6
+    exact = report.nodes[0]
+    assert exact.error == 0 and results[exact.name]["value"] == ME_ZERO_VALUE
+    assert results[exact.name]["bgColor"] == ME_COLORS["within"]
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", r["bgColor"]) for r in results.values())
+
+
+def test_model_explorer_thresholds_sorted_and_from_tolerance(report):
+    thresholds = to_model_explorer(report)["demo"]["thresholds"]
+    values = [t["value"] for t in thresholds]
+    assert values == sorted(values) and len(values) == 3
+    assert [t["bgColor"] for t in thresholds] == [ME_COLORS["within"], ME_COLORS["over"], ME_COLORS["far"]]
+    tols = sorted(n.tolerance for n in report.nodes)
+    assert values[0] == pytest.approx(math.log10(tols[len(tols) // 2]), abs=1e-6)
+    assert values[1] == pytest.approx(values[0] + 1, abs=1e-6)  # 10x the tolerance
+    assert values[2] == ME_NONFINITE_VALUE
+
+
+def test_model_explorer_nonfinite_and_colours_against_own_tolerance(report):
+    n = report.nodes
+    nodes = (dataclasses.replace(n[0], error=math.inf), dataclasses.replace(n[1], error=math.nan),
+             dataclasses.replace(n[2], error=5e-6, tolerance=1e-6),
+             dataclasses.replace(n[3], error=1e-6, tolerance=1e-6))
+    data = to_model_explorer(dataclasses.replace(report, nodes=nodes), graph_id="main_graph")
+    results = data["main_graph"]["results"]
+    assert results[n[0].name] == {"value": ME_NONFINITE_VALUE, "bgColor": ME_COLORS["far"]}
+    assert results[n[1].name] == {"value": ME_NONFINITE_VALUE, "bgColor": ME_COLORS["far"]}
+    assert results[n[2].name]["bgColor"] == ME_COLORS["over"]
+    assert results[n[3].name]["bgColor"] == ME_COLORS["within"]
+    json.dumps(data, allow_nan=False)  # only finite numbers
+
+
+def test_model_explorer_writes_the_file(report, tmp_path):
+    path = tmp_path / "node_data.json"
+    data = to_model_explorer(report, path, graph_id="g")
+    assert json.loads(path.read_text(encoding="utf-8")) == data
+    assert os.listdir(tmp_path) == ["node_data.json"]  # written atomically, no temporary left behind
+    assert to_model_explorer(report, str(path)) == json.loads(path.read_text(encoding="utf-8"))

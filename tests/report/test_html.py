@@ -1,0 +1,213 @@
+"""The standalone HTML page: self-contained, verdict first, every model-supplied string escaped."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+from bisect_ov import bisect, inject_fault
+from bisect_ov.report.html import render_page, save_html
+from bisect_ov.zoo import synthetic
+
+EVIL = "<script>alert(1)</script>"
+AMP = "a&b<i>"
+EVIL_MODEL = "<b>evil model</b>"
+
+
+@pytest.fixture(scope="module")
+def fault_report():
+    m = synthetic.demo()
+    return bisect(m, "CPU", "CPU:f32", target_model=inject_fault(m, "block1/conv1"), strategy="full", progress=False)
+
+
+@pytest.fixture(scope="module")
+def clean_report():
+    m = synthetic.demo()
+    return bisect(m, "CPU", "CPU:f32", progress=False)
+
+
+def _evil_model() -> ov.Model:
+    rng = np.random.default_rng(0)
+    x = ops.parameter([1, 8], np.float32, name="x")
+    h = ops.matmul(x, ops.constant((rng.standard_normal((8, 8)) / 3).astype(np.float32)), False, False, name=EVIL)
+    h.output(0).get_tensor().set_names({EVIL})
+    h = ops.tanh(h, name=AMP)
+    h = ops.relu(h, name="out<1>")
+    return ov.Model([h.output(0)], [x], EVIL_MODEL)
+
+
+@pytest.fixture(scope="module")
+def evil_report():
+    m = _evil_model()
+    return bisect(m, "CPU", "CPU:f32", target_model=inject_fault(m, EVIL), progress=False)
+
+
+def test_page_is_one_self_contained_document(fault_report):
+    page = render_page(fault_report)
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.rstrip().endswith("</html>")
+    assert page.count("<html") == 1 and page.count("<body") == 1
+    # Nothing fetched from anywhere: no URLs, no scripts, no stylesheets or fonts by reference.
+    assert "http://" not in page and "https://" not in page
+    assert "<script" not in page.lower()
+    assert "<link" not in page.lower() and "@import" not in page and "url(" not in page
+    srcs = re.findall(r'src="([^"]*)"', page)
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+    png = base64.b64decode(srcs[0].split(",", 1)[1])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_page_answers_where_how_bad_why_first(fault_report):
+    page = render_page(fault_report)
+    first = fault_report.first_divergence
+    assert first is not None and first.name == "block1/conv1"
+    verdict = page.index('class="verdict diverges"')
+    assert "DIVERGES" in page[verdict:verdict + 400]
+    card = page[verdict:page.index("<h2>Culprits")]
+    # where, how bad, why: the node, its op and index, its error and tolerance, inherited error and growth
+    assert "block1/conv1" in card and "Convolution" in card and "#14" in card
+    assert "5.0e-01" in card and "1.3e-06" in card and "0.0e+00" in card and "3.75e+06x" in card
+    assert "head/softmax" in card  # final output
+    assert "Reference:" in card and "Target:" in card and "Fidelity 1.00" in card
+    # Order of sections: verdict, culprits, plots, final outputs, unmatched, run facts.
+    order = [page.index(s) for s in ('class="verdict', "<h2>Culprits", "<h2>Error along depth", "<h2>Final outputs",
+                                     "<h2>Unmatched nodes", "<h2>Run</h2>")]
+    assert order == sorted(order)
+    assert "block1/conv1/before_fault" in page  # the unmatched node
+    assert "OpenVINO" in page and "unit roundoff of f32" in page
+
+
+def test_default_strategy_page(fault_report):
+    m = synthetic.demo()
+    report = bisect(m, "CPU", "CPU:f32", target_model=inject_fault(m, "block1/conv1"), progress=False)
+    page = render_page(report, plots=False)
+    assert report.first_divergence.name == "block1/conv1"
+    assert page.count("<code>block1/conv1</code>") >= 1 and "DIVERGES" in page
+    assert f"<dd>{report.strategy}</dd>" in page
+
+
+def test_culprit_table_shows_ten_and_collapses_the_rest(fault_report):
+    assert len(fault_report.ranking) > 12
+    page = render_page(fault_report, top=12, plots=False)
+    section = page[page.index("<h2>Culprits"):page.index("<h2>Final outputs")]
+    visible, _, collapsed = section.partition("<details>")
+    assert visible.count("<tr class=") == 10
+    assert collapsed.count("<tr class=") == 2
+    assert "2 more culprits" in collapsed
+    assert f"{len(fault_report.ranking) - 12} more diverged nodes" in section
+    # Rows are coloured by role, and the first divergence is marked.
+    assert '<tr class="role-source first">' in visible and "role-amplifier" in visible and "role-inherits" in visible
+
+
+def test_plots_left_out_without_matplotlib(fault_report, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
+    page = render_page(fault_report)
+    assert "<img" not in page and "Error along depth" not in page
+    assert "block1/conv1" in page and "<h2>Final outputs" in page
+    assert "<img" not in render_page(fault_report, plots=False)
+
+
+def test_no_divergence_page(clean_report):
+    assert not clean_report.diverges
+    page = render_page(clean_report, plots=False)
+    assert "NO DIVERGENCE" in page and 'class="verdict"' in page
+    assert "DIVERGES" not in page and 'class="card' not in page
+    assert "None: every compared node is within its tolerance." in page
+
+
+def test_save_html_is_atomic_and_matches_render(fault_report, tmp_path):
+    path = save_html(fault_report, tmp_path / "report.html", plots=False)
+    assert path == tmp_path / "report.html"
+    assert path.read_text(encoding="utf-8") == render_page(fault_report, plots=False)
+    assert sorted(os.listdir(tmp_path)) == ["report.html"]  # no temporary file left behind
+    save_html(fault_report, path, plots=False, top=3)  # overwrites in place
+    assert path.read_text(encoding="utf-8").count("<tr class=") == 3
+
+
+def test_hostile_names_are_escaped(evil_report):
+    assert evil_report.first_divergence.name == EVIL
+    page = render_page(evil_report)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "a&amp;b&lt;i&gt;" in page and "out&lt;1&gt;" in page
+    assert "&lt;b&gt;evil model&lt;/b&gt;" in page
+    assert "<script" not in page.lower()
+    for raw in (EVIL, AMP, EVIL_MODEL, "out<1>"):
+        assert raw not in page
+
+
+def test_every_other_report_string_is_escaped(fault_report):
+    hostile = '<img src=x onerror="alert(2)">'
+    runtime = {"target": {"precision": hostile, "kernel": hostile, "fused": [hostile]}}
+    nodes = tuple(dataclasses.replace(n, op_type=hostile, causes=(hostile,), group=(hostile,), runtime=runtime)
+                  if n.first else n for n in fault_report.nodes)
+    report = dataclasses.replace(
+        fault_report, nodes=nodes, notes=(hostile,), model=hostile, target_model=hostile,
+        ref=dataclasses.replace(fault_report.ref, name=hostile, full_name=hostile, note=hostile),
+        target=dataclasses.replace(fault_report.target, name=hostile, emulated=True, config={hostile: hostile}),
+        unmatched={hostile: [hostile]}, metric=hostile,
+        outputs=tuple(dataclasses.replace(o, name=hostile) for o in fault_report.outputs),
+    )
+    page = render_page(report, plots=False)
+    assert "<img" not in page and "onerror=\"" not in page
+    assert page.count("&lt;img src=x onerror=&quot;alert(2)&quot;&gt;") >= 10
+    assert 'class="pill emulated"' in page
+    assert 'class="warn"' in page  # the note, shown as a warning
+
+
+def test_fidelity_outside_range_is_a_warning(fault_report):
+    good = render_page(fault_report, plots=False)
+    assert "Fidelity 1.00" in good and "Fidelity ratio" not in good
+    bad = dataclasses.replace(fault_report, fidelity={"plain_error": 1e-3, "tapped_error": 5e-3, "ratio": 5.0})
+    page = render_page(bad, plots=False)
+    verdict = page[page.index('class="verdict'):page.index("<h2>Culprits")]
+    assert '<div class="warn">' in verdict and "Fidelity ratio 5.00" in verdict
+    told = dataclasses.replace(bad, fidelity={**bad.fidelity, "warning": "taps <changed> the run"})
+    assert "taps &lt;changed&gt; the run" in render_page(told, plots=False)
+
+
+def _browser() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def test_page_renders_in_a_headless_browser(fault_report, tmp_path):
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no chromium, chromium-browser or google-chrome on PATH to render the page")
+    page = save_html(fault_report, tmp_path / "report.html")
+    shot = tmp_path / "shot.png"
+    profile = tmp_path / "profile"
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1200",
+           f"--screenshot={shot}", "--disable-background-networking", "--disable-component-update", "--no-first-run",
+           f"--user-data-dir={profile}", page.as_uri()]
+    try:
+        subprocess.run(cmd, capture_output=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the headless browser did not finish rendering the page in 120 s")
+    assert shot.is_file(), "the browser wrote no screenshot"
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    with Image.open(shot) as im:
+        rgb = im.convert("RGB")
+        assert rgb.size == (1280, 1200)
+        colours = rgb.getcolors(maxcolors=1 << 20)
+        assert colours is not None and len(colours) > 100  # text, tables and the plot, not a blank page
+        # The verdict box's red left border is drawn near the top-left of the page.
+        top_left = rgb.crop((0, 0, 200, 300)).getcolors(maxcolors=1 << 16)
+        assert any(c == (0xC6, 0x28, 0x28) for _, c in top_left)
