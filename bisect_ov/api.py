@@ -22,7 +22,7 @@ from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
 from bisect_ov.errors import InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model, model_label
-from bisect_ov.model.match import identity_match, match_nodes
+from bisect_ov.model.match import foreign_inputs, identity_match, match_nodes
 from bisect_ov.model.taps import Tap
 from bisect_ov.report.report import NodeResult, OutputResult, Report
 from bisect_ov.run.devices import Device, DeviceInfo, make_device
@@ -237,6 +237,11 @@ def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, group
         if target_key in session.runtime_target:
             runtime["target"] = session.runtime_target[target_key]
         causes = observations(node_stats)
+        if session.target_graph is not graph:
+            extra = foreign_inputs(session.match, session.target_graph, target_key)
+            if extra:
+                causes.append(f"in the target model its inputs pass through {', '.join(extra[:4])}"
+                              + (f" and {len(extra) - 4} more" if len(extra) > 4 else "") + ", which the model lacks")
         if key in session.exact:
             causes.append(session.exact[key].describe())
         else:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -74,14 +75,13 @@ class Session:
     def plain(self) -> list[tuple[str, str, TensorStats]]:
         """Run the untouched model on both sides; returns (name, result key, stats) per final output."""
         with self.clock("plain run"):
-            ref_c = self.ref.compile(self.graph.model)
-            target_c = self.target.compile(self.target_graph.model)
+            ref_c, target_c = _both(lambda: self.ref.compile(self.graph.model),
+                                    lambda: self.target.compile(self.target_graph.model))
             self._count(ref_c, target_c)
             # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
             # groups and kernels say nothing about the emulated device, so they are not used.
             self.target_runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
-            ref_out = ref_c.infer(self.ref_arrays)
-            target_out = target_c.infer(self.target_arrays)
+            ref_out, target_out = _both(lambda: ref_c.infer(self.ref_arrays), lambda: target_c.infer(self.target_arrays))
             self.outputs = self._final_outputs(ref_out, target_out, len(self.graph.model.outputs))
         return self.outputs
 
@@ -90,24 +90,24 @@ class Session:
         taps = [t for t in taps if t in self.target_of]
         ref_tapped = tap_model(self.graph, taps)
         target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
-        with self.clock("compile ref"):
-            ref_c = self.ref.compile(ref_tapped.model, taps=ref_tapped.added_outputs)
-        with self.clock("compile target"):
-            target_c = self.target.compile(target_tapped.model, taps=target_tapped.added_outputs)
+        with self.clock("compile"):
+            ref_c, target_c = _both(lambda: self.ref.compile(ref_tapped.model, taps=ref_tapped.added_outputs),
+                                    lambda: self.target.compile(target_tapped.model, taps=target_tapped.added_outputs))
         self._count(ref_c, target_c)
-        with self.clock("infer ref"):
-            ref_out = ref_c.infer(self.ref_arrays)
-        with self.clock("infer target"):
-            target_out = target_c.infer(self.target_arrays)
+        with self.clock("infer"):
+            ref_out, target_out = _both(lambda: ref_c.infer(self.ref_arrays), lambda: target_c.infer(self.target_arrays))
         stats: dict[Tap, TensorStats] = {}
         with self.clock("compare"):
             self.tapped_outputs.append(self._final_outputs(ref_out, target_out, ref_tapped.n_original_outputs))
             ref_of = dict(zip(taps, ref_tapped.tap_outputs))
-            for tap, ri, ti in zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs):
-                stats[tap] = compare(ref_out[ri], target_out[ti])
-                self._check_exact(tap, ref_out, target_out, ri, ti, ref_of)
-                if bar is not None:
-                    bar.update(1)
+            pairs = list(zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs))
+            # numpy releases the GIL on large arrays: two threads compare two tensors at a time.
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                for (tap, ri, ti), result in zip(pairs, pool.map(lambda p: compare(ref_out[p[1]], target_out[p[2]]), pairs)):
+                    stats[tap] = result
+                    self._check_exact(tap, ref_out, target_out, ri, ti, ref_of)
+                    if bar is not None:
+                        bar.update(1)
         return stats
 
     def measure_chunked(self, taps: Sequence[Tap], max_bytes: int | None, *, desc: str = "compare") -> dict[Tap, TensorStats]:
@@ -136,7 +136,9 @@ class Session:
         for result_node, r, t in zip(self.graph.results(), ref_out[:n], target_out[:n]):
             producer = self.graph[result_node.inputs[0][0]]
             names = producer.outputs[result_node.inputs[0][1]].names
-            outputs.append((names[0] if names else producer.name, result_node.key, compare(r, t)))
+            # The user's own name for the output when there is one; OpenVINO's made-up Result names are not.
+            name = result_node.name if not result_node.auto_named else (names[0] if names else producer.name)
+            outputs.append((name, result_node.key, compare(r, t)))
         return outputs
 
     def _check_exact(self, tap: Tap, ref_out, target_out, ri: int, ti: int, ref_of: dict[Tap, int]) -> None:
@@ -187,6 +189,14 @@ class Session:
             if integer:
                 found.append(node.key)
         return found
+
+
+def _both(ref_call: Callable[[], Any], target_call: Callable[[], Any]) -> tuple[Any, Any]:
+    """Run the two sides' calls at once: compiling and inferring release the GIL, so they overlap."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        target_future = pool.submit(target_call)
+        ref_result = ref_call()
+        return ref_result, target_future.result()
 
 
 def _collect_runtime(into: dict[str, dict], runtime: RuntimeGraph) -> None:

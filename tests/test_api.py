@@ -21,7 +21,7 @@ def test_no_divergence_is_an_answer():
     assert report.first_divergence is None and report.culprits == [] and not report.diverges
     assert "no divergence" in repr(report)
     assert report.ref.precision == "f32" and report.target.precision == "f32"
-    assert {"compile ref", "infer target", "compare", "score"} <= set(report.timings)
+    assert {"plain run", "compile", "infer", "compare", "score"} <= set(report.timings)
 
 
 def test_fault_is_named_with_its_contract_fields():

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap
 
-__all__ = ["Match", "match_nodes", "identity_match"]
+__all__ = ["Match", "match_nodes", "identity_match", "foreign_inputs"]
+
+_SHAPE_OPS = {"ShapeOf", "Reshape", "Squeeze", "Unsqueeze", "Concat", "Gather", "Range", "Broadcast", "StridedSlice"}
 
 
 @dataclass(frozen=True)
@@ -53,5 +55,24 @@ def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
                     break
         if not found:
             unmatched_ref.append(node.name)
-    unmatched_target = tuple(n.name for n in target.candidates() if n.key not in used)
-    return Match(tuple(pairs), tuple(unmatched_ref), unmatched_target)
+    unmatched_target = [n.name for n in target.candidates() if n.key not in used]
+    # Ops on constants only (FakeQuantize or Convert of weights) change values too: list those the model lacks.
+    unmatched_target += [n.name for n in target if n.kind == "static" and n.key not in ref
+                         and n.op_type not in _SHAPE_OPS and any(t.is_float for t in n.outputs)]
+    return Match(tuple(pairs), tuple(unmatched_ref), tuple(unmatched_target))
+
+
+def foreign_inputs(match: Match, target: ModelGraph, target_key: str) -> list[str]:
+    """Ops the target model runs between a matched node and its matched producers (e.g. FakeQuantize)."""
+    matched = {t.key for _, t in match.pairs}
+    found, stack, seen = [], [target_key], {target_key}
+    while stack:
+        for producer, _ in target[stack.pop()].inputs:
+            node = target[producer]
+            if producer in seen or producer in matched or node.kind in ("parameter", "constant"):
+                continue
+            seen.add(producer)
+            if node.kind in ("compute", "static") and node.op_type not in _SHAPE_OPS:
+                found.append(f"'{node.name}' ({node.op_type})")
+            stack.append(producer)
+    return found

@@ -82,17 +82,17 @@ def verdict_lines(report: "Report") -> list[str]:
     if not report.diverges:
         precision = report.tolerance.get("precision") or "f32"
         line = f"Verdict: no divergence. Every compared node is within what {precision} rounding predicts"
-        worst = max((n for n in report.nodes if n.tolerance > 0), key=lambda n: n.error / n.tolerance, default=None)
-        if worst is not None and worst.error > 0:
-            line += (f"; the largest error is {worst.error / worst.tolerance:.0%} of its tolerance "
-                     f"({report.metric} {fmt(worst.error)} at '{worst.name}'): expected rounding, not a culprit")
+        closest = max((n for n in report.nodes if n.tolerance > 0), key=lambda n: n.error / n.tolerance, default=None)
+        if closest is not None and closest.error > 0:
+            line += (f"; the largest error is {closest.error / closest.tolerance:.0%} of its tolerance "
+                     f"({report.metric} {fmt(closest.error)} at '{closest.name}'): expected rounding, not a culprit")
         lines.append(line + ".")
     elif first:
         names = ", ".join(f"'{n.name}' ({n.op_type}, #{n.index})" for n in first[:3])
         more = f" and {len(first) - 3} more" if len(first) > 3 else ""
         lines.append(f"Verdict: DIVERGES. Error starts at {names}{more}.")
         for n in first[:3]:
-            why = f"; {', '.join(n.causes)}" if n.causes else ""
+            why = f"; {'; '.join(n.causes)}" if n.causes else ""
             lines.append(
                 f"  '{n.name}': {report.metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, "
                 f"its inputs carry {fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}."
@@ -140,9 +140,11 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     lines += verdict_lines(report)
     lines.append("")
     rows = culprit_rows(report, top)
+    table: list[str] = []
     if rows:
         lines.append(f"Culprits (top {len(rows)} of {len(report.ranking)}; * = first divergence; error = {report.metric}):")
-        lines += _table(*_drop_empty_columns(COLUMNS, rows), width)
+        table = _table(*_drop_empty_columns(COLUMNS, rows), width)
+        lines += table
     else:
         lines.append("Culprits: none.")
     if len(report.outputs) > 1 or (report.outputs and report.diverges):
@@ -179,7 +181,8 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     wrapped: list[str] = []
     for line in lines + footer:
         # Table rows are already fitted; prose wraps instead of being cut.
-        wrapped += [line] if len(line) <= width else textwrap.wrap(line, width, subsequent_indent="    ")
+        fitted = len(line) <= width or line in table
+        wrapped += [line] if fitted else textwrap.wrap(line, width, subsequent_indent="    ")
     return "\n".join(wrapped)
 
 
@@ -194,11 +197,14 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> 
     cols = list(zip(header, *rows))
     widths = [max(len(c) for c in col) for col in cols]
     name_col = header.index("node")
-    # Shrink the last column (kernel names), then the node names, when the table would be too wide.
-    for col, least in ((len(widths) - 1, 12), (name_col, 16)):
+    # Shrink the last column (kernel names), the node names, then the op types, when the table is too wide;
+    # as a last resort the last column goes. Rows are never wrapped.
+    for col, least in ((len(widths) - 1, 12), (name_col, 16), (header.index("op"), 8)):
         excess = sum(widths) + 2 * (len(widths) - 1) - width
         if excess > 0:
             widths[col] = max(least, widths[col] - excess)
+    if sum(widths) + 2 * (len(widths) - 1) > width and len(header) > 10:
+        return _table(header[:-1], [r[:-1] for r in rows], width)
 
     def cell(text: str, w: int, i: int) -> str:
         text = text if len(text) <= w else text[: max(1, w - 1)] + "~"

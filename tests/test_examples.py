@@ -1,0 +1,172 @@
+"""The four users' cases in `examples/`: each example's `run()` must reach the diagnosis it tells.
+
+Each example is run once per module (module-scoped fixtures); the bf16 parts only where the CPU has bf16.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from examples import case1_softmax, case2_face_delegate, case3_int8_cpus, case4_int_conv
+from tests.conftest import cpu_runs_bf16, needs_bf16
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def case1():
+    return case1_softmax.run()
+
+
+@pytest.fixture(scope="module")
+def case2():
+    return case2_face_delegate.run()
+
+
+@pytest.fixture(scope="module")
+def case3():
+    return case3_int8_cpus.run()
+
+
+@pytest.fixture(scope="module")
+def case4():
+    return case4_int_conv.run()
+
+
+# ----- case 1: softmax / activations in f16 ---------------------------------------------------------------
+
+
+def test_case1_short_ops_are_expected_f16_rounding(case1):
+    for key in ("softmax", "relu", "sigmoid", "gelu"):
+        report = case1[key]
+        assert not report.diverges, key
+        assert report.first_divergence is None and report.culprits == [], key
+        assert report.target.precision == "f16" and report.target.emulated
+
+
+def test_case1_softmax_error_is_the_size_the_users_saw(case1):
+    mean_abs = case1["softmax"].outputs[0].stats.mean_abs
+    assert mean_abs == case1["softmax"].nodes[0].stats.mean_abs
+    # Users: GPU 4.6e-5, NPU 6.0e-5; emulated f16 must be within 10x of both.
+    assert 4.6e-6 <= mean_abs <= 6.0e-4
+
+
+def test_case1_long_softmax_with_one_f16_accumulator_is_a_culprit(case1):
+    report = case1["softmax_long_acc1"]
+    assert report.diverges
+    first = report.first_divergence
+    assert first.name == "softmax" and first.role == "source"
+    assert any("long reduction" in c for c in first.causes)
+    # With 16 lanes the same accumulation stays within what f16 predicts.
+    assert not case1["softmax_long_acc16"].diverges
+
+
+# ----- case 2: face model, instance norm cancellation ------------------------------------------------------
+
+
+def _check_face_report(report):
+    firsts = report.first_divergences
+    assert firsts and all(n.name.startswith("inorm/") for n in firsts), [n.name for n in firsts]
+    assert any(c.startswith("cancellation") for n in firsts for c in n.causes)
+    start = min(n.index for n in firsts)
+    culprits = report.culprits
+    assert all(n.index >= start for n in culprits), [n.name for n in culprits if n.index < start]
+    assert not any(n.diverged for n in report.nodes if n.index < start)
+    assert report.node("preprocess/sub").role == "ok"
+    assert all(o.diverged for o in report.outputs)
+    # Everything downstream only inherits or amplifies: no other source outside the pattern.
+    assert all(n.name.startswith("inorm/") for n in culprits if n.role == "source")
+
+
+def test_case2_f16_error_starts_in_the_instance_norm(case2):
+    _check_face_report(case2["f16"])
+
+
+def test_case2_depth_profile_shows_error_carried_to_the_output(case2):
+    profile = case2_face_delegate.depth_profile(case2["f16"])
+    assert profile[-1].name == "l2norm/div" and profile[-1].role == "inherits"
+    names = [n.name for n in profile]
+    assert "inorm/sub" in names
+    assert all(not n.diverged for n in profile[: names.index("inorm/sub")])
+
+
+def test_case2_without_the_offset_f16_stays_within_tolerance(case2):
+    assert not case2["f16_benign"].diverges
+
+
+@needs_bf16
+def test_case2_bf16_error_starts_in_the_instance_norm(case2):
+    _check_face_report(case2["bf16"])
+    assert case2["bf16"].target.precision == "bf16"
+    assert not case2["bf16_benign"].diverges
+
+
+# ----- case 3: FP32 vs int8 twin ---------------------------------------------------------------------------
+
+
+def test_case3_fp32_vs_int8_names_the_changed_nodes_and_the_fake_quantizes(case3):
+    report = case3["fp32_vs_int8"]
+    assert report.diverges
+    assert report.first_divergence.name == "stem/conv"
+    _, int8 = case3_int8_cpus.synthetic.fp32_and_int8()
+    fake_quantizes = {op.get_friendly_name() for op in int8.get_ops() if op.get_type_name() == "FakeQuantize"}
+    unmatched = report.unmatched["target_model"]
+    assert unmatched and set(unmatched) <= fake_quantizes
+    assert report.unmatched["model"] == []
+    # Inside the calibrated range, quantization stays within int8 rounding.
+    assert not case3["fp32_vs_int8_in_range"].diverges
+
+
+def test_case3_reports_what_ran(case3):
+    report = case3["fp32_vs_int8"]
+    assert report.target.precision == "f32"
+    kernels = {case3_int8_cpus.kernel(n.runtime, "target") for n in report.nodes}
+    assert kernels - {"-"}, "no runtime kernel was read back"
+
+
+@needs_bf16
+def test_case3_int8_on_bf16(case3):
+    report = case3["int8_f32_vs_bf16"]
+    assert report.target.precision == "bf16"
+    assert any(n.runtime.get("target", {}).get("precision") == "bf16" for n in report.nodes)
+
+
+def test_case3_bf16_key_only_with_bf16(case3):
+    assert ("int8_f32_vs_bf16" in case3) == cpu_runs_bf16()
+
+
+# ----- case 4: integer convolution -------------------------------------------------------------------------
+
+
+def test_case4_f16_saturates_at_the_conv(case4):
+    first = case4["f16"].first_divergence
+    assert first.name == "conv" and first.role == "source"
+    causes = " ".join(first.causes)
+    assert "179,209,319" in causes
+    assert "65,504" in causes and "inf" in causes.lower()
+
+
+def test_case4_f32_agrees_but_notes_the_reference_is_off(case4):
+    report = case4["f32"]
+    assert not report.diverges
+    assert any("off by 1,927" in note and "179,209,319" in note for note in report.notes)
+
+
+@needs_bf16
+def test_case4_bf16_computed_in_floating_point(case4):
+    first = case4["bf16"].first_divergence
+    assert first.name == "conv"
+    assert any("computed in floating point: off by 97,177" in c for c in first.causes)
+
+
+def test_case4_script_prints_the_exact_answer():
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "examples/case4_int_conv.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "179,209,319" in proc.stdout
