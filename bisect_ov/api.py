@@ -9,8 +9,11 @@ score error growth over the graph (`analysis.scoring`), and build the `Report` (
 
 from __future__ import annotations
 
+import math
+import os
+import pathlib
 import sys
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import openvino as ov
@@ -27,6 +30,9 @@ from bisect_ov.model.taps import Tap
 from bisect_ov.report.report import NodeResult, OutputResult, Report
 from bisect_ov.run.devices import Device, DeviceInfo, make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
+from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, patch_model,
+                             smallest_range, suspects_for_fix)
+from bisect_ov.mixed import impact as impact_of
 from bisect_ov.session import Clock, Session
 from bisect_ov.strategies import STRATEGIES, run_bisection, run_full, run_fusion
 
@@ -47,6 +53,13 @@ def bisect(
     seed: int = 0,
     strategy: str = "auto",
     refine: bool = True,
+    local: bool = True,
+    impact: int = 3,
+    fix: bool | float = False,
+    delegation: bool = False,
+    curve: int = 0,
+    noise: bool = True,
+    patched_model: str | os.PathLike | None = None,
     max_tap_bytes: int | None = 512 << 20,
     progress: bool | None = None,
 ) -> Report:
@@ -82,6 +95,26 @@ def bisect(
         is ``fusion``, falling back to ``bisection`` when the fidelity check fails.
     refine
         With ``fusion``: re-measure the members of the groups where error starts, to name the member node.
+    local
+        Run every measured node (or fusion group) on the target fed with the reference's inputs, so its own
+        (local) error is told from what it inherited; one reference and one target compile per memory chunk.
+        Not available with `target_model`.
+    impact
+        For this many top suspects, the final-output error when only that node runs on the target
+        (partitioned runs); the culprit ranking puts higher impact first.
+    fix
+        Search the smallest set of nodes which, kept on the reference, brings the final-output error under a
+        tolerance (True: each output's tolerance; a float: that value), verified by partitioned runs.
+    delegation
+        Search the shortest node range whose delegation to the target alone reproduces half the final error.
+    curve
+        Points of the error contribution curve (final error with the first fraction of the graph on the
+        target); 0 for none.
+    noise
+        Run the target against itself (twice, and a second compile): differences below that floor are noise.
+    patched_model
+        With `fix`, also save the model with the fix as runtime info that GPU/NPU plugins honour
+        (``disable_fp16_compression``) to this path (IR .xml).
     max_tap_bytes
         Most bytes of exposed tensors per compile; more taps are split into several compiles. None: one.
     progress
@@ -128,6 +161,11 @@ def bisect(
     used, stats, groups = _capture(session, strategy, diverged, max_tap_bytes, refine, metric)
     _check_integer_nodes(session, stats)
     notes = list(session.notes)
+    noise_floor = session.noise() if noise else {}
+    floor = 2 * max(noise_floor.values(), default=0.0)
+    if floor:
+        notes.append(f"The target is not deterministic: its outputs differ by up to {floor / 2:.2e} between runs or "
+                     "compiles; errors below twice that are not counted.")
     for key, check in session.exact.items():
         if not (check.ref_exact and check.target_exact):
             notes.append(f"'{graph[key].name}' computes on integers: {check.describe()}.")
@@ -140,17 +178,33 @@ def bisect(
     with clock("score"):
         errors = {(tap.key, tap.port): metric_value(s, metric) for tap, s in stats.items()}
         # An integer computation has one right answer: the two sides must agree exactly.
-        tolerances = {tap.key: 0.0 if tap.key in session.exact else tol.for_node(graph[tap.key]) for tap in stats}
+        tolerances = {tap.key: 0.0 if tap.key in session.exact else max(floor, tol.for_node(graph[tap.key]))
+                      for tap in stats}
         scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
-        nodes = _node_results(session, stats, scores, groups, tol.precision)
         outputs = tuple(
-            OutputResult(name, s, metric_value(s, metric), tol.for_node(graph[graph[key].inputs[0][0]]))
+            OutputResult(name, s, metric_value(s, metric), max(floor, tol.for_node(graph[graph[key].inputs[0][0]])))
             for name, key, s in session.outputs
         )
+    findings = Findings()
+    twin = ov_target is not None
+    if local or (not twin and (impact or fix or delegation or curve)):
+        with clock("experiments"):
+            findings = _experiments(session, stats, scores, groups, tolerances, outputs, metric, max_tap_bytes,
+                                    local=local, impact=0 if twin else impact, fix=False if twin else fix,
+                                    delegation=delegation and not twin, curve=0 if twin else curve)
+    if twin and (fix or delegation or curve):
+        notes.append("Partitioned runs (impact, delegation range, curve, fix) need one model on both sides; "
+                     "they are skipped with target_model.")
+    with clock("score"):
+        ranking = _rank_by_impact(scores.ranking, findings.impact)
+        nodes = _node_results(session, stats, scores, groups, tol.precision, findings, ranking)
+    fix_dict = findings.fix.to_dict() if findings.fix else {}
+    if findings.fix and patched_model is not None:
+        fix_dict["patched_model"] = str(_save_patched(ov_model, graph, findings.fix.keep, patched_model))
     return Report(
         model=model_label(model), ref=session.ref_info, target=session.target_info, nodes=nodes, outputs=outputs,
         metric=metric if isinstance(metric, str) else getattr(metric, "__name__", "custom"),
-        tolerance=tol.to_dict(), first_keys=scores.first, ranking=scores.ranking,
+        tolerance=tol.to_dict(), first_keys=scores.first, ranking=ranking,
         model_hash=graph.structure_hash(),
         target_model=model_label(target_model) if target_model is not None else None,
         unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)}
@@ -158,8 +212,65 @@ def bisect(
         timings=clock.stages, compiles=dict(session.compiles), strategy=used,
         inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
                      for p, a in zip(ov_model.get_parameters(), ref_arrays)),
-        openvino_version=ov.get_version(), notes=tuple(notes), fidelity=fidelity,
+        openvino_version=ov.get_version(), notes=tuple(notes), fidelity=fidelity, noise=noise_floor,
+        fix=fix_dict, delegation=findings.delegation,
+        curve=tuple({"fraction": f, "nodes": n, "error": e} for f, n, e in findings.curve),
     )
+
+
+def _experiments(session: Session, stats, scores, groups, tolerances, outputs, metric, max_tap_bytes, *,
+                 local: bool, impact: int, fix, delegation: bool, curve: int) -> Findings:
+    """Local errors, impacts, the delegation range, the contribution curve and the fix, as asked."""
+    graph = session.graph
+    found = Findings()
+    measured = list(dict.fromkeys(t.key for t in stats))
+    units = {k: tuple(dict.fromkeys([k, *groups.get(k, ())])) for k in measured}
+    if local and measured:
+        loc = local_errors(session, units, max_bytes=max_tap_bytes)
+        for tap, s in loc.items():
+            found.local[tap.key] = max(found.local.get(tap.key, 0.0), metric_value(s, metric))
+    runs = MixedRuns(session, lambda s: metric_value(s, metric))
+    if curve:
+        found.curve = contribution_curve(runs, curve)
+    if delegation:
+        found.delegation = smallest_range(runs)
+    if impact:
+        suspects = list(dict.fromkeys([*scores.first, *[k for k in scores.ranking
+                                                        if scores.nodes[k].role in ("source", "amplifier")]]))
+        by_local = sorted((k for k in found.local if found.local[k] > tolerances.get(k, 0.0)),
+                          key=lambda k: -found.local[k])
+        chosen = list(dict.fromkeys(suspects + by_local))[:impact]
+        found.impact = impact_of(runs, {k: units.get(k, (k,)) for k in chosen})
+    if fix:
+        limit = float(fix) if not isinstance(fix, bool) else min(o.tolerance for o in outputs)
+        causes = {k: tuple(diagnose_causes(session, stats, scores, k)) for k in scores.first}
+        candidates = suspects_for_fix(graph, scores.ranking, scores.first, units, found.local, tolerances, causes,
+                                      found.delegation)
+        found.fix = find_fix(runs, candidates, limit)
+    found.runs = runs.runs
+    return found
+
+
+def diagnose_causes(session: Session, stats, scores, key: str) -> list[str]:
+    graph = session.graph
+    node, s = graph[key], scores.nodes[key]
+    taps = [t for t in stats if t.key == key]
+    inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
+    return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "")
+
+
+def _rank_by_impact(ranking: tuple[str, ...], impact: dict[str, float]) -> tuple[str, ...]:
+    """Suspects with a measured impact first, largest impact first; the rest keep their order."""
+    measured = sorted((k for k in ranking if k in impact), key=lambda k: -impact[k])
+    return tuple(measured + [k for k in ranking if k not in impact])
+
+
+def _save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) -> pathlib.Path:
+    path = pathlib.Path(path)
+    if path.suffix != ".xml":
+        raise InputError(f"patched_model must be an IR path ending in .xml; got '{path}'.")
+    ov.save_model(patch_model(model, [graph[k].name for k in keep]), str(path))
+    return path
 
 
 def _check_integer_nodes(session: Session, stats: dict[Tap, TensorStats]) -> None:
@@ -219,7 +330,9 @@ def _ratio(tapped: float, plain: float) -> float:
     return tapped / plain
 
 
-def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, groups, precision: str) -> tuple[NodeResult, ...]:
+def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, groups, precision: str,
+                  findings: Findings, ranking: tuple[str, ...]) -> tuple[NodeResult, ...]:
+    rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.graph
     by_key: dict[str, list[Tap]] = {}
     for tap in stats:
@@ -250,7 +363,9 @@ def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, group
         results.append(NodeResult(
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,
-            rank=s.rank, outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
+            rank=rank_of.get(key), local_error=findings.local.get(key), impact=findings.impact.get(key),
+            # Only meaningful where a node was handed real error: inputs over its tolerance.
+            amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None, outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
             inputs=tuple(k for k, _ in graph.data_inputs(key)), causes=tuple(causes), runtime=runtime,
             group=tuple(m for m in groups.get(key, ()) if m != key),
         ))

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from bisect_ov.analysis.exactness import ExactCheck, check_exact, exact_result, integer_valued
 from bisect_ov.analysis.metrics import TensorStats, compare
@@ -83,7 +83,64 @@ class Session:
             self.target_runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
             ref_out, target_out = _both(lambda: ref_c.infer(self.ref_arrays), lambda: target_c.infer(self.target_arrays))
             self.outputs = self._final_outputs(ref_out, target_out, len(self.graph.model.outputs))
+            # Kept for partitioned runs, which compare their final outputs with the reference's.
+            self.ref_final = [np.array(a) for a in ref_out]
+            self._plain_target = target_c
         return self.outputs
+
+    def noise(self) -> dict[str, float]:
+        """Run the target against itself: the same compiled model twice, and a second compile.
+
+        Returns the largest relative L2 difference of the final outputs between the two runs and between the
+        two compiles (0.0 when bit-identical). Differences below this floor are not the model's doing.
+        """
+        with self.clock("noise"):
+            first = [np.array(a) for a in self._plain_target.infer(self.target_arrays)]
+            again = self._plain_target.infer(self.target_arrays)
+            run_to_run = max((compare(a, b).rel_l2 for a, b in zip(first, again)), default=0.0)
+            if self.target_info is not None and self.target_info.emulated:
+                # An emulated device is the CPU in f32 running fixed arithmetic: recompiling it proves nothing.
+                return {"run_to_run": run_to_run}
+            recompiled = self.target.compile(self.target_graph.model)
+            self.compiles["target"] += 1
+            other = recompiled.infer(self.target_arrays)
+            compile_to_compile = max((compare(a, b).rel_l2 for a, b in zip(first, other)), default=0.0)
+        return {"run_to_run": run_to_run, "compile_to_compile": compile_to_compile}
+
+    def ref_values(self, taps: Sequence[Tap]) -> dict[Tap, np.ndarray]:
+        """The reference's values of `taps` (copies), in one reference compile."""
+        taps = list(dict.fromkeys(taps))
+        values: dict[Tap, np.ndarray] = {}
+        params = [t for t in taps if self.graph[t.key].kind == "parameter"]
+        for t in params:
+            values[t] = self.ref_arrays[self.graph.parameter_position[t.key]]
+        rest = [t for t in taps if t not in values]
+        if rest:
+            tapped = tap_model(self.graph, rest)
+            with self.clock("compile"):
+                compiled = self.ref.compile(tapped.model, taps=tapped.added_outputs)
+            self.compiles["ref"] += 1
+            with self.clock("infer"):
+                out = compiled.infer(self.ref_arrays, share_outputs=False)
+            values.update({t: out[i] for t, i in zip(rest, tapped.tap_outputs)})
+        return values
+
+    def run_piece(self, side: str, piece, values: dict[Tap, np.ndarray], final: frozenset[Tap] = frozenset()
+                  ) -> list[np.ndarray]:
+        """Compile an extracted piece on one side and run it on `values` (its fed tensors); copies out.
+
+        Outputs hand values on like taps, in the precision the device stores activations in, except the
+        model's own outputs (`final`), which the plugin produces as the plain model would.
+        """
+        device = self.target if side == "target" else self.ref
+        arrays = self.target_arrays if side == "target" else self.ref_arrays
+        typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
+        with self.clock("compile"):
+            compiled = device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
+        self.compiles[side] += 1
+        feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
+        with self.clock("infer"):
+            return compiled.infer(feed, share_outputs=False)
 
     def measure(self, taps: Sequence[Tap], *, bar: tqdm | None = None) -> dict[Tap, TensorStats]:
         """Expose `taps` (reference-side taps; matched target taps are found) in one compile per side."""

@@ -107,6 +107,9 @@ def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, r
     extra = [r for r, _ in session.match.pairs if r.key in to_refine and r not in stats]
     if extra:
         stats.update(session.measure_chunked(extra, max_bytes, desc="refine"))
+        measured = {t.key for t in stats}
+        groups = {k: tuple(sorted(_unmeasured_ancestors(graph, k, measured) - {k}, key=lambda m: graph[m].index))
+                  for k in measured}
     return stats, groups
 
 

@@ -17,6 +17,9 @@ from bisect_ov import bisect, inject_fault
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.zoo import synthetic
 
+# These tests are about naming the node; local errors and the noise check are covered elsewhere.
+FAST = {"local": False, "noise": False, "progress": False}
+
 SHAPES = ("chain", "diamond", "multi_io", "attention_block", "conv_bn_net")
 
 
@@ -42,7 +45,7 @@ CASES = [(shape, name) for shape in SHAPES for name in _float_sites(shape)]
 def test_injected_fault_is_first_divergence_and_top_culprit(shape, node):
     model = _model(shape)
     faulty = inject_fault(model, node, "noise", 0.05, seed=7)
-    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=faulty, progress=False)
+    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=faulty, **FAST)
     assert report.first_divergence is not None, report.to_text()
     assert report.first_divergence.name == node, report.to_text()
     assert report.culprits[0].name == node
@@ -57,7 +60,7 @@ def test_every_fault_kind_is_found_mid_graph(shape, node, kind):
     node = sites[len(sites) // 2]
     model = _model(shape)
     report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=inject_fault(model, node, kind),
-                    progress=False)
+                    **FAST)
     if report.first_divergence is None:
         # A fault can be invisible (zeroing a tensor that is already zero): then the output must agree too.
         pytest.fail(f"fault {kind} at {node} not found:\n{report.to_text()}")
@@ -76,7 +79,7 @@ def test_bisection_strategy_finds_the_fault_in_few_compiles(shape, node):
     model = _model(shape)
     faulty = inject_fault(model, node, "noise", 0.05, seed=7)
     report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=faulty, strategy="bisection",
-                    progress=False)
+                    **FAST)
     assert report.strategy == "bisection"
     assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
     n = len(ModelGraph(model).candidates())
@@ -90,6 +93,6 @@ def test_fusion_strategy_without_refinement_names_the_group(shape):
     node = sites[len(sites) // 3]
     model = _model(shape)
     report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=inject_fault(model, node, "offset"),
-                    strategy="fusion", refine=False, progress=False)
+                    strategy="fusion", refine=False, **FAST)
     first = report.first_divergence
     assert first.name == node or node in first.group, report.to_text()

@@ -51,6 +51,9 @@ class NodeResult:
     causes: tuple[str, ...] = ()
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
     group: tuple[str, ...] = ()  # nodes measured only through this one (fused with it, or folded in)
+    local_error: float | None = None  # run alone on the target, fed the reference's inputs
+    amplification: float | None = None  # error / input_error: how much it magnifies what it inherited
+    impact: float | None = None  # final-output error when only this node runs on the target
 
     @property
     def diverged(self) -> bool:
@@ -90,7 +93,8 @@ class NodeResult:
             "growth": self.growth, "role": self.role, "first": self.first, "rank": self.rank,
             "outputs": [s.to_dict() for s in self.outputs], "tensor_names": list(self.tensor_names),
             "inputs": list(self.inputs), "causes": list(self.causes), "runtime": self.runtime,
-            "group": list(self.group),
+            "group": list(self.group), "local_error": self.local_error, "amplification": self.amplification,
+            "impact": self.impact,
         }
 
     @classmethod
@@ -102,6 +106,7 @@ class NodeResult:
             outputs=tuple(TensorStats.from_dict(s) for s in d.get("outputs", [])),
             tensor_names=tuple(d.get("tensor_names", [])), inputs=tuple(d.get("inputs", [])),
             causes=tuple(d.get("causes", [])), runtime=d.get("runtime", {}), group=tuple(d.get("group", [])),
+            local_error=d.get("local_error"), amplification=d.get("amplification"), impact=d.get("impact"),
         )
 
 
@@ -158,6 +163,10 @@ class Report:
     openvino_version: str = ""
     notes: tuple[str, ...] = ()
     fidelity: dict[str, Any] = field(default_factory=dict)
+    noise: dict[str, float] = field(default_factory=dict)
+    fix: dict[str, Any] = field(default_factory=dict)
+    delegation: dict[str, Any] = field(default_factory=dict)
+    curve: tuple[dict[str, Any], ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     # ----- questions a user asks ----------------------------------------------------------------------
@@ -292,7 +301,8 @@ class Report:
             "ranking": list(self.ranking), "outputs": [o.to_dict() for o in self.outputs],
             "nodes": [n.to_dict() for n in self.nodes], "unmatched": self.unmatched, "timings": self.timings,
             "compiles": self.compiles, "strategy": self.strategy, "inputs": list(self.inputs), "openvino_version": self.openvino_version,
-            "notes": list(self.notes), "fidelity": self.fidelity,
+            "notes": list(self.notes), "fidelity": self.fidelity, "noise": self.noise, "fix": self.fix,
+            "delegation": self.delegation, "curve": list(self.curve),
         }
 
     @classmethod
@@ -312,7 +322,8 @@ class Report:
             target_model=d.get("target_model"), unmatched=d.get("unmatched", {}), timings=d.get("timings", {}),
             compiles=d.get("compiles", {}), strategy=d.get("strategy", "full"), inputs=tuple(d.get("inputs", [])),
             openvino_version=d.get("openvino_version", ""), notes=tuple(d.get("notes", [])),
-            fidelity=d.get("fidelity", {}), schema_version=version,
+            fidelity=d.get("fidelity", {}), noise=d.get("noise", {}), fix=d.get("fix", {}),
+            delegation=d.get("delegation", {}), curve=tuple(d.get("curve", [])), schema_version=version,
         )
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
@@ -373,7 +384,8 @@ def _encode(obj: Any) -> Any:
 
 
 _FLOAT_FIELDS = {
-    "plain_error", "tapped_error", "ratio", "error", "input_error", "tolerance", "growth", "max_abs", "mean_abs", "rel_l2", "max_rel", "cosine",
+    "local_error", "amplification", "impact", "error_before", "error_after", "full_error", "goal", "run_to_run",
+    "compile_to_compile", "plain_error", "tapped_error", "ratio", "error", "input_error", "tolerance", "growth", "max_abs", "mean_abs", "rel_l2", "max_rel", "cosine",
     "sqnr_db", "ref_absmax", "target_absmax",
 }
 

@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 
 __all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "COLUMNS"]
 
-COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "role", "shape", "nan/inf", "target ran")
+COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "role", "shape", "nan/inf",
+           "target ran")
+_OPTIONAL = ("local", "impact", "nan/inf", "target ran")
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
                  "uint8": "u8", "bool": "bool"}
 
@@ -63,14 +65,15 @@ def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
         dtypes = ",".join(sorted({_SHORT_DTYPES.get(d, d) for d in n.dtypes}))
         rows.append((
             str(n.rank), n.name, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
-            fmt_growth(n.growth), n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime_str(n),
+            fmt_growth(n.growth), fmt(getattr(n, "local_error", None)), fmt(getattr(n, "impact", None)),
+            n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime_str(n),
         ))
     return rows
 
 
 def _drop_empty_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]):
-    """Leave out the optional columns (nan/inf, target ran) when no row has anything in them."""
-    keep = [i for i, h in enumerate(header) if h not in ("nan/inf", "target ran") or any(r[i] != "-" for r in rows)]
+    """Leave out the optional columns (local, impact, nan/inf, target ran) when no row has anything in them."""
+    keep = [i for i, h in enumerate(header) if h not in _OPTIONAL or any(r[i] != "-" for r in rows)]
     return tuple(header[i] for i in keep), [tuple(r[i] for i in keep) for r in rows]
 
 
@@ -114,6 +117,41 @@ def verdict_lines(report: "Report") -> list[str]:
         lines.append(
             f"Downstream: {len(amplifiers)} node(s) amplify inherited error, {len(inheritors)} only pass it on."
         )
+    return lines
+
+
+def experiment_lines(report: "Report") -> list[str]:
+    """The fix, the delegation range, the contribution curve and the noise floor, when they were run."""
+    lines: list[str] = []
+    fix = getattr(report, "fix", None) or {}
+    if fix:
+        keep = fix["keep"]
+        verdict = "brings" if fix["solved"] else "does NOT bring"
+        lines += ["", f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {verdict} the final error "
+                      f"from {fmt(fix['error_before'])} to {fmt(fix['error_after'])} (tolerance {fmt(fix['tolerance'])}), "
+                      f"verified by partitioned runs ({fix['runs']} in all):"]
+        lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))
+        if fix.get("patched_model"):
+            lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix['patched_model']}")
+    delegation = getattr(report, "delegation", None) or {}
+    if delegation.get("first") is not None:
+        span = (f"'{delegation['first']}'" if delegation["nodes"] == 1
+                else f"'{delegation['first']}' .. '{delegation['last']}' ({delegation['nodes']} nodes)")
+        lines += ["", f"Delegation: running only {span} on the target gives a final error of {fmt(delegation['error'])}, "
+                      f"{delegation['error'] / delegation['full_error']:.0%} of the {fmt(delegation['full_error'])} "
+                      "with everything on the target."]
+    curve = getattr(report, "curve", None) or ()
+    if curve:
+        points = ", ".join(f"{p['fraction']:.0%}: {fmt(p['error'])}" for p in curve)
+        lines.append(f"Error contribution curve (share of the graph on the target: final error): {points}")
+    noise = getattr(report, "noise", None) or {}
+    if noise:
+        what = " and two compiles" if "compile_to_compile" in noise else ""
+        if not any(noise.values()):
+            lines.append(f"Noise: the target gave bit-identical outputs across two runs{what}.")
+        else:
+            lines.append("Noise: the target's outputs differ by "
+                         + ", ".join(f"{fmt(v)} {k.replace('_', ' ')}" for k, v in noise.items()) + ".")
     return lines
 
 
@@ -161,6 +199,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
         for side, names in unmatched.items():
             shown = ", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8 else "")
             lines.append(f"Unmatched in {side}: {shown}")
+    lines += experiment_lines(report)
     lines.append("")
     lines += _sides(report)
     for note in report.notes:

@@ -88,6 +88,7 @@ class Compiled:
         self.n_outputs = len(compiled.outputs)
         # numpy has no bfloat16: OpenVINO hands bf16 outputs over as float16-labelled bits.
         self._bf16 = {i for i, out in enumerate(compiled.outputs) if out.get_element_type() == ov.Type.bf16}
+        self._input_types = [inp.get_element_type() for inp in compiled.inputs]
 
     def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
         """Run once. With `share_outputs`, arrays are views valid until the next call (no output copies).
@@ -97,8 +98,9 @@ class Compiled:
         DeviceError
             When the plugin fails to run.
         """
+        inputs = [_as_input(a, t) for a, t in zip(inputs, self._input_types)]
         try:
-            result = self._request.infer(list(inputs), share_outputs=share_outputs)
+            result = self._request.infer(inputs, share_outputs=share_outputs)
         except Exception as err:
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
         return [_bf16_to_f32(result[i]) if i in self._bf16 else result[i] for i in range(self.n_outputs)]
@@ -108,22 +110,38 @@ def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def _as_input(array: np.ndarray, element: ov.Type):
+    """Float data for an input typed bf16 or f16 (activations handed over in the device's precision)."""
+    if element == ov.Type.f16 and array.dtype != np.float16:
+        return np.asarray(array, dtype=np.float16)
+    if element != ov.Type.bf16:
+        return array
+    x = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    bits = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+    bits[np.isnan(array)] = 0x7FC0
+    tensor = ov.Tensor(ov.Type.bf16, list(array.shape))
+    tensor.data.view(np.uint16)[...] = bits
+    return tensor
+
+
 class Device:
     """A place to compile and run models. Subclasses implement `_compile`."""
 
     name: str = "device"
 
-    def compile(self, model: ov.Model, *, taps: Sequence[int] = ()) -> Compiled:
-        """Compile `model`; `taps` are the indices of outputs added only to observe intermediate tensors.
+    def compile(self, model: ov.Model, *, taps: Sequence[int] = (), fed: Sequence[int] = ()) -> Compiled:
+        """Compile `model`; `taps` are the indices of outputs added only to observe intermediate tensors, `fed`
+        the indices of inputs that stand for activations produced by other ops (pieces of a model).
 
-        A device may give tap outputs the element type it computes in, so that exposing them does not change
-        what it compiles (see `OpenVINODevice`).
+        A device may give both the element type it stores activations in, so that exposing a tensor does not
+        change what it compiles, and a fed value arrives as the device would have stored it
+        (see `OpenVINODevice`).
         """
         if not isinstance(model, ov.Model):
             raise InputError(f"Device.compile takes an ov.Model, not {type(model).__name__}.")
-        return self._compile(model, tuple(taps))
+        return self._compile(model, tuple(taps), tuple(fed))
 
-    def _compile(self, model: ov.Model, taps: tuple[int, ...]) -> Compiled:  # pragma: no cover - abstract
+    def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> Compiled:  # pragma: no cover
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -168,10 +186,10 @@ class OpenVINODevice(Device):
                 return "bf16" if "BF16" in caps else "f32"
         return asked
 
-    def _compile(self, model: ov.Model, taps: tuple[int, ...] = ()) -> Compiled:
+    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> Compiled:
         core = shared_core()
-        if taps:
-            model = _type_taps(model, taps, self.activation_precision())
+        if taps or fed:
+            model = _type_taps(model, taps, self.activation_precision(), fed)
         try:
             compiled = core.compile_model(model, self.device, self.config)
         except Exception as err:
@@ -225,7 +243,7 @@ class EmulatedDevice(OpenVINODevice):
         self.reductions = reductions
         self.lanes = lanes
 
-    def _compile(self, model: ov.Model, taps: tuple[int, ...] = ()) -> Compiled:
+    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> Compiled:
         from bisect_ov.run.emulate import emulate_precision  # the rewrite is heavy to import only when used
 
         emulated = emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes)
@@ -331,13 +349,15 @@ def _capabilities(device: str) -> list[str]:
         return []
 
 
-def _type_taps(model: ov.Model, taps: tuple[int, ...], precision: str) -> ov.Model:
+def _type_taps(model: ov.Model, taps: tuple[int, ...], precision: str, fed: tuple[int, ...] = ()) -> ov.Model:
     """Give f32 tap outputs the device's activation precision.
 
     Measured on the CPU plugin in bf16: an extra f32 output makes the plugin compute the ops between it and
     the nearest Convolution/MatMul in f32 (it keeps the graph's tail before an f32 output in f32), which
     hid a cancellation error entirely (0.3% instead of 12%). Outputs typed in the inference precision do not
-    trigger that, and hold exactly the values the device stored.
+    trigger that, and hold exactly the values the device stored. Likewise `fed` inputs (activations handed to
+    a piece of the model) arrive in that precision, as the producing op would have stored them: an f32 input
+    would let the plugin compute an elementwise op in f32 that in the whole model reads a bf16 tensor.
     """
     if precision not in ("bf16", "f16"):
         return model
@@ -349,6 +369,10 @@ def _type_taps(model: ov.Model, taps: tuple[int, ...], precision: str) -> ov.Mod
     for index in taps:
         if model.outputs[index].get_element_type() == ov.Type.f32:
             ppp.output(index).tensor().set_element_type(element)
+            changed = True
+    for index in fed:
+        if model.inputs[index].get_element_type() == ov.Type.f32:
+            ppp.input(index).tensor().set_element_type(element)
             changed = True
     return ppp.build() if changed else model
 

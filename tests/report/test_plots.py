@@ -43,7 +43,7 @@ def test_plot_errors_draws_error_tolerance_and_culprits(report):
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
     labels = [line.get_label() for line in ax.lines]
-    assert labels == ["error (rel_l2)", "tolerance"]
+    assert labels == ["error (rel_l2)", "tolerance", "local error"]  # local error: each node alone on the target
     err_line = ax.lines[0]
     assert list(err_line.get_xdata()) == [n.index for n in report.nodes]
     # One scatter per role present (here every node within tolerance is exact, so "ok" has no points of its own),

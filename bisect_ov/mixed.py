@@ -1,0 +1,309 @@
+"""Local versus inherited error, partitioned (mixed-device) runs, and a verified fix.
+
+Accumulated error alone cannot tell a node that creates error from one that amplifies what it inherited.
+This module answers with experiments on the real target:
+
+* `local_errors`: every node (or fusion group) runs on the target fed with the *reference's* inputs, so its
+  output error is its own. All of them are packed side by side into one model (`model.partition.extract`),
+  so the whole graph costs one reference compile (for the values) and one target compile per memory chunk.
+* `mixed_run`: the graph in topological order is split into segments, each run on the side it is assigned
+  to, values handed across the cuts; the final-output error then says what delegating those nodes costs.
+  This is the delegate node-range experiment done automatically, and it works for any pair of devices.
+* `contribution_curve`: the final-output error when the first f of the graph runs on the target.
+* `smallest_range`: the shortest node range whose delegation alone reproduces a share (default half) of the
+  full final-output error, found by two binary searches: O(log N) partitioned runs.
+* `impact`: the final-output error when only one node (or group) runs on the target.
+* `find_fix`: the smallest set of nodes which, kept on the reference, brings the final error under a
+  tolerance: greedy over the ranked suspects, then minimised by dropping members one at a time, each step
+  verified end to end by a partitioned run.
+
+Assumes both sides run the same model (no `target_model`); partitioned runs on twins are not supported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.model.partition import cut_after, extract
+from bisect_ov.model.taps import Tap, plan_chunks
+from bisect_ov.session import Session
+
+__all__ = ["local_errors", "mixed_run", "contribution_curve", "smallest_range", "impact", "find_fix", "Fix",
+           "patch_model"]
+
+ErrorOf = Callable[[TensorStats], float]
+
+
+def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20
+                 ) -> dict[Tap, TensorStats]:
+    """Each unit (key of its output node -> member keys) on the target, fed with reference inputs.
+
+    Units are given in the reference model's keys. With a twin target model, each unit runs the twin's
+    matched ops, plus the twin's own ops feeding them that the reference lacks (a FakeQuantize, an injected
+    fault), fed with the reference's values of the matched tensors around it. Returns statistics of every
+    unit's output tensors, target (isolated) against reference.
+    """
+    graph, target = session.graph, session.target_graph
+    target_of = session.target_of
+    ref_of = {t: r for r, t in session.match.pairs}
+    matched_t = {t.key for t in ref_of}
+
+    def target_unit(members: set[str]) -> set[str]:
+        keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
+        stack = list(keys)
+        while stack:  # absorb the twin's own ops upstream of the unit
+            for producer, _ in target.data_inputs(stack.pop()):
+                if producer not in matched_t and producer not in keys and target[producer].is_candidate:
+                    keys.add(producer)
+                    stack.append(producer)
+        return keys
+
+    outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
+                  for uid in units}
+    stats: dict[Tap, TensorStats] = {}
+    flat = [t for uid in units for t in outputs_of[uid]]
+    for chunk in plan_chunks(graph, flat, max_bytes):
+        uids = list(dict.fromkeys(t.key for t in chunk))
+        unit_of = {m: uid for uid in uids for m in target_unit(set(units[uid]) | {uid})}
+        outputs = [t for uid in uids for t in outputs_of[uid]]
+        piece = extract(target, list(unit_of), [target_of[t] for t in outputs], unit_of)
+        fed_ref = [ref_of[t] for t in piece.fed if t in ref_of]
+        values = session.ref_values(fed_ref + outputs)
+        feed = {}
+        for t in piece.fed:
+            if target[t.key].kind == "parameter":
+                feed[t] = session.target_arrays[target.parameter_position[t.key]]
+            elif t in ref_of:
+                feed[t] = values[ref_of[t]]
+            else:  # a twin-only tensor read across units: the unit cannot be isolated against the reference
+                raise ValueError(f"tensor {t} of the target model has no reference counterpart")
+        got = session.run_piece("target", piece, feed)
+        for t, arr in zip(outputs, got):
+            stats[t] = compare(values[t], arr)
+    return stats
+
+
+@dataclass
+class MixedRuns:
+    """Partitioned runs of one session, with a cache: the same assignment is never run twice."""
+
+    session: Session
+    error_of: ErrorOf
+    order: list[str] = field(default_factory=list)
+    cache: dict[frozenset, float] = field(default_factory=dict)
+    runs: int = 0
+
+    def __post_init__(self) -> None:
+        self.order = [n.key for n in self.session.graph.candidates()]
+
+    def error(self, on_target: set[str] | frozenset) -> float:
+        """Final-output error (worst output) when exactly `on_target` runs on the target."""
+        key = frozenset(on_target)
+        if key not in self.cache:
+            self.cache[key] = max((self.error_of(s) for s in mixed_run(self.session, key, self.order)), default=0.0)
+            self.runs += 1
+        return self.cache[key]
+
+
+def mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
+              ) -> list[TensorStats]:
+    """Run the nodes `on_target` on the target and the rest on the reference; final outputs vs the reference.
+
+    Consecutive nodes (in topological order) on the same side form one segment, compiled once.
+    """
+    graph = session.graph
+    order = list(order or [n.key for n in graph.candidates()])
+    if not on_target:
+        return [compare(r, r) for r in session.ref_final]
+    results = graph.results()
+    final = frozenset(Tap(*r.inputs[0]) for r in results)
+    values: dict[Tap, np.ndarray] = {}
+    for p in graph.parameters():
+        values[Tap(p.key, 0)] = session.ref_arrays[graph.parameter_position[p.key]]
+    start = 0
+    while start < len(order):
+        side = "target" if order[start] in on_target else "ref"
+        end = start
+        while end + 1 < len(order) and (order[end + 1] in on_target) == (side == "target"):
+            end += 1
+        segment = order[start:end + 1]
+        produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
+        outputs = [t for t in cut_after(graph, order, end) if t in produced]
+        piece = extract(graph, segment, outputs)
+        got = session.run_piece(side, piece, values, final)
+        values.update(zip(outputs, got))
+        start = end + 1
+    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
+
+
+def contribution_curve(runs: MixedRuns, points: int = 8) -> list[tuple[float, int, float]]:
+    """(fraction, nodes on target, final error) with the first fraction of the graph on the target."""
+    n = len(runs.order)
+    curve = []
+    for i in range(points + 1):
+        count = round(n * i / points)
+        curve.append((count / n if n else 0.0, count, runs.error(set(runs.order[:count]))))
+    return curve
+
+
+def smallest_range(runs: MixedRuns, share: float = 0.5) -> dict:
+    """The shortest range [a, b] (topological positions) whose delegation reproduces `share` of the error.
+
+    First the smallest b such that the prefix [0, b] does, then the largest a such that [a, b] still does;
+    both by binary search, assuming error grows with what runs on the target.
+    """
+    order = runs.order
+    full = runs.error(set(order))
+    goal = share * full
+    if not order or full == 0:
+        return {"full_error": full, "goal": goal, "start": None, "end": None, "error": 0.0, "runs": runs.runs}
+    lo, hi = 0, len(order) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if runs.error(set(order[: mid + 1])) >= goal:
+            hi = mid
+        else:
+            lo = mid + 1
+    end = hi
+    lo, hi = 0, end
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if runs.error(set(order[mid:end + 1])) >= goal:
+            lo = mid
+        else:
+            hi = mid - 1
+    start = lo
+    return {
+        "full_error": full, "goal": goal, "start": start, "end": end, "first": order[start], "last": order[end],
+        "nodes": end - start + 1, "error": runs.error(set(order[start:end + 1])), "runs": runs.runs,
+    }
+
+
+def impact(runs: MixedRuns, units: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """Final-output error when only each unit (its output node and members) runs on the target."""
+    return {uid: runs.error(set(members) | {uid}) for uid, members in units.items()}
+
+
+@dataclass(frozen=True)
+class Fix:
+    """Nodes to keep in the reference precision, and the final error before and after, verified."""
+
+    keep: tuple[str, ...]
+    error_before: float
+    error_after: float
+    tolerance: float
+    verified: bool
+    runs: int
+    tried: tuple[str, ...] = ()
+
+    @property
+    def solved(self) -> bool:
+        return self.error_after <= self.tolerance
+
+    def to_dict(self) -> dict:
+        return {"keep": list(self.keep), "error_before": self.error_before, "error_after": self.error_after,
+                "tolerance": self.tolerance, "verified": self.verified, "runs": self.runs, "tried": list(self.tried),
+                "solved": self.solved}
+
+
+def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: float, *, max_units: int = 8,
+             max_single: int = 16) -> Fix:
+    """Greedy over ranked suspect units, then drop units and single nodes that are not needed.
+
+    Every step is a real partitioned run. `max_single` bounds the node-by-node pass (one run per node tried).
+    """
+    everything = set(runs.order)
+    before = runs.error(everything)
+    kept: list[Sequence[str]] = []
+    error = before
+    for unit in suspects[:max_units]:
+        if error <= tolerance:
+            break
+        kept.append(unit)
+        error = runs.error(everything - _union(kept))
+    keep = _union(kept)
+    if error <= tolerance:
+        # Delta debugging: drop whole units that are not needed, then single nodes (a unit can be a large
+        # fusion group of which one op matters).
+        for unit in list(kept):
+            trial = [u for u in kept if u is not unit]
+            if trial and runs.error(everything - _union(trial)) <= tolerance:
+                kept = trial
+        keep = _union(kept)
+        for key in [k for k in runs.order if k in keep][:max_single]:
+            if len(keep) > 1 and runs.error(everything - (keep - {key})) <= tolerance:
+                keep = keep - {key}
+        error = runs.error(everything - keep)
+    ordered = tuple(k for k in runs.order if k in keep)
+    return Fix(ordered, before, error, tolerance, True, runs.runs, tuple(u[0] for u in suspects[:max_units]))
+
+
+def _union(units: Sequence[Sequence[str]]) -> set[str]:
+    return {k for u in units for k in u}
+
+
+def patch_model(model, names: Sequence[str]):
+    """A copy of `model` whose named ops carry the runtime info GPU and NPU plugins honour to keep them in f32.
+
+    ``disable_fp16_compression_0`` (and ``precise_0``, another spelling) keep an op out of the f16
+    conversion in the GPU and NPU plugins; OpenVINO 2026 serialises the mark as ``DisablePrecisionConversion``.
+    The CPU plugin ignores it (it has no per-node precision).
+    """
+    clone = model.clone()
+    wanted = set(names)
+    for op in clone.get_ordered_ops():
+        if op.get_friendly_name() in wanted:
+            rt = op.get_rt_info()
+            rt["disable_fp16_compression_0"] = ""
+            rt["precise_0"] = ""
+    return clone
+
+
+
+@dataclass
+class Findings:
+    """What the experiments found, keyed by reference node keys."""
+
+    local: dict[str, float] = field(default_factory=dict)
+    impact: dict[str, float] = field(default_factory=dict)
+    fix: Fix | None = None
+    curve: list[tuple[float, int, float]] = field(default_factory=list)
+    delegation: dict = field(default_factory=dict)
+    runs: int = 0
+
+
+def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],
+                     local: Mapping[str, float], tolerance_of: Mapping[str, float], causes: Mapping[str, Sequence[str]],
+                     delegation: Mapping) -> list[tuple[str, ...]]:
+    """Units to try keeping on the reference, most promising first.
+
+    The first divergences; for a cancellation, the producers of its inputs (the damage is done when they are
+    stored in low precision); the node range whose delegation alone reproduces the error; then every node
+    whose local error exceeds its tolerance, largest first; then the rest of the ranking.
+    """
+    ordered: list[tuple[str, ...]] = []
+
+    def add(key: str) -> None:
+        unit = tuple(dict.fromkeys([key, *units.get(key, ())]))
+        if key in graph and graph[key].is_candidate and unit not in ordered:
+            ordered.append(unit)
+
+    for key in first:
+        add(key)
+        if any(c.startswith("cancellation") for c in causes.get(key, ())):
+            for producer, _ in graph.data_inputs(key):
+                add(producer)
+    if delegation.get("first") is not None:
+        order = [n.key for n in graph.candidates()]
+        for key in order[delegation["start"]:delegation["end"] + 1]:
+            add(key)
+    for key in sorted(local, key=lambda k: -local[k]):
+        if local[key] > tolerance_of.get(key, 0.0):
+            add(key)
+    for key in ranking:
+        add(key)
+    return ordered

@@ -1,0 +1,100 @@
+"""Cut a model into pieces that run on their own: isolated nodes, fusion groups, and segments.
+
+`extract(graph, keys, outputs, unit_of=None)` returns a new model holding only the ops `keys` (plus the
+constant and shape subgraphs they need). Every tensor they read from a data-carrying op outside their unit
+becomes a new Parameter, so a caller can feed it any value: the reference's value to measure a node's local
+error, or the previous segment's output in a partitioned (mixed-device) run.
+
+* One unit (``unit_of=None``): a segment of the graph, e.g. the nodes that run on the target in a
+  delegation experiment.
+* Many units (``unit_of`` maps each key to a unit id): disconnected pieces packed side by side into one model,
+  each fed by its own parameters even when another unit of the same model produces that tensor, so every
+  node (or fusion group) is measured in isolation and all of them cost a single compile.
+
+Shape subgraphs (ShapeOf of a data tensor) are kept as they are: they may pull in an original Parameter,
+which the caller feeds with the model's own input (`Extracted.model_inputs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import openvino as ov
+from openvino import opset13 as ops
+
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.taps import Tap
+
+__all__ = ["Extracted", "extract", "cut_after"]
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """A piece of the model; its parameters are `fed` tensors (in order) then `model_inputs` positions."""
+
+    model: ov.Model
+    fed: tuple[Tap, ...]  # tensors of the full model fed into this piece, one Parameter each
+    model_inputs: tuple[int, ...]  # positions (in the full model's parameters) of original inputs still needed
+    outputs: tuple[Tap, ...]  # tensors of the full model this piece produces, one output each
+
+
+def extract(graph: ModelGraph, keys: Sequence[str], outputs: Sequence[Tap],
+            unit_of: Mapping[str, object] | None = None) -> Extracted:
+    """Build the piece of `graph.model` made of `keys`, producing `outputs` (taps of nodes in `keys`)."""
+    members = set(keys)
+    clone = graph.model.clone()
+    order = graph.order
+    ops_of = dict(zip(order, clone.get_ordered_ops()))
+    params: dict[Tap, ov.Node] = {}
+    fed: list[Tap] = []
+    for key in sorted(members, key=lambda k: graph[k].index):
+        node = graph[key]
+        op = ops_of[key]
+        for slot, (producer, port) in enumerate(node.inputs):
+            source = graph[producer]
+            if source.kind not in ("compute", "parameter"):
+                continue  # constants and shape computations stay as they are
+            inside = producer in members and (unit_of is None or unit_of.get(producer) == unit_of.get(key))
+            if inside:
+                continue
+            tap = Tap(producer, port)
+            if tap not in params:
+                out = ops_of[producer].output(port)
+                params[tap] = ops.parameter(out.get_partial_shape(), out.get_element_type(), name=f"fed:{tap}")
+                fed.append(tap)
+            op.input(slot).replace_source_output(params[tap].output(0))
+    results = [ops.result(ops_of[t.key].output(t.port)) for t in outputs]
+    original = clone.get_parameters()
+    needed = _reachable_parameters(results, {p.get_name() for p in original})
+    model_inputs = tuple(i for i, p in enumerate(original) if p.get_name() in needed)
+    piece = ov.Model(results, [params[t] for t in fed] + [original[i] for i in model_inputs], "piece")
+    return Extracted(piece, tuple(fed), model_inputs, tuple(outputs))
+
+
+def cut_after(graph: ModelGraph, order: Sequence[str], i: int) -> list[Tap]:
+    """Tensors produced by `order[:i+1]` (or by the model's parameters) and read after position i."""
+    done = set(order[: i + 1])
+    cut = []
+    for key in [p.key for p in graph.parameters()] + list(order[: i + 1]):
+        for t in graph[key].outputs:
+            readers = [c for c in graph.consumers(key) if any(pp == t.port for pp, _ in graph.graph.edges[key, c]["ports"])]
+            if any(c not in done for c in readers if graph[c].kind in ("compute", "result")):
+                cut.append(Tap(key, t.port))
+    return cut
+
+
+def _reachable_parameters(results: list, names: set[str]) -> set[str]:
+    seen: set[str] = set()
+    found: set[str] = set()
+    stack = [r for r in results]
+    while stack:
+        node = stack.pop()
+        name = node.get_name()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in names:
+            found.add(name)
+        stack.extend(v.get_node() for v in node.input_values())
+    return found

@@ -1,0 +1,106 @@
+"""Local versus inherited error, partitioned runs, impact, the verified fix, noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from bisect_ov import bisect, inject_fault
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.partition import extract
+from bisect_ov.model.taps import Tap, tap_model
+from bisect_ov.zoo import synthetic
+from tests.conftest import needs_bf16
+
+F32 = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def _values(model, inputs, names):
+    """Reference values of named tensors, by hand (f32 CPU)."""
+    g = ModelGraph(model)
+    tapped = tap_model(g, [Tap(n) for n in names])
+    out = ov.Core().compile_model(tapped.model, "CPU", F32)(inputs)
+    return {n: out[i] for n, i in zip(names, tapped.tap_outputs)}
+
+
+def test_extracted_piece_recomputes_the_node_from_fed_values():
+    model = synthetic.chain()
+    x = synthetic.sample_inputs(model, seed=1)
+    g = ModelGraph(model)
+    piece = extract(g, ["layer3/add", "layer3/clamp"], [Tap("layer3/clamp")])
+    assert [t.key for t in piece.fed] == ["layer3/matmul"]
+    values = _values(model, x, ["layer3/matmul", "layer3/clamp"])
+    got = ov.Core().compile_model(piece.model, "CPU", F32)([values["layer3/matmul"]])[0]
+    np.testing.assert_array_equal(got, values["layer3/clamp"])
+
+
+def test_fault_has_local_error_only_where_injected_and_downstream_gain_is_real():
+    model = synthetic.chain()
+    x = synthetic.sample_inputs(model, seed=1)
+    node = "layer3/add"
+    report = bisect(model, "CPU", "CPU:f32", x, target_model=inject_fault(model, node, "scale", 0.2),
+                    strategy="full", progress=False, noise=False)
+    faulty = report.node(node)
+    assert faulty.local_error == pytest.approx(faulty.error, rel=1e-3)
+    others = [n for n in report.nodes if n.name != node]
+    assert max(n.local_error for n in others) < 1e-6  # everyone else is exact when fed exact inputs
+    # Multiplying by a constant keeps relative error: gain 1.
+    assert report.node("layer6/rescale").amplification == pytest.approx(1.0, abs=1e-3)
+    # Subtracting a constant keeps absolute error: relative error grows by |x| / |x - c|.
+    v = _values(model, x, ["layer6/sigmoid", "layer6/center"])
+    gain = np.linalg.norm(v["layer6/sigmoid"]) / np.linalg.norm(v["layer6/center"])
+    assert report.node("layer6/center").amplification == pytest.approx(gain, rel=1e-2)
+    assert report.node("layer6/center").role == "amplifier"
+
+
+def test_case2_on_emulated_f16_tells_source_from_amplifiers_and_fixes_it():
+    model = synthetic.demo()
+    report = bisect(model, "CPU", "EMU:f16", synthetic.sample_inputs(model, seed=1), fix=True, progress=False)
+    sources = {n.name for n in report.nodes if n.role == "source"}
+    assert sources == {"inorm/sub", "inorm/sqdiff"}
+    for name in sources:  # their error is their own: large when fed exact inputs
+        n = report.node(name)
+        assert n.local_error > 100 * n.input_error
+    downstream = [n for n in report.nodes if n.diverged and n.name not in sources]
+    assert downstream and all(n.local_error < n.tolerance for n in downstream)  # they only pass it on
+    fix = report.fix
+    assert fix["solved"] and fix["error_after"] <= fix["tolerance"] < fix["error_before"]
+    assert set(fix["keep"]) >= {"inorm/sub"} and len(fix["keep"]) <= 6
+    assert "Fix: keeping" in report.to_text()
+
+
+@needs_bf16
+def test_case2_face_resnet_on_bf16_fix_keeps_few_nodes(tmp_path):
+    model = synthetic.face_resnet()
+    report = bisect(model, "CPU", "CPU:bf16", synthetic.sample_inputs(model, seed=1), fix=True,
+                    patched_model=tmp_path / "patched.xml", progress=False)
+    assert {n.name for n in report.first_divergences} <= {"inorm/sub", "inorm/sqdiff"}
+    fix = report.fix
+    assert fix["solved"] and len(fix["keep"]) <= 6 and fix["error_before"] > 10 * fix["error_after"]
+    patched = ov.Core().read_model(fix["patched_model"])
+    # OpenVINO 2026 writes the attribute as DisablePrecisionConversion; older versions keep the original key.
+    keys = ("disable_fp16_compression_0", "DisablePrecisionConversion_0")
+    marked = {op.get_friendly_name() for op in patched.get_ordered_ops() if any(k in op.get_rt_info() for k in keys)}
+    assert marked == set(fix["keep"])
+
+
+def test_delegation_range_and_curve_find_the_node_that_breaks_it():
+    model = synthetic.demo()
+    report = bisect(model, "CPU", "EMU:f16", synthetic.sample_inputs(model, seed=1), local=False, impact=0,
+                    delegation=True, curve=4, progress=False)
+    d = report.delegation
+    assert d["error"] >= d["goal"] and d["nodes"] <= 3
+    assert d["first"].startswith("inorm/")
+    errors = [p["error"] for p in report.curve]
+    assert errors[0] == 0.0 and errors[-1] == pytest.approx(report.outputs[0].error, rel=1e-6)
+
+
+def test_impact_reorders_suspects_and_noise_floor_is_reported():
+    model = synthetic.demo()
+    report = bisect(model, "CPU", "EMU:f16", synthetic.sample_inputs(model, seed=1), impact=2, progress=False)
+    with_impact = [n for n in report.culprits if n.impact is not None]
+    assert len(with_impact) == 2
+    assert report.culprits[0].impact == max(n.impact for n in with_impact)
+    assert report.noise == {"run_to_run": 0.0}  # emulated: the CPU in f32, so no second compile
+    assert "bit-identical" in report.to_text()
