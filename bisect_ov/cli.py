@@ -44,6 +44,19 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     parser.add_argument("--max-tap-mb", type=float, default=512.0, help="most MB of exposed tensors per compile (default 512)")
     parser.add_argument("--width", type=int, default=120, help="text width of the printed report")
+    parser.add_argument("--html", type=pathlib.Path, help="write a standalone HTML report to this path")
+    parser.add_argument("--strategy", default="auto", choices=["auto", "fusion", "full", "bisection"],
+                        help="which tensors to expose (default auto: fusion-group boundaries, bisection if unfaithful)")
+    parser.add_argument("--fix", nargs="?", const=True, default=False, type=float, metavar="TOL",
+                        help="search the smallest set of nodes to keep on the reference (optionally under TOL)")
+    parser.add_argument("--patched-model", type=pathlib.Path, metavar="OUT.xml",
+                        help="with --fix, save the model marked for GPU/NPU to keep those nodes in f32")
+    parser.add_argument("--delegation", action="store_true",
+                        help="find the shortest node range whose delegation to the target reproduces the error")
+    parser.add_argument("--curve", type=int, default=0, metavar="N", help="points of the error contribution curve")
+    parser.add_argument("--impact", type=int, default=3, metavar="N", help="suspects whose final-output impact is measured")
+    parser.add_argument("--no-local", action="store_true", help="skip running each node alone on the target")
+    parser.add_argument("--no-noise", action="store_true", help="skip running the target against itself")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
@@ -117,7 +130,9 @@ def _run(args, model, target_model=None, inputs=None) -> int:
     report = bisect(
         model, args.ref, args.target, inputs,
         ref_config=dict(args.ref_config), target_config=dict(args.target_config), target_model=target_model,
-        metric=args.metric, tolerance=args.tolerance, seed=args.seed,
+        metric=args.metric, tolerance=args.tolerance, seed=args.seed, strategy=args.strategy, fix=args.fix,
+        patched_model=args.patched_model, delegation=args.delegation, curve=args.curve, impact=args.impact,
+        local=not args.no_local, noise=not args.no_noise,
         max_tap_bytes=int(args.max_tap_mb * (1 << 20)) if args.max_tap_mb > 0 else None,
         progress=False if args.quiet else None,
     )
@@ -125,6 +140,9 @@ def _run(args, model, target_model=None, inputs=None) -> int:
     if args.json:
         report.save(args.json)
         print(f"\nReport written to {args.json}")
+    if args.html:
+        report.save_html(args.html)
+        print(f"HTML report written to {args.html}")
     return EXIT_DIVERGES if report.diverges else EXIT_OK
 
 
