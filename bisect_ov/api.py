@@ -33,6 +33,7 @@ from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, patch_model,
                              smallest_range, suspects_for_fix)
 from bisect_ov.mixed import impact as impact_of
+from bisect_ov.samples import as_samples, node_spread, run_samples
 from bisect_ov.session import Clock, Session
 from bisect_ov.strategies import STRATEGIES, run_bisection, run_full, run_fusion
 
@@ -75,7 +76,10 @@ def bisect(
         (``CPU:f32``, ``CPU:bf16``), emulated devices (``EMU:f16``), or `Device` objects. The reference
         runs in f32 unless its name or `ref_config` chooses a precision.
     inputs
-        None (seeded random values), a dict name -> array, a list in input order, or a ``.npz``/``.npy`` path.
+        None (seeded random values), a dict name -> array, a list in input order, or a ``.npz``/``.npy`` path;
+        or many samples: a `Samples`, a list of dicts (or of lists), a generator, or a folder of ``.npz``/``.npy``
+        files. With many samples every one runs on both sides (ranked by final error, top-1 flips counted),
+        the search runs on the worst, and each measured node's error is summarised over all samples.
     ref_config, target_config
         Properties passed to `compile_model` on each side.
     target_model
@@ -146,11 +150,19 @@ def bisect(
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
         match = match_nodes(graph, target_graph) if ov_target is not None else identity_match(graph)
-    ref_arrays = prepare_inputs(ov_model, inputs, seed=seed)
-    target_arrays = align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays
+    many = as_samples(inputs)
+    pairs = []
+    for sample in (many if many is not None else [inputs]):
+        ref_arrays = prepare_inputs(ov_model, sample, seed=seed)
+        pairs.append((ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays))
     session = Session(graph, target_graph, match, make_device(ref, dict(ref_config or {}), role="ref"),
-                      make_device(target, dict(target_config or {}), role="target"), ref_arrays, target_arrays,
+                      make_device(target, dict(target_config or {}), role="target"), *pairs[0],
                       clock=clock, progress=show)
+    summary = None
+    if many is not None:
+        # Every sample on both sides; the detailed search then runs on the worst one.
+        summary = run_samples(session, pairs, lambda s: metric_value(s, metric))
+        session.ref_arrays, session.target_arrays = pairs[summary.ranking[0]]
     session.plain()
     precision = _comparison_precision(session.ref_info, session.target_info, target_graph if ov_target is not None else None)
     tol = tol.with_precision(precision)
@@ -160,6 +172,7 @@ def bisect(
 
     used, stats, groups = _capture(session, strategy, diverged, max_tap_bytes, refine, metric)
     _check_integer_nodes(session, stats)
+    spread = node_spread(session, list(stats), pairs, lambda s: metric_value(s, metric)) if many is not None else {}
     notes = list(session.notes)
     noise_floor = session.noise() if noise else {}
     floor = 2 * max(noise_floor.values(), default=0.0)
@@ -197,7 +210,7 @@ def bisect(
                      "they are skipped with target_model.")
     with clock("score"):
         ranking = _rank_by_impact(scores.ranking, findings.impact)
-        nodes = _node_results(session, stats, scores, groups, tol.precision, findings, ranking)
+        nodes = _node_results(session, stats, scores, groups, tol.precision, findings, ranking, spread)
     fix_dict = findings.fix.to_dict() if findings.fix else {}
     if findings.fix and patched_model is not None:
         fix_dict["patched_model"] = str(_save_patched(ov_model, graph, findings.fix.keep, patched_model))
@@ -211,7 +224,8 @@ def bisect(
         if ov_target is not None else {},
         timings=clock.stages, compiles=dict(session.compiles), strategy=used,
         inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
-                     for p, a in zip(ov_model.get_parameters(), ref_arrays)),
+                     for p, a in zip(ov_model.get_parameters(), session.ref_arrays)),
+        samples=summary.to_dict() if summary is not None else {},
         openvino_version=ov.get_version(), notes=tuple(notes), fidelity=fidelity, noise=noise_floor,
         fix=fix_dict, delegation=findings.delegation,
         curve=tuple({"fraction": f, "nodes": n, "error": e} for f, n, e in findings.curve),
@@ -331,7 +345,7 @@ def _ratio(tapped: float, plain: float) -> float:
 
 
 def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, groups, precision: str,
-                  findings: Findings, ranking: tuple[str, ...]) -> tuple[NodeResult, ...]:
+                  findings: Findings, ranking: tuple[str, ...], spread: dict) -> tuple[NodeResult, ...]:
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.graph
     by_key: dict[str, list[Tap]] = {}
@@ -367,7 +381,7 @@ def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, group
             # Only meaningful where a node was handed real error: inputs over its tolerance.
             amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None, outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
             inputs=tuple(k for k, _ in graph.data_inputs(key)), causes=tuple(causes), runtime=runtime,
-            group=tuple(m for m in groups.get(key, ()) if m != key),
+            group=tuple(m for m in groups.get(key, ()) if m != key), over_samples=spread.get(key, {}),
         ))
     return tuple(results)
 

@@ -75,13 +75,13 @@ class Session:
     def plain(self) -> list[tuple[str, str, TensorStats]]:
         """Run the untouched model on both sides; returns (name, result key, stats) per final output."""
         with self.clock("plain run"):
-            ref_c, target_c = _both(lambda: self.ref.compile(self.graph.model),
+            ref_c, target_c = run_both(lambda: self.ref.compile(self.graph.model),
                                     lambda: self.target.compile(self.target_graph.model))
             self._count(ref_c, target_c)
             # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
             # groups and kernels say nothing about the emulated device, so they are not used.
             self.target_runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
-            ref_out, target_out = _both(lambda: ref_c.infer(self.ref_arrays), lambda: target_c.infer(self.target_arrays))
+            ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays), lambda: target_c.infer(self.target_arrays))
             self.outputs = self._final_outputs(ref_out, target_out, len(self.graph.model.outputs))
             # Kept for partitioned runs, which compare their final outputs with the reference's.
             self.ref_final = [np.array(a) for a in ref_out]
@@ -148,11 +148,11 @@ class Session:
         ref_tapped = tap_model(self.graph, taps)
         target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
         with self.clock("compile"):
-            ref_c, target_c = _both(lambda: self.ref.compile(ref_tapped.model, taps=ref_tapped.added_outputs),
+            ref_c, target_c = run_both(lambda: self.ref.compile(ref_tapped.model, taps=ref_tapped.added_outputs),
                                     lambda: self.target.compile(target_tapped.model, taps=target_tapped.added_outputs))
         self._count(ref_c, target_c)
         with self.clock("infer"):
-            ref_out, target_out = _both(lambda: ref_c.infer(self.ref_arrays), lambda: target_c.infer(self.target_arrays))
+            ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays), lambda: target_c.infer(self.target_arrays))
         stats: dict[Tap, TensorStats] = {}
         with self.clock("compare"):
             self.tapped_outputs.append(self._final_outputs(ref_out, target_out, ref_tapped.n_original_outputs))
@@ -248,7 +248,7 @@ class Session:
         return found
 
 
-def _both(ref_call: Callable[[], Any], target_call: Callable[[], Any]) -> tuple[Any, Any]:
+def run_both(ref_call: Callable[[], Any], target_call: Callable[[], Any]) -> tuple[Any, Any]:
     """Run the two sides' calls at once: compiling and inferring release the GIL, so they overlap."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         target_future = pool.submit(target_call)

@@ -54,6 +54,7 @@ class NodeResult:
     local_error: float | None = None  # run alone on the target, fed the reference's inputs
     amplification: float | None = None  # error / input_error: how much it magnifies what it inherited
     impact: float | None = None  # final-output error when only this node runs on the target
+    over_samples: dict[str, float] = field(default_factory=dict)  # error over many samples: mean, p50, p90, max
 
     @property
     def diverged(self) -> bool:
@@ -94,7 +95,7 @@ class NodeResult:
             "outputs": [s.to_dict() for s in self.outputs], "tensor_names": list(self.tensor_names),
             "inputs": list(self.inputs), "causes": list(self.causes), "runtime": self.runtime,
             "group": list(self.group), "local_error": self.local_error, "amplification": self.amplification,
-            "impact": self.impact,
+            "impact": self.impact, "over_samples": self.over_samples,
         }
 
     @classmethod
@@ -107,6 +108,7 @@ class NodeResult:
             tensor_names=tuple(d.get("tensor_names", [])), inputs=tuple(d.get("inputs", [])),
             causes=tuple(d.get("causes", [])), runtime=d.get("runtime", {}), group=tuple(d.get("group", [])),
             local_error=d.get("local_error"), amplification=d.get("amplification"), impact=d.get("impact"),
+            over_samples=d.get("over_samples", {}),
         )
 
 
@@ -167,6 +169,7 @@ class Report:
     fix: dict[str, Any] = field(default_factory=dict)
     delegation: dict[str, Any] = field(default_factory=dict)
     curve: tuple[dict[str, Any], ...] = ()
+    samples: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     # ----- questions a user asks ----------------------------------------------------------------------
@@ -302,7 +305,7 @@ class Report:
             "nodes": [n.to_dict() for n in self.nodes], "unmatched": self.unmatched, "timings": self.timings,
             "compiles": self.compiles, "strategy": self.strategy, "inputs": list(self.inputs), "openvino_version": self.openvino_version,
             "notes": list(self.notes), "fidelity": self.fidelity, "noise": self.noise, "fix": self.fix,
-            "delegation": self.delegation, "curve": list(self.curve),
+            "delegation": self.delegation, "curve": list(self.curve), "samples": self.samples,
         }
 
     @classmethod
@@ -323,7 +326,8 @@ class Report:
             compiles=d.get("compiles", {}), strategy=d.get("strategy", "full"), inputs=tuple(d.get("inputs", [])),
             openvino_version=d.get("openvino_version", ""), notes=tuple(d.get("notes", [])),
             fidelity=d.get("fidelity", {}), noise=d.get("noise", {}), fix=d.get("fix", {}),
-            delegation=d.get("delegation", {}), curve=tuple(d.get("curve", [])), schema_version=version,
+            delegation=d.get("delegation", {}), curve=tuple(d.get("curve", [])), samples=d.get("samples", {}),
+            schema_version=version,
         )
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
@@ -385,7 +389,7 @@ def _encode(obj: Any) -> Any:
 
 _FLOAT_FIELDS = {
     "local_error", "amplification", "impact", "error_before", "error_after", "full_error", "goal", "run_to_run",
-    "compile_to_compile", "plain_error", "tapped_error", "ratio", "error", "input_error", "tolerance", "growth", "max_abs", "mean_abs", "rel_l2", "max_rel", "cosine",
+    "compile_to_compile", "error_mean", "error_max", "mean", "p50", "p90", "max", "errors", "plain_error", "tapped_error", "ratio", "error", "input_error", "tolerance", "growth", "max_abs", "mean_abs", "rel_l2", "max_rel", "cosine",
     "sqnr_db", "ref_absmax", "target_absmax",
 }
 

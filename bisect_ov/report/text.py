@@ -144,6 +144,15 @@ def experiment_lines(report: "Report") -> list[str]:
     if curve:
         points = ", ".join(f"{p['fraction']:.0%}: {fmt(p['error'])}" for p in curve)
         lines.append(f"Error contribution curve (share of the graph on the target: final error): {points}")
+    samples = getattr(report, "samples", None) or {}
+    if samples:
+        line = (f"Samples: {samples['count']} run on both sides; final error mean {fmt(samples['error_mean'])}, "
+                f"max {fmt(samples['error_max'])} (sample #{samples['worst']}, on which the search ran)")
+        if samples.get("classifier"):
+            k = next((key[3:-7] for key in samples if key.startswith("top") and key.endswith("_misses")), "5")
+            line += (f"; top-1 answer differs on {samples['top1_flips']} of {samples['count']}"
+                     f", reference top-1 outside the target's top-{k} on {samples[f'top{k}_misses']}")
+        lines += ["", line + "."]
     noise = getattr(report, "noise", None) or {}
     if noise:
         what = " and two compiles" if "compile_to_compile" in noise else ""

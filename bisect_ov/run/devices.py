@@ -103,10 +103,10 @@ class Compiled:
             result = self._request.infer(inputs, share_outputs=share_outputs)
         except Exception as err:
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
-        return [_bf16_to_f32(result[i]) if i in self._bf16 else result[i] for i in range(self.n_outputs)]
+        return [bf16_to_f32(result[i]) if i in self._bf16 else result[i] for i in range(self.n_outputs)]
 
 
-def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 

@@ -1,0 +1,69 @@
+"""Many inputs: samples run on both sides, ranked, top-1 flips counted, the search on the worst one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from openvino import opset13 as ops
+
+from bisect_ov import InputError, bisect
+from bisect_ov.samples import Samples, as_samples
+from bisect_ov.zoo import synthetic
+from tests.conftest import tiny_chain
+
+
+def _miscalibrated(model, fq_name: str, factor: float):
+    """A copy of an int8 model whose FakeQuantize `fq_name` clips at `factor` times its calibrated range."""
+    bad = model.clone()
+    for op in bad.get_ordered_ops():
+        if op.get_friendly_name() == fq_name:
+            for slot in (1, 2, 3, 4):
+                value = op.input_value(slot).get_node().get_data() * factor
+                op.input(slot).replace_source_output(ops.constant(value.astype(np.float32)).output(0))
+    return bad
+
+
+def test_forms_that_mean_many_samples(tmp_path):
+    assert as_samples(None) is None and as_samples([np.zeros(3)]) is None and as_samples({"x": 1}) is None
+    assert len(as_samples([{"x": 1}, {"x": 2}])) == 2
+    assert len(as_samples(({"x": i} for i in range(3)))) == 3
+    for i in range(3):
+        np.save(tmp_path / f"s{i}.npy", np.zeros(2))
+    assert len(as_samples(tmp_path)) == 3
+    with pytest.raises(InputError, match="empty"):
+        Samples([])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no .npz or .npy"):
+        as_samples(tmp_path / "empty")
+
+
+def test_int8_model_over_200_samples_counts_flips_and_names_the_cause():
+    _, int8 = synthetic.fp32_and_int8()
+    clipped = _miscalibrated(int8, "block2/pw/fq_in", 0.5)
+    param = int8.get_parameters()[0]
+    rng = np.random.default_rng(0)
+    samples = Samples({param.get_friendly_name(): rng.uniform(-1, 1, list(param.shape)).astype(np.float32)}
+                      for _ in range(200))
+    report = bisect(int8, "CPU", "CPU:f32", samples, target_model=clipped, progress=False)
+    s = report.samples
+    assert s["count"] == 200 and s["classifier"]
+    assert 0 < s["top1_flips"] < 200 and len(s["top1_flipped"]) == s["top1_flips"]
+    assert s["errors"][s["worst"]] == max(s["errors"])
+    assert report.first_divergence.name == "block2/pw/fq_in"
+    spread = report.node("block2/pw/fq_in").over_samples
+    assert spread["max"] >= spread["p90"] >= spread["p50"] > 0
+    assert f"top-1 answer differs on {s['top1_flips']} of 200" in " ".join(report.to_text().split())
+
+
+def test_the_search_runs_on_the_worst_sample():
+    model = tiny_chain()
+    quiet = np.full((1, 8), 1e-3, np.float32)
+    loud = np.random.default_rng(1).standard_normal((1, 8)).astype(np.float32) * 3
+    from bisect_ov import inject_fault
+
+    faulty = inject_fault(model, "mm1", "offset", 0.01)
+    report = bisect(model, "CPU", "CPU:f32", [[quiet], [loud], [quiet]], target_model=faulty, progress=False)
+    assert report.samples["count"] == 3
+    # An offset hurts small values most: the quiet samples are the worst.
+    assert report.samples["worst"] in (0, 2)
+    assert report.first_divergence.name == "mm1"
