@@ -3,7 +3,10 @@
 For each model and each strategy, one fresh process (so peak RSS is that run's own) measures:
 
 * ``plain``: compile + one inference of the untouched model on the reference and on the target;
-* ``fusion``, ``full``, ``bisection``: the whole `bisect()` call.
+* ``fusion``, ``full``, ``bisection``: the whole `bisect()` call with that capture strategy (local errors,
+  impact and the noise check off, so the row measures the capture alone);
+* ``local``: the ``full`` capture plus the local error of every node (each run alone on the target, fed the
+  reference's inputs); its compiles per side include the plain run and the capture.
 
 Reported per row: wall time, its ratio to the plain row, compiles per side, peak RSS (and its ratio to the
 plain row), the fidelity ratio (instrumented / plain final-output error), the number of nodes measured, and
@@ -29,7 +32,7 @@ import sys
 import time
 
 DEFAULT_MODELS = ("demo", "face_resnet", "attention_block", "squeezenet", "shufflenet", "resnet50")
-STRATEGIES = ("plain", "fusion", "full", "bisection")
+STRATEGIES = ("plain", "fusion", "full", "bisection", "local")
 
 
 def _load(name: str):
@@ -65,9 +68,13 @@ def run_one(model_name: str, strategy: str, ref: str, target: str) -> dict:
             compiled.infer(arrays)
         row.update(compiles=1, fidelity=None, measured=0, first=None)
     else:
-        report = bisect(model, ref, target, arrays, strategy=strategy, progress=False)
+        # Capture strategies alone; "local" is the full capture plus every node run alone on the target.
+        local = strategy == "local"
+        report = bisect(model, ref, target, arrays, strategy="full" if local else strategy, local=local, impact=0,
+                        noise=False, progress=False)
         row.update(
             compiles=report.compiles["target"], fidelity=report.fidelity.get("ratio"), measured=len(report.nodes),
+            local_seconds=report.timings.get("experiments"),
             first=report.first_divergence.name if report.first_divergence else None,
             final_error=max((o.error for o in report.outputs), default=None),
             target_precision=report.target.precision,
