@@ -33,6 +33,7 @@ from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, patch_model,
                              smallest_range, suspects_for_fix)
 from bisect_ov.mixed import impact as impact_of
+from bisect_ov.run.recorded import plan_recorded
 from bisect_ov.samples import as_samples, node_spread, run_samples
 from bisect_ov.session import Clock, Session
 from bisect_ov.strategies import STRATEGIES, run_bisection, run_full, run_fusion
@@ -150,14 +151,22 @@ def bisect(
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
         match = match_nodes(graph, target_graph) if ov_target is not None else identity_match(graph)
+    # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
+    plan = plan_recorded(make_device(ref, dict(ref_config or {}), role="ref"),
+                         make_device(target, dict(target_config or {}), role="target"), inputs,
+                         twin=ov_target is not None)
+    inputs = plan.inputs
+    local = local and plan.local
+    if not plan.pieces:
+        impact, fix, delegation, curve = 0, False, False, 0
     many = as_samples(inputs)
     pairs = []
     for sample in (many if many is not None else [inputs]):
         ref_arrays = prepare_inputs(ov_model, sample, seed=seed)
         pairs.append((ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays))
-    session = Session(graph, target_graph, match, make_device(ref, dict(ref_config or {}), role="ref"),
-                      make_device(target, dict(target_config or {}), role="target"), *pairs[0],
-                      clock=clock, progress=show)
+    session = Session(graph, target_graph, match, plan.ref, plan.target, *pairs[0], clock=clock, progress=show)
+    session.exact_checks = plan.exact
+    session.notes.extend(plan.notes)
     summary = None
     if many is not None:
         # Every sample on both sides; the detailed search then runs on the worst one.
@@ -171,7 +180,8 @@ def bisect(
         return metric_value(stats, metric) > tol.for_node(graph[tap.key], tap.port)
 
     used, stats, groups = _capture(session, strategy, diverged, max_tap_bytes, refine, metric)
-    _check_integer_nodes(session, stats)
+    if plan.exact:
+        _check_integer_nodes(session, stats)
     spread = node_spread(session, list(stats), pairs, lambda s: metric_value(s, metric)) if many is not None else {}
     notes = list(session.notes)
     noise_floor = session.noise() if noise else {}

@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="bisect-ov",
         description="Find the node where a model's output on a target device starts to differ from a reference.",
-        epilog="Commands: 'bisect-ov MODEL ...' compares; 'bisect-ov demo' runs a built-in example.",
+        epilog="Commands: 'bisect-ov MODEL ...' compares; 'bisect-ov demo' runs a built-in example; "
+           "'bisect-ov capture MODEL -o FILE.npz' records a run to compare on another machine (--ref capture:FILE.npz).",
     )
     parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
     _common(parser)
@@ -84,15 +85,40 @@ def build_demo_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_capture_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="bisect-ov capture",
+        description="Record a run (every intermediate tensor, the inputs, what the device ran with) into one .npz "
+                    "file, to compare on another machine: bisect-ov MODEL --ref capture:FILE.npz --target CPU.",
+    )
+    parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
+    parser.add_argument("-o", "--out", type=pathlib.Path, default=pathlib.Path("capture.npz"),
+                        help="file to write (default capture.npz); replaced only once complete")
+    parser.add_argument("--device", default="CPU", help="device, run as asked (CPU is the plugin's default precision; CPU:f32 for f32)")
+    parser.add_argument("--config", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
+                        help="compile property (repeatable)")
+    parser.add_argument("--mode", choices=("full", "stats"), default="full",
+                        help="full: every tensor; stats: --sample values per tensor and summary statistics")
+    parser.add_argument("--sample", type=int, default=4096, help="values kept per tensor in stats mode (default 4096)")
+    parser.add_argument("--input", action="append", type=_key_value, default=[], metavar="NAME=FILE.npy",
+                        help="value of one input (repeatable)")
+    parser.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz", help="values of all inputs, one array per name")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of the sample positions")
+    parser.add_argument("--max-tap-mb", type=float, default=512.0, help="most MB of exposed tensors per compile (default 512)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    is_demo = bool(argv) and argv[0] == "demo" and not pathlib.Path("demo").exists()
+    command = argv[0] if argv and argv[0] in ("demo", "capture") and not pathlib.Path(argv[0]).exists() else None
+    parsers = {"demo": build_demo_parser, "capture": build_capture_parser}
     try:
-        args = build_demo_parser().parse_args(argv[1:]) if is_demo else build_parser().parse_args(argv)
+        args = parsers[command]().parse_args(argv[1:]) if command else build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed on one line
         return int(stop.code or 0)
     try:
-        return _demo(args) if is_demo else _compare(args)
+        return {"demo": _demo, "capture": _capture}.get(command, _compare)(args)
     except BisectError as err:
         print(f"bisect-ov: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -150,6 +176,23 @@ def _compare(args) -> int:
     if args.target is None:
         args.target = "GPU"
     return _run(args, args.model, args.target_model, _inputs(args))
+
+
+def _capture(args) -> int:
+    from bisect_ov.run.recorded import capture, load_capture
+
+    path = capture(
+        args.model, args.device, _inputs(args), args.out, config=dict(args.config), mode=args.mode,
+        sample=args.sample, seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
+        max_tap_bytes=int(args.max_tap_mb * (1 << 20)) if args.max_tap_mb > 0 else None,
+    )
+    with load_capture(path) as cap:
+        info = cap.device_info
+        print(f"Recorded {len(cap.taps)} tensors of {cap.model_label} on {info.name} "
+              f"({info.full_name or info.device}, {info.precision}) into {path} "
+              f"({path.stat().st_size / 1e6:.1f} MB, {cap.mode} mode).")
+        print(f"Compare on another machine: bisect-ov {args.model} --ref capture:{path} --target {args.device}")
+    return EXIT_OK
 
 
 def _demo(args) -> int:

@@ -1,0 +1,48 @@
+import numpy as np, pytest
+from bisect_ov import bisect, inject_fault
+from bisect_ov.cli import main
+from bisect_ov.run.recorded import capture, RecordedDevice
+from bisect_ov.zoo import synthetic
+
+def test_stats_defaults(tmp_path):
+    model = synthetic.conv_bn_net()
+    inputs = synthetic.sample_inputs(model, seed=1)
+    path = capture(model, "CPU:f32", inputs, tmp_path / "s.npz", mode="stats", sample=256)
+    r = bisect(model, ref=RecordedDevice(path), target="CPU:f32", target_model=inject_fault(model, "res/conv_b"), progress=False)
+    assert r.first_divergence.name == "res/conv_b"
+    assert any("stats capture" in n for n in r.notes), r.notes
+
+def test_stats_integer_conv(tmp_path):
+    model = synthetic.int_conv(channels=300)
+    x = synthetic.int_conv_input(channels=300)
+    path = capture(model, "CPU:f32", [x], tmp_path / "s.npz", mode="stats", sample=16)
+    r = bisect(model, ref=RecordedDevice(path), target="EMU:f16", progress=False)
+    assert r.first_divergence.name == "conv"
+
+def test_full_integer_conv(tmp_path):
+    model = synthetic.int_conv(channels=300)
+    x = synthetic.int_conv_input(channels=300)
+    path = capture(model, "CPU:f32", [x], tmp_path / "f.npz")
+    r = bisect(model, ref=RecordedDevice(path), target="EMU:f16", progress=False)
+    live = bisect(model, ref="CPU:f32", target="EMU:f16", inputs=[x], impact=0, progress=False)
+    assert r.first_keys == live.first_keys
+    assert any("computes on integers" in n for n in r.notes)
+
+def test_target_recorded_twin_inputs_none(tmp_path):
+    model = synthetic.chain()
+    faulty = inject_fault(model, "layer5/tanh")
+    path = capture(faulty, "CPU:f32", synthetic.sample_inputs(faulty, seed=3), tmp_path / "t.npz")
+    r = bisect(model, ref="CPU:f32", target=RecordedDevice(path), target_model=faulty, progress=False)
+    assert r.first_divergence.name == "layer5/tanh"
+
+def test_cli(tmp_path, capsys):
+    import openvino as ov
+    xml = tmp_path / "chain.xml"
+    ov.save_model(synthetic.chain(), str(xml))
+    out = tmp_path / "a.npz"
+    assert main(["capture", str(xml), "-o", str(out), "--device", "CPU:f32", "-q"]) == 0
+    assert f"--ref capture:{out}" in capsys.readouterr().out
+    assert main([str(xml), "--ref", f"capture:{out}", "--target", "CPU:f32", "-q"]) == 0
+    assert main([str(xml), "--ref", str(out), "--target", "EMU:f16", "-q", "--tolerance", "1e-5"]) == 1
+    assert main([str(xml), "--ref", str(tmp_path / "missing.npz"), "--target", "CPU:f32", "-q"]) == 2
+    assert "Capture file not found" in capsys.readouterr().err
