@@ -586,3 +586,23 @@ def test_plan_with_stats_capture(tmp_path):
         recorded.plan_recorded(other, stats, None)
     full = RecordedDevice(capture(tiny_chain(), "CPU:f32", path=tmp_path / "f.npz"))
     assert isinstance(recorded.plan_recorded(full, stats, None).ref, SampledDevice)
+
+
+def test_recorded_in_another_process_names_the_same_first_divergence_as_a_direct_run(tmp_path):
+    """Machine A records the demo on an f16 device; machine B compares its f32 run with the recording."""
+    path = tmp_path / "machine_a_f16.npz"
+    code = (
+        "from bisect_ov.run.recorded import capture\n"
+        "from bisect_ov.zoo import synthetic\n"
+        "m = synthetic.demo()\n"
+        f"capture(m, 'EMU:f16', synthetic.sample_inputs(m, seed=1), {str(path)!r})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    model = synthetic.demo()
+    inputs = synthetic.sample_inputs(model, seed=1)
+    direct = bisect(model, "CPU", "EMU:f16", inputs, local=False, impact=0, noise=False, progress=False)
+    replayed = bisect(model, "CPU", f"capture:{path}", progress=False)  # inputs come from the recording
+    assert {n.name for n in replayed.first_divergences} == {n.name for n in direct.first_divergences}
+    assert replayed.first_divergence.name == direct.first_divergence.name == "inorm/sub"
+    assert replayed.target.emulated and replayed.target.precision == "f16"
+    assert replayed.outputs[0].error == pytest.approx(direct.outputs[0].error, rel=1e-6)
