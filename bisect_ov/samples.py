@@ -150,7 +150,12 @@ def node_spread(session: Session, taps: Sequence[Tap], samples: Sequence[tuple[l
 
 
 def _run_all(compiled, inputs: Sequence[list[np.ndarray]], jobs: int) -> list[list[np.ndarray]]:
-    """Every sample through one compiled model with an asynchronous infer queue; outputs copied out."""
+    """Every sample through one compiled model with an asynchronous infer queue; outputs copied out.
+
+    Devices that are not OpenVINO plugins (recorded runs) answer one sample at a time.
+    """
+    if not isinstance(getattr(compiled, "compiled", None), ov.CompiledModel):
+        return [[np.array(a) for a in compiled.infer(arrays)] for arrays in inputs]
     results: list[list[np.ndarray] | None] = [None] * len(inputs)
     bf16 = compiled._bf16
 

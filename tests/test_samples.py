@@ -67,3 +67,17 @@ def test_the_search_runs_on_the_worst_sample():
     # An offset hurts small values most: the quiet samples are the worst.
     assert report.samples["worst"] in (0, 2)
     assert report.first_divergence.name == "mm1"
+
+
+def test_samples_recorded_on_several_machines_merge_and_replay(tmp_path):
+    """Scale out: each machine records its shard, the captures are merged, one bisect compares them all."""
+    from bisect_ov import capture, merge_captures
+
+    model = synthetic.demo()
+    samples = [synthetic.sample_inputs(model, seed=s) for s in range(3)]
+    shards = [capture(model, "CPU:f32", s, tmp_path / f"machine{i}.npz") for i, s in enumerate(samples)]
+    merged = merge_captures(shards, tmp_path / "all.npz")
+    report = bisect(model, "CPU", f"capture:{merged}", Samples(samples), target_model=None,
+                    fix=False, progress=False)
+    assert report.samples["count"] == 3 and not report.diverges  # the same f32 CPU recorded every shard
+    assert report.target.name == "capture:all.npz"
