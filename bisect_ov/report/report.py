@@ -290,6 +290,16 @@ class Report:
         index = self._index()
         return [index[k] for k in node.inputs if k in index]
 
+    @property
+    def kernel_differences(self) -> list[NodeResult]:
+        """Nodes whose kernel or runtime precision differs between the two sides (when both report them)."""
+        def key(n: NodeResult, side: str):
+            rt = n.runtime.get(side) or {}
+            return rt.get("kernel"), rt.get("precision")
+
+        return [n for n in self.nodes if n.runtime.get("ref") and n.runtime.get("target")
+                and key(n, "ref") != key(n, "target")]
+
     def consumers_of(self, name: str | int) -> list[NodeResult]:
         """The compared nodes that read `name`."""
         key = self.node(name).key

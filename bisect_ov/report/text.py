@@ -144,6 +144,11 @@ def experiment_lines(report: "Report") -> list[str]:
     if curve:
         points = ", ".join(f"{p['fraction']:.0%}: {fmt(p['error'])}" for p in curve)
         lines.append(f"Error contribution curve (share of the graph on the target: final error): {points}")
+    differ = report.kernel_differences if hasattr(report, "kernel_differences") else []
+    if differ:
+        shown = ", ".join(f"'{n.name}'" + ("*" if n.diverged else "") for n in differ[:8])
+        lines += ["", f"Kernels differ between the sides on {len(differ)} of {len(report.nodes)} nodes "
+                      f"(* = diverged): {shown}" + (" ..." if len(differ) > 8 else "")]
     samples = getattr(report, "samples", None) or {}
     if samples:
         line = (f"Samples: {samples['count']} run on both sides; final error mean {fmt(samples['error_mean'])}, "

@@ -606,3 +606,24 @@ def test_recorded_in_another_process_names_the_same_first_divergence_as_a_direct
     assert replayed.first_divergence.name == direct.first_divergence.name == "inorm/sub"
     assert replayed.target.emulated and replayed.target.precision == "f16"
     assert replayed.outputs[0].error == pytest.approx(direct.outputs[0].error, rel=1e-6)
+
+
+def test_kernels_that_differ_between_recorded_sides_are_listed(tmp_path):
+    """Two recordings of one model with different precisions: the report lists the nodes that ran differently."""
+    model = synthetic.conv_bn_net()
+    inputs = synthetic.sample_inputs(model, seed=1)
+    a = capture(model, "CPU:f32", inputs, tmp_path / "a.npz")
+    b = capture(model, "CPU:accuracy", inputs, tmp_path / "b.npz")
+    same = bisect(model, f"capture:{a}", f"capture:{b}", progress=False)
+    assert not same.kernel_differences  # same kernels: nothing listed
+    report = bisect(model, f"capture:{a}", "CPU:f32", strategy="full", progress=False)
+    assert not report.kernel_differences
+    import openvino as ov
+
+    if "BF16" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        pytest.skip("the CPU plugin here has no bf16: both captures ran the same kernels")
+    c = capture(model, "CPU:bf16", inputs, tmp_path / "c.npz")
+    differ = bisect(model, f"capture:{a}", f"capture:{c}", progress=False)
+    convs = [n for n in differ.kernel_differences if n.op_type in ("Convolution", "Relu", "Add")]
+    assert convs and all(n.runtime["ref"]["precision"] != n.runtime["target"]["precision"] for n in convs)
+    assert "Kernels differ between the sides" in differ.to_text()
