@@ -18,18 +18,11 @@ from __future__ import annotations
 import math
 import sys
 
-import openvino as ov
 
 from bisect_ov import NodeResult, Report, bisect
+from bisect_ov.run.devices import cpu_supports_bf16
 from bisect_ov.zoo import synthetic
 
-
-def cpu_has_bf16() -> bool:
-    """True when the OpenVINO CPU plugin runs bf16 here (AVX512_BF16 or AMX)."""
-    try:
-        return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    except Exception:
-        return False
 
 
 def run(*, progress: bool = False) -> dict[str, Report]:
@@ -39,7 +32,7 @@ def run(*, progress: bool = False) -> dict[str, Report]:
     and, only where the CPU has bf16, ``"bf16"`` and ``"bf16_benign"`` (CPU f32 vs CPU:bf16).
     """
     targets = {"f16": "EMU:f16"}
-    if cpu_has_bf16():
+    if cpu_supports_bf16():
         targets["bf16"] = "CPU:bf16"
     reports: dict[str, Report] = {}
     for suffix, offset in (("", None), ("_benign", 0.0)):

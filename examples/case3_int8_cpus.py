@@ -26,15 +26,9 @@ import numpy as np
 import openvino as ov
 
 from bisect_ov import Report, bisect, prepare_inputs
+from bisect_ov.run.devices import cpu_supports_bf16
 from bisect_ov.zoo import synthetic
 
-
-def cpu_has_bf16() -> bool:
-    """True when the OpenVINO CPU plugin runs bf16 here (AVX512_BF16 or AMX)."""
-    try:
-        return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    except Exception:
-        return False
 
 
 def run(*, progress: bool = False) -> dict[str, Report]:
@@ -51,7 +45,7 @@ def run(*, progress: bool = False) -> dict[str, Report]:
         "fp32_vs_int8_in_range": bisect(fp32, "CPU", "CPU:f32", synthetic.sample_inputs(fp32, seed=1),
                                         target_model=int8, progress=progress),
     }
-    if cpu_has_bf16():
+    if cpu_supports_bf16():
         reports["int8_f32_vs_bf16"] = bisect(int8, "CPU", "CPU:bf16", progress=progress)
     return reports
 

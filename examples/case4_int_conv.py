@@ -17,21 +17,14 @@ from __future__ import annotations
 
 import sys
 
-import openvino as ov
 
 from bisect_ov import Report, bisect
+from bisect_ov.run.devices import cpu_supports_bf16
 from bisect_ov.zoo import synthetic
 
 CHANNELS, VALUE = 11111, 127
 EXACT = VALUE * VALUE * CHANNELS  # 179,209,319
 
-
-def cpu_has_bf16() -> bool:
-    """True when the OpenVINO CPU plugin runs bf16 here (AVX512_BF16 or AMX)."""
-    try:
-        return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    except Exception:
-        return False
 
 
 def run(*, progress: bool = False) -> dict[str, Report]:
@@ -43,7 +36,7 @@ def run(*, progress: bool = False) -> dict[str, Report]:
     model = synthetic.int_conv(CHANNELS, VALUE)
     inputs = {"input": synthetic.int_conv_input(CHANNELS, VALUE)}
     targets = {"f16": "EMU:f16"}
-    if cpu_has_bf16():
+    if cpu_supports_bf16():
         targets["bf16"] = "CPU:bf16"
     targets["f32"] = "CPU:f32"
     return {key: bisect(model, "CPU", target, inputs, progress=progress) for key, target in targets.items()}

@@ -6,24 +6,14 @@ reason elsewhere; everything else runs on any x86 CPU.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
+from bisect_ov.run.devices import cpu_supports_bf16
 
-@functools.lru_cache(maxsize=1)
-def cpu_runs_bf16() -> bool:
-    """True when the CPU plugin can run bf16 (AVX512_BF16 or AMX): its capabilities list BF16."""
-    try:
-        return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
-    except Exception:
-        return False
-
-
-needs_bf16 = pytest.mark.skipif(not cpu_runs_bf16(), reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
+needs_bf16 = pytest.mark.skipif(not cpu_supports_bf16(), reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
 
 
 def tiny_chain(depth: int = 4, width: int = 8, seed: int = 0) -> ov.Model:

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from examples import case1_softmax, case2_face_delegate, case3_int8_cpus, case4_int_conv
-from tests.conftest import cpu_runs_bf16, needs_bf16
+from bisect_ov.run.devices import cpu_supports_bf16
+from tests.conftest import needs_bf16
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -137,7 +138,7 @@ def test_case3_int8_on_bf16(case3):
 
 
 def test_case3_bf16_key_only_with_bf16(case3):
-    assert ("int8_f32_vs_bf16" in case3) == cpu_runs_bf16()
+    assert ("int8_f32_vs_bf16" in case3) == cpu_supports_bf16()
 
 
 # ----- case 4: integer convolution -------------------------------------------------------------------------

@@ -11,10 +11,10 @@ import json
 import math
 import os
 import pathlib
-import tempfile
 from typing import TYPE_CHECKING, Any
 
 from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.fileio import write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -214,13 +214,4 @@ def _default_graph_id(label: str) -> str:
 
 
 def _write_json_atomic(path: pathlib.Path, data: Any) -> pathlib.Path:
-    text = json.dumps(data, indent=1, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False))

@@ -17,9 +17,9 @@ import html
 import math
 import os
 import pathlib
-import tempfile
 from typing import TYPE_CHECKING, Any, Iterable
 
+from bisect_ov.fileio import write_text_atomic
 from bisect_ov.report.text import COLUMNS, culprit_rows, fmt, fmt_growth, verdict_lines
 
 if TYPE_CHECKING:
@@ -159,17 +159,7 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
 
 def save_html(report: "Report", path: str | os.PathLike, **kw: Any) -> pathlib.Path:
     """Write `render_page(report, **kw)` to `path` atomically (a temporary file renamed into place)."""
-    path = pathlib.Path(path)
-    text = render_page(report, **kw)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, render_page(report, **kw))
 
 
 # ----- sections ---------------------------------------------------------------------------------------------------

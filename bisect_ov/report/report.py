@@ -12,12 +12,12 @@ import json
 import math
 import os
 import pathlib
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.errors import InputError
+from bisect_ov.fileio import write_text_atomic
 from bisect_ov.run.devices import DeviceInfo
 
 __all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
@@ -342,17 +342,7 @@ class Report:
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
         """Write the report as JSON (atomically: a temporary file renamed into place)."""
-        path = pathlib.Path(path)
-        text = json.dumps(_encode(self.to_dict()), indent=1, allow_nan=False)
-        fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            pathlib.Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        return write_text_atomic(path, json.dumps(_encode(self.to_dict()), indent=1, allow_nan=False))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Report":

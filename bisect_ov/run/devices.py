@@ -27,7 +27,7 @@ import openvino as ov
 from bisect_ov.errors import DeviceError, InputError, first_line
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
 
-__all__ = ["DeviceInfo", "Compiled", "Device", "OpenVINODevice", "EmulatedDevice", "make_device", "available_devices"]
+__all__ = ["cpu_supports_bf16", "DeviceInfo", "Compiled", "Device", "OpenVINODevice", "EmulatedDevice", "make_device", "available_devices"]
 
 PRECISION_SUFFIXES = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
 _PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT")
@@ -44,6 +44,14 @@ def shared_core() -> ov.Core:
 
 def available_devices() -> list[str]:
     return list(shared_core().available_devices)
+
+
+def cpu_supports_bf16() -> bool:
+    """True when the OpenVINO CPU plugin can run bf16 here (AVX512_BF16 or AMX): its capabilities list BF16.
+
+    On such CPUs plain ``CPU`` runs bf16 by default; elsewhere ``CPU:bf16`` falls back to f32.
+    """
+    return "BF16" in _capabilities("CPU")
 
 
 @dataclass(frozen=True)
