@@ -6,7 +6,9 @@ For each model and each strategy, one fresh process (so peak RSS is that run's o
 * ``fusion``, ``full``, ``bisection``: the whole `bisect()` call with that capture strategy (local errors,
   impact and the noise check off, so the row measures the capture alone);
 * ``local``: the ``full`` capture plus the local error of every node (each run alone on the target, fed the
-  reference's inputs); its compiles per side include the plain run and the capture.
+  reference's inputs); its compiles per side include the plain run and the capture;
+* ``capture-full``, ``capture-stats``: recording a run of the target to a file (`bisect_ov.capture`) with
+  every tensor, or with 4,096 sampled values per tensor; the row gives the file size.
 
 Reported per row: wall time, its ratio to the plain row, compiles per side, peak RSS (and its ratio to the
 plain row), the fidelity ratio (instrumented / plain final-output error), the number of nodes measured, and
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import platform
 import resource
 import subprocess
@@ -32,7 +35,7 @@ import sys
 import time
 
 DEFAULT_MODELS = ("demo", "face_resnet", "attention_block", "squeezenet", "shufflenet", "resnet50")
-STRATEGIES = ("plain", "fusion", "full", "bisection", "local")
+STRATEGIES = ("plain", "fusion", "full", "bisection", "local", "capture-full", "capture-stats")
 
 
 def _load(name: str):
@@ -62,7 +65,16 @@ def run_one(model_name: str, strategy: str, ref: str, target: str) -> dict:
     rss_before = _peak_rss_mb()
     row = {"model": model_name, "strategy": strategy, "nodes": len(ModelGraph(model).candidates())}
     start = time.perf_counter()
-    if strategy == "plain":
+    if strategy.startswith("capture-"):
+        import tempfile
+
+        from bisect_ov import capture
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = capture(model, target, arrays, pathlib.Path(tmp) / "run.npz", mode=strategy.split("-")[1])
+            row.update(compiles=None, fidelity=None, measured=None, first=None,
+                       file_mb=round(path.stat().st_size / 1e6, 2))
+    elif strategy == "plain":
         for side, name in (("ref", ref), ("target", target)):
             compiled = make_device(name, role=side).compile(model)
             compiled.infer(arrays)
@@ -96,7 +108,7 @@ def _subprocess(model: str, strategy: str, ref: str, target: str) -> dict:
 
 def _table(rows: list[dict]) -> str:
     head = ("model", "nodes", "strategy", "seconds", "x plain", "compiles/side", "peak RSS MB", "x plain RSS",
-            "fidelity", "measured", "first divergence")
+            "fidelity", "measured", "first divergence / file")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     plain = {r["model"]: r for r in rows if r.get("strategy") == "plain" and "error" not in r}
     for r in rows:
@@ -108,8 +120,9 @@ def _table(rows: list[dict]) -> str:
         rss = f"{r['peak_rss_mb'] / p['peak_rss_mb']:.2f}" if p else ""
         fid = f"{r['fidelity']:.2f}" if isinstance(r.get("fidelity"), (int, float)) else ""
         out.append(
-            f"| {r['model']} | {r['nodes']} | {r['strategy']} | {r['seconds']:.2f} | {ratio} | {r['compiles']} | "
-            f"{r['peak_rss_mb']:.0f} | {rss} | {fid} | {r['measured']} | {r.get('first') or '-'} |"
+            f"| {r['model']} | {r['nodes']} | {r['strategy']} | {r['seconds']:.2f} | {ratio} | {r['compiles'] or '-'} | "
+            f"{r['peak_rss_mb']:.0f} | {rss} | {fid} | {r['measured'] if r['measured'] is not None else '-'} | "
+            f"{(str(r['file_mb']) + ' MB') if 'file_mb' in r else (r.get('first') or '-')} |"
         )
     return "\n".join(out)
 
