@@ -18,7 +18,8 @@ from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.report.report import NodeResult, OutputResult, Report
 from bisect_ov.run.devices import Device, DeviceInfo, EmulatedDevice, OpenVINODevice, make_device
 from bisect_ov.run.inputs import prepare_inputs
-from bisect_ov.run.recorded import Capture, RecordedDevice, capture, load_capture, merge_captures
+from bisect_ov.run.playback import RecordedDevice
+from bisect_ov.run.recorded import Capture, capture, load_capture, merge_captures
 from bisect_ov.samples import Samples
 
 __version__ = "0.1.0"

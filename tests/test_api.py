@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 import onnx
-import openvino as ov
 import pytest
 
 from bisect_ov import InputError, Report, bisect, inject_fault

@@ -291,7 +291,7 @@ def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, rol
         raise InputError(f"A device is a name such as 'CPU' or 'GPU'; got {spec!r}. Available: {available_devices()}.")
     spec = spec.strip()
     if spec.lower().startswith("capture:") or spec.lower().endswith(".npz"):
-        from bisect_ov.run.recorded import RecordedDevice  # a run recorded by bisect_ov.run.recorded.capture
+        from bisect_ov.run.playback import RecordedDevice  # a run recorded by bisect_ov.run.recorded.capture
 
         if config:
             raise InputError(f"A recorded run ('{spec}') takes no compile properties; got {dict(config)}.")

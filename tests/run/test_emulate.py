@@ -232,7 +232,7 @@ def lane_sum(x: np.ndarray, axis: int, lanes: int, precision: str) -> np.ndarray
         for i in range(1, steps):
             acc = r(acc + chunks[..., i, :])
     while acc.shape[-1] > 1:
-        width, half = acc.shape[-1], acc.shape[-1] // 2
+        half = acc.shape[-1] // 2
         acc = np.concatenate([r(acc[..., :half] + acc[..., half:2 * half]), acc[..., 2 * half:]], -1)
     return acc[..., 0]
 

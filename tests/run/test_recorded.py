@@ -21,9 +21,10 @@ from bisect_ov.model.taps import Tap, default_taps, tap_model
 from bisect_ov.run import recorded
 from bisect_ov.run.devices import Device, make_device
 from bisect_ov.run.inputs import prepare_inputs
+from bisect_ov.run.playback import RecordedDevice, SampledDevice, plan_recorded, sampled_like
 from bisect_ov.run.recorded import (
-    CPU_FLAGS, SCHEMA_VERSION, RecordedDevice, SampledDevice, capture, inputs_hash, load_capture,
-    merge_captures, sample_array, sample_positions, sampled_like, tensor_summary,
+    CPU_FLAGS, SCHEMA_VERSION, capture, inputs_hash, load_capture,
+    merge_captures, sample_array, sample_positions, tensor_summary,
 )
 from bisect_ov.zoo import synthetic
 from tests.conftest import tiny_chain
@@ -552,7 +553,7 @@ def test_same_model_recorded_reference(f16_capture, impact):
 
 def test_plan_without_recorded_devices_changes_nothing():
     ref, target = make_device("CPU:f32"), make_device("EMU:f16")
-    plan = recorded.plan_recorded(ref, target, None)
+    plan = plan_recorded(ref, target, None)
     assert (plan.ref, plan.target, plan.inputs, plan.local, plan.pieces, plan.exact, plan.notes) == (
         ref, target, None, True, True, True, [])
 
@@ -560,32 +561,32 @@ def test_plan_without_recorded_devices_changes_nothing():
 def test_plan_with_recorded_reference(chain_capture):
     _, path = chain_capture
     ref, target = RecordedDevice(path), make_device("CPU:f32")
-    plan = recorded.plan_recorded(ref, target, None)
+    plan = plan_recorded(ref, target, None)
     assert plan.ref is ref and plan.target is target
     assert np.array_equal(plan.inputs[0], ref.inputs[0])
     assert plan.local and not plan.pieces and plan.exact
     assert any("The reference ('chain.npz') is a recorded run" in n for n in plan.notes)
     given = [np.ones((1, 8), np.float32)]
-    assert recorded.plan_recorded(ref, target, given).inputs is given
+    assert plan_recorded(ref, target, given).inputs is given
 
 
 def test_plan_with_recorded_target(chain_capture):
     _, path = chain_capture
-    plan = recorded.plan_recorded(make_device("CPU:f32"), RecordedDevice(path), None, twin=True)
+    plan = plan_recorded(make_device("CPU:f32"), RecordedDevice(path), None, twin=True)
     assert not plan.local and not plan.pieces
     assert list(plan.inputs) == ["x"]  # by input name: the twin's parameters may come in another order
 
 
 def test_plan_with_stats_capture(tmp_path):
     stats = RecordedDevice(capture(tiny_chain(), "CPU:f32", path=tmp_path / "s.npz", mode="stats", sample=3, seed=2))
-    plan = recorded.plan_recorded(make_device("CPU:f32"), stats, None)
+    plan = plan_recorded(make_device("CPU:f32"), stats, None)
     assert isinstance(plan.ref, SampledDevice) and (plan.ref.sample, plan.ref.seed) == (3, 2)
     assert plan.target is stats and not plan.local and not plan.pieces and not plan.exact
     other = RecordedDevice(capture(tiny_chain(), "CPU:f32", path=tmp_path / "o.npz", mode="stats", sample=5))
     with pytest.raises(CaptureError, match="sampled differently"):
-        recorded.plan_recorded(other, stats, None)
+        plan_recorded(other, stats, None)
     full = RecordedDevice(capture(tiny_chain(), "CPU:f32", path=tmp_path / "f.npz"))
-    assert isinstance(recorded.plan_recorded(full, stats, None).ref, SampledDevice)
+    assert isinstance(plan_recorded(full, stats, None).ref, SampledDevice)
 
 
 def test_recorded_in_another_process_names_the_same_first_divergence_as_a_direct_run(tmp_path):
