@@ -27,7 +27,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model, model_label
 from bisect_ov.model.match import foreign_inputs, identity_match, match_nodes
 from bisect_ov.model.taps import Tap
-from bisect_ov.report.report import NodeResult, OutputResult, Report
+from bisect_ov.report.report import NodeResult, OutputResult, Report, kernel_difference
 from bisect_ov.run.devices import Device, DeviceInfo, make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, patch_model,
@@ -283,17 +283,6 @@ def diagnose_causes(session: Session, stats, scores, key: str) -> list[str]:
     return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "")
 
 
-def kernel_difference(runtime: dict[str, dict]) -> str:
-    """'ran differently: ...' when both sides report a kernel or precision and they differ, else ''."""
-    ref, target = runtime.get("ref"), runtime.get("target")
-    if not ref or not target:
-        return ""
-    if (ref.get("kernel"), ref.get("precision")) == (target.get("kernel"), target.get("precision")):
-        return ""
-    return (f"ran differently: reference {ref.get('precision')} {ref.get('kernel')}, "
-            f"target {target.get('precision')} {target.get('kernel')}")
-
-
 def _rank_by_impact(ranking: tuple[str, ...], impact: dict[str, float]) -> tuple[str, ...]:
     """Suspects with a measured impact first, largest impact first; the rest keep their order."""
     measured = sorted((k for k in ranking if k in impact), key=lambda k: -impact[k])
@@ -385,7 +374,7 @@ def _node_results(session: Session, stats: dict[Tap, TensorStats], scores, group
         if target_key in session.runtime_target:
             runtime["target"] = session.runtime_target[target_key]
         causes = observations(node_stats)
-        differs = kernel_difference(runtime)
+        differs = kernel_difference(runtime, session.ref_info.precision == session.target_info.precision)
         if differs and s.role != "ok":
             causes.append(differs)
         if session.target_graph is not graph:

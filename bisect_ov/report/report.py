@@ -292,13 +292,9 @@ class Report:
 
     @property
     def kernel_differences(self) -> list[NodeResult]:
-        """Nodes whose kernel or runtime precision differs between the two sides (when both report them)."""
-        def key(n: NodeResult, side: str):
-            rt = n.runtime.get(side) or {}
-            return rt.get("kernel"), rt.get("precision")
-
-        return [n for n in self.nodes if n.runtime.get("ref") and n.runtime.get("target")
-                and key(n, "ref") != key(n, "target")]
+        """Nodes that ran differently on the two sides although nothing asked for it (see `kernel_difference`)."""
+        same = self.ref.precision == self.target.precision
+        return [n for n in self.nodes if kernel_difference(n.runtime, same)]
 
     def consumers_of(self, name: str | int) -> list[NodeResult]:
         """The compared nodes that read `name`."""
@@ -364,6 +360,24 @@ class Report:
         return _encode(self.to_dict()) == _encode(other.to_dict())
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def kernel_difference(runtime: dict[str, dict], same_precision: bool) -> str:
+    """'ran differently: ...' when a node's kernel or precision differs between sides, else ''.
+
+    Both sides must report runtime info. When the two sides run different precisions on purpose (f32 against
+    bf16), every node differs in precision and kernel name; only a different kernel at the same runtime
+    precision is then worth a mention (another ISA, as VNNI against AVX2).
+    """
+    ref, target = runtime.get("ref"), runtime.get("target")
+    if not ref or not target:
+        return ""
+    kernel_differs = ref.get("kernel") != target.get("kernel")
+    precision_differs = ref.get("precision") != target.get("precision")
+    if not (kernel_differs or precision_differs) or (not same_precision and precision_differs):
+        return ""
+    return (f"ran differently: reference {ref.get('precision')} {ref.get('kernel')}, "
+            f"target {target.get('precision')} {target.get('kernel')}")
 
 
 def _fmt(x: float) -> str:
