@@ -62,6 +62,7 @@ def bisect(
     curve: int = 0,
     noise: bool = True,
     patched_model: str | os.PathLike | None = None,
+    keep: Sequence[str] = (),
     max_tap_bytes: int | None = 512 << 20,
     progress: bool | None = None,
 ) -> Report:
@@ -120,6 +121,10 @@ def bisect(
     patched_model
         With `fix`, also save the model with the fix as runtime info that GPU/NPU plugins honour
         (``disable_fp16_compression``) to this path (IR .xml).
+    keep
+        Names of nodes whose reference and target tensors the report keeps in memory, for
+        ``report.tensors(name)`` and ``report.plot_values(name)`` (one more compile per side). ``"culprits"``
+        keeps the top five culprits' tensors.
     max_tap_bytes
         Most bytes of exposed tensors per compile; more taps are split into several compiles. None: one.
     progress
@@ -221,10 +226,11 @@ def bisect(
     with clock("score"):
         ranking = _rank_by_impact(scores.ranking, findings.impact)
         nodes = _node_results(session, stats, scores, groups, tol.precision, findings, ranking, spread)
+    kept = _keep_tensors(session, keep, ranking)
     fix_dict = findings.fix.to_dict() if findings.fix else {}
     if findings.fix and patched_model is not None:
         fix_dict["patched_model"] = str(_save_patched(ov_model, graph, findings.fix.keep, patched_model))
-    return Report(
+    report = Report(
         model=model_label(model), ref=session.ref_info, target=session.target_info, nodes=nodes, outputs=outputs,
         metric=metric if isinstance(metric, str) else getattr(metric, "__name__", "custom"),
         tolerance=tol.to_dict(), first_keys=scores.first, ranking=ranking,
@@ -240,6 +246,24 @@ def bisect(
         fix=fix_dict, delegation=findings.delegation,
         curve=tuple({"fraction": f, "nodes": n, "error": e} for f, n, e in findings.curve),
     )
+    report.keep_tensors(kept)
+    return report
+
+
+def _keep_tensors(session: Session, keep: Sequence[str] | str, ranking: Sequence[str]) -> dict[str, tuple]:
+    """Both sides' values of the nodes the user asked to keep (names, tensor names, or "culprits")."""
+    if isinstance(keep, str):
+        keep = [keep]
+    keys: list[str] = []
+    for name in keep:
+        keys += list(ranking[:5]) if name == "culprits" else [session.graph.find(name).key]
+    if not keys:
+        return {}
+    values = session.fetch([Tap(k, t.port) for k in dict.fromkeys(keys) for t in session.graph[k].outputs])
+    kept: dict[str, tuple] = {}
+    for tap, pair in values.items():
+        kept.setdefault(tap.key, pair)  # first output of each node
+    return kept
 
 
 def _experiments(session: Session, stats, scores, groups, tolerances, outputs, metric, max_tap_bytes, *,

@@ -108,6 +108,23 @@ class Session:
             compile_to_compile = max((compare(a, b).rel_l2 for a, b in zip(first, other)), default=0.0)
         return {"run_to_run": run_to_run, "compile_to_compile": compile_to_compile}
 
+    def fetch(self, taps: Sequence[Tap]) -> dict[Tap, tuple[np.ndarray, np.ndarray]]:
+        """The reference's and the target's values of `taps` (copies), in one compile per side."""
+        taps = [t for t in dict.fromkeys(taps) if t in self.target_of]
+        if not taps:
+            return {}
+        ref_tapped = tap_model(self.graph, taps)
+        target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
+        with self.clock("compile"):
+            ref_c, target_c = run_both(lambda: self.ref.compile(ref_tapped.model, taps=ref_tapped.added_outputs),
+                                       lambda: self.target.compile(target_tapped.model, taps=target_tapped.added_outputs))
+        self._count(ref_c, target_c)
+        with self.clock("infer"):
+            ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays, share_outputs=False),
+                                           lambda: target_c.infer(self.target_arrays, share_outputs=False))
+        return {t: (ref_out[ri], target_out[ti])
+                for t, ri, ti in zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs)}
+
     def ref_values(self, taps: Sequence[Tap]) -> dict[Tap, np.ndarray]:
         """The reference's values of `taps` (copies), in one reference compile."""
         taps = list(dict.fromkeys(taps))

@@ -140,3 +140,19 @@ def test_taps_do_not_hide_a_bf16_cancellation():
     report = bisect(model, "CPU", "CPU:bf16", synthetic.sample_inputs(model, seed=1), progress=False)
     assert 0.5 <= report.fidelity["ratio"] <= 2.0
     assert {"inorm/sub", "inorm/sqdiff"} == {n.name for n in report.first_divergences}
+
+
+def test_tensors_kept_on_request_and_explained_otherwise(tmp_path):
+    model = tiny_chain()
+    faulty = inject_fault(model, "mm1", "offset", 0.5)
+    report = bisect(model, "CPU", F32, target_model=faulty, keep=["mm1"], strategy="full", progress=False)
+    ref, target = report.tensors("mm1")
+    assert ref.shape == target.shape == (1, 8)
+    np.testing.assert_allclose(target - ref, 0.5, rtol=1e-5)
+    assert [n.name for n in report.inputs_of("mm1")] == ["tanh0"]
+    assert [n.name for n in report.consumers_of("mm1")] == ["tanh1"]
+    with pytest.raises(InputError, match=r"keep=\['tanh1'\]"):
+        report.tensors("tanh1")
+    loaded = Report.load(report.save(tmp_path / "r.json"))
+    with pytest.raises(InputError, match="statistics only"):
+        loaded.tensors("mm1")

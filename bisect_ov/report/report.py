@@ -284,6 +284,34 @@ class Report:
         return plot_neighbourhood(self, name, radius=radius)
 
     # ----- exploring ----------------------------------------------------------------------------------
+    def keep_tensors(self, tensors: dict[str, tuple[Any, Any]]) -> None:
+        """Attach (reference, target) arrays by node key; kept in memory only, never saved with the report."""
+        object.__setattr__(self, "_tensors", dict(tensors))
+
+    def tensors(self, name: str | int):
+        """The (reference, target) arrays of a node kept with ``bisect(..., keep=[name])``.
+
+        Raises
+        ------
+        InputError
+            When the node's tensors were not kept (the message says how to keep them).
+        """
+        node = self.node(name)
+        kept = self.__dict__.get("_tensors", {})
+        if node.key not in kept:
+            raise InputError(
+                f"The tensors of '{node.name}' were not kept. Run bisect(..., keep=[{node.name!r}]) (or "
+                f"keep='culprits'); reports loaded from JSON hold statistics only."
+            )
+        return kept[node.key]
+
+    def plot_values(self, name: str | int):
+        """Reference against target values of a kept node: scatter and histogram of the difference."""
+        from bisect_ov.report.plots import plot_values
+
+        ref, target = self.tensors(name)
+        return plot_values(ref, target, title=self.node(name).name)
+
     def inputs_of(self, name: str | int) -> list[NodeResult]:
         """The compared nodes that feed `name` (their errors are what it inherited)."""
         node = self.node(name)
