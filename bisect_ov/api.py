@@ -26,7 +26,7 @@ from bisect_ov.errors import InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model, model_label
 from bisect_ov.model.match import foreign_inputs, identity_match, match_nodes
-from bisect_ov.model.taps import Tap
+from bisect_ov.model.taps import Tap, plan_chunks
 from bisect_ov.report.report import NodeResult, OutputResult, Report, kernel_difference
 from bisect_ov.run.devices import Device, DeviceInfo, make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
@@ -177,7 +177,9 @@ def bisect(
         # Every sample on both sides; the detailed search then runs on the worst one.
         summary = run_samples(session, pairs, lambda s: metric_value(s, metric))
         session.ref_arrays, session.target_arrays = pairs[summary.ranking[0]]
-    session.plain()
+    # With every node tapped, the reference's plain run can already expose the first chunk of taps.
+    first_chunk = plan_chunks(graph, [r for r, _ in match.pairs], max_tap_bytes)[0] if strategy == "full" else []
+    session.plain(ref_taps=first_chunk)
     precision = _comparison_precision(session.ref_info, session.target_info, target_graph if ov_target is not None else None)
     tol = tol.with_precision(precision)
 
