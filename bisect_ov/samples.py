@@ -100,10 +100,11 @@ class SampleSummary:
 def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list[np.ndarray]]],
                 error_of: Callable[[TensorStats], float], *, k: int = 5, jobs: int = 2) -> SampleSummary:
     """Run the untouched model on every (ref inputs, target inputs) sample on both sides."""
-    ref_c = session.ref.compile(session.graph.model)
-    target_c = session.target.compile(session.target_graph.model)
+    ref_c, target_c = run_both(lambda: session.ref.compile(session.graph.model),
+                               lambda: session.target.compile(session.target_graph.model))
     session.compiles["ref"] += 1
     session.compiles["target"] += 1
+    session.plain_compiled = (ref_c, target_c)  # `Session.plain` reuses them for the worst sample
     with session.clock("samples"):
         ref_out, target_out = run_both(lambda: _run_all(ref_c, [s[0] for s in samples], jobs),
                                     lambda: _run_all(target_c, [s[1] for s in samples], jobs))

@@ -70,6 +70,7 @@ class Session:
         self.tapped_outputs: list[list[tuple[str, str, TensorStats]]] = []
         self.exact: dict[str, ExactCheck] = {}
         self._ref_ready = None  # a reference compile with taps, made by `plain` for the next `measure`
+        self.plain_compiled = None  # (ref, target) compiles of the untouched model, when made before `plain`
         self.notes: list[str] = []
         self.exact_checks = True
 
@@ -84,12 +85,19 @@ class Session:
         ref_taps = [t for t in ref_taps if t in self.target_of]
         reuse = bool(ref_taps) and getattr(self.ref, "activation_precision", lambda: "")() == "f32"
         ref_model = tap_model(self.graph, ref_taps) if reuse else None
+        compiled, self.plain_compiled = self.plain_compiled, None
         with self.clock("plain run"):
-            (ref_c, ref_out), (target_c, target_out) = run_both(
-                lambda: _compile_and_run(self.ref, ref_model.model if ref_model else self.graph.model, self.ref_arrays,
-                                         ref_model.added_outputs if ref_model else ()),
-                lambda: _compile_and_run(self.target, self.target_graph.model, self.target_arrays))
-            self._count(ref_c, target_c)
+            if compiled is not None and ref_model is None:  # compiled already, to run many samples
+                ref_c, target_c = compiled
+                ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays),
+                                               lambda: target_c.infer(self.target_arrays))
+                self._note(ref_c, target_c)
+            else:
+                (ref_c, ref_out), (target_c, target_out) = run_both(
+                    lambda: _compile_and_run(self.ref, ref_model.model if ref_model else self.graph.model,
+                                             self.ref_arrays, ref_model.added_outputs if ref_model else ()),
+                    lambda: _compile_and_run(self.target, self.target_graph.model, self.target_arrays))
+                self._count(ref_c, target_c)
             if ref_model is not None:
                 self._ref_ready = (tuple(ref_taps), ref_model, ref_c, ref_out)
             # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
@@ -223,6 +231,10 @@ class Session:
     def _count(self, ref_c, target_c) -> None:
         self.compiles["ref"] += 1
         self.compiles["target"] += 1
+        self._note(ref_c, target_c)
+
+    def _note(self, ref_c, target_c) -> None:
+        """Remember what each side ran with: device facts and per-layer runtime info."""
         self.ref_info = self.ref_info or ref_c.info
         self.target_info = self.target_info or target_c.info
         if not ref_c.info.emulated:
