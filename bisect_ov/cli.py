@@ -179,7 +179,8 @@ def _compare(args) -> int:
 
 
 def _capture(args) -> int:
-    from bisect_ov.run.recorded import capture, load_capture
+    from bisect_ov.run.capture_reader import load_capture
+    from bisect_ov.run.recorded import capture
 
     path = capture(
         args.model, args.device, _inputs(args), args.out, config=dict(args.config), mode=args.mode,

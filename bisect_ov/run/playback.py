@@ -6,9 +6,9 @@ on machine B; `SampledDevice` / `sampled_like` sample a live device the way a ``
 
 >>> bisect("model.xml", ref=RecordedDevice("epyc.npz"), target="CPU")         # doctest: +SKIP  (machine B)
 
-Assumptions: the file format, `load_capture` and the helpers both machines must compute identically
-(`playback_hash`, `inputs_hash`, `sample_array`) come from `bisect_ov.run.recorded`; this module imports from
-there and never the other way round. A compiled model is accepted only when its `playback_hash` matches the
+Assumptions: the file format and the helpers both machines must compute identically (`playback_hash`,
+`inputs_hash`, `sample_array`) come from `bisect_ov.run.recorded`, and `load_capture` from
+`bisect_ov.run.capture_reader`; this module imports from both and neither imports it. A compiled model is accepted only when its `playback_hash` matches the
 recorded one, and `infer` only with inputs whose `inputs_hash` was recorded. A ``stats`` capture holds samples
 (flat, at `sample_positions`), so the other side must be sampled with the same sample size and seed.
 
@@ -31,9 +31,8 @@ from bisect_ov.model.load import model_label
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 from bisect_ov.run.devices import Compiled, Device, DeviceInfo, make_device
-from bisect_ov.run.recorded import (
-    Capture, _check_sample, _check_seed, inputs_hash, load_capture, playback_hash, sample_array,
-)
+from bisect_ov.run.capture_reader import Capture, load_capture
+from bisect_ov.run.recorded import _check_sample, _check_seed, inputs_hash, playback_hash, sample_array
 
 __all__ = ["RecordedDevice", "RecordedCompiled", "SampledDevice", "sampled_like", "RecordedPlan", "plan_recorded"]
 

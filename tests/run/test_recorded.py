@@ -19,12 +19,12 @@ from bisect_ov.errors import CaptureError, InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap, default_taps, tap_model
 from bisect_ov.run import recorded
+from bisect_ov.run.capture_reader import load_capture, merge_captures
 from bisect_ov.run.devices import Device, make_device
 from bisect_ov.run.inputs import prepare_inputs
 from bisect_ov.run.playback import RecordedDevice, SampledDevice, plan_recorded, sampled_like
 from bisect_ov.run.recorded import (
-    CPU_FLAGS, SCHEMA_VERSION, capture, inputs_hash, load_capture,
-    merge_captures, sample_array, sample_positions, tensor_summary,
+    CPU_FLAGS, SCHEMA_VERSION, capture, inputs_hash, sample_array, sample_positions, tensor_summary,
 )
 from bisect_ov.zoo import synthetic
 from tests.conftest import tiny_chain

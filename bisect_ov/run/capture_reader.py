@@ -1,0 +1,375 @@
+"""Recorded runs, the reading side: open, check and merge capture files written by `bisect_ov.run.recorded.capture`.
+
+`load_capture` opens a capture (checking format, schema version, header and members) as a `Capture`, which
+reads the recorded inputs, outputs, tensors and statistics of one recorded input set at a time;
+`merge_captures` combines captures of one model on one device, recorded with different inputs, into one file.
+The file format is described in `bisect_ov.run.recorded`.
+
+Assumptions: the format constants (`FORMAT`, `SCHEMA_VERSION`, `MODES`, `HEADER`) and the writer
+(`_NpzWriter`, `_header_array`) come from `bisect_ov.run.recorded`; this module imports from it, never the
+reverse. Files are read with ``np.load(path, allow_pickle=False)``; reads of one open file are serialized by a
+lock shared between the `Capture.select` views of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import threading
+import zipfile
+import zlib
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from bisect_ov.errors import CaptureError
+from bisect_ov.model.runtime import RuntimeGraph, RuntimeLayer
+from bisect_ov.model.taps import Tap
+from bisect_ov.run.devices import DeviceInfo
+from bisect_ov.run.recorded import FORMAT, HEADER, MODES, SCHEMA_VERSION, _header_array, _NpzWriter
+
+__all__ = ["Capture", "load_capture", "merge_captures"]
+
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError, RuntimeError)
+
+
+def _runtime_from_header(data: Mapping[str, Any] | None) -> RuntimeGraph:
+    layers, by_original = [], {}
+    for d in (data or {}).get("layers", []):
+        layer = RuntimeLayer(
+            name=str(d.get("layer", "")), layer_type=str(d.get("layer_type", "")),
+            original_names=tuple(d.get("fused", ())), runtime_precision=str(d.get("precision", "")),
+            output_precisions=tuple(d.get("output_precisions", ())), primitive_type=str(d.get("kernel", "")),
+            exec_order=int(d.get("exec_order", -1)),
+        )
+        layers.append(layer)
+        for name in layer.original_names:
+            by_original.setdefault(name, layer)
+    return RuntimeGraph(tuple(layers), by_original)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Reading
+# ------------------------------------------------------------------------------------------------------------
+
+
+class Capture:
+    """A capture file opened for reading (see the module docstring); `load_capture` makes one.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+    header : dict
+        The JSON header.
+    mode : str
+        ``full`` or ``stats``.
+    taps : list[Tap]
+        The recorded tensors, in topological order.
+    samples : list[dict]
+        One entry per recorded input set (several after `merge_captures`): ``index``, ``inputs_hash``,
+        ``source``. Reads (`inputs`, `outputs`, `tensor`) use the `current` one.
+    """
+
+    def __init__(self, path: pathlib.Path, data: Any, header: dict[str, Any], *, current: int = 0,
+                 _lock: threading.Lock | None = None):
+        self.path = path
+        self._data = data
+        self.header = header
+        self.current = current
+        self._lock = _lock or threading.Lock()
+        self._tap_index = {Tap(t["key"], int(t["port"])): i for i, t in enumerate(header["taps"])}
+
+    # ----- what it holds ----------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self.header["mode"]
+
+    @property
+    def sample_size(self) -> int:
+        return int(self.header["sample"])
+
+    @property
+    def seed(self) -> int:
+        return int(self.header["seed"])
+
+    @property
+    def taps(self) -> list[Tap]:
+        return list(self._tap_index)
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        return [{"index": s["index"], "inputs_hash": s["inputs_hash"], "source": s.get("source", "")}
+                for s in self.header["samples"]]
+
+    @property
+    def structure_hash(self) -> str:
+        return self.header["model"]["structure_hash"]
+
+    @property
+    def playback_hash(self) -> str:
+        """The hash `RecordedDevice` checks models against (`playback_hash`)."""
+        return self.header["model"]["playback_hash"]
+
+    @property
+    def model_label(self) -> str:
+        return self.header["model"]["label"]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [i["name"] for i in self.header["model"]["inputs"]]
+
+    @property
+    def inputs_hash(self) -> str:
+        return self.header["samples"][self.current]["inputs_hash"]
+
+    @property
+    def device_info(self) -> DeviceInfo:
+        """What the recording device ran with (its own name, not ``capture:...``)."""
+        return DeviceInfo.from_dict(self.header["device"]["info"])
+
+    @property
+    def runtime(self) -> RuntimeGraph:
+        return _runtime_from_header(self.header.get("runtime"))
+
+    @property
+    def inputs(self) -> list[np.ndarray]:
+        """The recorded input arrays of the current sample, in parameter order."""
+        return [self._read(f"input/{i}") for i in range(len(self.header["model"]["inputs"]))]
+
+    @property
+    def outputs(self) -> list[np.ndarray]:
+        """The plain run's outputs (samples of them in ``stats`` mode)."""
+        return [self._read(f"o/{i}") for i in range(len(self.header["model"]["outputs"]))]
+
+    def has(self, key: str, port: int = 0) -> bool:
+        return Tap(key, port) in self._tap_index
+
+    def tap_info(self, key: str, port: int = 0) -> dict[str, Any]:
+        return self.header["taps"][self._index(key, port)]
+
+    def tensor(self, key: str, port: int = 0) -> np.ndarray:
+        """The recorded tensor (mode ``full``) or its sample (mode ``stats``) of output `port` of node `key`."""
+        return self._read(self._member(self._index(key, port)))
+
+    def stats(self, key: str, port: int = 0) -> dict[str, Any]:
+        """Summary statistics of the full tensor (min, max, mean, std, absmax, nan, inf, numel)."""
+        return self.header["samples"][self.current]["tap_stats"][self._index(key, port)]
+
+    def select(self, sample: int) -> "Capture":
+        """The same file, reading the recorded input set number `sample`."""
+        if not 0 <= int(sample) < len(self.header["samples"]):
+            raise CaptureError(f"The capture '{self.path.name}' holds {len(self.header['samples'])} sample(s) "
+                               f"(0..{len(self.header['samples']) - 1}); got sample {sample}.")
+        return Capture(self.path, self._data, self.header, current=int(sample), _lock=self._lock)
+
+    def find_sample(self, digest: str) -> int | None:
+        """Index of the sample recorded with inputs of this `inputs_hash`, or None."""
+        for i, s in enumerate(self.header["samples"]):
+            if s["inputs_hash"] == digest:
+                return i
+        return None
+
+    def close(self) -> None:
+        self._data.close()
+
+    def __enter__(self) -> "Capture":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        dev = self.header["device"]
+        return (f"Capture({self.path.name!r}: {self.model_label} on {dev['spec']} "
+                f"({dev['info'].get('full_name') or dev['info'].get('device')}), {self.mode}, "
+                f"{len(self._tap_index)} tensors, {len(self.header['samples'])} sample(s))")
+
+    # ----- internals --------------------------------------------------------------------------------
+    def _index(self, key: str, port: int) -> int:
+        try:
+            return self._tap_index[Tap(key, int(port))]
+        except KeyError:
+            raise CaptureError(
+                f"The capture '{self.path.name}' holds no tensor for '{Tap(key, int(port))}' "
+                f"({len(self._tap_index)} recorded tensors)."
+            ) from None
+
+    def _member(self, index: int) -> str:
+        return f"{'s' if self.mode == 'stats' else 't'}/{index}"
+
+    def _prefix(self, sample: int | None = None) -> str:
+        return self.header["samples"][self.current if sample is None else sample].get("prefix", "")
+
+    def _read(self, name: str, sample: int | None = None) -> np.ndarray:
+        full = self._prefix(sample) + name
+        with self._lock:
+            try:
+                return self._data[full]
+            except KeyError:
+                raise CaptureError(f"The capture '{self.path}' is incomplete: it lacks '{full}'.") from None
+            except _READ_ERRORS as err:
+                raise CaptureError(f"The capture '{self.path}' is corrupted: reading '{full}' failed ({err}).") from err
+
+    def _members(self, sample: int) -> list[str]:
+        """Every member name of one sample, without its prefix."""
+        model = self.header["model"]
+        kind = "s" if self.mode == "stats" else "t"
+        return ([f"input/{i}" for i in range(len(model["inputs"]))] + [f"o/{i}" for i in range(len(model["outputs"]))]
+                + [f"{kind}/{i}" for i in range(len(self.header["taps"]))])
+
+
+def load_capture(path: str | os.PathLike | Capture) -> Capture:
+    """Open a capture written by `capture` or `merge_captures`.
+
+    Raises
+    ------
+    CaptureError
+        Missing file; not an ``.npz``, truncated or corrupted; no or unreadable header; a schema newer than
+        this bisect_ov reads; members missing.
+    """
+    if isinstance(path, Capture):
+        return path
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise CaptureError(f"Capture file not found: '{path}'. The current directory is '{os.getcwd()}'.")
+    if not path.is_file():
+        raise CaptureError(f"'{path}' is not a file: pass the .npz written by bisect_ov.run.recorded.capture.")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except _READ_ERRORS as err:
+        raise CaptureError(
+            f"'{path}' is not a readable capture: not an .npz file, or truncated or corrupted ({err}). "
+            "Copy the file again, or record it again with bisect_ov.run.recorded.capture."
+        ) from err
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise CaptureError(f"'{path}' holds a single .npy array, not a capture (.npz written by bisect_ov.run.recorded.capture).")
+    try:
+        header = _read_header(path, data)
+        try:
+            _check_members(path, data, header)
+        except CaptureError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+            raise CaptureError(f"The capture '{path}' is corrupted: its header is malformed "
+                               f"({type(err).__name__}: {err}).") from err
+    except BaseException:
+        data.close()
+        raise
+    return Capture(path, data, header)
+
+
+def _read_header(path: pathlib.Path, data: Any) -> dict[str, Any]:
+    if HEADER not in data.files:
+        raise CaptureError(f"'{path}' has no {HEADER}: it is an .npz file, but not a capture written by bisect_ov.")
+    try:
+        raw = data[HEADER]
+    except _READ_ERRORS as err:
+        raise CaptureError(f"The capture '{path}' is corrupted: its header cannot be read ({err}).") from err
+    try:
+        if raw.shape != () or raw.dtype.kind not in "SU":
+            raise ValueError(f"a {raw.dtype} array of shape {raw.shape}, not a string")
+        text = raw[()]
+        header = json.loads(text.decode("utf-8") if isinstance(text, bytes) else str(text))
+    except (ValueError, TypeError) as err:
+        raise CaptureError(f"The capture '{path}' is corrupted: its header is not valid JSON ({err}).") from err
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CaptureError(f"'{path}' is not a bisect_ov capture: its header has no format '{FORMAT}'.")
+    version = header.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise CaptureError(f"The capture '{path}' is corrupted: its schema_version is {version!r}.")
+    if version > SCHEMA_VERSION:
+        raise CaptureError(
+            f"The capture '{path}' was written by a newer bisect_ov ({header.get('bisect_ov_version', '?')}, schema "
+            f"version {version}); this one reads schema versions up to {SCHEMA_VERSION}. Upgrade bisect_ov."
+        )
+    missing = [k for k in ("model", "device", "taps", "mode", "sample", "seed", "samples") if k not in header]
+    if missing:
+        raise CaptureError(f"The capture '{path}' is corrupted: its header lacks {missing}.")
+    if header["mode"] not in MODES:
+        raise CaptureError(f"The capture '{path}' has an unknown mode {header['mode']!r}; this bisect_ov reads {list(MODES)}.")
+    return header
+
+
+def _check_members(path: pathlib.Path, data: Any, header: dict[str, Any]) -> None:
+    files = set(data.files)
+    probe = Capture(path, data, header)
+    for n, s in enumerate(header["samples"]):
+        prefix = s.get("prefix", "")
+        missing = [prefix + m for m in probe._members(n) if prefix + m not in files]
+        if missing:
+            raise CaptureError(
+                f"The capture '{path}' is incomplete or corrupted: {len(missing)} member(s) missing, e.g. "
+                f"{missing[:3]}."
+            )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Merging
+# ------------------------------------------------------------------------------------------------------------
+
+
+def merge_captures(paths: Iterable[str | os.PathLike | Capture], out: str | os.PathLike) -> pathlib.Path:
+    """Merge captures of one model on one device, recorded with different inputs, into one file.
+
+    Every recorded input set becomes ``sample/<n>/...`` members and an entry of the header's ``samples``
+    (its ``inputs_hash``, source file and statistics); `load_capture(out).samples` lists them, and
+    `RecordedDevice` plays back the sample whose inputs it is given. Merged files can be merged again.
+
+    Raises
+    ------
+    CaptureError
+        No captures; captures of different models (structure hash), devices (name, full name, precision),
+        OpenVINO versions, modes, sample sizes or seeds, or recorded tensors; the same inputs twice.
+    """
+    captures = [load_capture(p) for p in paths]
+    if not captures:
+        raise CaptureError("merge_captures needs at least one capture.")
+    first = captures[0]
+    checks = {
+        "model structure hash": lambda c: c.playback_hash,
+        "device": lambda c: c.header["device"]["spec"],
+        "device full name": lambda c: c.device_info.full_name,
+        "precision": lambda c: c.device_info.precision,
+        "OpenVINO version": lambda c: c.header.get("openvino_version"),
+        "mode": lambda c: c.mode,
+        "sample size": lambda c: c.sample_size if c.mode == "stats" else None,
+        "seed": lambda c: c.seed if c.mode == "stats" else None,
+        "recorded tensors": lambda c: [(t["key"], t["port"]) for t in c.header["taps"]],
+    }
+    for other in captures[1:]:
+        for what, get in checks.items():
+            a, b = get(first), get(other)
+            if a != b:
+                shown = (f"{len(a)} vs {len(b)} tensors" if what == "recorded tensors" else f"{a!r} vs {b!r}")
+                raise CaptureError(
+                    f"Cannot merge '{first.path.name}' and '{other.path.name}': their {what} differ ({shown}). "
+                    "Only captures of the same model on the same device, OpenVINO version and mode merge."
+                )
+    seen: dict[str, str] = {}
+    entries = []
+    for cap in captures:
+        for n, s in enumerate(cap.header["samples"]):
+            where = f"'{cap.path.name}' sample {n}"
+            if s["inputs_hash"] in seen:
+                raise CaptureError(f"Cannot merge: {where} has the same inputs as {seen[s['inputs_hash']]}.")
+            seen[s["inputs_hash"]] = where
+            entries.append((cap, n, s))
+    out = pathlib.Path(out)
+    header = json.loads(json.dumps(first.header))
+    header["samples"] = []
+    header["merged_from"] = [c.path.name for c in captures]
+    with _NpzWriter(out) as writer:
+        for m, (cap, n, s) in enumerate(entries):
+            prefix = f"sample/{m}/"
+            for member in cap._members(n):
+                writer.add(prefix + member, cap._read(member, n))
+            entry = {k: v for k, v in s.items() if k not in ("index", "prefix")}
+            entry.update({"index": m, "prefix": prefix, "source": s.get("source") or cap.path.name})
+            if cap is not first:
+                entry["host"] = cap.header.get("host", {})
+            header["samples"].append(entry)
+        header["inputs_hash"] = header["samples"][0]["inputs_hash"]
+        header["stored_bytes"] = writer.nbytes
+        writer.add(HEADER, _header_array(header))
+    return out
