@@ -13,6 +13,7 @@ import math
 import os
 import pathlib
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -149,38 +150,17 @@ def bisect(
         raise InputError(f"Unknown strategy '{strategy}'. Available: {list(STRATEGIES)}.")
     tol = _tolerance(tolerance)
     tol.check_metric(metric)
-    with clock("load"):
-        ov_model = load_model(model)
-        ov_target = load_model(target_model) if target_model is not None else None
-    with clock("graph"):
-        graph = ModelGraph(ov_model)
-        target_graph = ModelGraph(ov_target) if ov_target is not None else graph
-        match = match_nodes(graph, target_graph) if ov_target is not None else identity_match(graph)
-    # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
-    plan = plan_recorded(make_device(ref, dict(ref_config or {}), role="ref"),
-                         make_device(target, dict(target_config or {}), role="target"), inputs,
-                         twin=ov_target is not None)
-    inputs = plan.inputs
+    opened = _open(model, ref, target, inputs, ref_config, target_config, target_model, metric, seed, clock, show)
+    session, plan, pairs, summary = opened.session, opened.plan, opened.pairs, opened.summary
+    graph, match, ov_model, ov_target = session.graph, session.match, opened.model, opened.target_model
     local = local and plan.local
     if not plan.pieces:
         impact, fix, delegation, curve = 0, False, False, 0
-    many = as_samples(inputs)
-    pairs = []
-    for sample in (many if many is not None else [inputs]):
-        ref_arrays = prepare_inputs(ov_model, sample, seed=seed)
-        pairs.append((ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays))
-    session = Session(graph, target_graph, match, plan.ref, plan.target, *pairs[0], clock=clock, progress=show)
-    session.exact_checks = plan.exact
-    session.notes.extend(plan.notes)
-    summary = None
-    if many is not None:
-        # Every sample on both sides; the detailed search then runs on the worst one.
-        summary = run_samples(session, pairs, lambda s: metric_value(s, metric))
-        session.ref_arrays, session.target_arrays = pairs[summary.ranking[0]]
     # With every node tapped, the reference's plain run can already expose the first chunk of taps.
     first_chunk = plan_chunks(graph, [r for r, _ in match.pairs], max_tap_bytes)[0] if strategy == "full" else []
     session.plain(ref_taps=first_chunk)
-    precision = _comparison_precision(session.ref_info, session.target_info, target_graph if ov_target is not None else None)
+    precision = _comparison_precision(session.ref_info, session.target_info,
+                                      session.target_graph if ov_target is not None else None)
     tol = tol.with_precision(precision)
 
     def diverged(tap: Tap, stats: TensorStats) -> bool:
@@ -189,21 +169,11 @@ def bisect(
     used, stats, groups = _capture(session, strategy, diverged, max_tap_bytes, refine, metric)
     if plan.exact:
         _check_integer_nodes(session, stats)
-    spread = node_spread(session, list(stats), pairs, lambda s: metric_value(s, metric)) if many is not None else {}
-    notes = list(session.notes)
+    spread = node_spread(session, list(stats), pairs, lambda s: metric_value(s, metric)) if summary else {}
     noise_floor = session.noise() if noise else {}
     floor = 2 * max(noise_floor.values(), default=0.0)
-    if floor:
-        notes.append(f"The target is not deterministic: its outputs differ by up to {floor / 2:.2e} between runs or "
-                     "compiles; errors below twice that are not counted.")
-    for key, check in session.exact.items():
-        if not (check.ref_exact and check.target_exact):
-            notes.append(f"'{graph[key].name}' computes on integers: {check.describe()}.")
     fidelity = _fidelity(session, metric)
-    if fidelity.get("warning"):
-        notes.append(fidelity["warning"])
-    if strategy == "auto" and used == "bisection":
-        notes.append("The fusion-boundary taps did not reproduce the plain run faithfully; the bisection strategy was used.")
+    notes = _notes(session, floor, fidelity, fell_back=strategy == "auto" and used == "bisection")
 
     with clock("score"):
         errors = {(tap.key, tap.port): metric_value(s, metric) for tap, s in stats.items()}
@@ -250,6 +220,63 @@ def bisect(
     )
     report.keep_tensors(kept)
     return report
+
+
+@dataclass
+class _Opened:
+    """A comparison ready to run: the session, how recorded sides change it, and the samples."""
+
+    session: Session
+    plan: Any
+    pairs: list[tuple[list, list]]
+    summary: Any
+    model: ov.Model
+    target_model: ov.Model | None
+
+
+def _open(model, ref, target, inputs, ref_config, target_config, target_model, metric, seed, clock, show) -> _Opened:
+    """Load the model(s), walk and match them, build both devices and the inputs, and run many samples."""
+    with clock("load"):
+        ov_model = load_model(model)
+        ov_target = load_model(target_model) if target_model is not None else None
+    with clock("graph"):
+        graph = ModelGraph(ov_model)
+        target_graph = ModelGraph(ov_target) if ov_target is not None else graph
+        match = match_nodes(graph, target_graph) if ov_target is not None else identity_match(graph)
+    # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
+    plan = plan_recorded(make_device(ref, dict(ref_config or {}), role="ref"),
+                         make_device(target, dict(target_config or {}), role="target"), inputs,
+                         twin=ov_target is not None)
+    many = as_samples(plan.inputs)
+    pairs = []
+    for sample in (many if many is not None else [plan.inputs]):
+        ref_arrays = prepare_inputs(ov_model, sample, seed=seed)
+        pairs.append((ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays))
+    session = Session(graph, target_graph, match, plan.ref, plan.target, *pairs[0], clock=clock, progress=show)
+    session.exact_checks = plan.exact
+    session.notes.extend(plan.notes)
+    summary = None
+    if many is not None:
+        # Every sample on both sides; the detailed search then runs on the worst one.
+        summary = run_samples(session, pairs, lambda s: metric_value(s, metric))
+        session.ref_arrays, session.target_arrays = pairs[summary.ranking[0]]
+    return _Opened(session, plan, pairs, summary, ov_model, ov_target)
+
+
+def _notes(session: Session, floor: float, fidelity: dict, *, fell_back: bool) -> list[str]:
+    """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
+    notes = list(session.notes)
+    if floor:
+        notes.append(f"The target is not deterministic: its outputs differ by up to {floor / 2:.2e} between runs or "
+                     "compiles; errors below twice that are not counted.")
+    for key, check in session.exact.items():
+        if not (check.ref_exact and check.target_exact):
+            notes.append(f"'{session.graph[key].name}' computes on integers: {check.describe()}.")
+    if fidelity.get("warning"):
+        notes.append(fidelity["warning"])
+    if fell_back:
+        notes.append("The fusion-boundary taps did not reproduce the plain run faithfully; the bisection strategy was used.")
+    return notes
 
 
 def _keep_tensors(session: Session, keep: Sequence[str] | str, ranking: Sequence[str]) -> dict[str, tuple]:
