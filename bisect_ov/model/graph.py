@@ -16,6 +16,7 @@ in a copy (`ModelGraph.ops_of`).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -139,7 +140,7 @@ class ModelGraph:
                 key=key, name=friendly, op_type=op_type, index=index, kind=kind, outputs=outputs,
                 inputs=tuple(inputs), reduction_length=_reduction_length(op),
                 input_shapes=tuple(_static_shape(inp.get_partial_shape()) for inp in op.inputs()),
-                auto_named=friendly == op.get_name(),
+                auto_named=_made_up(friendly, op),
             )
             self._nodes[key] = info
             self._order.append(key)
@@ -238,6 +239,12 @@ class ModelGraph:
             h.update(f"{n.index}|{n.op_type}|{name}|{edges}|".encode())
             h.update("|".join(f"{t.partial_shape}:{t.dtype}" for t in n.outputs).encode())
         return h.hexdigest()[:16]
+
+
+def _made_up(friendly: str, op) -> bool:
+    """OpenVINO names ops nobody named ``<OpType>_<n>``; the number changes with every build, and
+    `ov.Model.clone` pins such names as friendly names, so the form counts, not just equality with get_name()."""
+    return friendly == op.get_name() or re.fullmatch(re.escape(op.get_type_name()) + r"_\d+", friendly) is not None
 
 
 def _tensor_info(out) -> TensorInfo:
