@@ -325,6 +325,7 @@ def _experiments(session: Session, stats, scores, groups, tolerances, outputs, m
                                       found.delegation)
         found.fix = find_fix(runs, candidates, limit)
     found.runs = runs.runs
+    runs.close()
     return found
 
 

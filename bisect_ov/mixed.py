@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.partition import cut_after, extract
@@ -99,6 +100,11 @@ class MixedRuns:
 
     def __post_init__(self) -> None:
         self.order = [n.key for n in self.session.graph.candidates()]
+        # How many runs a search takes is not known ahead: the bar counts them.
+        self.bar = tqdm(desc="partitioned runs", unit="run", disable=not self.session.progress, leave=False)
+
+    def close(self) -> None:
+        self.bar.close()
 
     def error(self, on_target: set[str] | frozenset) -> float:
         """Final-output error (worst output) when exactly `on_target` runs on the target."""
@@ -106,6 +112,7 @@ class MixedRuns:
         if key not in self.cache:
             self.cache[key] = max((self.error_of(s) for s in mixed_run(self.session, key, self.order)), default=0.0)
             self.runs += 1
+            self.bar.update(1)
         return self.cache[key]
 
 
