@@ -20,7 +20,7 @@ import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
 from bisect_ov.fileio import write_text_atomic
-from bisect_ov.report.text import COLUMNS, culprit_rows, fmt, fmt_growth, verdict_lines
+from bisect_ov.report.text import COLUMNS, culprit_rows, experiment_lines, fmt, fmt_growth, verdict_lines
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
@@ -145,6 +145,7 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
         _header(report, title),
         _verdict(report),
         _culprits(report, top),
+        _experiments(report),
     ]
     if plots:
         parts.append(_plots(report))
@@ -336,6 +337,15 @@ def _culprits(report: "Report", top: int) -> str:
                '<span class="pill inherits">inherits</span> only passes it on. '
                "growth = error / max(inputs, tol/10).</p>")
     return "\n".join(out)
+
+
+def _experiments(report: "Report") -> str:
+    """The fix, the delegation range, the curve, the samples, kernel differences and noise, as in the text."""
+    lines = [line for line in experiment_lines(report) if line.strip()]
+    if not lines:
+        return ""
+    items = "".join(f"<li>{e(line)}</li>" for line in lines)
+    return f"<h2>Experiments <small>partitioned runs, samples and noise</small></h2><ul>{items}</ul>"
 
 
 def _plots(report: "Report") -> str:

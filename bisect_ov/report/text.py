@@ -289,6 +289,7 @@ def render_html(report: "Report", *, top: int = 25) -> str:
             more = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows[10:])
             parts.append(f"<details><summary>{len(rows) - 10} more culprits</summary><table style=\"font-size:smaller\">"
                          f"<thead><tr>{head}</tr></thead><tbody>{more}</tbody></table></details>")
+    parts += [f"<div>{e(line)}</div>" for line in experiment_lines(report) if line.strip()]
     parts += [f"<div><small>{e(line)}</small></div>" for line in _sides(report)]
     parts.append("</div>")
     return "".join(parts)

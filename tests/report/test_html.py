@@ -211,3 +211,14 @@ def test_page_renders_in_a_headless_browser(fault_report, tmp_path):
         # The verdict box's red left border is drawn near the top-left of the page.
         top_left = rgb.crop((0, 0, 200, 300)).getcolors(maxcolors=1 << 16)
         assert any(c == (0xC6, 0x28, 0x28) for _, c in top_left)
+
+
+def test_fix_and_samples_appear_on_the_page():
+    from bisect_ov import bisect
+    from bisect_ov.zoo import synthetic
+
+    model = synthetic.demo()
+    report = bisect(model, "CPU", "EMU:f16", synthetic.sample_inputs(model, seed=1), fix=True, progress=False)
+    page = render_page(report, plots=False)
+    assert "<h2>Experiments" in page and "Fix: keeping" in page and "inorm/sub" in page
+    assert "Fix: keeping" in report._repr_html_()
