@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Callable
 
 from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.model.partition import cut_after
 from bisect_ov.model.taps import Tap
 from bisect_ov.session import Session
 
@@ -138,31 +139,15 @@ def _unmeasured_ancestors(graph, key: str, measured: set[str]) -> set[str]:
     return seen
 
 
-def _cut(graph, order: list[str], position: dict[str, int], i: int, matched: set[Tap]) -> list[Tap]:
-    """Matched tensors produced by order[:i+1] and read by a node after position i (or by a Result)."""
-    cut = []
-    for key in order[: i + 1]:
-        node = graph[key]
-        for t in node.outputs:
-            tap = Tap(key, t.port)
-            if tap not in matched:
-                continue
-            readers = [c for c in graph.consumers(key) if any(p == t.port for p, _ in graph.graph.edges[key, c]["ports"])]
-            if any(graph[c].kind == "result" or position.get(c, -1) > i for c in readers):
-                cut.append(tap)
-    return cut
-
-
 def run_bisection(session: Session, diverged: Diverged) -> dict[Tap, TensorStats]:
     """Binary search for the first position whose cut diverges; see the module docstring."""
     graph = session.graph
     matched = {r for r, _ in session.match.pairs}
     order = [n.key for n in graph.candidates() if any(Tap(n.key, t.port) in matched for t in n.outputs)]
-    position = {k: i for i, k in enumerate(order)}
     stats: dict[Tap, TensorStats] = {}
 
     def cut_diverges(i: int) -> bool:
-        cut = _cut(graph, order, position, i, matched)
+        cut = [t for t in cut_after(graph, order, i) if t in matched]
         missing = [t for t in cut if t not in stats]
         if missing:
             stats.update(session.measure(missing))
