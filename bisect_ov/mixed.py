@@ -271,7 +271,7 @@ def patch_model(model, names: Sequence[str]):
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class Findings:
     """What the experiments found, keyed by reference node keys."""
 

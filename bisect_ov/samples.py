@@ -100,11 +100,7 @@ class SampleSummary:
 def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list[np.ndarray]]],
                 error_of: Callable[[TensorStats], float], *, k: int = 5, jobs: int = 2) -> SampleSummary:
     """Run the untouched model on every (ref inputs, target inputs) sample on both sides."""
-    ref_c, target_c = run_both(lambda: session.ref.compile(session.graph.model),
-                               lambda: session.target.compile(session.target_graph.model))
-    session.compiles["ref"] += 1
-    session.compiles["target"] += 1
-    session.plain_compiled = (ref_c, target_c)  # `Session.plain` reuses them for the worst sample
+    ref_c, target_c = session.compile_untouched()  # `Session.plain` reuses them for the worst sample
     with session.clock("samples"):
         ref_out, target_out = run_both(lambda: _run_all(ref_c, [s[0] for s in samples], jobs),
                                     lambda: _run_all(target_c, [s[1] for s in samples], jobs))
@@ -128,10 +124,8 @@ def node_spread(session: Session, taps: Sequence[Tap], samples: Sequence[tuple[l
         return {}
     ref_tapped = tap_model(session.graph, taps)
     target_tapped = tap_model(session.target_graph, [session.target_of[t] for t in taps])
-    ref_c, target_c = run_both(lambda: session.ref.compile(ref_tapped.model, taps=ref_tapped.added_outputs),
-                            lambda: session.target.compile(target_tapped.model, taps=target_tapped.added_outputs))
-    session.compiles["ref"] += 1
-    session.compiles["target"] += 1
+    ref_c, target_c = session.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
+                                           target_taps=target_tapped.added_outputs)
     per_node: dict[str, list[float]] = {}
     with session.clock("samples"):
         for ref_in, target_in in samples:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from bisect_ov.analysis.exactness import ExactCheck, check_exact, exact_result, integer_valued
+from bisect_ov.analysis.exactness import EXACT_OPS, ExactCheck, check_node, exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
@@ -27,8 +27,6 @@ from bisect_ov.model.taps import Tap, plan_chunks, tap_model
 from bisect_ov.run.devices import Device, DeviceInfo
 
 __all__ = ["Session", "Clock"]
-
-_EXACT_OPS = ("Convolution", "GroupConvolution", "MatMul")
 
 
 class Clock:
@@ -51,28 +49,76 @@ class Session:
 
     def __init__(self, graph: ModelGraph, target_graph: ModelGraph, match: Match, ref: Device, target: Device,
                  ref_arrays: Sequence[np.ndarray], target_arrays: Sequence[np.ndarray], *,
-                 clock: Clock | None = None, progress: bool = False):
+                 clock: Clock | None = None, progress: bool = False, exact_checks: bool = True):
         self.graph = graph
         self.target_graph = target_graph
         self.match = match
         self.target_of: dict[Tap, Tap] = dict(match.pairs)
         self.ref, self.target = ref, target
-        self.ref_arrays, self.target_arrays = list(ref_arrays), list(target_arrays)
+        self._ref_arrays, self._target_arrays = list(ref_arrays), list(target_arrays)
         self.clock = clock or Clock()
         self.progress = progress
-        self.compiles = {"ref": 0, "target": 0}
+        self._compiles = {"ref": 0, "target": 0}
         self.ref_info: DeviceInfo | None = None
         self.target_info: DeviceInfo | None = None
         self.runtime_ref: dict[str, dict] = {}
         self.runtime_target: dict[str, dict] = {}
         self.target_runtime: RuntimeGraph = RuntimeGraph()  # of the untouched model: its real fusion groups
         self.outputs: list[tuple[str, str, TensorStats]] = []
-        self.tapped_outputs: list[list[tuple[str, str, TensorStats]]] = []
-        self.exact: dict[str, ExactCheck] = {}
+        self.ref_final: list[np.ndarray] = []
+        self._tapped_runs: list[list[tuple[str, str, TensorStats]]] = []
+        self._exact: dict[str, ExactCheck] = {}
+        self._exact_checks = exact_checks
         self._ref_ready = None  # a reference compile with taps, made by `plain` for the next `measure`
-        self.plain_compiled = None  # (ref, target) compiles of the untouched model, when made before `plain`
-        self.notes: list[str] = []
-        self.exact_checks = True
+        self._untouched = None  # (ref, target) compiles of the untouched model, when made before `plain`
+        self._plain_target = None
+
+    # ----- state, read-only from outside ------------------------------------------------------------
+    @property
+    def ref_arrays(self) -> list[np.ndarray]:
+        """The reference's inputs of the sample being examined."""
+        return self._ref_arrays
+
+    @property
+    def target_arrays(self) -> list[np.ndarray]:
+        """The target's inputs of the sample being examined (the twin's input order with `target_model`)."""
+        return self._target_arrays
+
+    @property
+    def compiles(self) -> dict[str, int]:
+        """Compiles made so far per side (a copy)."""
+        return dict(self._compiles)
+
+    @property
+    def tapped_runs(self) -> tuple[list[tuple[str, str, TensorStats]], ...]:
+        """Final-output statistics of every instrumented run so far, for the fidelity check."""
+        return tuple(self._tapped_runs)
+
+    @property
+    def exact(self) -> dict[str, ExactCheck]:
+        """Integer Conv/MatMul nodes checked against their exact result, by node key (a copy)."""
+        return dict(self._exact)
+
+    def select_sample(self, ref_arrays: Sequence[np.ndarray], target_arrays: Sequence[np.ndarray]) -> None:
+        """Examine another sample from now on (the worst of many)."""
+        self._ref_arrays, self._target_arrays = list(ref_arrays), list(target_arrays)
+
+    def forget_tapped_runs(self) -> None:
+        """Drop the fidelity history (a strategy that is abandoned does not speak for the next one)."""
+        self._tapped_runs.clear()
+
+    def compile_pair(self, ref_model, target_model, *, ref_taps: Sequence[int] = (), target_taps: Sequence[int] = ()):
+        """Compile one model per side at once (counted); returns (ref compiled, target compiled)."""
+        with self.clock("compile"):
+            ref_c, target_c = run_both(lambda: self.ref.compile(ref_model, taps=ref_taps),
+                                       lambda: self.target.compile(target_model, taps=target_taps))
+        self._count(ref_c, target_c)
+        return ref_c, target_c
+
+    def compile_untouched(self):
+        """Compile the untouched model on both sides; `plain` then reuses these compiles (many samples)."""
+        self._untouched = self.compile_pair(self.graph.model, self.target_graph.model)
+        return self._untouched
 
     # ----- running ------------------------------------------------------------------------------------
     def plain(self, ref_taps: Sequence[Tap] = ()) -> list[tuple[str, str, TensorStats]]:
@@ -85,18 +131,18 @@ class Session:
         ref_taps = [t for t in ref_taps if t in self.target_of]
         reuse = bool(ref_taps) and getattr(self.ref, "activation_precision", lambda: "")() == "f32"
         ref_model = tap_model(self.graph, ref_taps) if reuse else None
-        compiled, self.plain_compiled = self.plain_compiled, None
+        compiled, self._untouched = self._untouched, None
         with self.clock("plain run"):
             if compiled is not None and ref_model is None:  # compiled already, to run many samples
                 ref_c, target_c = compiled
-                ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays),
-                                               lambda: target_c.infer(self.target_arrays))
+                ref_out, target_out = run_both(lambda: ref_c.infer(self._ref_arrays),
+                                               lambda: target_c.infer(self._target_arrays))
                 self._note(ref_c, target_c)
             else:
                 (ref_c, ref_out), (target_c, target_out) = run_both(
                     lambda: _compile_and_run(self.ref, ref_model.model if ref_model else self.graph.model,
-                                             self.ref_arrays, ref_model.added_outputs if ref_model else ()),
-                    lambda: _compile_and_run(self.target, self.target_graph.model, self.target_arrays))
+                                             self._ref_arrays, ref_model.added_outputs if ref_model else ()),
+                    lambda: _compile_and_run(self.target, self.target_graph.model, self._target_arrays))
                 self._count(ref_c, target_c)
             if ref_model is not None:
                 self._ref_ready = (tuple(ref_taps), ref_model, ref_c, ref_out)
@@ -117,15 +163,15 @@ class Session:
         two compiles (0.0 when bit-identical). Differences below this floor are not the model's doing.
         """
         with self.clock("noise"):
-            first = [np.array(a) for a in self._plain_target.infer(self.target_arrays)]
-            again = self._plain_target.infer(self.target_arrays)
+            first = [np.array(a) for a in self._plain_target.infer(self._target_arrays)]
+            again = self._plain_target.infer(self._target_arrays)
             run_to_run = max((compare(a, b).rel_l2 for a, b in zip(first, again)), default=0.0)
             if self.target_info is not None and self.target_info.emulated:
                 # An emulated device is the CPU in f32 running fixed arithmetic: recompiling it proves nothing.
                 return {"run_to_run": run_to_run}
             recompiled = self.target.compile(self.target_graph.model)
-            self.compiles["target"] += 1
-            other = recompiled.infer(self.target_arrays)
+            self._compiles["target"] += 1
+            other = recompiled.infer(self._target_arrays)
             compile_to_compile = max((compare(a, b).rel_l2 for a, b in zip(first, other)), default=0.0)
         return {"run_to_run": run_to_run, "compile_to_compile": compile_to_compile}
 
@@ -136,13 +182,11 @@ class Session:
             return {}
         ref_tapped = tap_model(self.graph, taps)
         target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
-        with self.clock("compile"):
-            ref_c, target_c = run_both(lambda: self.ref.compile(ref_tapped.model, taps=ref_tapped.added_outputs),
-                                       lambda: self.target.compile(target_tapped.model, taps=target_tapped.added_outputs))
-        self._count(ref_c, target_c)
+        ref_c, target_c = self.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
+                                            target_taps=target_tapped.added_outputs)
         with self.clock("infer"):
-            ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays, share_outputs=False),
-                                           lambda: target_c.infer(self.target_arrays, share_outputs=False))
+            ref_out, target_out = run_both(lambda: ref_c.infer(self._ref_arrays, share_outputs=False),
+                                           lambda: target_c.infer(self._target_arrays, share_outputs=False))
         return {t: (ref_out[ri], target_out[ti])
                 for t, ri, ti in zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs)}
 
@@ -152,15 +196,15 @@ class Session:
         values: dict[Tap, np.ndarray] = {}
         params = [t for t in taps if self.graph[t.key].kind == "parameter"]
         for t in params:
-            values[t] = self.ref_arrays[self.graph.parameter_position[t.key]]
+            values[t] = self._ref_arrays[self.graph.parameter_position[t.key]]
         rest = [t for t in taps if t not in values]
         if rest:
             tapped = tap_model(self.graph, rest)
             with self.clock("compile"):
                 compiled = self.ref.compile(tapped.model, taps=tapped.added_outputs)
-            self.compiles["ref"] += 1
+            self._compiles["ref"] += 1
             with self.clock("infer"):
-                out = compiled.infer(self.ref_arrays, share_outputs=False)
+                out = compiled.infer(self._ref_arrays, share_outputs=False)
             values.update({t: out[i] for t, i in zip(rest, tapped.tap_outputs)})
         return values
 
@@ -172,11 +216,11 @@ class Session:
         model's own outputs (`final`), which the plugin produces as the plain model would.
         """
         device = self.target if side == "target" else self.ref
-        arrays = self.target_arrays if side == "target" else self.ref_arrays
+        arrays = self._target_arrays if side == "target" else self._ref_arrays
         typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
         with self.clock("compile"):
             compiled = device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
-        self.compiles[side] += 1
+        self._compiles[side] += 1
         feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
         with self.clock("infer"):
             return compiled.infer(feed, share_outputs=False)
@@ -189,9 +233,9 @@ class Session:
         if ready is not None and ready[0] == tuple(taps):
             _, ref_tapped, ref_c, ref_out = ready  # compiled with these taps by `plain`
             with self.clock("compile and infer"):
-                target_c, target_out = _compile_and_run(self.target, target_tapped.model, self.target_arrays,
+                target_c, target_out = _compile_and_run(self.target, target_tapped.model, self._target_arrays,
                                                         target_tapped.added_outputs)
-            self.compiles["target"] += 1
+            self._compiles["target"] += 1
             if not target_c.info.emulated:
                 _collect_runtime(self.runtime_target, target_c.runtime)
         else:
@@ -199,13 +243,13 @@ class Session:
             # Each side compiles and runs in its own thread: one side's inference overlaps the other's compile.
             with self.clock("compile and infer"):
                 (ref_c, ref_out), (target_c, target_out) = run_both(
-                    lambda: _compile_and_run(self.ref, ref_tapped.model, self.ref_arrays, ref_tapped.added_outputs),
-                    lambda: _compile_and_run(self.target, target_tapped.model, self.target_arrays,
+                    lambda: _compile_and_run(self.ref, ref_tapped.model, self._ref_arrays, ref_tapped.added_outputs),
+                    lambda: _compile_and_run(self.target, target_tapped.model, self._target_arrays,
                                              target_tapped.added_outputs))
             self._count(ref_c, target_c)
         stats: dict[Tap, TensorStats] = {}
         with self.clock("compare"):
-            self.tapped_outputs.append(self._final_outputs(ref_out, target_out, ref_tapped.n_original_outputs))
+            self._tapped_runs.append(self._final_outputs(ref_out, target_out, ref_tapped.n_original_outputs))
             ref_of = dict(zip(taps, ref_tapped.tap_outputs))
             pairs = list(zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs))
             # numpy releases the GIL on large arrays: two threads compare two tensors at a time.
@@ -229,8 +273,8 @@ class Session:
 
     # ----- helpers ------------------------------------------------------------------------------------
     def _count(self, ref_c, target_c) -> None:
-        self.compiles["ref"] += 1
-        self.compiles["target"] += 1
+        self._compiles["ref"] += 1
+        self._compiles["target"] += 1
         self._note(ref_c, target_c)
 
     def _note(self, ref_c, target_c) -> None:
@@ -254,54 +298,24 @@ class Session:
 
     def _check_exact(self, tap: Tap, ref_out, target_out, ri: int, ti: int, ref_of: dict[Tap, int]) -> None:
         """For Conv/MatMul over integer-valued inputs, compare both sides with the exact int64 result."""
-        if not self.exact_checks:  # sampled outputs (a stats capture) are not whole tensors
+        if not self._exact_checks:  # sampled outputs (a stats capture) are not whole tensors
             return
         node = self.graph[tap.key]
-        if node.op_type not in _EXACT_OPS or tap.port != 0 or node.key in self.exact:
+        if node.op_type not in EXACT_OPS or tap.port != 0 or node.key in self._exact:
             return
-        inputs = []
-        for key, port in node.inputs:
-            producer = self.graph[key]
-            if producer.kind == "constant":
-                (op,) = self.graph.ops_of(self.graph.model, [key])
-                inputs.append(np.asarray(op.get_data()))
-            elif producer.kind == "parameter":
-                inputs.append(self.ref_arrays[self.graph.parameter_position[key]])
-            elif Tap(key, port) in ref_of:
-                inputs.append(ref_out[ref_of[Tap(key, port)]])
-            else:
-                return
-        (op,) = self.graph.ops_of(self.graph.model, [tap.key])
-        exact = exact_result(node.op_type, op.get_attributes(), inputs)
-        if exact is not None:
-            self.exact[node.key] = check_exact(exact, ref_out[ri], target_out[ti])
+
+        def value(key: str, port: int):
+            if self.graph[key].kind == "parameter":
+                return self._ref_arrays[self.graph.parameter_position[key]]
+            return ref_out[ref_of[Tap(key, port)]] if Tap(key, port) in ref_of else None
+
+        check = check_node(self.graph, tap.key, value, ref_out[ri], target_out[ti])
+        if check is not None:
+            self._exact[node.key] = check
 
     def exact_candidates(self) -> list[str]:
-        """Conv/MatMul nodes that compute on integers: integer-valued constant operands, and data operands of
-        an integer type or converted from one. Their result has an exact integer answer to check against."""
-        graph = self.graph
-        found = []
-        for node in graph.candidates():
-            if node.op_type not in _EXACT_OPS:
-                continue
-            integer = True
-            for key, port in node.inputs:
-                producer = graph[key]
-                if producer.kind == "constant":
-                    (op,) = graph.ops_of(graph.model, [key])
-                    integer = integer_valued(np.asarray(op.get_data()))
-                elif not producer.outputs[port].is_float:
-                    continue
-                elif producer.op_type == "Convert":
-                    source, source_port = producer.inputs[0]
-                    integer = not graph[source].outputs[source_port].is_float
-                else:
-                    integer = False
-                if not integer:
-                    break
-            if integer:
-                found.append(node.key)
-        return found
+        """Integer Conv/MatMul nodes of the reference model (`analysis.exactness.exact_candidates`)."""
+        return exact_candidates(self.graph) if self._exact_checks else []
 
 
 def _compile_and_run(device: Device, model, arrays, taps: tuple[int, ...] = ()):

@@ -26,11 +26,10 @@ from typing import Callable
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.model.partition import cut_after
 from bisect_ov.model.taps import Tap
+from bisect_ov.options import STRATEGIES
 from bisect_ov.session import Session
 
 __all__ = ["STRATEGIES", "run_full", "run_fusion", "run_bisection", "fusion_boundaries"]
-
-STRATEGIES = ("auto", "fusion", "full", "bisection")
 
 Diverged = Callable[[Tap, TensorStats], bool]
 

@@ -46,6 +46,9 @@ __all__ = [
     "check_exact",
     "exact_result",
     "integer_valued",
+    "EXACT_OPS",
+    "exact_candidates",
+    "check_node",
 ]
 
 F16_MAX = 65504.0
@@ -498,3 +501,57 @@ def check_exact(exact: np.ndarray, ref: np.ndarray, target: np.ndarray) -> Exact
         ref_sample=_scalar(r[pos]),
         target_sample=_scalar(t[pos]),
     )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Over a walked graph: which nodes have an exact integer answer, and checking one.
+# --------------------------------------------------------------------------------------------------------
+EXACT_OPS = ("Convolution", "GroupConvolution", "MatMul")
+
+
+def exact_candidates(graph) -> list[str]:
+    """Conv/MatMul nodes of `graph` (a `ModelGraph`) that compute on integers: integer-valued constant operands,
+    and data operands of an integer type or converted from one. Their result has an exact integer answer."""
+    found = []
+    for node in graph.candidates():
+        if node.op_type not in EXACT_OPS:
+            continue
+        integer = True
+        for key, port in node.inputs:
+            producer = graph[key]
+            if producer.kind == "constant":
+                integer = integer_valued(graph.constant_value(key))
+            elif not producer.outputs[port].is_float:
+                continue
+            elif producer.op_type == "Convert":
+                source, source_port = producer.inputs[0]
+                integer = not graph[source].outputs[source_port].is_float
+            else:
+                integer = False
+            if not integer:
+                break
+        if integer:
+            found.append(node.key)
+    return found
+
+
+def check_node(graph, key: str, input_value, ref: np.ndarray, target: np.ndarray) -> ExactCheck | None:
+    """Compare a Conv/MatMul node's two results with its exact int64 result, or None when it has none.
+
+    `input_value(producer_key, port)` gives the reference's value of a non-constant input, or None when it is
+    not known (the check is then skipped).
+    """
+    node = graph[key]
+    if node.op_type not in EXACT_OPS:
+        return None
+    inputs = []
+    for producer_key, port in node.inputs:
+        if graph[producer_key].kind == "constant":
+            inputs.append(graph.constant_value(producer_key))
+            continue
+        value = input_value(producer_key, port)
+        if value is None:
+            return None
+        inputs.append(value)
+    exact = exact_result(node.op_type, graph.attributes(key), inputs)
+    return None if exact is None else check_exact(exact, ref, target)

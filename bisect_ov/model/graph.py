@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import networkx as nx
 import numpy as np
@@ -221,6 +221,39 @@ class ModelGraph:
     def data_inputs(self, key: str) -> list[tuple[str, int]]:
         """(producer key, port) of the inputs that carry data (not constants or shape computations)."""
         return [(k, p) for k, p in self._nodes[key].inputs if self._nodes[k].kind in ("compute", "parameter")]
+
+    def upstream(self, key: str, *, stop: Callable[[str], bool] | None = None, data_only: bool = True,
+                 include_self: bool = True) -> set[str]:
+        """Keys reached from `key` by walking to producers (its data inputs, or all inputs with
+        ``data_only=False``), never entering a node for which `stop(key)` is true."""
+        return self._walk(key, stop, include_self,
+                          (lambda k: [p for p, _ in self.data_inputs(k)]) if data_only else self.producers)
+
+    def downstream(self, key: str, *, stop: Callable[[str], bool] | None = None, include_self: bool = True) -> set[str]:
+        """Keys reached from `key` by walking to consumers, never entering a node for which `stop` is true."""
+        return self._walk(key, stop, include_self, self.consumers)
+
+    def _walk(self, key: str, stop: Callable[[str], bool] | None, include_self: bool,
+              step: Callable[[str], Iterable[str]]) -> set[str]:
+        seen, stack = {key}, [key]
+        while stack:
+            for nxt in step(stack.pop()):
+                if nxt not in seen and (stop is None or not stop(nxt)):
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return seen if include_self else seen - {key}
+
+    def constant_value(self, key: str) -> np.ndarray:
+        """The data of a Constant node."""
+        if self._nodes[key].kind != "constant":
+            raise InputError(f"'{self._nodes[key].name}' is a {self._nodes[key].op_type}, not a Constant.")
+        (op,) = self.ops_of(self.model, [key])
+        return np.asarray(op.get_data())
+
+    def attributes(self, key: str) -> dict:
+        """The op's attributes (as OpenVINO gives them)."""
+        (op,) = self.ops_of(self.model, [key])
+        return dict(op.get_attributes())
 
     def ops_of(self, model: ov.Model, keys: Iterable[str]) -> list:
         """The ops of `model` (a clone of this graph's model) at the positions of `keys`."""

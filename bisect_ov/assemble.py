@@ -1,0 +1,150 @@
+"""The last stage of a `bisect()` run: from the stages' records to a `Report`.
+
+Builds one `NodeResult` per measured node (error, inherited error, role, local error, impact, diagnosis,
+what each side ran it with), ranks culprits with measured impact first, writes the run's notes, keeps the
+tensors the user asked for and saves the patched model of a fix. Reads the `Session`; changes nothing in it.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from typing import Any, Sequence
+
+import openvino as ov
+
+from bisect_ov.analysis.diagnosis import diagnose, observations
+from bisect_ov.mixed import Findings, patch_model
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.load import model_label
+from bisect_ov.model.match import foreign_inputs
+from bisect_ov.model.taps import Tap
+from bisect_ov.report.report import NodeResult, Report, kernel_difference
+from bisect_ov.session import Session
+from bisect_ov.stages import Measurement, Opened, Plain, Scored
+
+__all__ = ["assemble", "run_notes", "rank_by_impact"]
+
+
+def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored, findings: Findings,
+             *, model_source: Any, target_source: Any = None) -> Report:
+    """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
+    session, options = opened.session, opened.options
+    with opened.clock("score"):
+        ranking = rank_by_impact(scored.scores.ranking, findings.impact)
+        nodes = node_results(session, measurement, scored, plain.tolerance.precision, findings, ranking)
+    kept = keep_tensors(session, options.keep, ranking)
+    fix = findings.fix.to_dict() if findings.fix else {}
+    if findings.fix and options.patched_model is not None:
+        fix["patched_model"] = str(save_patched(opened.model, session.graph, findings.fix.keep, options.patched_model))
+    match = session.match
+    twin = opened.target_model is not None
+    report = Report(
+        model=model_label(model_source), ref=session.ref_info, target=session.target_info, nodes=nodes,
+        outputs=scored.outputs, metric=options.metric_name, tolerance=plain.tolerance.to_dict(),
+        first_keys=scored.scores.first, ranking=ranking, model_hash=session.graph.structure_hash(),
+        target_model=model_label(target_source) if twin else None,
+        unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin else {},
+        timings=opened.clock.stages, compiles=session.compiles, strategy=measurement.strategy,
+        inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
+                     for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
+        samples=opened.summary.to_dict() if opened.summary is not None else {},
+        openvino_version=ov.get_version(), notes=tuple(run_notes(opened, measurement, scored)),
+        fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
+        curve=tuple({"fraction": f, "nodes": n, "error": e} for f, n, e in findings.curve),
+    )
+    report.keep_tensors(kept)
+    return report
+
+
+def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[str]:
+    """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
+    session = opened.session
+    notes = list(opened.notes)
+    if scored.floor:
+        notes.append(f"The target is not deterministic: its outputs differ by up to {scored.floor / 2:.2e} between "
+                     "runs or compiles; errors below twice that are not counted.")
+    for key, check in session.exact.items():
+        if not (check.ref_exact and check.target_exact):
+            notes.append(f"'{session.graph[key].name}' computes on integers: {check.describe()}.")
+    if scored.fidelity.get("warning"):
+        notes.append(scored.fidelity["warning"])
+    if measurement.fell_back:
+        notes.append("The fusion-boundary taps did not reproduce the plain run faithfully; the bisection strategy was used.")
+    return notes
+
+
+def rank_by_impact(ranking: tuple[str, ...], impact: dict[str, float]) -> tuple[str, ...]:
+    """Suspects with a measured impact first, largest impact first; the rest keep their order."""
+    measured = sorted((k for k in ranking if k in impact), key=lambda k: -impact[k])
+    return tuple(measured + [k for k in ranking if k not in impact])
+
+
+def keep_tensors(session: Session, keep: Sequence[str], ranking: Sequence[str]) -> dict[str, tuple]:
+    """Both sides' values of the nodes the user asked to keep (names, tensor names, or "culprits")."""
+    keys: list[str] = []
+    for name in keep:
+        keys += list(ranking[:5]) if name == "culprits" else [session.graph.find(name).key]
+    if not keys:
+        return {}
+    values = session.fetch([Tap(k, t.port) for k in dict.fromkeys(keys) for t in session.graph[k].outputs])
+    kept: dict[str, tuple] = {}
+    for tap, pair in values.items():
+        kept.setdefault(tap.key, pair)  # first output of each node
+    return kept
+
+
+def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) -> pathlib.Path:
+    """Save `model` with the fix's nodes marked for GPU/NPU plugins to keep them in f32."""
+    path = pathlib.Path(path)
+    ov.save_model(patch_model(model, [graph[k].name for k in keep]), str(path))
+    return path
+
+
+def node_results(session: Session, measurement: Measurement, scored: Scored, precision: str, findings: Findings,
+                 ranking: tuple[str, ...]) -> tuple[NodeResult, ...]:
+    """One `NodeResult` per measured node, in topological order."""
+    stats, scores, groups = measurement.stats, scored.scores, measurement.groups
+    rank_of = {k: i for i, k in enumerate(ranking, start=1)}
+    graph = session.graph
+    exact = session.exact
+    by_key: dict[str, list[Tap]] = {}
+    for tap in stats:
+        by_key.setdefault(tap.key, []).append(tap)
+    results = []
+    for key in graph.order:
+        if key not in by_key or key not in scores.nodes:
+            continue
+        node, s = graph[key], scores.nodes[key]
+        node_stats = tuple(stats[t] for t in sorted(by_key[key], key=lambda t: t.port))
+        runtime = {}
+        if node.name in session.runtime_ref:
+            runtime["ref"] = session.runtime_ref[node.name]
+        target_key = session.target_of[by_key[key][0]].key
+        if target_key in session.runtime_target:
+            runtime["target"] = session.runtime_target[target_key]
+        causes = observations(node_stats)
+        differs = kernel_difference(runtime, session.ref_info.precision == session.target_info.precision)
+        if differs and s.role != "ok":
+            causes.append(differs)
+        if session.target_graph is not graph:
+            extra = foreign_inputs(session.match, session.target_graph, target_key)
+            if extra:
+                causes.append(f"in the target model its inputs pass through {', '.join(extra[:4])}"
+                              + (f" and {len(extra) - 4} more" if len(extra) > 4 else "") + ", which the model lacks")
+        if key in exact:
+            causes.append(exact[key].describe())
+        else:
+            inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
+            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, precision)
+        results.append(NodeResult(
+            name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
+            input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,
+            rank=rank_of.get(key), local_error=findings.local.get(key), impact=findings.impact.get(key),
+            # Only meaningful where a node was handed real error: inputs over its tolerance.
+            amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None,
+            outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
+            inputs=tuple(k for k, _ in graph.data_inputs(key)), causes=tuple(causes), runtime=runtime,
+            group=tuple(m for m in groups.get(key, ()) if m != key), over_samples=measurement.spread.get(key, {}),
+        ))
+    return tuple(results)

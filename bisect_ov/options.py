@@ -1,0 +1,200 @@
+"""Every knob of a `bisect()` run in one frozen record: its default, its doc, its check, its CLI flag.
+
+`BisectOptions` is read by the API (`bisect(**keywords)` builds one), by the CLI (its flags are generated from
+the fields here, so an option is added in one place) and by the report (which records the resolved options).
+`BisectOptions.resolve` decides once what can run on a given pair of sides (recorded runs cannot run pieces
+of the model; partitioned runs need one model on both sides) and returns the notes that say what was
+switched off.
+
+Assumes nothing about OpenVINO: options are plain values, checked at construction.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Mapping
+
+from bisect_ov.analysis.metrics import METRICS, TensorStats
+from bisect_ov.analysis.tolerance import Tolerance
+from bisect_ov.errors import InputError
+
+__all__ = ["BisectOptions", "STRATEGIES", "DEFAULT_MAX_TAP_BYTES"]
+
+STRATEGIES = ("auto", "fusion", "full", "bisection")
+DEFAULT_MAX_TAP_BYTES = 512 << 20
+
+
+def _opt(default: Any = None, doc: str = "", *, factory: Callable[[], Any] | None = None, cli: str | None = "auto",
+         kind: type | None = None, metavar: str | None = None) -> Any:
+    """A dataclass field with its documentation and how the command line spells it (None: API only)."""
+    meta = {"doc": doc, "cli": cli, "kind": kind, "metavar": metavar}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    """How a comparison runs. Every field is checked when the record is made (`InputError` on a bad value).
+
+    Examples
+    --------
+    >>> BisectOptions(impact=0, fix=True).fix_tolerance is None
+    True
+    >>> BisectOptions(curve=-1)
+    Traceback (most recent call last):
+    ...
+    bisect_ov.errors.InputError: curve must be an integer >= 0 (points of the contribution curve; 0 for none); got -1.
+    """
+
+    ref_config: Mapping[str, Any] = _opt(doc="compile properties for the reference", factory=dict, cli=None)
+    target_config: Mapping[str, Any] = _opt(doc="compile properties for the target", factory=dict, cli=None)
+    metric: str | Callable[[TensorStats], float] = _opt(
+        "rel_l2", "error measure per tensor: a name in METRICS or a callable on TensorStats", kind=str)
+    tolerance: float | Tolerance | None = _opt(
+        None, "None: precision-aware; a number: one threshold everywhere; or a Tolerance", kind=float, cli="--tolerance")
+    seed: int = _opt(0, "seed of the random inputs", kind=int)
+    strategy: str = _opt("auto", "which tensors to expose: " + ", ".join(STRATEGIES), kind=str)
+    refine: bool = _opt(True, "with fusion taps, re-measure the members of groups where error starts")
+    local: bool = _opt(True, "run each measured node alone on the target fed with reference inputs")
+    impact: int = _opt(3, "suspects whose final-output impact is measured by partitioned runs", kind=int, metavar="N")
+    fix: bool = _opt(False, "search the smallest set of nodes to keep on the reference, verified", cli=None)
+    fix_tolerance: float | None = _opt(None, "final-output error the fix must reach (None: each output's tolerance)",
+                                       cli=None)
+    delegation: bool = _opt(False, "find the shortest node range whose delegation reproduces half the error")
+    curve: int = _opt(0, "points of the error contribution curve (0 for none)", kind=int, metavar="N")
+    noise: bool = _opt(True, "run the target against itself to measure its noise floor")
+    patched_model: str | os.PathLike | None = _opt(
+        None, "with fix, save the model marked for GPU/NPU to keep the fix in f32 (IR .xml)", cli=None)
+    keep: tuple[str, ...] = _opt((), "node names whose tensors the report keeps ('culprits': the top five)",
+                                 cli="--keep", kind=str, metavar="NAME")
+    max_tap_bytes: int | None = _opt(DEFAULT_MAX_TAP_BYTES, "most bytes of exposed tensors per compile (None: no limit)",
+                                     cli=None)
+    progress: bool | None = _opt(None, "progress bars; None: when stderr is a terminal", cli=None)
+
+    def __post_init__(self) -> None:
+        for name in ("ref_config", "target_config"):
+            value = getattr(self, name)
+            if value is None:
+                object.__setattr__(self, name, {})
+            elif not isinstance(value, Mapping):
+                raise InputError(f"{name} must be a dict of compile properties (name -> value); got {value!r}.")
+            else:
+                object.__setattr__(self, name, dict(value))
+        if isinstance(self.metric, str):
+            if self.metric not in METRICS:
+                raise InputError(f"Unknown metric '{self.metric}'. Available: {sorted(METRICS)}, or a callable on "
+                                 "TensorStats.")
+        elif not callable(self.metric):
+            raise InputError(f"metric must be a metric name or a callable on TensorStats; got {self.metric!r}.")
+        if self.tolerance is not None and not isinstance(self.tolerance, Tolerance):
+            if not _number(self.tolerance) or not 0 <= self.tolerance < math.inf:
+                raise InputError(f"tolerance must be None, a finite number >= 0 or a Tolerance; got {self.tolerance!r}.")
+        if not _integer(self.seed) or not 0 <= self.seed < 2**32:
+            raise InputError(f"seed must be an integer in [0, 2**32); got {self.seed!r}.")
+        if self.strategy not in STRATEGIES:
+            raise InputError(f"Unknown strategy '{self.strategy}'. Available: {list(STRATEGIES)}.")
+        for name in ("refine", "local", "fix", "delegation", "noise"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be True or False; got {getattr(self, name)!r}.")
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise InputError(f"progress must be True, False or None; got {self.progress!r}.")
+        if not _integer(self.impact) or self.impact < 0:
+            raise InputError(f"impact must be an integer >= 0 (suspects to measure; 0 for none); got {self.impact!r}.")
+        if not _integer(self.curve) or self.curve < 0:
+            raise InputError(f"curve must be an integer >= 0 (points of the contribution curve; 0 for none); "
+                             f"got {self.curve!r}.")
+        if self.fix_tolerance is not None and (not _number(self.fix_tolerance)
+                                               or not 0 <= self.fix_tolerance < math.inf):
+            raise InputError(f"The fix tolerance must be a finite number >= 0; got {self.fix_tolerance!r}.")
+        if self.max_tap_bytes is not None and (not _integer(self.max_tap_bytes) or self.max_tap_bytes <= 0):
+            raise InputError(f"max_tap_bytes must be a positive integer or None (no limit); got {self.max_tap_bytes!r}.")
+        keep = (self.keep,) if isinstance(self.keep, str) else self.keep
+        try:
+            keep = tuple(keep)
+        except TypeError:
+            raise InputError(f"keep must be a node name or a list of names; got {self.keep!r}.") from None
+        if not all(isinstance(k, str) for k in keep):
+            raise InputError(f"keep must hold node names (strings); got {list(keep)!r}.")
+        object.__setattr__(self, "keep", keep)
+        if self.patched_model is not None and not isinstance(self.patched_model, (str, os.PathLike)):
+            raise InputError(f"patched_model must be a path ending in .xml; got {self.patched_model!r}.")
+        if self.patched_model is not None and not os.fspath(self.patched_model).endswith(".xml"):
+            raise InputError(f"patched_model must be an IR path ending in .xml; got '{os.fspath(self.patched_model)}'.")
+
+    @classmethod
+    def from_keywords(cls, **keywords: Any) -> "BisectOptions":
+        """Options from `bisect()`'s keywords; ``fix`` may be a bool or a tolerance (a number), as it always was."""
+        unknown = sorted(set(keywords) - {f.name for f in fields(cls)})
+        if unknown:
+            raise InputError(f"Unknown option(s) {unknown}. Available: {[f.name for f in fields(cls)]}.")
+        fix = keywords.get("fix", False)
+        if not isinstance(fix, bool):
+            if not _number(fix):
+                raise InputError(f"fix must be True, False or a tolerance (a number >= 0); got {fix!r}.")
+            keywords["fix"], keywords["fix_tolerance"] = True, fix
+        return cls(**keywords)
+
+    @property
+    def partitioned(self) -> bool:
+        """True when some experiment needs partitioned (mixed-device) runs."""
+        return bool(self.impact or self.fix or self.delegation or self.curve)
+
+    def resolve(self, *, local_possible: bool, pieces_possible: bool, twin: bool) -> tuple["BisectOptions", tuple[str, ...]]:
+        """The options that can run here, and notes for what was switched off.
+
+        `local_possible`: the target can run pieces fed with the reference's values (not a recorded target,
+        not a sampled side). `pieces_possible`: both sides can run pieces (partitioned runs). `twin`: the target
+        runs another model (`target_model`), so partitioned runs, which need one model, are off.
+        """
+        resolved = self
+        notes: list[str] = []
+        if not local_possible and self.local:
+            resolved = replace(resolved, local=False)
+        if not pieces_possible or twin:
+            if twin and (self.fix or self.delegation or self.curve):
+                notes.append("Partitioned runs (impact, delegation range, curve, fix) need one model on both sides; "
+                             "they are skipped with target_model.")
+            resolved = replace(resolved, impact=0, fix=False, fix_tolerance=None, delegation=False, curve=0,
+                               patched_model=None)
+        return resolved, tuple(notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values of every option (a callable metric by its name, configs as strings)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "metric" and callable(value):
+                value = getattr(value, "__name__", "custom")
+            elif isinstance(value, Tolerance):
+                value = value.to_dict()
+            elif isinstance(value, Mapping):
+                value = {str(k): str(v) for k, v in value.items()}
+            elif isinstance(value, os.PathLike):
+                value = os.fspath(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @property
+    def metric_name(self) -> str:
+        return self.metric if isinstance(self.metric, str) else getattr(self.metric, "__name__", "custom")
+
+    def tolerance_model(self) -> Tolerance:
+        """The `Tolerance` these options ask for, before the precision in play is known."""
+        if self.tolerance is None:
+            return Tolerance()
+        if isinstance(self.tolerance, Tolerance):
+            return self.tolerance
+        return Tolerance(value=float(self.tolerance))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

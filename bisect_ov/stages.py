@@ -1,0 +1,290 @@
+"""The stages of a `bisect()` run, each a function from small frozen records to the next one.
+
+    open_comparison(model, ref, target, inputs, target_model, options)  -> Opened
+    plain_run(opened)                                                    -> Plain     (tolerance in play)
+    capture(opened, plain)                                               -> Measurement
+    score(opened, plain, measurement)                                    -> Scored
+    experiments(opened, measurement, scored)                             -> Findings  (`bisect_ov.mixed`)
+    assemble(opened, plain, measurement, scored, findings)               -> Report    (`bisect_ov.assemble`)
+
+Each stage reads what the earlier ones handed on and the `Session` (which owns the devices, the inputs and
+the compile counts); none assigns to another object's fields. The options arrive resolved (`BisectOptions
+.resolve`): a stage never re-decides what can run.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from bisect_ov.analysis.diagnosis import diagnose
+from bisect_ov.analysis.metrics import TensorStats, metric_value
+from bisect_ov.analysis.scoring import Scores, score_graph
+from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
+from bisect_ov.errors import InputError
+from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, smallest_range,
+                             suspects_for_fix)
+from bisect_ov.mixed import impact as impact_of
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.load import load_model
+from bisect_ov.model.match import identity_match, match_nodes
+from bisect_ov.model.taps import Tap, plan_chunks
+from bisect_ov.options import BisectOptions
+from bisect_ov.report.report import OutputResult
+from bisect_ov.run.devices import DeviceInfo, make_device
+from bisect_ov.run.inputs import align_inputs, prepare_inputs
+from bisect_ov.run.playback import plan_recorded
+from bisect_ov.samples import SampleSummary, as_samples, node_spread, run_samples
+from bisect_ov.session import Clock, Session
+from bisect_ov.strategies import run_bisection, run_full, run_fusion
+
+__all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "capture", "score",
+           "experiments", "FIDELITY_RANGE", "fidelity"]
+
+FIDELITY_RANGE = (0.5, 2.0)
+
+SamplePair = tuple[list[np.ndarray], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A comparison ready to run: the session, the resolved options, the samples and why options changed."""
+
+    session: Session
+    options: BisectOptions
+    model: Any  # ov.Model
+    target_model: Any  # ov.Model | None
+    samples: tuple[SamplePair, ...]
+    summary: SampleSummary | None
+    notes: tuple[str, ...]
+    clock: Clock
+
+    def error_of(self, stats: TensorStats) -> float:
+        """The options' metric on one tensor pair's statistics."""
+        return metric_value(stats, self.options.metric)
+
+
+@dataclass(frozen=True)
+class Plain:
+    """After the untouched model ran on both sides: the tolerance for the precision really in play."""
+
+    tolerance: Tolerance
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Statistics of every measured tap, the fusion group each stands for, and how they were measured."""
+
+    stats: dict[Tap, TensorStats]
+    groups: dict[str, tuple[str, ...]]
+    strategy: str
+    fell_back: bool = False
+    spread: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Per-node errors and tolerances, the error-growth scores, final outputs, noise and fidelity."""
+
+    errors: dict[tuple[str, int], float]
+    tolerances: dict[str, float]
+    scores: Scores
+    outputs: tuple[OutputResult, ...]
+    noise: dict[str, float]
+    fidelity: dict[str, Any]
+
+    @property
+    def floor(self) -> float:
+        """Errors below twice the target's own noise are not counted."""
+        return 2 * max(self.noise.values(), default=0.0)
+
+
+# ----- stages -----------------------------------------------------------------------------------------------
+def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model: Any, options: BisectOptions,
+                    clock: Clock | None = None) -> Opened:
+    """Load the model(s), walk and match them, build both devices and inputs; run many samples when given."""
+    clock = clock or Clock()
+    with clock("load"):
+        ov_model = load_model(model)
+        ov_target = load_model(target_model) if target_model is not None else None
+    with clock("graph"):
+        graph = ModelGraph(ov_model)
+        target_graph = ModelGraph(ov_target) if ov_target is not None else graph
+        match = match_nodes(graph, target_graph) if ov_target is not None else identity_match(graph)
+    # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
+    plan = plan_recorded(make_device(ref, dict(options.ref_config), role="ref"),
+                         make_device(target, dict(options.target_config), role="target"), inputs,
+                         twin=ov_target is not None)
+    resolved, why = options.resolve(local_possible=plan.local, pieces_possible=plan.pieces, twin=ov_target is not None)
+    many = as_samples(plan.inputs)
+    pairs: list[SamplePair] = []
+    for sample in (many if many is not None else [plan.inputs]):
+        ref_arrays = prepare_inputs(ov_model, sample, seed=options.seed)
+        pairs.append((ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays))
+    show = sys.stderr.isatty() if options.progress is None else options.progress
+    session = Session(graph, target_graph, match, plan.ref, plan.target, *pairs[0], clock=clock, progress=show,
+                      exact_checks=plan.exact)
+    summary = None
+    if many is not None:
+        # Every sample on both sides; the detailed search then runs on the worst one.
+        summary = run_samples(session, pairs, lambda s: metric_value(s, options.metric))
+        session.select_sample(*pairs[summary.ranking[0]])
+    return Opened(session, resolved, ov_model, ov_target, tuple(pairs), summary, tuple(plan.notes) + why, clock)
+
+
+def plain_run(opened: Opened) -> Plain:
+    """Run the untouched model on both sides; set the tolerance from the precision really used."""
+    session, options = opened.session, opened.options
+    # With every node tapped, the reference's plain run can already expose the first chunk of taps.
+    first_chunk = (plan_chunks(session.graph, [r for r, _ in session.match.pairs], options.max_tap_bytes)[0]
+                   if options.strategy == "full" else [])
+    session.plain(ref_taps=first_chunk)
+    precision = comparison_precision(session.ref_info, session.target_info,
+                                     session.target_graph if opened.target_model is not None else None)
+    return Plain(options.tolerance_model().with_precision(precision))
+
+
+def capture(opened: Opened, plain: Plain) -> Measurement:
+    """Run the chosen strategy; ``auto`` is ``fusion``, falling back to ``bisection`` when unfaithful."""
+    session, options = opened.session, opened.options
+    graph, tol = session.graph, plain.tolerance
+
+    def diverged(tap: Tap, stats: TensorStats) -> bool:
+        return opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
+
+    strategy, fell_back = options.strategy, False
+    groups: dict[str, tuple[str, ...]] = {}
+    if strategy == "full":
+        stats = run_full(session, options.max_tap_bytes)
+    elif strategy == "bisection":
+        stats = run_bisection(session, diverged)
+    else:
+        stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine)
+        if strategy == "auto" and fidelity(session, options.metric).get("warning"):
+            session.forget_tapped_runs()
+            stats, groups, fell_back = run_bisection(session, diverged), {}, True
+        strategy = "bisection" if fell_back else "fusion"
+    stats = dict(stats)
+    pending = [k for k in session.exact_candidates() if k not in session.exact]
+    if pending:
+        # Integer Conv/MatMul nodes are measured with their inputs, so each is checked against its exact result.
+        taps = {Tap(k, 0) for k in pending} | {Tap(i, p) for k in pending for i, p in graph.data_inputs(k)}
+        stats.update(session.measure(sorted(taps, key=lambda t: graph[t.key].index)))
+    spread = (node_spread(session, list(stats), list(opened.samples), opened.error_of)
+              if opened.summary is not None else {})
+    return Measurement(stats, groups, strategy, fell_back, spread)
+
+
+def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
+    """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
+    session, options, tol = opened.session, opened.options, plain.tolerance
+    graph = session.graph
+    noise = session.noise() if options.noise else {}
+    floor = 2 * max(noise.values(), default=0.0)
+    faithful = fidelity(session, options.metric)
+    with opened.clock("score"):
+        errors = {(tap.key, tap.port): opened.error_of(s) for tap, s in measurement.stats.items()}
+        exact = session.exact
+        # An integer computation has one right answer: the two sides must agree exactly.
+        tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, tol.for_node(graph[tap.key]))
+                      for tap in measurement.stats}
+        scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
+        outputs = tuple(
+            OutputResult(name, s, opened.error_of(s), max(floor, tol.for_node(graph[graph[key].inputs[0][0]])))
+            for name, key, s in session.outputs
+        )
+    return Scored(errors, tolerances, scores, outputs, noise, faithful)
+
+
+def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Findings:
+    """Local errors, impacts, the delegation range, the contribution curve and the fix, as the options ask."""
+    session, options = opened.session, opened.options
+    if not (options.local or options.partitioned):
+        return Findings()
+    with opened.clock("experiments"):
+        stats, scores = measurement.stats, scored.scores
+        measured = list(dict.fromkeys(t.key for t in stats))
+        units = {k: tuple(dict.fromkeys([k, *measurement.groups.get(k, ())])) for k in measured}
+        local: dict[str, float] = {}
+        if options.local and measured:
+            for tap, s in local_errors(session, units, max_bytes=options.max_tap_bytes).items():
+                local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(s))
+        runs = MixedRuns(session, opened.error_of)
+        try:
+            curve = contribution_curve(runs, options.curve) if options.curve else []
+            delegation = smallest_range(runs) if options.delegation else {}
+            impact: dict[str, float] = {}
+            if options.impact:
+                suspects = [*scores.first, *[k for k in scores.ranking if scores.nodes[k].role in ("source", "amplifier")]]
+                by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)), key=lambda k: -local[k])
+                chosen = list(dict.fromkeys(suspects + by_local))[:options.impact]
+                impact = impact_of(runs, {k: units.get(k, (k,)) for k in chosen})
+            fix = None
+            if options.fix:
+                limit = (options.fix_tolerance if options.fix_tolerance is not None
+                         else min(o.tolerance for o in scored.outputs))
+                causes = {k: tuple(first_causes(session.graph, stats, scores, k)) for k in scores.first}
+                candidates = suspects_for_fix(session.graph, scores.ranking, scores.first, units, local,
+                                              scored.tolerances, causes, delegation)
+                fix = find_fix(runs, candidates, limit)
+        finally:
+            runs.close()
+    return Findings(local=local, impact=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs)
+
+
+# ----- helpers shared by the stages -------------------------------------------------------------------------
+def first_causes(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Scores, key: str) -> list[str]:
+    """The diagnosis of one scored node from its own and its inputs' statistics (precision-agnostic)."""
+    node, s = graph[key], scores.nodes[key]
+    taps = [t for t in stats if t.key == key]
+    inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
+    return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "")
+
+
+def fidelity(session: Session, metric: str | Callable[[TensorStats], float]) -> dict[str, Any]:
+    """Did exposing taps change the final-output error? The worst ratio of instrumented to plain error."""
+    runs = session.tapped_runs
+    if not runs or not session.outputs:
+        return {}
+    plain = max(metric_value(s, metric) for _, _, s in session.outputs)
+    worst: tuple[float, float] | None = None
+    for outputs in runs:
+        tapped = max(metric_value(s, metric) for _, _, s in outputs)
+        ratio = _ratio(tapped, plain)
+        if worst is None or abs(np.log(max(ratio, 1e-300))) > abs(np.log(max(worst[1], 1e-300))):
+            worst = (tapped, ratio)
+    assert worst is not None
+    tapped, ratio = worst
+    result: dict[str, Any] = {"plain_error": plain, "tapped_error": tapped, "ratio": ratio}
+    low, high = FIDELITY_RANGE
+    if not low <= ratio <= high:
+        result["warning"] = (
+            f"Exposing intermediate tensors changed the final-output error from {plain:.2e} to {tapped:.2e} "
+            f"(ratio {ratio:.2f}, outside [{low}, {high}]): the target compiled differently with taps, so the "
+            "per-node errors may not explain the plain run. Try strategy='bisection' (few taps per compile)."
+        )
+    return result
+
+
+def _ratio(tapped: float, plain: float) -> float:
+    if tapped == plain:
+        return 1.0
+    if plain == 0 or not math.isfinite(plain):
+        return float("inf") if tapped > plain else 0.0
+    return tapped / plain
+
+
+def comparison_precision(ref: DeviceInfo | None, target: DeviceInfo | None, target_graph: ModelGraph | None) -> str:
+    """The coarsest precision in play: it sets the expected rounding error."""
+    if ref is None or target is None:
+        raise InputError("Both sides must have run before the precision in play is known.")
+    candidates = [ref.precision, target.precision]
+    if target_graph is not None:
+        if any(n.op_type == "FakeQuantize" for n in target_graph):
+            candidates.append("i8")
+        candidates += [t.dtype for n in target_graph.candidates() for t in n.outputs if t.dtype in ("f16", "bf16")]
+    return max(candidates, key=unit_roundoff)
