@@ -9,9 +9,12 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from bisect_ov.errors import BisectError, InputError
+
+if TYPE_CHECKING:
+    from bisect_ov.options import BisectOptions
 
 __all__ = ["main", "build_parser"]
 
@@ -30,6 +33,37 @@ def _key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _option_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per `BisectOptions` field that the command line spells plainly, from the field's own doc."""
+    from dataclasses import MISSING, fields
+
+    from bisect_ov.options import STRATEGIES, BisectOptions
+
+    for f in fields(BisectOptions):
+        spec = f.metadata.get("cli")
+        if spec is None:
+            continue
+        flag = spec if spec != "auto" else "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not MISSING else None
+        doc = f.metadata.get("cli_help") or f.metadata.get("doc", "")
+        if f.type in ("bool", bool) or isinstance(default, bool):
+            if default:
+                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
+                                    help=doc)
+            else:
+                parser.add_argument(flag, dest=f.name, action="store_true", help=doc)
+            continue
+        kind = f.metadata.get("kind") or str
+        extra: dict = {"choices": list(STRATEGIES)} if f.name == "strategy" else {}
+        if isinstance(default, tuple):
+            parser.add_argument(flag, dest=f.name, action="append", type=kind, default=[],
+                                metavar=f.metadata.get("metavar"), help=f"{doc} (repeatable)")
+            continue
+        shown = f" (default {default})" if default is not None and "default" not in doc else ""
+        parser.add_argument(flag, dest=f.name, type=kind, default=default, metavar=f.metadata.get("metavar"),
+                            help=doc + shown, **extra)
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref", default="CPU", help="reference device (default CPU, run in f32): CPU, GPU, CPU:f32, ...")
     parser.add_argument("--target", default=None, help="target device: GPU (default), NPU, CPU:bf16, EMU:f16 (demo default), ...")
@@ -39,24 +73,14 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="compile property for the target (repeatable)")
     parser.add_argument("--top", type=int, default=10, help="culprits to print (default 10)")
     parser.add_argument("--json", type=pathlib.Path, help="write the report as JSON to this path")
-    parser.add_argument("--tolerance", type=float, help="one error threshold for every node (default: precision-aware)")
-    parser.add_argument("--metric", default="rel_l2", help="error metric: rel_l2 (default), max_rel, max_abs, mean_abs, ...")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    parser.add_argument("--max-tap-mb", type=float, default=512.0, help="most MB of exposed tensors per compile (default 512)")
     parser.add_argument("--width", type=int, default=120, help="text width of the printed report")
     parser.add_argument("--html", type=pathlib.Path, help="write a standalone HTML report to this path")
-    parser.add_argument("--strategy", default="auto", choices=["auto", "fusion", "full", "bisection"],
-                        help="which tensors to expose (default auto: fusion-group boundaries, bisection if unfaithful)")
+    parser.add_argument("--max-tap-mb", type=float, default=512.0, help="most MB of exposed tensors per compile (default 512)")
     parser.add_argument("--fix", nargs="?", const=True, default=False, type=float, metavar="TOL",
                         help="search the smallest set of nodes to keep on the reference (optionally under TOL)")
     parser.add_argument("--patched-model", type=pathlib.Path, metavar="OUT.xml",
                         help="with --fix, save the model marked for GPU/NPU to keep those nodes in f32")
-    parser.add_argument("--delegation", action="store_true",
-                        help="find the shortest node range whose delegation to the target reproduces the error")
-    parser.add_argument("--curve", type=int, default=0, metavar="N", help="points of the error contribution curve")
-    parser.add_argument("--impact", type=int, default=3, metavar="N", help="suspects whose final-output impact is measured")
-    parser.add_argument("--no-local", action="store_true", help="skip running each node alone on the target")
-    parser.add_argument("--no-noise", action="store_true", help="skip running the target against itself")
+    _option_flags(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
@@ -148,20 +172,28 @@ def _inputs(args) -> object:
     return values
 
 
+def _options(args) -> "BisectOptions":
+    """The `BisectOptions` the flags ask for."""
+    from dataclasses import fields
+
+    from bisect_ov.options import BisectOptions
+
+    values = {f.name: getattr(args, f.name) for f in fields(BisectOptions) if f.metadata.get("cli") is not None}
+    values["keep"] = tuple(values.get("keep") or ())
+    mb = args.max_tap_mb
+    return BisectOptions.from_keywords(
+        **values, ref_config=dict(args.ref_config), target_config=dict(args.target_config), fix=args.fix,
+        patched_model=args.patched_model, max_tap_bytes=int(mb * (1 << 20)) if mb > 0 else None,
+        progress=False if args.quiet else None,
+    )
+
+
 def _run(args, model, target_model=None, inputs=None) -> int:
-    from bisect_ov.api import bisect
+    from bisect_ov.api import run
 
     if args.top < 0:
         raise InputError("--top must be 0 or more.")
-    report = bisect(
-        model, args.ref, args.target, inputs,
-        ref_config=dict(args.ref_config), target_config=dict(args.target_config), target_model=target_model,
-        metric=args.metric, tolerance=args.tolerance, seed=args.seed, strategy=args.strategy, fix=args.fix,
-        patched_model=args.patched_model, delegation=args.delegation, curve=args.curve, impact=args.impact,
-        local=not args.no_local, noise=not args.no_noise,
-        max_tap_bytes=int(args.max_tap_mb * (1 << 20)) if args.max_tap_mb > 0 else None,
-        progress=False if args.quiet else None,
-    )
+    report = run(model, args.ref, args.target, inputs, _options(args), target_model=target_model)
     print(report.to_text(top=args.top, width=args.width))
     if args.json:
         report.save(args.json)

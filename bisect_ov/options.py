@@ -27,9 +27,10 @@ DEFAULT_MAX_TAP_BYTES = 512 << 20
 
 
 def _opt(default: Any = None, doc: str = "", *, factory: Callable[[], Any] | None = None, cli: str | None = "auto",
-         kind: type | None = None, metavar: str | None = None) -> Any:
-    """A dataclass field with its documentation and how the command line spells it (None: API only)."""
-    meta = {"doc": doc, "cli": cli, "kind": kind, "metavar": metavar}
+         kind: type | None = None, metavar: str | None = None, cli_help: str | None = None) -> Any:
+    """A dataclass field with its documentation and how the command line spells it (`cli` None: API only;
+    `cli_help`: the flag's help where the doc does not read as one, e.g. for a ``--no-...`` flag)."""
+    meta = {"doc": doc, "cli": cli, "kind": kind, "metavar": metavar, "cli_help": cli_help or doc}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -52,20 +53,25 @@ class BisectOptions:
     ref_config: Mapping[str, Any] = _opt(doc="compile properties for the reference", factory=dict, cli=None)
     target_config: Mapping[str, Any] = _opt(doc="compile properties for the target", factory=dict, cli=None)
     metric: str | Callable[[TensorStats], float] = _opt(
-        "rel_l2", "error measure per tensor: a name in METRICS or a callable on TensorStats", kind=str)
+        "rel_l2", "error measure per tensor: a name in METRICS or a callable on TensorStats", kind=str,
+        cli_help="error metric: rel_l2, max_rel, max_abs, mean_abs, cosine_distance, ...")
     tolerance: float | Tolerance | None = _opt(
-        None, "None: precision-aware; a number: one threshold everywhere; or a Tolerance", kind=float, cli="--tolerance")
+        None, "None: precision-aware; a number: one threshold everywhere; or a Tolerance", kind=float, cli="--tolerance",
+        cli_help="one error threshold for every node (default: precision-aware)")
     seed: int = _opt(0, "seed of the random inputs", kind=int)
     strategy: str = _opt("auto", "which tensors to expose: " + ", ".join(STRATEGIES), kind=str)
-    refine: bool = _opt(True, "with fusion taps, re-measure the members of groups where error starts")
-    local: bool = _opt(True, "run each measured node alone on the target fed with reference inputs")
+    refine: bool = _opt(True, "with fusion taps, re-measure the members of groups where error starts",
+                        cli_help="keep fusion-group granularity (no re-measuring of the groups where error starts)")
+    local: bool = _opt(True, "run each measured node alone on the target fed with reference inputs",
+                       cli_help="skip running each node alone on the target fed with reference inputs")
     impact: int = _opt(3, "suspects whose final-output impact is measured by partitioned runs", kind=int, metavar="N")
     fix: bool = _opt(False, "search the smallest set of nodes to keep on the reference, verified", cli=None)
     fix_tolerance: float | None = _opt(None, "final-output error the fix must reach (None: each output's tolerance)",
                                        cli=None)
     delegation: bool = _opt(False, "find the shortest node range whose delegation reproduces half the error")
     curve: int = _opt(0, "points of the error contribution curve (0 for none)", kind=int, metavar="N")
-    noise: bool = _opt(True, "run the target against itself to measure its noise floor")
+    noise: bool = _opt(True, "run the target against itself to measure its noise floor",
+                       cli_help="skip running the target against itself")
     patched_model: str | os.PathLike | None = _opt(
         None, "with fix, save the model marked for GPU/NPU to keep the fix in f32 (IR .xml)", cli=None)
     keep: tuple[str, ...] = _opt((), "node names whose tensors the report keeps ('culprits': the top five)",
