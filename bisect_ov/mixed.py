@@ -55,13 +55,10 @@ def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_by
 
     def target_unit(members: set[str]) -> set[str]:
         keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
-        stack = list(keys)
-        while stack:  # absorb the twin's own ops upstream of the unit
-            for producer, _ in target.data_inputs(stack.pop()):
-                if producer not in matched_t and producer not in keys and target[producer].is_candidate:
-                    keys.add(producer)
-                    stack.append(producer)
-        return keys
+        own = set(keys)
+        for key in keys:  # absorb the twin's own ops upstream of the unit
+            own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
+        return own
 
     outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
                   for uid in units}

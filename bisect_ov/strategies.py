@@ -129,13 +129,7 @@ def _reads_clean(graph, member: str, inside: set[str], stats, diverged: Diverged
 
 def _unmeasured_ancestors(graph, key: str, measured: set[str]) -> set[str]:
     """`key` and the candidates upstream of it reached without crossing a measured node."""
-    seen, stack = {key}, [key]
-    while stack:
-        for producer, _ in graph.data_inputs(stack.pop()):
-            if producer not in seen and producer not in measured and graph[producer].is_candidate:
-                seen.add(producer)
-                stack.append(producer)
-    return seen
+    return graph.upstream(key, stop=lambda k: k in measured or not graph[k].is_candidate)
 
 
 def run_bisection(session: Session, diverged: Diverged) -> dict[Tap, TensorStats]:

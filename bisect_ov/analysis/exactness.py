@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from bisect_ov.errors import InputError
+from bisect_ov.numeric import F16_MAX
 
 __all__ = [
     "SUPPORTED_OPS",
@@ -51,7 +52,6 @@ __all__ = [
     "check_node",
 ]
 
-F16_MAX = 65504.0
 _F64_EXACT = 2**53  # below this, float64 holds every integer exactly
 _I64_LIMIT = 2**63  # int64 overflows at this magnitude
 

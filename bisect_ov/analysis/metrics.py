@@ -19,9 +19,10 @@ from typing import Callable, Union
 
 import numpy as np
 
+from bisect_ov.numeric import F16_MAX
+
 __all__ = ["TensorStats", "compare", "METRICS", "metric_value", "F16_MAX"]
 
-F16_MAX = 65504.0
 _CHUNK = 1 << 20  # elements per chunk: ~8 MB of float64 temporaries
 
 

@@ -26,20 +26,10 @@ from typing import Mapping
 
 from bisect_ov.errors import InputError
 from bisect_ov.model.graph import NodeInfo
+from bisect_ov.numeric import UNIT_ROUNDOFF
 
 __all__ = ["UNIT_ROUNDOFF", "Tolerance", "unit_roundoff"]
 
-UNIT_ROUNDOFF = {
-    "f64": 2.0**-53,
-    "f32": 2.0**-24,
-    "tf32": 2.0**-11,
-    "f16": 2.0**-11,
-    "bf16": 2.0**-8,
-    "f8e4m3": 2.0**-4,
-    "f8e5m2": 2.0**-3,
-    "i8": 2.0**-7,
-    "u8": 2.0**-8,
-}
 _RELATIVE_METRICS = ("rel_l2", "max_rel", "cosine_distance")
 
 

@@ -28,7 +28,11 @@ from bisect_ov.errors import InputError
 
 __all__ = ["TensorInfo", "NodeInfo", "ModelGraph", "element_dtype"]
 
-_SHAPE_PRODUCERS = {"ShapeOf"}
+SHAPE_PRODUCERS = frozenset({"ShapeOf"})
+"""Ops whose output is a shape, not data: what they compute depends on shapes only."""
+LAYOUT_OPS = frozenset({"ShapeOf", "Reshape", "Squeeze", "Unsqueeze", "Concat", "Gather", "Range", "Broadcast",
+                        "StridedSlice"})
+"""Ops that compute, move or reshape shapes and indices: listed nowhere as value-changing ops of a twin."""
 _NEVER_CULPRIT = {"Parameter": "parameter", "Constant": "constant", "Result": "result"}
 
 
@@ -132,7 +136,7 @@ class ModelGraph:
             kind = _NEVER_CULPRIT.get(op_type)
             if kind is None:
                 # An op carries data when any input does; ShapeOf's result depends on shapes only.
-                carries = op_type not in _SHAPE_PRODUCERS and any(data_dependent.get(i, False) for i in inputs)
+                carries = op_type not in SHAPE_PRODUCERS and any(data_dependent.get(i, False) for i in inputs)
                 kind = "compute" if carries else "static"
             for port in range(len(outputs)):
                 data_dependent[(key, port)] = kind in ("compute", "parameter")

@@ -19,10 +19,10 @@ from openvino import opset13 as ops
 from bisect_ov.errors import InputError
 from bisect_ov.model.graph import ModelGraph, element_dtype
 from bisect_ov.model.load import load_model
+from bisect_ov.numeric import F16_MAX
 
 __all__ = ["FAULT_KINDS", "inject_fault"]
 
-F16_MAX = 65504.0
 
 FAULT_KINDS = {
     "scale": "multiply by (1 + magnitude); magnitude 0.5 by default",

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.graph import LAYOUT_OPS, ModelGraph
 from bisect_ov.model.taps import Tap
 
 __all__ = ["Match", "match_nodes", "identity_match", "foreign_inputs"]
 
-_SHAPE_OPS = {"ShapeOf", "Reshape", "Squeeze", "Unsqueeze", "Concat", "Gather", "Range", "Broadcast", "StridedSlice"}
 
 
 @dataclass(frozen=True)
@@ -58,21 +57,15 @@ def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
     unmatched_target = [n.name for n in target.candidates() if n.key not in used]
     # Ops on constants only (FakeQuantize or Convert of weights) change values too: list those the model lacks.
     unmatched_target += [n.name for n in target if n.kind == "static" and n.key not in ref
-                         and n.op_type not in _SHAPE_OPS and any(t.is_float for t in n.outputs)]
+                         and n.op_type not in LAYOUT_OPS and any(t.is_float for t in n.outputs)]
     return Match(tuple(pairs), tuple(unmatched_ref), tuple(unmatched_target))
 
 
 def foreign_inputs(match: Match, target: ModelGraph, target_key: str) -> list[str]:
     """Ops the target model runs between a matched node and its matched producers (e.g. FakeQuantize)."""
     matched = {t.key for _, t in match.pairs}
-    found, stack, seen = [], [target_key], {target_key}
-    while stack:
-        for producer, _ in target[stack.pop()].inputs:
-            node = target[producer]
-            if producer in seen or producer in matched or node.kind in ("parameter", "constant"):
-                continue
-            seen.add(producer)
-            if node.kind in ("compute", "static") and node.op_type not in _SHAPE_OPS:
-                found.append(f"'{node.name}' ({node.op_type})")
-            stack.append(producer)
-    return found
+    between = target.upstream(target_key, data_only=False, include_self=False,
+                              stop=lambda k: k in matched or target[k].kind in ("parameter", "constant"))
+    # Nearest first: the op right in front of the node is what a reader looks for.
+    return [f"'{target[k].name}' ({target[k].op_type})" for k in sorted(between, key=lambda k: -target[k].index)
+            if target[k].kind in ("compute", "static") and target[k].op_type not in LAYOUT_OPS]

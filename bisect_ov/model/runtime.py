@@ -9,8 +9,11 @@ runtime graph (or only part of one) give an empty or partial `RuntimeGraph`; not
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RuntimeLayer", "RuntimeGraph", "read_runtime_graph"]
 
@@ -82,7 +85,9 @@ def read_runtime_graph(compiled) -> RuntimeGraph:
     """Read the runtime graph of an `ov.CompiledModel`; empty when the plugin does not provide one."""
     try:
         ops = compiled.get_runtime_model().get_ordered_ops()
-    except Exception:  # some plugins (and remote/cached models) do not implement it
+    except Exception as err:  # some plugins (and remote/cached models) do not implement it
+        log.info("No runtime graph from the compiled model (%s); fusion groups and kernels are unknown.",
+                 str(err).splitlines()[0] if str(err) else type(err).__name__)
         return RuntimeGraph()
     layers = []
     by_original: dict[str, RuntimeLayer] = {}

@@ -35,6 +35,7 @@ image input of batch 1 in their own shape ([1, 3, 224, 224]); inputs are drawn l
 
 from __future__ import annotations
 
+import logging
 import pathlib
 import tempfile
 import zlib
@@ -51,6 +52,8 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
 from bisect_ov.errors import InputError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LIGHT_MODELS", "light_model_path", "load_light_onnx", "load_light_model", "save_light_onnx"]
 
@@ -365,7 +368,8 @@ def _final_consumer(
 def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     try:
         inferred = shape_inference.infer_shapes(model)
-    except Exception:  # inference only refines fan-ins; without it each weight's own shape is used
+    except Exception as err:  # inference only refines fan-ins; without it each weight's own shape is used
+        log.info("ONNX shape inference failed (%s); weights are scaled by their own shapes.", err)
         return {}
     shapes = {}
     for info in list(inferred.graph.value_info) + list(inferred.graph.output):
