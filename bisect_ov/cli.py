@@ -1,12 +1,15 @@
 """The `bisect-ov` command line: argument parsing and printing only; the work is in `bisect_ov.api`.
 
 Exit codes: 0 nothing diverges, 1 something diverges, 2 a user error (printed on one line, no traceback).
-``bisect-ov demo`` runs the whole job on a built-in example model and needs nothing else.
+``bisect-ov demo`` runs the whole job on a built-in example model and needs nothing else; it exits 0 when it
+ran (its model diverges by design).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import pathlib
 import sys
 from typing import TYPE_CHECKING, Sequence
@@ -188,26 +191,54 @@ def _options(args) -> "BisectOptions":
     )
 
 
-def _run(args, model, target_model=None, inputs=None) -> int:
+def _check_output_path(flag: str, path: pathlib.Path | None) -> None:
+    """Refuse an output path before the run rather than after it: a missing folder, a folder, no write access."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise InputError(f"{flag} '{path}' is a directory; give a file path.")
+    folder = path.parent if str(path.parent) else pathlib.Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{flag} '{path}': the folder '{folder}' does not exist; create it first.")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"{flag} '{path}' cannot be written (no write permission); choose another path.")
+
+
+def _check_display(args) -> None:
+    if args.top < 0:
+        raise InputError(f"--top must be 0 or more; got {args.top}.")
+    if args.width < 40:
+        raise InputError(f"--width must be at least 40 columns; got {args.width}.")
+    if not math.isfinite(args.max_tap_mb):
+        raise InputError(f"--max-tap-mb must be a finite number of MB (0 or less: no limit); got {args.max_tap_mb}.")
+    for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model)):
+        _check_output_path(flag, path)
+
+
+def _run(args, model, target_model=None, inputs=None) -> object:
+    """Run the comparison and write what was asked; returns the report."""
     from bisect_ov.api import run
 
-    if args.top < 0:
-        raise InputError("--top must be 0 or more.")
+    _check_display(args)
     report = run(model, args.ref, args.target, inputs, _options(args), target_model=target_model)
     print(report.to_text(top=args.top, width=args.width))
-    if args.json:
-        report.save(args.json)
-        print(f"\nReport written to {args.json}")
-    if args.html:
-        report.save_html(args.html)
-        print(f"HTML report written to {args.html}")
-    return EXIT_DIVERGES if report.diverges else EXIT_OK
+    try:
+        if args.json:
+            report.save(args.json)
+            print(f"\nReport written to {args.json}")
+        if args.html:
+            report.save_html(args.html)
+            print(f"HTML report written to {args.html}")
+    except OSError as err:
+        raise InputError(f"Writing the report failed: {err.strerror or err} ('{err.filename or ''}').") from err
+    return report
 
 
 def _compare(args) -> int:
     if args.target is None:
         args.target = "GPU"
-    return _run(args, args.model, args.target_model, _inputs(args))
+    report = _run(args, args.model, args.target_model, _inputs(args))
+    return EXIT_DIVERGES if report.diverges else EXIT_OK
 
 
 def _capture(args) -> int:
@@ -234,7 +265,9 @@ def _demo(args) -> int:
     if args.target is None:
         args.target = "EMU:f16"
     print(f"Demo: the built-in example model, {args.ref} (f32) against {args.target}.\n")
-    return _run(args, demo())
+    _run(args, demo())
+    # The demo diverges by design: having shown it, it succeeded (exit codes 1/0 are for real comparisons).
+    return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

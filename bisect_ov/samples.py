@@ -105,7 +105,9 @@ def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list
         ref_out, target_out = run_both(lambda: _run_all(ref_c, [s[0] for s in samples], jobs),
                                     lambda: _run_all(target_c, [s[1] for s in samples], jobs))
     summary = SampleSummary(k=k)
-    for i, (r_outs, t_outs) in enumerate(zip(ref_out, target_out)):
+    positions = session.target_output_positions
+    for i, (r_outs, t_all) in enumerate(zip(ref_out, target_out)):
+        t_outs = [t_all[p] for p in positions]
         summary.errors.append(max((error_of(compare(r, t)) for r, t in zip(r_outs, t_outs)), default=0.0))
         top1, topk, classifier = _flips(r_outs, t_outs, k)
         summary.classifier = summary.classifier or classifier

@@ -72,6 +72,7 @@ class Session:
         self._ref_ready = None  # a reference compile with taps, made by `plain` for the next `measure`
         self._untouched = None  # (ref, target) compiles of the untouched model, when made before `plain`
         self._plain_target = None
+        self._target_output = _target_output_positions(graph, target_graph, self.target_of)
 
     # ----- state, read-only from outside ------------------------------------------------------------
     @property
@@ -93,6 +94,11 @@ class Session:
     def tapped_runs(self) -> tuple[list[tuple[str, str, TensorStats]], ...]:
         """Final-output statistics of every instrumented run so far, for the fidelity check."""
         return tuple(self._tapped_runs)
+
+    @property
+    def target_output_positions(self) -> list[int]:
+        """For each reference output (model order), the position of its counterpart among the target's outputs."""
+        return list(self._target_output)
 
     @property
     def exact(self) -> dict[str, ExactCheck]:
@@ -288,7 +294,8 @@ class Session:
 
     def _final_outputs(self, ref_out, target_out, n: int) -> list[tuple[str, str, TensorStats]]:
         outputs = []
-        for result_node, r, t in zip(self.graph.results(), ref_out[:n], target_out[:n]):
+        for result_node, r, i in zip(self.graph.results(), ref_out[:n], self._target_output[:n]):
+            t = target_out[i]
             producer = self.graph[result_node.inputs[0][0]]
             names = producer.outputs[result_node.inputs[0][1]].names
             # The user's own name for the output when there is one; OpenVINO's made-up Result names are not.
@@ -316,6 +323,29 @@ class Session:
     def exact_candidates(self) -> list[str]:
         """Integer Conv/MatMul nodes of the reference model (`analysis.exactness.exact_candidates`)."""
         return exact_candidates(self.graph) if self._exact_checks else []
+
+
+def _target_output_positions(graph: ModelGraph, target_graph: ModelGraph, target_of: dict[Tap, Tap]) -> list[int]:
+    """For each reference output (in model order), the position of the same output among the target's.
+
+    One model on both sides: the same positions. A twin: the target's Result that reads the matched tensor, else
+    the one with the same name, else the same position.
+    """
+    ref_results, target_results = graph.results(), target_graph.results()
+    if target_graph is graph:
+        return list(range(len(ref_results)))
+    by_source = {target_results[i].inputs[0]: i for i in range(len(target_results))}
+    by_name = {r.name: i for i, r in enumerate(target_results)}
+    positions = []
+    for i, result in enumerate(ref_results):
+        matched = target_of.get(Tap(*result.inputs[0]))
+        if matched is not None and (matched.key, matched.port) in by_source:
+            positions.append(by_source[(matched.key, matched.port)])
+        elif result.name in by_name and not result.auto_named:
+            positions.append(by_name[result.name])
+        else:
+            positions.append(i if i < len(target_results) else 0)
+    return positions
 
 
 def _compile_and_run(device: Device, model, arrays, taps: tuple[int, ...] = ()):

@@ -111,6 +111,10 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     with clock("load"):
         ov_model = load_model(model)
         ov_target = load_model(target_model) if target_model is not None else None
+    for which, m in (("model", ov_model), ("target_model", ov_target)):
+        if m is not None and not m.outputs:
+            raise InputError(f"The {which} '{m.get_friendly_name()}' has no outputs: there is nothing to compare. "
+                             "Give a model with at least one Result.")
     with clock("graph"):
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
@@ -194,7 +198,8 @@ def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
                       for tap in measurement.stats}
         scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
         outputs = tuple(
-            OutputResult(name, s, opened.error_of(s), max(floor, tol.for_node(graph[graph[key].inputs[0][0]])))
+            OutputResult(name, s, opened.error_of(s), max(floor, tol.for_node(graph[graph[key].inputs[0][0]],
+                                                                              graph[key].inputs[0][1])))
             for name, key, s in session.outputs
         )
     return Scored(errors, tolerances, scores, outputs, noise, faithful)

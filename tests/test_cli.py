@@ -63,3 +63,45 @@ def test_console_script_entry_point(model_files):
     proc = subprocess.run([sys.executable, "-m", "bisect_ov", str(model_files / "none.xml"), "--target", "CPU"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--width", "0"], "--width must be at least 40"),
+        (["--seed", "-1"], "seed must be an integer in [0, 2**32)"),
+        (["--max-tap-mb", "inf"], "--max-tap-mb must be a finite number"),
+        (["--impact", "-2"], "impact must be an integer >= 0"),
+        (["--json", "{d}/no/such/folder/r.json"], "does not exist"),
+        (["--html", "{d}"], "is a directory"),
+        (["--patched-model", "{d}/fixed.onnx", "--fix"], "ending in .xml"),
+    ],
+)
+def test_bad_flags_are_refused_before_the_run(model_files, capsys, extra, message):
+    code = main([str(model_files / "m.xml"), "--target", "CPU:f32", "-q",
+                 *[a.format(d=model_files) for a in extra]])
+    captured = capsys.readouterr()
+    assert code == 2 and message in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""  # nothing ran
+
+
+def test_read_only_output_folder_is_refused_before_the_run(model_files, capsys):
+    import os
+
+    folder = model_files / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("running as a user who can write anywhere (root): permissions are not enforced")
+        code = main([str(model_files / "m.xml"), "--target", "CPU:f32", "-q", "--json", str(folder / "r.json")])
+        assert code == 2 and "cannot be written" in capsys.readouterr().err
+    finally:
+        folder.chmod(0o700)
+
+
+def test_demo_exits_0_when_it_ran_as_intended(capsys):
+    code = main(["demo", "-q", "--no-local", "--impact", "0", "--no-noise"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Error starts at" in out  # it did diverge, by design

@@ -111,7 +111,10 @@ class ModelGraph:
         self._order: list[str] = []
         self._by_tensor_name: dict[str, tuple[str, int]] = {}
         self._by_friendly: dict[str, list[str]] = {}
+        self._key_of_name: dict[str, str] = {}
         self._build(model.get_ordered_ops())
+        # Compiled models hand outputs over in the model's output order, not in topological order.
+        self._result_order = [self._key_of_name[r.get_name()] for r in model.get_results()]
         position = {p.get_name(): i for i, p in enumerate(model.get_parameters())}
         # Inputs are fed in get_parameters() order, which need not be the topological order.
         self.parameter_position: dict[str, int] = {
@@ -121,7 +124,7 @@ class ModelGraph:
 
     # ----- construction -------------------------------------------------------------------------------
     def _build(self, ops: list) -> None:
-        runtime_name_key: dict[str, str] = {}  # get_name() is unique within one model
+        runtime_name_key = self._key_of_name  # get_name() is unique within one model
         data_dependent: dict[tuple[str, int], bool] = {}
         for index, op in enumerate(ops):
             friendly = op.get_friendly_name()
@@ -190,7 +193,8 @@ class ModelGraph:
         return [n for n in self if n.kind == "parameter"]
 
     def results(self) -> list[NodeInfo]:
-        return [n for n in self if n.kind == "result"]
+        """The Result nodes in the model's output order: the order compiled outputs come in."""
+        return [self._nodes[k] for k in self._result_order]
 
     def find(self, name: str | int) -> NodeInfo:
         """Look a node up by key, friendly name, output tensor name, or topological index.
@@ -281,7 +285,10 @@ class ModelGraph:
 def _made_up(friendly: str, op) -> bool:
     """OpenVINO names ops nobody named ``<OpType>_<n>``; the number changes with every build, and
     `ov.Model.clone` pins such names as friendly names, so the form counts, not just equality with get_name()."""
-    return friendly == op.get_name() or re.fullmatch(re.escape(op.get_type_name()) + r"_\d+", friendly) is not None
+    if friendly == op.get_name() or re.fullmatch(re.escape(op.get_type_name()) + r"_\d+", friendly) is not None:
+        return True
+    # IR serialisation names an unnamed Result after what it reads: ``<producer>/sink_port_<n>``.
+    return op.get_type_name() == "Result" and re.fullmatch(r".+/sink_port_\d+", friendly) is not None
 
 
 def _tensor_info(out) -> TensorInfo:
