@@ -45,6 +45,7 @@ def bisect(
     noise: bool = True,
     patched_model: str | os.PathLike | None = None,
     keep: Sequence[str] = (),
+    classifier_outputs: Sequence[str] | None = None,
     max_tap_bytes: int | None = DEFAULT_MAX_TAP_BYTES,
     progress: bool | None = None,
 ) -> Report:
@@ -107,6 +108,9 @@ def bisect(
         Names of nodes whose reference and target tensors the report keeps in memory, for
         ``report.tensors(name)`` and ``report.plot_values(name)`` (one more compile per side). ``"culprits"``
         keeps the top five culprits' tensors.
+    classifier_outputs
+        With many samples: the outputs holding class scores, whose top-1 and top-5 answers are compared. None
+        takes ``[batch, classes]`` outputs and outputs named like logits (``[batch, seq, vocab]``).
     max_tap_bytes
         Most bytes of exposed tensors per compile; more taps are split into several compiles. None: one.
     progress
@@ -128,7 +132,7 @@ def bisect(
     options = BisectOptions.from_keywords(
         ref_config=ref_config, target_config=target_config, metric=metric, tolerance=tolerance, seed=seed,
         strategy=strategy, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
-        noise=noise, patched_model=patched_model, keep=keep, max_tap_bytes=max_tap_bytes, progress=progress)
+        noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes, progress=progress)
     return run(model, ref, target, inputs, options, target_model=target_model)
 
 

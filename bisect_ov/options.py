@@ -74,6 +74,9 @@ class BisectOptions:
                        cli_help="skip running the target against itself")
     patched_model: str | os.PathLike | None = _opt(
         None, "with fix, save the model marked for GPU/NPU to keep the fix in f32 (IR .xml)", cli=None)
+    classifier_outputs: tuple[str, ...] | None = _opt(
+        None, "outputs holding class scores whose top-1/top-5 answers are compared over samples "
+        "(None: [batch, classes] outputs and logits)", cli=None)
     keep: tuple[str, ...] = _opt((), "node names whose tensors the report keeps ('culprits': the top five)",
                                  cli="--keep", kind=str, metavar="NAME")
     max_tap_bytes: int | None = _opt(DEFAULT_MAX_TAP_BYTES, "most bytes of exposed tensors per compile (None: no limit)",
@@ -125,6 +128,11 @@ class BisectOptions:
         if not all(isinstance(k, str) for k in keep):
             raise InputError(f"keep must hold node names (strings); got {list(keep)!r}.")
         object.__setattr__(self, "keep", keep)
+        if self.classifier_outputs is not None:
+            names = (self.classifier_outputs,) if isinstance(self.classifier_outputs, str) else self.classifier_outputs
+            if not all(isinstance(n, str) for n in names):
+                raise InputError(f"classifier_outputs must be output names; got {self.classifier_outputs!r}.")
+            object.__setattr__(self, "classifier_outputs", tuple(names))
         if self.patched_model is not None and not isinstance(self.patched_model, (str, os.PathLike)):
             raise InputError(f"patched_model must be a path ending in .xml; got {self.patched_model!r}.")
         if self.patched_model is not None and not os.fspath(self.patched_model).endswith(".xml"):

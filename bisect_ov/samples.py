@@ -3,10 +3,10 @@
 One random input rarely shows a problem: an int8 model may agree on most images and flip the class of a few.
 `as_samples` recognises a set of samples among the forms `bisect` accepts; `run_samples` runs the untouched
 model on all of them (OpenVINO's asynchronous infer requests keep the device busy), ranks them by final-output
-error and, for classifier-like outputs (floating, last axis of 2 or more classes), counts the samples whose
-top-1 answer differs, or whose reference top-1 is not in the target's top-k. `node_spread` aggregates the
-error of measured tensors over samples (mean, max, quantiles). The detailed search then runs on the worst
-sample.
+error and, for outputs holding class scores (`classifier_outputs`: ``[batch, classes]``, or logits), counts the
+samples whose top-1 answer differs, or whose reference top-1 is not in the target's top-k (ties count as
+agreement). `node_spread` aggregates the error of measured tensors over samples (mean, max, quantiles). The
+detailed search then runs on the worst sample.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.run.devices import bf16_to_f32
 from bisect_ov.session import Session, run_both
 
-__all__ = ["Samples", "as_samples", "run_samples", "SampleSummary", "node_spread", "load_folder"]
+__all__ = ["Samples", "as_samples", "run_samples", "SampleSummary", "node_spread", "load_folder",
+           "classifier_outputs", "flips"]
 
 
 class Samples(list):
@@ -78,6 +79,7 @@ class SampleSummary:
     flips_topk: list[int] = field(default_factory=list)
     k: int = 5
     classifier: bool = False
+    class_outputs: list[str] = field(default_factory=list)
 
     @property
     def ranking(self) -> list[int]:
@@ -92,28 +94,41 @@ class SampleSummary:
             "worst": self.ranking[0] if self.errors else None,
             "error_mean": float(finite.mean()) if finite.size else None,
             "error_max": float(errors.max()) if errors.size else None,
-            "classifier": self.classifier, "top1_flips": len(self.flips_top1), "top1_flipped": self.flips_top1,
+            "classifier": self.classifier, "class_outputs": list(self.class_outputs), "top1_flips": len(self.flips_top1), "top1_flipped": self.flips_top1,
             f"top{self.k}_misses": len(self.flips_topk), f"top{self.k}_missed": self.flips_topk,
         }
 
 
 def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list[np.ndarray]]],
-                error_of: Callable[[TensorStats], float], *, k: int = 5, jobs: int = 2) -> SampleSummary:
-    """Run the untouched model on every (ref inputs, target inputs) sample on both sides."""
+                error_of: Callable[[TensorStats], float], *, k: int = 5, jobs: int = 2,
+                class_names: Sequence[str] | None = None) -> SampleSummary:
+    """Run the untouched model on every (ref inputs, target inputs) sample on both sides.
+
+    `class_names`: the outputs holding class scores, whose top-1/top-k answers are compared; None decides by
+    shape (`classifier_outputs`).
+    """
     ref_c, target_c = session.compile_untouched()  # `Session.plain` reuses them for the worst sample
     with session.clock("samples"):
         ref_out, target_out = run_both(lambda: _run_all(ref_c, [s[0] for s in samples], jobs),
                                     lambda: _run_all(target_c, [s[1] for s in samples], jobs))
-    summary = SampleSummary(k=k)
+    names = [session.graph.output_name(r.key) for r in session.graph.results()]
+    if class_names is None:
+        first = ref_out[0] if ref_out else []
+        chosen = classifier_outputs([a.shape for a in first], [a.dtype for a in first], names)
+    else:
+        unknown = [n for n in class_names if n not in names]
+        if unknown:
+            raise InputError(f"classifier_outputs {unknown} are not outputs of the model. Outputs: {names}.")
+        chosen = [names.index(n) for n in class_names]
+    summary = SampleSummary(k=k, classifier=bool(chosen), class_outputs=[names[i] for i in chosen])
     positions = session.target_output_positions
     for i, (r_outs, t_all) in enumerate(zip(ref_out, target_out)):
         t_outs = [t_all[p] for p in positions]
         summary.errors.append(max((error_of(compare(r, t)) for r, t in zip(r_outs, t_outs)), default=0.0))
-        top1, topk, classifier = _flips(r_outs, t_outs, k)
-        summary.classifier = summary.classifier or classifier
-        if top1:
+        answers = [flips(r_outs[j], t_outs[j], k) for j in chosen]
+        if any(a[0] for a in answers):
             summary.flips_top1.append(i)
-        if topk:
+        if any(a[1] for a in answers):
             summary.flips_topk.append(i)
     return summary
 
@@ -171,17 +186,41 @@ def _run_all(compiled, inputs: Sequence[list[np.ndarray]], jobs: int) -> list[li
     return results  # type: ignore[return-value]
 
 
-def _flips(ref_outs: Sequence[np.ndarray], target_outs: Sequence[np.ndarray], k: int) -> tuple[bool, bool, bool]:
-    """(top-1 differs, reference top-1 not in target top-k, classifier-like) over the classifier-like outputs."""
-    top1 = topk = classifier = False
-    for r, t in zip(ref_outs, target_outs):
-        if r.ndim == 0 or r.shape[-1] < 2 or not np.issubdtype(r.dtype, np.floating) or r.shape != t.shape:
+def classifier_outputs(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[np.dtype], names: Sequence[str]) -> list[int]:
+    """Positions of the outputs that hold class scores: floating, and either ``[batch, classes]`` (rank 2,
+    2 or more classes) or named like logits with the classes last (an LLM's ``[batch, seq, vocab]``).
+
+    A feature map (``1x64x32x32``) is not a classifier, however many values its last axis holds.
+    """
+    found = []
+    for i, (shape, dtype, name) in enumerate(zip(shapes, dtypes, names)):
+        if not np.issubdtype(dtype, np.floating) or len(shape) < 2 or shape[-1] < 2:
             continue
-        classifier = True
-        r2, t2 = r.reshape(-1, r.shape[-1]), t.reshape(-1, t.shape[-1])
-        r_top = r2.argmax(axis=1)
-        top1 = top1 or bool(np.any(r_top != t2.argmax(axis=1)))
-        kk = min(k, r2.shape[1])
-        t_topk = np.argsort(-t2, axis=1)[:, :kk]
-        topk = topk or bool(np.any([r_top[i] not in t_topk[i] for i in range(len(r_top))]))
-    return top1, topk, classifier
+        if len(shape) == 2 or (len(shape) == 3 and "logit" in name.lower()):
+            found.append(i)
+    return found
+
+
+def flips(ref: np.ndarray, target: np.ndarray, k: int) -> tuple[bool, bool]:
+    """(top-1 answer differs, reference top-1 outside the target's top-k) for one class-score output.
+
+    Ties count as agreement, as either side would break them either way: the target agrees on top-1 when its
+    score for the reference's class equals its own maximum, and keeps it in its top-k when that score is at
+    least its k-th largest.
+
+    Examples
+    --------
+    >>> flips(np.array([[0.1, 0.9, 0.0]]), np.array([[0.5, 0.5, 0.0]]), 2)
+    (False, False)
+    >>> flips(np.array([[0.1, 0.9, 0.0]]), np.array([[0.6, 0.4, 0.0]]), 1)
+    (True, True)
+    """
+    if ref.shape != target.shape:
+        return True, True
+    r2, t2 = ref.reshape(-1, ref.shape[-1]), target.reshape(-1, target.shape[-1]).astype(np.float64)
+    rows = np.arange(len(r2))
+    chosen = t2[rows, r2.argmax(axis=1)]
+    top1 = bool(np.any(chosen < t2.max(axis=1)))
+    kk = min(k, t2.shape[1])
+    kth = -np.partition(-t2, kk - 1, axis=1)[:, kk - 1]
+    return top1, bool(np.any(chosen < kth))

@@ -296,11 +296,7 @@ class Session:
         outputs = []
         for result_node, r, i in zip(self.graph.results(), ref_out[:n], self._target_output[:n]):
             t = target_out[i]
-            producer = self.graph[result_node.inputs[0][0]]
-            names = producer.outputs[result_node.inputs[0][1]].names
-            # The user's own name for the output when there is one; OpenVINO's made-up Result names are not.
-            name = result_node.name if not result_node.auto_named else (names[0] if names else producer.name)
-            outputs.append((name, result_node.key, compare(r, t)))
+            outputs.append((self.graph.output_name(result_node.key), result_node.key, compare(r, t)))
         return outputs
 
     def _check_exact(self, tap: Tap, ref_out, target_out, ri: int, ti: int, ref_of: dict[Tap, int]) -> None:

@@ -135,7 +135,8 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     summary = None
     if many is not None:
         # Every sample on both sides; the detailed search then runs on the worst one.
-        summary = run_samples(session, pairs, lambda s: metric_value(s, options.metric))
+        summary = run_samples(session, pairs, lambda s: metric_value(s, options.metric),
+                              class_names=options.classifier_outputs)
         session.select_sample(*pairs[summary.ranking[0]])
     return Opened(session, resolved, ov_model, ov_target, tuple(pairs), summary, tuple(plan.notes) + why, clock)
 

@@ -81,3 +81,29 @@ def test_samples_recorded_on_several_machines_merge_and_replay(tmp_path):
                     fix=False, progress=False)
     assert report.samples["count"] == 3 and not report.diverges  # the same f32 CPU recorded every shard
     assert report.target.name == "capture:all.npz"
+
+
+def test_feature_maps_are_not_classifiers_and_ties_are_agreement():
+    from bisect_ov.samples import classifier_outputs, flips
+
+    f32 = np.dtype(np.float32)
+    assert classifier_outputs([(1, 64, 32, 32), (1, 10), (1, 7, 100), (1, 7, 100)], [f32] * 4,
+                              ["features", "probs", "hidden", "logits"]) == [1, 3]
+    assert classifier_outputs([(1, 10)], [np.dtype(np.int64)], ["ids"]) == []
+    ref = np.array([[0.1, 0.7, 0.2, 0.0, 0.0, 0.0]], np.float32)
+    tied = np.array([[0.3, 0.3, 0.3, 0.3, 0.3, 0.3]], np.float32)  # every class ties: nothing flipped
+    assert flips(ref, tied, 5) == (False, False)
+    assert flips(ref, np.array([[0.9, 0.1, 0.0, 0.0, 0.0, 0.0]], np.float32), 1) == (True, True)
+    assert flips(ref, np.array([[0.9, 0.1, 0.0, 0.0, 0.0, 0.0]], np.float32), 2) == (True, False)
+
+
+def test_explicit_class_outputs_are_used_and_named():
+    from bisect_ov import InputError
+
+    model = tiny_chain()
+    samples = [{"x": np.full((1, 8), i / 10, np.float32)} for i in range(3)]
+    report = bisect(model, "CPU", "CPU:f32", Samples(samples), classifier_outputs=["tanh3"], progress=False,
+                    local=False, impact=0, noise=False)
+    assert report.samples["classifier"] and report.samples["class_outputs"] == ["tanh3"]
+    with pytest.raises(InputError, match="not outputs of the model"):
+        bisect(model, "CPU", "CPU:f32", Samples(samples), classifier_outputs=["nope"], progress=False)

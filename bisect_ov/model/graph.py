@@ -125,6 +125,8 @@ class ModelGraph:
     # ----- construction -------------------------------------------------------------------------------
     def _build(self, ops: list) -> None:
         runtime_name_key = self._key_of_name  # get_name() is unique within one model
+        # Generated keys (``name#2``) must not collide with any op's real name, whatever names the model uses.
+        self._taken = {op.get_friendly_name() for op in ops}
         data_dependent: dict[tuple[str, int], bool] = {}
         for index, op in enumerate(ops):
             friendly = op.get_friendly_name()
@@ -162,8 +164,14 @@ class ModelGraph:
                     self._by_tensor_name.setdefault(name, (key, t.port))
 
     def _unique_key(self, friendly: str) -> str:
+        """The friendly name for its first op, ``name#2``, ``name#3`` ... for repeats, skipping any key that is
+        some op's real name or already in use."""
         seen = self._by_friendly.setdefault(friendly, [])
-        key = friendly if not seen else f"{friendly}#{len(seen) + 1}"
+        key, n = friendly, len(seen) + 1
+        if seen:
+            while key in self._nodes or key in self._taken:  # the friendly name itself is taken
+                key = f"{friendly}#{n}"
+                n += 1
         seen.append(key)
         return key
 
@@ -195,6 +203,18 @@ class ModelGraph:
     def results(self) -> list[NodeInfo]:
         """The Result nodes in the model's output order: the order compiled outputs come in."""
         return [self._nodes[k] for k in self._result_order]
+
+    def output_name(self, result_key: str) -> str:
+        """The user's name for a model output: the Result's own name when someone gave it one, else the name of
+        the tensor it reads, else its producer's name (OpenVINO's made-up Result names mean nothing to users)."""
+        result = self._nodes[result_key]
+        if not result.auto_named:
+            return result.name
+        producer_key, port = result.inputs[0]
+        producer = self._nodes[producer_key]
+        # OpenVINO also gives the tensor the made-up Result name; that one is not the user's either.
+        names = [n for n in producer.outputs[port].names if n != result.name]
+        return names[0] if names else producer.name
 
     def find(self, name: str | int) -> NodeInfo:
         """Look a node up by key, friendly name, output tensor name, or topological index.

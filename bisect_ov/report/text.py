@@ -157,6 +157,8 @@ def experiment_lines(report: "Report") -> list[str]:
             k = next((key[3:-7] for key in samples if key.startswith("top") and key.endswith("_misses")), "5")
             line += (f"; top-1 answer differs on {samples['top1_flips']} of {samples['count']}"
                      f", reference top-1 outside the target's top-{k} on {samples[f'top{k}_misses']}")
+            if samples.get("class_outputs"):
+                line += f" (class scores: {', '.join(samples['class_outputs'])})"
         lines += ["", line + "."]
     noise = getattr(report, "noise", None) or {}
     if noise:

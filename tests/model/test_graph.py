@@ -63,3 +63,23 @@ def test_dynamic_shapes_are_allowed_in_the_graph():
     x = ops.parameter(ov.PartialShape([-1, 4]), np.float32, name="x")
     g = ModelGraph(ov.Model([ops.relu(x, name="r").output(0)], [x]))
     assert g["r"].outputs[0].shape is None and g["r"].outputs[0].nbytes is None
+
+
+def test_generated_keys_never_collide_with_real_names():
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from bisect_ov.model.graph import ModelGraph
+
+    x = ops.parameter([1, 4], np.float32, name="x")
+    a1 = ops.relu(x, name="a")
+    a2 = ops.sigmoid(a1, name="a")
+    real = ops.tanh(a2, name="a#2")  # a real op already named like a generated key
+    a3 = ops.exp(real, name="a")
+    graph = ModelGraph(ov.Model([a3.output(0)], [x], "names"))
+    keys = [n.key for n in graph.candidates()]
+    assert len(set(keys)) == 4
+    by_key = {n.key: n.op_type for n in graph.candidates()}
+    assert by_key["a#2"] == "Tanh" and by_key["a"] == "Relu"
+    assert sorted(t for k, t in by_key.items() if k not in ("a", "a#2")) == ["Exp", "Sigmoid"]
