@@ -168,6 +168,9 @@ def _inputs(args) -> object:
         file = pathlib.Path(path)
         if not file.is_file():
             raise InputError(f"Input file for '{name}' not found: '{file}'.")
+        if file.suffix.lower() == ".npz":
+            raise InputError(f"--input {name}=FILE takes one array (.npy); '{file}' is an .npz of arrays: pass it as "
+                             f"--inputs {file} (one array per input name).")
         try:
             values[name] = np.load(file, allow_pickle=False)
         except Exception as err:

@@ -15,6 +15,7 @@ the compile counts); none assigns to another object's fields. The options arrive
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -126,8 +127,14 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     resolved, why = options.resolve(local_possible=plan.local, pieces_possible=plan.pieces, twin=ov_target is not None)
     many = as_samples(plan.inputs)
     pairs: list[SamplePair] = []
-    for sample in (many if many is not None else [plan.inputs]):
-        ref_arrays = prepare_inputs(ov_model, sample, seed=options.seed)
+    for number, sample in enumerate(many if many is not None else [plan.inputs]):
+        try:
+            ref_arrays = prepare_inputs(ov_model, sample, seed=options.seed)
+        except InputError as err:
+            if many is None:
+                raise
+            where = f" ('{sample}')" if isinstance(sample, (str, os.PathLike)) else ""
+            raise InputError(f"Sample #{number}{where}: {err}") from err
         pairs.append((ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays))
     show = sys.stderr.isatty() if options.progress is None else options.progress
     session = Session(graph, target_graph, match, plan.ref, plan.target, *pairs[0], clock=clock, progress=show,

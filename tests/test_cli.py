@@ -105,3 +105,18 @@ def test_demo_exits_0_when_it_ran_as_intended(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "Error starts at" in out  # it did diverge, by design
+
+
+def test_garbage_model_file_gives_one_line_and_no_frontend_noise(tmp_path):
+    bad = tmp_path / "broken.onnx"
+    bad.write_text("garbage")
+    proc = subprocess.run([sys.executable, "-m", "bisect_ov", str(bad), "--target", "CPU"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Cannot read model" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_an_npz_given_to_input_points_to_inputs(model_files, capsys):
+    np.savez(model_files / "x.npz", x=np.zeros((1, 8), np.float32))
+    code = main([str(model_files / "m.xml"), "--target", "CPU:f32", "--input", f"x={model_files / 'x.npz'}"])
+    assert code == 2 and f"--inputs {model_files / 'x.npz'}" in capsys.readouterr().err

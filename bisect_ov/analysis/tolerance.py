@@ -73,6 +73,19 @@ class Tolerance:
     per_node: Mapping[str, float] = field(default_factory=dict)
     min_growth: float = 2.0
 
+    def __post_init__(self) -> None:
+        for name in ("factor", "floor", "min_growth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise InputError(f"Tolerance({name}=...) must be a finite number >= 0; got {value!r}.")
+        if self.value is not None and (isinstance(self.value, bool) or not isinstance(self.value, (int, float))
+                                       or not 0 <= self.value < math.inf):
+            raise InputError(f"Tolerance(value=...) must be None or a finite number >= 0; got {self.value!r}.")
+        if not isinstance(self.per_node, Mapping) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf
+                for v in self.per_node.values()):
+            raise InputError(f"Tolerance(per_node=...) must map node names to finite numbers >= 0; got {self.per_node!r}.")
+
     def with_precision(self, precision: str) -> "Tolerance":
         """This tolerance with `precision` filled in when the user left it open."""
         if self.precision is not None:

@@ -8,14 +8,19 @@ object `openvino.convert_model` takes (a PyTorch module, a TensorFlow function, 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import pathlib
+import sys
 import tempfile
-from typing import Any
+from typing import Any, Iterator
 
 import openvino as ov
 
 from bisect_ov.errors import InputError, first_line
+
+log = logging.getLogger(__name__)
 
 __all__ = ["load_model", "model_label"]
 
@@ -88,11 +93,39 @@ def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
             f"Supported: {', '.join(_FILE_SUFFIXES)} files, an ov.Model, or an object openvino.convert_model accepts."
         )
     try:
-        if suffix == ".xml":
-            return core.read_model(str(path))
-        return core.read_model(str(path)) if suffix == ".onnx" else ov.convert_model(str(path))
+        with native_stderr_to_log(f"reading '{path.name}'"):
+            if suffix in (".xml", ".onnx"):
+                return core.read_model(str(path))
+            return ov.convert_model(str(path))
     except Exception as err:
         raise InputError(f"Cannot read model '{path}': {first_line(err)}. Is the file complete and valid?") from err
+
+
+@contextlib.contextmanager
+def native_stderr_to_log(what: str) -> Iterator[None]:
+    """Route what native code writes to file descriptor 2 meanwhile into the `bisect_ov` log.
+
+    OpenVINO's frontends try every format on a file they cannot read, and some print parser messages straight
+    to the process's stderr (an unreadable .onnx file gives TensorFlow text-format errors); the user gets one
+    clear error instead, and the lines stay available at DEBUG level.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (some notebook kernels): nothing to route
+        yield
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+            if text:
+                log.debug("Native messages while %s:\n%s", what, text)
 
 
 def _read_onnx_proto(proto: Any, core: ov.Core) -> ov.Model:

@@ -155,6 +155,10 @@ def _read_file(path: pathlib.Path, specs: list[ParameterSpec]) -> Any:
 
 
 def _check(array: np.ndarray, spec: ParameterSpec) -> np.ndarray:
+    if array.dtype.kind in "USOV":
+        kind = {"U": "text", "S": "bytes", "O": "Python objects", "V": "raw records"}[array.dtype.kind]
+        raise InputError(f"Input {spec.describe()} got {kind} (dtype {array.dtype}); pass a numeric array of "
+                         f"dtype {np.dtype(spec.dtype).name}.")
     if not spec.pshape.compatible(ov.PartialShape(list(array.shape))):
         raise InputError(
             f"Input {spec.describe()} got an array of shape {list(array.shape)}. Pass an array of shape {spec.pshape}."
@@ -166,7 +170,16 @@ def _check(array: np.ndarray, spec: ParameterSpec) -> np.ndarray:
         np.issubdtype(array.dtype, np.integer) and np.issubdtype(want, np.integer)
     )
     if same_kind:
-        cast = array.astype(want)
+        with np.errstate(over="ignore"):
+            cast = array.astype(want)
+        if np.issubdtype(want, np.floating):
+            overflow = np.isinf(cast) & np.isfinite(array)
+            if overflow.any():
+                raise InputError(
+                    f"Input {spec.describe()}: {int(overflow.sum())} of {array.size} {array.dtype} value(s) exceed the "
+                    f"{spec.type_name} range (largest magnitude {float(np.max(np.abs(array[overflow]))):.3g}, "
+                    f"{spec.type_name} holds up to {float(np.finfo(want).max):.3g}) and would become inf. Scale or "
+                    "clip them first.")
         if np.issubdtype(want, np.integer) and not np.array_equal(cast, array):
             raise InputError(f"Input {spec.describe()}: values do not fit {spec.type_name} (got {array.dtype}).")
         return np.ascontiguousarray(cast)

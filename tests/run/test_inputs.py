@@ -69,3 +69,37 @@ def test_align_by_name_when_order_differs():
     arrays = [np.ones(1, np.float32), np.zeros(2, np.float32)]
     aligned = align_inputs(orig, twin, arrays)
     assert aligned[0].shape == (2,) and aligned[1].shape == (1,)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    (np.array([["a"] * 8]), "got text"),
+    (np.full((1, 8), 1e39, np.float64), "exceed the f32 range"),
+])
+def test_inputs_that_cannot_be_fed_are_refused_clearly(value, fragment):
+    from bisect_ov import InputError
+    from bisect_ov.run.inputs import prepare_inputs
+    from tests.conftest import tiny_chain
+
+    with pytest.raises(InputError, match=fragment):
+        prepare_inputs(tiny_chain(), {"x": value})
+
+
+def test_a_bad_sample_is_named(tmp_path):
+    from bisect_ov import InputError, Samples, bisect
+    from tests.conftest import tiny_chain
+
+    np.save(tmp_path / "a.npy", np.zeros((1, 8), np.float32))
+    np.save(tmp_path / "b.npy", np.zeros((1, 3), np.float32))
+    with pytest.raises(InputError, match=r"Sample #1 \('.*b\.npy'\)"):
+        bisect(tiny_chain(), "CPU", "CPU:f32", str(tmp_path), progress=False)
+    good = {"x": np.zeros((1, 8), np.float32)}
+    with pytest.raises(InputError, match="Sample #2:"):
+        bisect(tiny_chain(), "CPU", "CPU:f32", Samples(iter([good, good, {"y": 1}])), progress=False)
+
+
+def test_tolerance_refuses_bad_values():
+    from bisect_ov import InputError, Tolerance
+
+    for bad in ({"factor": -1}, {"floor": float("nan")}, {"value": -0.5}, {"per_node": {"a": -1}}, {"min_growth": "x"}):
+        with pytest.raises(InputError, match="Tolerance"):
+            Tolerance(**bad)
