@@ -9,6 +9,7 @@ score error growth over the graph (`analysis.scoring`), and build the `Report` (
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pathlib
@@ -28,6 +29,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model, model_label
 from bisect_ov.model.match import foreign_inputs, identity_match, match_nodes
 from bisect_ov.model.taps import Tap, plan_chunks
+from bisect_ov.records import Fidelity, Noise
 from bisect_ov.report.report import NodeResult, OutputResult, Report, kernel_difference
 from bisect_ov.run.devices import Device, DeviceInfo, make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
@@ -199,9 +201,10 @@ def bisect(
         ranking = _rank_by_impact(scores.ranking, findings.impact)
         nodes = _node_results(session, stats, scores, groups, tol.precision, findings, ranking, spread)
     kept = _keep_tensors(session, keep, ranking)
-    fix_dict = findings.fix.to_dict() if findings.fix else {}
-    if findings.fix and patched_model is not None:
-        fix_dict["patched_model"] = str(_save_patched(ov_model, graph, findings.fix.keep, patched_model))
+    fix_record = findings.fix
+    if fix_record is not None and patched_model is not None:
+        fix_record = dataclasses.replace(
+            fix_record, patched_model=str(_save_patched(ov_model, graph, fix_record.keep, patched_model)))
     report = Report(
         model=model_label(model), ref=session.ref_info, target=session.target_info, nodes=nodes, outputs=outputs,
         metric=metric if isinstance(metric, str) else getattr(metric, "__name__", "custom"),
@@ -213,12 +216,11 @@ def bisect(
         timings=clock.stages, compiles=dict(session.compiles), strategy=used,
         inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
                      for p, a in zip(ov_model.get_parameters(), session.ref_arrays)),
-        samples=summary.to_dict() if summary is not None else {},
-        openvino_version=ov.get_version(), notes=tuple(notes), fidelity=fidelity, noise=noise_floor,
-        fix=fix_dict, delegation=findings.delegation,
-        curve=tuple({"fraction": f, "nodes": n, "error": e} for f, n, e in findings.curve),
+        samples=summary.to_record() if summary is not None else None,
+        openvino_version=ov.get_version(), notes=tuple(notes), fidelity=fidelity,
+        noise=Noise(**noise_floor) if noise_floor else None,
+        fix=fix_record, delegation=findings.delegation, curve=tuple(findings.curve), kept_tensors=kept,
     )
-    report.keep_tensors(kept)
     return report
 
 
@@ -263,7 +265,7 @@ def _open(model, ref, target, inputs, ref_config, target_config, target_model, m
     return _Opened(session, plan, pairs, summary, ov_model, ov_target)
 
 
-def _notes(session: Session, floor: float, fidelity: dict, *, fell_back: bool) -> list[str]:
+def _notes(session: Session, floor: float, fidelity: Fidelity | None, *, fell_back: bool) -> list[str]:
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     notes = list(session.notes)
     if floor:
@@ -272,8 +274,8 @@ def _notes(session: Session, floor: float, fidelity: dict, *, fell_back: bool) -
     for key, check in session.exact.items():
         if not (check.ref_exact and check.target_exact):
             notes.append(f"'{session.graph[key].name}' computes on integers: {check.describe()}.")
-    if fidelity.get("warning"):
-        notes.append(fidelity["warning"])
+    if fidelity is not None and fidelity.warning:
+        notes.append(fidelity.warning)
     if fell_back:
         notes.append("The fusion-boundary taps did not reproduce the plain run faithfully; the bisection strategy was used.")
     return notes
@@ -368,7 +370,8 @@ def _capture(session: Session, strategy: str, diverged, max_tap_bytes, refine: b
     if strategy == "bisection":
         return strategy, run_bisection(session, diverged), groups
     stats, groups = run_fusion(session, max_tap_bytes, diverged, refine=refine)
-    if strategy == "auto" and _fidelity(session, metric).get("warning"):
+    fidelity = _fidelity(session, metric)
+    if strategy == "auto" and fidelity is not None and fidelity.warning:
         session.tapped_outputs.clear()
         return "bisection", run_bisection(session, diverged), {}
     return "fusion" if strategy == "auto" else strategy, stats, groups
@@ -377,10 +380,10 @@ def _capture(session: Session, strategy: str, diverged, max_tap_bytes, refine: b
 FIDELITY_RANGE = (0.5, 2.0)
 
 
-def _fidelity(session: Session, metric) -> dict[str, Any]:
+def _fidelity(session: Session, metric) -> Fidelity | None:
     """Did exposing taps change the final-output error? The worst ratio of instrumented to plain error."""
     if not session.tapped_outputs or not session.outputs:
-        return {}
+        return None
     plain = max(metric_value(s, metric) for _, _, s in session.outputs)
     worst: tuple[float, float] | None = None
     for outputs in session.tapped_outputs:
@@ -389,15 +392,15 @@ def _fidelity(session: Session, metric) -> dict[str, Any]:
         if worst is None or abs(np.log(max(ratio, 1e-300))) > abs(np.log(max(worst[1], 1e-300))):
             worst = (tapped, ratio)
     tapped, ratio = worst
-    fidelity: dict[str, Any] = {"plain_error": plain, "tapped_error": tapped, "ratio": ratio}
     low, high = FIDELITY_RANGE
+    warning = ""
     if not low <= ratio <= high:
-        fidelity["warning"] = (
+        warning = (
             f"Exposing intermediate tensors changed the final-output error from {plain:.2e} to {tapped:.2e} "
             f"(ratio {ratio:.2f}, outside [{low}, {high}]): the target compiled differently with taps, so the "
             "per-node errors may not explain the plain run. Try strategy='bisection' (few taps per compile)."
         )
-    return fidelity
+    return Fidelity(plain_error=plain, tapped_error=tapped, ratio=ratio, warning=warning)
 
 
 def _ratio(tapped: float, plain: float) -> float:

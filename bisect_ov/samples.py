@@ -22,6 +22,7 @@ import openvino as ov
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.errors import InputError
 from bisect_ov.model.taps import Tap, tap_model
+from bisect_ov.records import SamplesSummary
 from bisect_ov.run.devices import bf16_to_f32
 from bisect_ov.session import Session, run_both
 
@@ -84,17 +85,18 @@ class SampleSummary:
         """Sample indices, worst final-output error first."""
         return sorted(range(len(self.errors)), key=lambda i: (-self.errors[i], i))
 
-    def to_dict(self) -> dict:
+    def to_record(self) -> SamplesSummary:
+        """The frozen record the report keeps (the first 50 of the ranking)."""
         errors = np.asarray(self.errors, dtype=np.float64) if self.errors else np.zeros(0)
         finite = errors[np.isfinite(errors)]
-        return {
-            "count": len(self.errors), "errors": list(self.errors), "ranking": self.ranking[:50],
-            "worst": self.ranking[0] if self.errors else None,
-            "error_mean": float(finite.mean()) if finite.size else None,
-            "error_max": float(errors.max()) if errors.size else None,
-            "classifier": self.classifier, "top1_flips": len(self.flips_top1), "top1_flipped": self.flips_top1,
-            f"top{self.k}_misses": len(self.flips_topk), f"top{self.k}_missed": self.flips_topk,
-        }
+        return SamplesSummary(
+            count=len(self.errors), errors=tuple(self.errors), ranking=tuple(self.ranking[:50]),
+            worst=self.ranking[0] if self.errors else None,
+            error_mean=float(finite.mean()) if finite.size else None,
+            error_max=float(errors.max()) if errors.size else None,
+            classifier=self.classifier, top1_flips=len(self.flips_top1), top1_flipped=tuple(self.flips_top1),
+            k=self.k, topk_misses=len(self.flips_topk), topk_missed=tuple(self.flips_topk),
+        )
 
 
 def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list[np.ndarray]]],

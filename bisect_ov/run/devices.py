@@ -18,7 +18,7 @@ plugin otherwise runs bf16 silently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -26,6 +26,7 @@ import openvino as ov
 
 from bisect_ov.errors import DeviceError, InputError, first_line
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
+from bisect_ov.records import DeviceInfo  # re-exported: its home is the records module
 
 __all__ = ["cpu_supports_bf16", "DeviceInfo", "Compiled", "Device", "OpenVINODevice", "EmulatedDevice", "make_device", "available_devices"]
 
@@ -52,37 +53,6 @@ def cpu_supports_bf16() -> bool:
     On such CPUs plain ``CPU`` runs bf16 by default; elsewhere ``CPU:bf16`` falls back to f32.
     """
     return "BF16" in _capabilities("CPU")
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What one side ran on, as read back after compiling."""
-
-    name: str
-    device: str
-    full_name: str = ""
-    precision: str = "unknown"
-    requested_precision: str | None = None
-    config: dict[str, str] = field(default_factory=dict)
-    emulated: bool = False
-    note: str = ""
-    precision_counts: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        """``CPU/f32``, ``EMU:f16/f16 (emulated)``."""
-        return f"{self.name}/{self.precision}" + (" (emulated)" if self.emulated else "")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "device": self.device, "full_name": self.full_name, "precision": self.precision,
-            "requested_precision": self.requested_precision, "config": dict(self.config),
-            "emulated": self.emulated, "note": self.note, "precision_counts": dict(self.precision_counts),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DeviceInfo":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 class Compiled:
