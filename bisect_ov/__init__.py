@@ -9,6 +9,7 @@ from bisect_ov.analysis.metrics import METRICS, TensorStats, compare
 from bisect_ov.analysis.scoring import score_graph
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.api import bisect
+from bisect_ov.capture import Capture, RecordedDevice, capture, load_capture, merge_captures
 from bisect_ov.errors import BisectError, CaptureError, DeviceError, InputError
 from bisect_ov.model.graph import ModelGraph, NodeInfo
 from bisect_ov.model.inject import FAULT_KINDS, inject_fault
@@ -16,11 +17,8 @@ from bisect_ov.model.load import load_model
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
 from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.report.report import NodeResult, OutputResult, Report
-from bisect_ov.run.capture_reader import Capture, load_capture, merge_captures
 from bisect_ov.run.devices import Device, DeviceInfo, EmulatedDevice, OpenVINODevice, make_device
 from bisect_ov.run.inputs import prepare_inputs
-from bisect_ov.run.playback import RecordedDevice
-from bisect_ov.run.recorded import capture
 from bisect_ov.samples import Samples
 
 __version__ = "0.1.0"

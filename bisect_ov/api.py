@@ -36,7 +36,7 @@ from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, patch_model,
                              smallest_range, suspects_for_fix)
 from bisect_ov.mixed import impact as impact_of
-from bisect_ov.run.playback import plan_recorded
+from bisect_ov.capture.device import plan_recorded
 from bisect_ov.samples import as_samples, node_spread, run_samples
 from bisect_ov.session import Clock, Session
 from bisect_ov.strategies import STRATEGIES, run_bisection, run_full, run_fusion
