@@ -167,11 +167,8 @@ def _close_quietly(f: IO) -> None:
     """Close `f`; a close that fails (buffered bytes on a full disk) must not hide the first error."""
     try:
         f.close()
-    except OSError:
-        try:
-            os.close(f.fileno())
-        except (OSError, ValueError):
-            pass
+    except (OSError, ValueError):
+        pass  # buffered files close their descriptor even when the final flush fails
 
 
 def _reason(err: OSError) -> str:
