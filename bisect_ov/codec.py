@@ -109,7 +109,7 @@ def _decode(hint: Any, value: Any, where: str, depth: int) -> Any:
             except InputError as err:
                 errors.append(str(err))
         raise InputError(errors[0] if errors else f"{where}: unexpected {value!r}")
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _record(hint, value, where, depth)
     if hint is bool:
         if isinstance(value, bool):

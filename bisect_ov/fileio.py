@@ -61,7 +61,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", *, what: str = "",
     with removed_on_sigterm(tmp):
         try:
             try:
-                f = os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {}))
+                f: IO = os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
             except BaseException:
                 os.close(fd)
                 raise

@@ -25,7 +25,6 @@ from typing import Callable
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.model.fusion import fusion_boundaries
-from bisect_ov.model.fusion import unmeasured_ancestors as _unmeasured_ancestors
 from bisect_ov.model.partition import cut_after
 from bisect_ov.model.taps import Tap
 from bisect_ov.session import Session
