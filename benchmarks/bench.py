@@ -85,7 +85,7 @@ def run_one(model_name: str, strategy: str, ref: str, target: str) -> dict:
         report = bisect(model, ref, target, arrays, strategy="full" if local else strategy, local=local, impact=0,
                         noise=False, progress=False)
         row.update(
-            compiles=report.compiles["target"], fidelity=report.fidelity.get("ratio"), measured=len(report.nodes),
+            compiles=report.compiles["target"], fidelity=report.fidelity.ratio if report.fidelity else None, measured=len(report.nodes),
             local_seconds=report.timings.get("experiments"),
             first=report.first_divergence.name if report.first_divergence else None,
             final_error=max((o.error for o in report.outputs), default=None),

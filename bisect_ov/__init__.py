@@ -9,18 +9,16 @@ from bisect_ov.analysis.metrics import METRICS, TensorStats, compare
 from bisect_ov.analysis.scoring import score_graph
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.api import bisect
-from bisect_ov.errors import BisectError, CaptureError, DeviceError, InputError
+from bisect_ov.capture import Capture, RecordedDevice, capture, load_capture, merge_captures
+from bisect_ov.errors import BisectError, CaptureError, DeviceError, InputError, WriteError
 from bisect_ov.model.graph import ModelGraph, NodeInfo
 from bisect_ov.model.inject import FAULT_KINDS, inject_fault
 from bisect_ov.model.load import load_model
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
 from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.report.report import NodeResult, OutputResult, Report
-from bisect_ov.run.capture_reader import Capture, load_capture, merge_captures
-from bisect_ov.run.devices import Device, DeviceInfo, EmulatedDevice, OpenVINODevice, make_device
+from bisect_ov.run.devices import Device, DeviceInfo, EmulatedDevice, OpenVINODevice, make_device, register_device
 from bisect_ov.run.inputs import prepare_inputs
-from bisect_ov.run.playback import RecordedDevice
-from bisect_ov.run.recorded import capture
 from bisect_ov.samples import Samples
 
 __version__ = "0.1.0"
@@ -42,6 +40,7 @@ __all__ = [
     "OpenVINODevice",
     "EmulatedDevice",
     "make_device",
+    "register_device",
     "prepare_inputs",
     "capture",
     "load_capture",
@@ -60,5 +59,6 @@ __all__ = [
     "InputError",
     "DeviceError",
     "CaptureError",
+    "WriteError",
     "__version__",
 ]

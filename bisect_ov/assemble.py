@@ -7,6 +7,7 @@ tensors the user asked for and saves the patched model of a fix. Reads the `Sess
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pathlib
 from typing import Any, Sequence
@@ -34,9 +35,10 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         ranking = rank_by_impact(scored.scores.ranking, findings.impact)
         nodes = node_results(session, measurement, scored, plain.tolerance.precision, findings, ranking)
     kept = keep_tensors(session, options.keep, ranking)
-    fix = findings.fix.to_dict() if findings.fix else {}
-    if findings.fix and options.patched_model is not None:
-        fix["patched_model"] = str(save_patched(opened.model, session.graph, findings.fix.keep, options.patched_model))
+    fix = findings.fix
+    if fix is not None and options.patched_model is not None:
+        fix = dataclasses.replace(
+            fix, patched_model=str(save_patched(opened.model, session.graph, fix.keep, options.patched_model)))
     match = session.match
     twin = opened.target_model is not None
     report = Report(
@@ -48,12 +50,11 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         timings=opened.clock.stages, compiles=session.compiles, strategy=measurement.strategy,
         inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
                      for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
-        samples=opened.summary.to_dict() if opened.summary is not None else {},
+        samples=opened.summary.to_record() if opened.summary is not None else None,
         openvino_version=ov.get_version(), notes=tuple(run_notes(opened, measurement, scored)),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
-        curve=tuple({"fraction": f, "nodes": n, "error": e} for f, n, e in findings.curve),
+        curve=tuple(findings.curve), kept_tensors=kept,
     )
-    report.keep_tensors(kept)
     return report
 
 
@@ -67,8 +68,8 @@ def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[
     for key, check in session.exact.items():
         if not (check.ref_exact and check.target_exact):
             notes.append(f"'{session.graph[key].name}' computes on integers: {check.describe()}.")
-    if scored.fidelity.get("warning"):
-        notes.append(scored.fidelity["warning"])
+    if scored.fidelity is not None and scored.fidelity.warning:
+        notes.append(scored.fidelity.warning)
     if measurement.fell_back:
         notes.append("The fusion-boundary taps did not reproduce the plain run faithfully; the bisection strategy was used.")
     return notes

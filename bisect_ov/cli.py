@@ -245,8 +245,7 @@ def _compare(args) -> int:
 
 
 def _capture(args) -> int:
-    from bisect_ov.run.capture_reader import load_capture
-    from bisect_ov.run.recorded import capture
+    from bisect_ov.capture import capture, load_capture
 
     path = capture(
         args.model, args.device, _inputs(args), args.out, config=dict(args.config), mode=args.mode,

@@ -2,12 +2,14 @@
 
 Every error a user can cause (a bad model, input or option) is an `InputError`; every failure of a device
 (missing, compile or infer failed) is a `DeviceError`. Both derive from `BisectError`, so a caller can catch
-one type. Messages say what was wrong, what is available, and how to fix it.
+one type. A file that cannot be written is a `WriteError` (an `InputError`, and an `OSError` too, so code that
+catches OSError around file writes keeps working). Messages say what was wrong, what is available, and how to
+fix it.
 """
 
 from __future__ import annotations
 
-__all__ = ["BisectError", "InputError", "DeviceError", "CaptureError", "first_line"]
+__all__ = ["BisectError", "InputError", "DeviceError", "CaptureError", "WriteError", "CaptureWriteError", "first_line"]
 
 
 class BisectError(Exception):
@@ -24,6 +26,14 @@ class DeviceError(BisectError, RuntimeError):
 
 class CaptureError(InputError):
     """A recorded capture file is unreadable, corrupted, or does not match the model or inputs."""
+
+
+class WriteError(InputError, OSError):
+    """A file cannot be written: a missing or read-only folder, a folder given as the path, a full disk."""
+
+
+class CaptureWriteError(CaptureError, WriteError):
+    """A capture file cannot be written."""
 
 
 def first_line(err: BaseException) -> str:

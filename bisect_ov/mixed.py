@@ -31,6 +31,7 @@ from tqdm import tqdm
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.partition import cut_after, extract
 from bisect_ov.model.taps import Tap, plan_chunks
+from bisect_ov.records import CurvePoint, Delegation, Fix
 from bisect_ov.session import Session
 
 __all__ = ["local_errors", "mixed_run", "contribution_curve", "smallest_range", "impact", "find_fix", "Fix",
@@ -144,17 +145,17 @@ def mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Seq
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
 
 
-def contribution_curve(runs: MixedRuns, points: int = 8) -> list[tuple[float, int, float]]:
+def contribution_curve(runs: MixedRuns, points: int = 8) -> list[CurvePoint]:
     """(fraction, nodes on target, final error) with the first fraction of the graph on the target."""
     n = len(runs.order)
     curve = []
     for i in range(points + 1):
         count = round(n * i / points)
-        curve.append((count / n if n else 0.0, count, runs.error(set(runs.order[:count]))))
+        curve.append(CurvePoint(count / n if n else 0.0, count, runs.error(set(runs.order[:count]))))
     return curve
 
 
-def smallest_range(runs: MixedRuns, share: float = 0.5) -> dict:
+def smallest_range(runs: MixedRuns, share: float = 0.5) -> Delegation:
     """The shortest range [a, b] (topological positions) whose delegation reproduces `share` of the error.
 
     First the smallest b such that the prefix [0, b] does, then the largest a such that [a, b] still does;
@@ -164,7 +165,7 @@ def smallest_range(runs: MixedRuns, share: float = 0.5) -> dict:
     full = runs.error(set(order))
     goal = share * full
     if not order or full == 0:
-        return {"full_error": full, "goal": goal, "start": None, "end": None, "error": 0.0, "runs": runs.runs}
+        return Delegation(full_error=full, goal=goal, start=None, end=None, error=0.0, runs=runs.runs)
     lo, hi = 0, len(order) - 1
     while lo < hi:
         mid = (lo + hi) // 2
@@ -181,37 +182,14 @@ def smallest_range(runs: MixedRuns, share: float = 0.5) -> dict:
         else:
             hi = mid - 1
     start = lo
-    return {
-        "full_error": full, "goal": goal, "start": start, "end": end, "first": order[start], "last": order[end],
-        "nodes": end - start + 1, "error": runs.error(set(order[start:end + 1])), "runs": runs.runs,
-    }
+    error = runs.error(set(order[start:end + 1]))
+    return Delegation(full_error=full, goal=goal, start=start, end=end, error=error, runs=runs.runs,
+                      first=order[start], last=order[end], nodes=end - start + 1)
 
 
 def impact(runs: MixedRuns, units: Mapping[str, Sequence[str]]) -> dict[str, float]:
     """Final-output error when only each unit (its output node and members) runs on the target."""
     return {uid: runs.error(set(members) | {uid}) for uid, members in units.items()}
-
-
-@dataclass(frozen=True)
-class Fix:
-    """Nodes to keep in the reference precision, and the final error before and after, verified."""
-
-    keep: tuple[str, ...]
-    error_before: float
-    error_after: float
-    tolerance: float
-    verified: bool
-    runs: int
-    tried: tuple[str, ...] = ()
-
-    @property
-    def solved(self) -> bool:
-        return self.error_after <= self.tolerance
-
-    def to_dict(self) -> dict:
-        return {"keep": list(self.keep), "error_before": self.error_before, "error_after": self.error_after,
-                "tolerance": self.tolerance, "verified": self.verified, "runs": self.runs, "tried": list(self.tried),
-                "solved": self.solved}
 
 
 def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: float, *, max_units: int = 8,
@@ -275,14 +253,14 @@ class Findings:
     local: dict[str, float] = field(default_factory=dict)
     impact: dict[str, float] = field(default_factory=dict)
     fix: Fix | None = None
-    curve: list[tuple[float, int, float]] = field(default_factory=list)
-    delegation: dict = field(default_factory=dict)
+    curve: list[CurvePoint] = field(default_factory=list)
+    delegation: Delegation | None = None
     runs: int = 0
 
 
 def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],
                      local: Mapping[str, float], tolerance_of: Mapping[str, float], causes: Mapping[str, Sequence[str]],
-                     delegation: Mapping) -> list[tuple[str, ...]]:
+                     delegation: Delegation | None) -> list[tuple[str, ...]]:
     """Units to try keeping on the reference, most promising first.
 
     The first divergences; for a cancellation, the producers of its inputs (the damage is done when they are
@@ -301,9 +279,9 @@ def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units:
         if any(c.startswith("cancellation") for c in causes.get(key, ())):
             for producer, _ in graph.data_inputs(key):
                 add(producer)
-    if delegation.get("first") is not None:
+    if delegation is not None and delegation.first is not None:
         order = [n.key for n in graph.candidates()]
-        for key in order[delegation["start"]:delegation["end"] + 1]:
+        for key in order[delegation.start:delegation.end + 1]:
             add(key)
     for key in sorted(local, key=lambda k: -local[k]):
         if local[key] > tolerance_of.get(key, 0.0):

@@ -2,11 +2,11 @@
 
 One random input rarely shows a problem: an int8 model may agree on most images and flip the class of a few.
 `as_samples` recognises a set of samples among the forms `bisect` accepts; `run_samples` runs the untouched
-model on all of them (OpenVINO's asynchronous infer requests keep the device busy), ranks them by final-output
-error and, for outputs holding class scores (`classifier_outputs`: ``[batch, classes]``, or logits), counts the
-samples whose top-1 answer differs, or whose reference top-1 is not in the target's top-k (ties count as
-agreement). `node_spread` aggregates the error of measured tensors over samples (mean, max, quantiles). The
-detailed search then runs on the worst sample.
+model on all of them (`Compiled.infer_many`: OpenVINO's asynchronous infer requests keep the device busy),
+ranks them by final-output error and, for outputs holding class scores (`classifier_outputs`: ``[batch,
+classes]``, or logits), counts the samples whose top-1 answer differs, or whose reference top-1 is not in the
+target's top-k (ties count as agreement). `node_spread` aggregates the error of measured tensors over samples
+(mean, max, quantiles). The detailed search then runs on the worst sample.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-import openvino as ov
 
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.errors import InputError
 from bisect_ov.model.taps import Tap, tap_model
-from bisect_ov.run.devices import bf16_to_f32
+from bisect_ov.records import SamplesSummary
 from bisect_ov.session import Session, run_both
 
 __all__ = ["Samples", "as_samples", "run_samples", "SampleSummary", "node_spread", "load_folder",
@@ -86,17 +85,19 @@ class SampleSummary:
         """Sample indices, worst final-output error first."""
         return sorted(range(len(self.errors)), key=lambda i: (-self.errors[i], i))
 
-    def to_dict(self) -> dict:
+    def to_record(self) -> SamplesSummary:
+        """The frozen record the report keeps (the first 50 of the ranking)."""
         errors = np.asarray(self.errors, dtype=np.float64) if self.errors else np.zeros(0)
         finite = errors[np.isfinite(errors)]
-        return {
-            "count": len(self.errors), "errors": list(self.errors), "ranking": self.ranking[:50],
-            "worst": self.ranking[0] if self.errors else None,
-            "error_mean": float(finite.mean()) if finite.size else None,
-            "error_max": float(errors.max()) if errors.size else None,
-            "classifier": self.classifier, "class_outputs": list(self.class_outputs), "top1_flips": len(self.flips_top1), "top1_flipped": self.flips_top1,
-            f"top{self.k}_misses": len(self.flips_topk), f"top{self.k}_missed": self.flips_topk,
-        }
+        return SamplesSummary(
+            count=len(self.errors), errors=tuple(self.errors), ranking=tuple(self.ranking[:50]),
+            worst=self.ranking[0] if self.errors else None,
+            error_mean=float(finite.mean()) if finite.size else None,
+            error_max=float(errors.max()) if errors.size else None,
+            classifier=self.classifier, class_outputs=tuple(self.class_outputs),
+            top1_flips=len(self.flips_top1), top1_flipped=tuple(self.flips_top1),
+            k=self.k, topk_misses=len(self.flips_topk), topk_missed=tuple(self.flips_topk),
+        )
 
 
 def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list[np.ndarray]]],
@@ -109,8 +110,8 @@ def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list
     """
     ref_c, target_c = session.compile_untouched()  # `Session.plain` reuses them for the worst sample
     with session.clock("samples"):
-        ref_out, target_out = run_both(lambda: _run_all(ref_c, [s[0] for s in samples], jobs),
-                                    lambda: _run_all(target_c, [s[1] for s in samples], jobs))
+        ref_out, target_out = run_both(lambda: ref_c.infer_many([s[0] for s in samples], jobs=jobs),
+                                    lambda: target_c.infer_many([s[1] for s in samples], jobs=jobs))
     names = [session.graph.output_name(r.key) for r in session.graph.results()]
     if class_names is None:
         first = ref_out[0] if ref_out else []
@@ -159,31 +160,6 @@ def node_spread(session: Session, taps: Sequence[Tap], samples: Sequence[tuple[l
         spread[key] = {"mean": float(np.mean(clean)), "p50": float(np.quantile(clean, 0.5)),
                        "p90": float(np.quantile(clean, 0.9)), "max": float(arr.max()), "worst_sample": int(arr.argmax())}
     return spread
-
-
-def _run_all(compiled, inputs: Sequence[list[np.ndarray]], jobs: int) -> list[list[np.ndarray]]:
-    """Every sample through one compiled model with an asynchronous infer queue; outputs copied out.
-
-    Devices that are not OpenVINO plugins (recorded runs) answer one sample at a time.
-    """
-    if not isinstance(getattr(compiled, "compiled", None), ov.CompiledModel):
-        return [[np.array(a) for a in compiled.infer(arrays)] for arrays in inputs]
-    results: list[list[np.ndarray] | None] = [None] * len(inputs)
-    bf16 = compiled._bf16
-
-    def done(request, index: int) -> None:
-        outs = []
-        for i in range(compiled.n_outputs):
-            data = request.get_output_tensor(i).data
-            outs.append(bf16_to_f32(data) if i in bf16 else np.array(data))
-        results[index] = outs
-
-    queue = ov.AsyncInferQueue(compiled.compiled, jobs)
-    queue.set_callback(done)
-    for index, arrays in enumerate(inputs):
-        queue.start_async(list(arrays), userdata=index)
-    queue.wait_all()
-    return results  # type: ignore[return-value]
 
 
 def classifier_outputs(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[np.dtype], names: Sequence[str]) -> list[int]:

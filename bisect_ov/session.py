@@ -135,7 +135,7 @@ class Session:
         compile less. The target always runs untouched here: its fidelity is what the plain run is for.
         """
         ref_taps = [t for t in ref_taps if t in self.target_of]
-        reuse = bool(ref_taps) and getattr(self.ref, "activation_precision", lambda: "")() == "f32"
+        reuse = bool(ref_taps) and self.ref.activation_precision == "f32"
         ref_model = tap_model(self.graph, ref_taps) if reuse else None
         compiled, self._untouched = self._untouched, None
         with self.clock("plain run"):

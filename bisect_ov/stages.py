@@ -26,6 +26,7 @@ from bisect_ov.analysis.diagnosis import diagnose
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
+from bisect_ov.capture.device import plan_recorded
 from bisect_ov.errors import InputError
 from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, smallest_range,
                              suspects_for_fix)
@@ -35,10 +36,10 @@ from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.taps import Tap, plan_chunks
 from bisect_ov.options import BisectOptions
+from bisect_ov.records import Fidelity, Noise
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import DeviceInfo, make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
-from bisect_ov.run.playback import plan_recorded
 from bisect_ov.samples import SampleSummary, as_samples, node_spread, run_samples
 from bisect_ov.session import Clock, Session
 from bisect_ov.strategies import run_bisection, run_full, run_fusion
@@ -95,13 +96,13 @@ class Scored:
     tolerances: dict[str, float]
     scores: Scores
     outputs: tuple[OutputResult, ...]
-    noise: dict[str, float]
-    fidelity: dict[str, Any]
+    noise: Noise | None
+    fidelity: Fidelity | None
 
     @property
     def floor(self) -> float:
         """Errors below twice the target's own noise are not counted."""
-        return 2 * max(self.noise.values(), default=0.0)
+        return 2 * self.noise.floor if self.noise is not None else 0.0
 
 
 # ----- stages -----------------------------------------------------------------------------------------------
@@ -176,7 +177,8 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
         stats = run_bisection(session, diverged)
     else:
         stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine)
-        if strategy == "auto" and fidelity(session, options.metric).get("warning"):
+        faithful = fidelity(session, options.metric)
+        if strategy == "auto" and faithful is not None and faithful.warning:
             session.forget_tapped_runs()
             stats, groups, fell_back = run_bisection(session, diverged), {}, True
         strategy = "bisection" if fell_back else "fusion"
@@ -195,8 +197,9 @@ def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
     session, options, tol = opened.session, opened.options, plain.tolerance
     graph = session.graph
-    noise = session.noise() if options.noise else {}
-    floor = 2 * max(noise.values(), default=0.0)
+    measured_noise = session.noise() if options.noise else {}
+    noise = Noise(**measured_noise) if measured_noise else None
+    floor = 2 * noise.floor if noise is not None else 0.0
     faithful = fidelity(session, options.metric)
     with opened.clock("score"):
         errors = {(tap.key, tap.port): opened.error_of(s) for tap, s in measurement.stats.items()}
@@ -229,7 +232,7 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
         runs = MixedRuns(session, opened.error_of)
         try:
             curve = contribution_curve(runs, options.curve) if options.curve else []
-            delegation = smallest_range(runs) if options.delegation else {}
+            delegation = smallest_range(runs) if options.delegation else None
             impact: dict[str, float] = {}
             if options.impact:
                 suspects = [*scores.first, *[k for k in scores.ranking if scores.nodes[k].role in ("source", "amplifier")]]
@@ -258,11 +261,11 @@ def first_causes(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Score
     return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "")
 
 
-def fidelity(session: Session, metric: str | Callable[[TensorStats], float]) -> dict[str, Any]:
+def fidelity(session: Session, metric: str | Callable[[TensorStats], float]) -> Fidelity | None:
     """Did exposing taps change the final-output error? The worst ratio of instrumented to plain error."""
     runs = session.tapped_runs
     if not runs or not session.outputs:
-        return {}
+        return None
     plain = max(metric_value(s, metric) for _, _, s in session.outputs)
     worst: tuple[float, float] | None = None
     for outputs in runs:
@@ -272,15 +275,15 @@ def fidelity(session: Session, metric: str | Callable[[TensorStats], float]) -> 
             worst = (tapped, ratio)
     assert worst is not None
     tapped, ratio = worst
-    result: dict[str, Any] = {"plain_error": plain, "tapped_error": tapped, "ratio": ratio}
     low, high = FIDELITY_RANGE
+    warning = ""
     if not low <= ratio <= high:
-        result["warning"] = (
+        warning = (
             f"Exposing intermediate tensors changed the final-output error from {plain:.2e} to {tapped:.2e} "
             f"(ratio {ratio:.2f}, outside [{low}, {high}]): the target compiled differently with taps, so the "
             "per-node errors may not explain the plain run. Try strategy='bisection' (few taps per compile)."
         )
-    return result
+    return Fidelity(plain_error=plain, tapped_error=tapped, ratio=ratio, warning=warning)
 
 
 def _ratio(tapped: float, plain: float) -> float:

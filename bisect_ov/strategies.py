@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Callable
 
 from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.model.fusion import fusion_boundaries
 from bisect_ov.model.partition import cut_after
 from bisect_ov.model.taps import Tap
 from bisect_ov.options import STRATEGIES
@@ -39,54 +40,10 @@ def run_full(session: Session, max_bytes: int | None) -> dict[Tap, TensorStats]:
     return session.measure_chunked([r for r, _ in session.match.pairs], max_bytes)
 
 
-def fusion_boundaries(session: Session) -> tuple[list[Tap], dict[str, tuple[str, ...]]]:
-    """Taps at the boundaries of the target's fusion groups, and what each tap covers (reference keys).
-
-    A member's tensor is a boundary when some reader lies outside its group (or is a model output). Boundaries
-    that another group reads as a post-op operand are not tapped (that would break the other group's fusion),
-    nor are nodes the runtime graph does not mention (folded or eliminated by the plugin). A tap's group is every
-    candidate upstream of it reached without crossing another tap: its fusion partners and the unnamed ops.
-    When the target exposes no runtime graph, every candidate is a boundary.
-    """
-    graph, target_graph = session.graph, session.target_graph
-    groups_by_member: dict[str, tuple[str, ...]] = {}
-    for layer in session.target_runtime.layers:
-        if not layer.is_compute:
-            continue
-        members = tuple(n for n in layer.original_names if n in target_graph and target_graph[n].is_candidate)
-        for m in members:
-            groups_by_member.setdefault(m, members)
-    if not groups_by_member:
-        return [r for r, _ in session.match.pairs], {}
-    head = {g: min(g, key=lambda k: target_graph[k].index) for g in set(groups_by_member.values())}
-    taps: list[Tap] = []
-    for ref_tap, target_tap in session.match.pairs:
-        group = groups_by_member.get(target_tap.key)
-        if group is None:
-            continue
-        readers = target_graph.consumers(target_tap.key)
-        if all(r in group for r in readers):
-            continue
-        if any(target_graph[r].kind == "result" for r in readers):
-            taps.append(ref_tap)  # already a model output: exposing it changes nothing
-            continue
-        # A tensor another kernel reads as a post-op operand (the residual of a Conv+Add+Relu group) must keep
-        # a single reader, or the plugin drops that fusion (measured: one such tap on ResNet-50 in bf16 took
-        # the final-output error from 1.7e-2 to 9.6e-3). Such tensors are not tapped.
-        if any(len(g) > 1 and r != head[g] for r in readers for g in [groups_by_member.get(r)] if g):
-            continue
-        taps.append(ref_tap)
-    # What each tap stands for: its fusion group, and ops the plugin folded in without naming them.
-    tapped = {t.key for t in taps}
-    groups = {key: tuple(sorted(_unmeasured_ancestors(graph, key, tapped) - {key}, key=lambda k: graph[k].index))
-              for key in tapped}
-    return taps, groups
-
-
 def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, refine: bool = True
                ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
     """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups."""
-    taps, groups = fusion_boundaries(session)
+    taps, groups = fusion_boundaries(session.graph, session.target_graph, session.match, session.target_runtime)
     stats = session.measure_chunked(taps, max_bytes, desc="compare groups")
     if not refine:
         return stats, groups

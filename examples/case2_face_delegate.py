@@ -104,10 +104,10 @@ def main() -> None:
         print("  " + summary(key, report))
     benign_ok = all(not r.diverges for k, r in reports.items() if k.endswith("_benign"))
     for key, report in reports.items():
-        if report.fix:
+        if report.fix is not None:
             fix = report.fix
-            print(f"Fix ({key}, verified by partitioned runs): keep {', '.join(fix['keep'])} in f32: final error "
-                  f"{fix['error_before']:.1e} -> {fix['error_after']:.1e} (tolerance {fix['tolerance']:.1e}).")
+            print(f"Fix ({key}, verified by partitioned runs): keep {', '.join(fix.keep)} in f32: final error "
+                  f"{fix.error_before:.1e} -> {fix.error_after:.1e} (tolerance {fix.tolerance:.1e}).")
     print("Diagnosis: the error is created by the instance norm's cancellation and only inherited after it; "
           "keep the offset, the mean and the subtractions in f32, or remove the offset. Without the offset the "
           "model " + ("stays within low-precision rounding." if benign_ok else "still diverges (see the _benign reports)."))

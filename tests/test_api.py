@@ -127,8 +127,8 @@ def test_fidelity_compares_the_plain_and_the_tapped_run():
     model = tiny_chain()
     report = bisect(model, "CPU", F32, target_model=inject_fault(model, "mm1"), progress=False)
     f = report.fidelity
-    assert f["plain_error"] > 0 and f["ratio"] == pytest.approx(1.0)
-    assert "warning" not in f and "Fidelity" in report.to_text()
+    assert f.plain_error > 0 and f.ratio == pytest.approx(1.0)
+    assert not f.warning and "Fidelity" in report.to_text()
 
 
 @needs_bf16
@@ -138,7 +138,7 @@ def test_taps_do_not_hide_a_bf16_cancellation():
 
     model = synthetic.demo()
     report = bisect(model, "CPU", "CPU:bf16", synthetic.sample_inputs(model, seed=1), progress=False)
-    assert 0.5 <= report.fidelity["ratio"] <= 2.0
+    assert 0.5 <= report.fidelity.ratio <= 2.0
     assert {"inorm/sub", "inorm/sqdiff"} == {n.name for n in report.first_divergences}
 
 

@@ -98,8 +98,8 @@ def test_case2_depth_profile_shows_error_carried_to_the_output(case2):
 
 def test_case2_fix_keeps_few_nodes_and_is_verified(case2):
     fix = case2["f16"].fix
-    assert fix["solved"] and fix["error_after"] <= fix["tolerance"] < fix["error_before"]
-    assert "inorm/sub" in fix["keep"] and len(fix["keep"]) <= 6
+    assert fix.solved and fix.error_after <= fix.tolerance < fix.error_before
+    assert "inorm/sub" in fix.keep and len(fix.keep) <= 6
 
 
 def test_case2_without_the_offset_f16_stays_within_tolerance(case2):

@@ -10,6 +10,7 @@ from bisect_ov import bisect, inject_fault
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import extract
 from bisect_ov.model.taps import Tap, tap_model
+from bisect_ov.records import Noise
 from bisect_ov.zoo import synthetic
 from tests.conftest import needs_bf16
 
@@ -65,8 +66,8 @@ def test_case2_on_emulated_f16_tells_source_from_amplifiers_and_fixes_it():
     downstream = [n for n in report.nodes if n.diverged and n.name not in sources]
     assert downstream and all(n.local_error < n.tolerance for n in downstream)  # they only pass it on
     fix = report.fix
-    assert fix["solved"] and fix["error_after"] <= fix["tolerance"] < fix["error_before"]
-    assert set(fix["keep"]) >= {"inorm/sub"} and len(fix["keep"]) <= 6
+    assert fix.solved and fix.error_after <= fix.tolerance < fix.error_before
+    assert set(fix.keep) >= {"inorm/sub"} and len(fix.keep) <= 6
     assert "Fix: keeping" in report.to_text()
 
 
@@ -77,12 +78,12 @@ def test_case2_face_resnet_on_bf16_fix_keeps_few_nodes(tmp_path):
                     patched_model=tmp_path / "patched.xml", progress=False)
     assert {n.name for n in report.first_divergences} <= {"inorm/sub", "inorm/sqdiff"}
     fix = report.fix
-    assert fix["solved"] and len(fix["keep"]) <= 6 and fix["error_before"] > 10 * fix["error_after"]
-    patched = ov.Core().read_model(fix["patched_model"])
+    assert fix.solved and len(fix.keep) <= 6 and fix.error_before > 10 * fix.error_after
+    patched = ov.Core().read_model(fix.patched_model)
     # OpenVINO 2026 writes the attribute as DisablePrecisionConversion; older versions keep the original key.
     keys = ("disable_fp16_compression_0", "DisablePrecisionConversion_0")
     marked = {op.get_friendly_name() for op in patched.get_ordered_ops() if any(k in op.get_rt_info() for k in keys)}
-    assert marked == set(fix["keep"])
+    assert marked == set(fix.keep)
 
 
 def test_delegation_range_and_curve_find_the_node_that_breaks_it():
@@ -90,9 +91,9 @@ def test_delegation_range_and_curve_find_the_node_that_breaks_it():
     report = bisect(model, "CPU", "EMU:f16", synthetic.sample_inputs(model, seed=1), local=False, impact=0,
                     delegation=True, curve=4, progress=False)
     d = report.delegation
-    assert d["error"] >= d["goal"] and d["nodes"] <= 3
-    assert d["first"].startswith("inorm/")
-    errors = [p["error"] for p in report.curve]
+    assert d.error >= d.goal and d.nodes <= 3
+    assert d.first.startswith("inorm/")
+    errors = [p.error for p in report.curve]
     assert errors[0] == 0.0 and errors[-1] == pytest.approx(report.outputs[0].error, rel=1e-6)
 
 
@@ -102,5 +103,5 @@ def test_impact_reorders_suspects_and_noise_floor_is_reported():
     with_impact = [n for n in report.culprits if n.impact is not None]
     assert len(with_impact) == 2
     assert report.culprits[0].impact == max(n.impact for n in with_impact)
-    assert report.noise == {"run_to_run": 0.0}  # emulated: the CPU in f32, so no second compile
+    assert report.noise == Noise(run_to_run=0.0)  # emulated: the CPU in f32, so no second compile
     assert "bit-identical" in report.to_text()

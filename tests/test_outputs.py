@@ -40,7 +40,7 @@ def test_partitioned_runs_quote_the_error_of_the_right_output():
     model = _two_outputs("shallow_first")
     report = bisect(model, "CPU", "CPU:bf16", curve=2, progress=False, noise=False)
     outputs = {o.name: o.error for o in report.outputs}
-    full = report.curve[-1]["error"]
+    full = report.curve[-1].error
     assert full == pytest.approx(max(outputs.values()), rel=1e-6)
 
 

@@ -46,13 +46,13 @@ def test_int8_model_over_200_samples_counts_flips_and_names_the_cause():
                       for _ in range(200))
     report = bisect(int8, "CPU", "CPU:f32", samples, target_model=clipped, progress=False)
     s = report.samples
-    assert s["count"] == 200 and s["classifier"]
-    assert 0 < s["top1_flips"] < 200 and len(s["top1_flipped"]) == s["top1_flips"]
-    assert s["errors"][s["worst"]] == max(s["errors"])
+    assert s.count == 200 and s.classifier
+    assert 0 < s.top1_flips < 200 and len(s.top1_flipped) == s.top1_flips
+    assert s.errors[s.worst] == max(s.errors)
     assert report.first_divergence.name == "block2/pw/fq_in"
     spread = report.node("block2/pw/fq_in").over_samples
     assert spread["max"] >= spread["p90"] >= spread["p50"] > 0
-    assert f"top-1 answer differs on {s['top1_flips']} of 200" in " ".join(report.to_text().split())
+    assert f"top-1 answer differs on {s.top1_flips} of 200" in " ".join(report.to_text().split())
 
 
 def test_the_search_runs_on_the_worst_sample():
@@ -63,9 +63,9 @@ def test_the_search_runs_on_the_worst_sample():
 
     faulty = inject_fault(model, "mm1", "offset", 0.01)
     report = bisect(model, "CPU", "CPU:f32", [[quiet], [loud], [quiet]], target_model=faulty, progress=False)
-    assert report.samples["count"] == 3
+    assert report.samples.count == 3
     # An offset hurts small values most: the quiet samples are the worst.
-    assert report.samples["worst"] in (0, 2)
+    assert report.samples.worst in (0, 2)
     assert report.first_divergence.name == "mm1"
 
 
@@ -79,7 +79,7 @@ def test_samples_recorded_on_several_machines_merge_and_replay(tmp_path):
     merged = merge_captures(shards, tmp_path / "all.npz")
     report = bisect(model, "CPU", f"capture:{merged}", Samples(samples), target_model=None,
                     fix=False, progress=False)
-    assert report.samples["count"] == 3 and not report.diverges  # the same f32 CPU recorded every shard
+    assert report.samples.count == 3 and not report.diverges  # the same f32 CPU recorded every shard
     assert report.target.name == "capture:all.npz"
 
 
@@ -104,6 +104,6 @@ def test_explicit_class_outputs_are_used_and_named():
     samples = [{"x": np.full((1, 8), i / 10, np.float32)} for i in range(3)]
     report = bisect(model, "CPU", "CPU:f32", Samples(samples), classifier_outputs=["tanh3"], progress=False,
                     local=False, impact=0, noise=False)
-    assert report.samples["classifier"] and report.samples["class_outputs"] == ["tanh3"]
+    assert report.samples.classifier and report.samples.class_outputs == ("tanh3",)
     with pytest.raises(InputError, match="not outputs of the model"):
         bisect(model, "CPU", "CPU:f32", Samples(samples), classifier_outputs=["nope"], progress=False)

@@ -15,6 +15,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import identity_match
 from bisect_ov.model.taps import Tap
 from bisect_ov.options import BisectOptions
+from bisect_ov.records import Fidelity, Noise
 from bisect_ov.session import Session
 from bisect_ov.stages import Measurement, Scored, capture, experiments, open_comparison, plain_run, score
 from bisect_ov.strategies import run_bisection
@@ -137,7 +138,7 @@ def test_notes_come_from_the_records():
 
     measurement = Measurement(stats={}, groups={}, strategy="bisection", fell_back=True)
     scored = Scored(errors={}, tolerances={}, scores=None, outputs=(),  # type: ignore[arg-type]
-                    noise={"run_to_run": 1e-4}, fidelity={"warning": "changed"})
+                    noise=Noise(run_to_run=1e-4), fidelity=Fidelity(1.0, 3.0, 3.0, warning="changed"))
     notes = run_notes(_Opened(), measurement, scored)  # type: ignore[arg-type]
     assert notes[0] == "from the plan" and "not deterministic" in notes[1] and "1.00e-04" in notes[1]
     assert notes[2] == "changed" and "bisection strategy was used" in notes[3]

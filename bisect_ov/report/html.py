@@ -24,7 +24,7 @@ from bisect_ov.report.text import COLUMNS, culprit_rows, experiment_lines, fmt, 
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
-    from bisect_ov.run.devices import DeviceInfo
+    from bisect_ov.records import DeviceInfo
 
 __all__ = ["render_page", "save_html"]
 
@@ -277,14 +277,14 @@ def _side(role: str, info: "DeviceInfo") -> str:
 
 
 def _fidelity(report: "Report") -> str:
-    f = report.fidelity or {}
-    ratio = f.get("ratio")
-    if ratio is None:
+    f = report.fidelity
+    if f is None:
         return ""
-    detail = (f"final-output error {fmt(f.get('plain_error'))} in the plain run, {fmt(f.get('tapped_error'))} with "
+    ratio = f.ratio
+    detail = (f"final-output error {fmt(f.plain_error)} in the plain run, {fmt(f.tapped_error)} with "
               "the intermediate outputs exposed")
-    if f.get("warning"):
-        return f'<div class="warn">\u26a0 Fidelity ratio {e(_num(ratio))}: {e(f["warning"])}</div>'
+    if f.warning:
+        return f'<div class="warn">\u26a0 Fidelity ratio {e(_num(ratio))}: {e(f.warning)}</div>'
     if not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and 0.5 <= ratio <= 2.0):
         return (f'<div class="warn">\u26a0 Fidelity ratio {e(_num(ratio))}: exposing intermediate tensors changed what '
                 f"ran ({e(detail)}); the node errors may not be those of the plain model.</div>")
@@ -454,9 +454,10 @@ def _run_facts(report: "Report") -> str:
                                    + f" (sum {total:.2f}s)")))
     if report.compiles:
         facts.append(("compiles", e(", ".join(f"{k} {v}" for k, v in report.compiles.items()))))
-    if report.fidelity:
-        shown = [f"{k} {_num(v) if k == 'ratio' else fmt(v) if isinstance(v, float) else v}"
-                 for k, v in report.fidelity.items() if k != "warning"]
+    if report.fidelity is not None:
+        f = report.fidelity
+        values = {"plain_error": f.plain_error, "tapped_error": f.tapped_error, "ratio": f.ratio}
+        shown = [f"{k} {_num(v) if k == 'ratio' else fmt(v) if isinstance(v, float) else v}" for k, v in values.items()]
         facts.append(("fidelity", e(", ".join(shown))))
     if report.openvino_version:
         facts.append(("OpenVINO", e(report.openvino_version)))

@@ -1,28 +1,36 @@
 """The result of a bisect run: frozen records of statistics (no tensors), and their JSON form.
 
 `Report` holds one `NodeResult` per compared node (topological order), the final outputs' errors, the first
-divergence(s) and the culprit ranking, what each side ran with, timings and settings. `to_dict`/`from_dict`
-round-trip exactly; `save`/`load` write JSON with a ``schema_version``. Non-finite floats are written as the
-strings ``"inf"``, ``"-inf"`` and ``"nan"`` so that any JSON reader takes the file.
+divergence(s) and the culprit ranking, what each side ran with (`DeviceInfo`), the experiments' records
+(`Fix`, `Delegation`, `CurvePoint`, `Fidelity`, `Noise`, `SamplesSummary` from `bisect_ov.records`), timings
+and settings. `to_dict`/`from_dict` round-trip exactly through `bisect_ov.codec`, driven by the fields;
+`save`/`load` write JSON with a ``schema_version``. Non-finite floats are written as the strings ``"inf"``,
+``"-inf"`` and ``"nan"`` so that any JSON reader takes the file.
+
+Assumptions: nothing here imports OpenVINO, so reading a saved report needs numpy only. Tensors kept with
+``bisect(..., keep=[...])`` are passed at construction and never saved. Schema version 1 (before the typed
+records) is read by `_upgrade`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import pathlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
+from bisect_ov import codec
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.errors import InputError
 from bisect_ov.fileio import write_text_atomic
-from bisect_ov.run.devices import DeviceInfo
+from bisect_ov.records import CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, Noise, SamplesSummary
 
 __all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: typed records (fix, delegation, curve, fidelity, noise, samples), null when not run
 
 
 @dataclass(frozen=True)
@@ -87,29 +95,6 @@ class NodeResult:
             f"error={_fmt(self.error)}, input_error={_fmt(self.input_error)}, growth={_fmt(self.growth)})"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "key": self.key, "op_type": self.op_type, "index": self.index,
-            "error": self.error, "input_error": self.input_error, "tolerance": self.tolerance,
-            "growth": self.growth, "role": self.role, "first": self.first, "rank": self.rank,
-            "outputs": [s.to_dict() for s in self.outputs], "tensor_names": list(self.tensor_names),
-            "inputs": list(self.inputs), "causes": list(self.causes), "runtime": self.runtime,
-            "group": list(self.group), "local_error": self.local_error, "amplification": self.amplification,
-            "impact": self.impact, "over_samples": self.over_samples,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "NodeResult":
-        return cls(
-            name=d["name"], key=d["key"], op_type=d["op_type"], index=d["index"], error=d["error"],
-            input_error=d["input_error"], tolerance=d["tolerance"], growth=d["growth"], role=d["role"],
-            first=d.get("first", False), rank=d.get("rank"),
-            outputs=tuple(TensorStats.from_dict(s) for s in d.get("outputs", [])),
-            tensor_names=tuple(d.get("tensor_names", [])), inputs=tuple(d.get("inputs", [])),
-            causes=tuple(d.get("causes", [])), runtime=d.get("runtime", {}), group=tuple(d.get("group", [])),
-            local_error=d.get("local_error"), amplification=d.get("amplification"), impact=d.get("impact"),
-            over_samples=d.get("over_samples", {}),
-        )
 
 
 @dataclass(frozen=True)
@@ -125,12 +110,6 @@ class OutputResult:
     def diverged(self) -> bool:
         return self.error > self.tolerance
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "stats": self.stats.to_dict(), "error": self.error, "tolerance": self.tolerance}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "OutputResult":
-        return cls(d["name"], TensorStats.from_dict(d["stats"]), d["error"], d["tolerance"])
 
 
 @dataclass(frozen=True)
@@ -153,7 +132,7 @@ class Report:
     outputs: tuple[OutputResult, ...]
     metric: str
     tolerance: dict[str, Any]
-    first_keys: tuple[str, ...] = ()
+    first_keys: tuple[str, ...] = field(default=(), metadata={"json": "first_divergence"})
     ranking: tuple[str, ...] = ()
     model_hash: str = ""
     target_model: str | None = None
@@ -164,13 +143,16 @@ class Report:
     inputs: tuple[dict[str, Any], ...] = ()
     openvino_version: str = ""
     notes: tuple[str, ...] = ()
-    fidelity: dict[str, Any] = field(default_factory=dict)
-    noise: dict[str, float] = field(default_factory=dict)
-    fix: dict[str, Any] = field(default_factory=dict)
-    delegation: dict[str, Any] = field(default_factory=dict)
-    curve: tuple[dict[str, Any], ...] = ()
-    samples: dict[str, Any] = field(default_factory=dict)
+    fidelity: Fidelity | None = None
+    noise: Noise | None = None
+    fix: Fix | None = None
+    delegation: Delegation | None = None
+    curve: tuple[CurvePoint, ...] = ()
+    samples: SamplesSummary | None = None
     schema_version: int = SCHEMA_VERSION
+    # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
+    kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,
+                                                         metadata={"json": False})
 
     # ----- questions a user asks ----------------------------------------------------------------------
     @property
@@ -223,13 +205,15 @@ class Report:
         return len(self.nodes)
 
     def _index(self) -> dict[str, NodeResult]:
-        cached = self.__dict__.get("_by_name")
-        if cached is None:
-            cached = {n.key: n for n in self.nodes}
-            for n in self.nodes:
-                cached.setdefault(n.name, n)
-            object.__setattr__(self, "_by_name", cached)  # a cache, not state: equality ignores it
-        return cached
+        return self._by_name
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, NodeResult]:
+        """Nodes by key, then by friendly name: a cache of `nodes`, not state (equality ignores it)."""
+        index = {n.key: n for n in self.nodes}
+        for n in self.nodes:
+            index.setdefault(n.name, n)
+        return index
 
     # ----- rendering ----------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -284,10 +268,6 @@ class Report:
         return plot_neighbourhood(self, name, radius=radius)
 
     # ----- exploring ----------------------------------------------------------------------------------
-    def keep_tensors(self, tensors: dict[str, tuple[Any, Any]]) -> None:
-        """Attach (reference, target) arrays by node key; kept in memory only, never saved with the report."""
-        object.__setattr__(self, "_tensors", dict(tensors))
-
     def tensors(self, name: str | int):
         """The (reference, target) arrays of a node kept with ``bisect(..., keep=[name])``.
 
@@ -297,7 +277,7 @@ class Report:
             When the node's tensors were not kept (the message says how to keep them).
         """
         node = self.node(name)
-        kept = self.__dict__.get("_tensors", {})
+        kept = self.kept_tensors
         if node.key not in kept:
             raise InputError(
                 f"The tensors of '{node.name}' were not kept. Run bisect(..., keep=[{node.name!r}]) (or "
@@ -331,61 +311,75 @@ class Report:
 
     # ----- serialisation ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version, "model": self.model, "model_hash": self.model_hash,
-            "target_model": self.target_model, "ref": self.ref.to_dict(), "target": self.target.to_dict(),
-            "metric": self.metric, "tolerance": self.tolerance, "first_divergence": list(self.first_keys),
-            "ranking": list(self.ranking), "outputs": [o.to_dict() for o in self.outputs],
-            "nodes": [n.to_dict() for n in self.nodes], "unmatched": self.unmatched, "timings": self.timings,
-            "compiles": self.compiles, "strategy": self.strategy, "inputs": list(self.inputs), "openvino_version": self.openvino_version,
-            "notes": list(self.notes), "fidelity": self.fidelity, "noise": self.noise, "fix": self.fix,
-            "delegation": self.delegation, "curve": list(self.curve), "samples": self.samples,
-        }
+        """Plain JSON values (`bisect_ov.codec`): non-finite floats as ``"inf"``/``"-inf"``/``"nan"``."""
+        return codec.to_dict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Report":
+    def from_dict(cls, d: Mapping[str, Any]) -> "Report":
+        """The report of `to_dict` (or of an older schema version's JSON).
+
+        Raises
+        ------
+        InputError
+            A schema version that is not a positive integer or is newer than this bisect_ov reads; a missing
+            key or a value of the wrong type (the message names the field).
+        """
+        if not isinstance(d, Mapping):
+            raise InputError(f"A report is a JSON object; got {type(d).__name__}.")
         version = d.get("schema_version")
-        if version is None or version > SCHEMA_VERSION:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise InputError(
+                f"The report's schema version is {version!r}; it must be a positive integer (this bisect_ov writes "
+                f"{SCHEMA_VERSION}). The file is not a report saved by bisect_ov, or it was edited."
+            )
+        if version > SCHEMA_VERSION:
             raise InputError(
                 f"Report schema version {version} is not supported by this bisect_ov (reads up to {SCHEMA_VERSION}). "
                 "Upgrade bisect_ov to read it."
             )
-        return cls(
-            model=d["model"], ref=DeviceInfo.from_dict(d["ref"]), target=DeviceInfo.from_dict(d["target"]),
-            nodes=tuple(NodeResult.from_dict(n) for n in d["nodes"]),
-            outputs=tuple(OutputResult.from_dict(o) for o in d["outputs"]), metric=d["metric"],
-            tolerance=d["tolerance"], first_keys=tuple(d.get("first_divergence", [])),
-            ranking=tuple(d.get("ranking", [])), model_hash=d.get("model_hash", ""),
-            target_model=d.get("target_model"), unmatched=d.get("unmatched", {}), timings=d.get("timings", {}),
-            compiles=d.get("compiles", {}), strategy=d.get("strategy", "full"), inputs=tuple(d.get("inputs", [])),
-            openvino_version=d.get("openvino_version", ""), notes=tuple(d.get("notes", [])),
-            fidelity=d.get("fidelity", {}), noise=d.get("noise", {}), fix=d.get("fix", {}),
-            delegation=d.get("delegation", {}), curve=tuple(d.get("curve", [])), samples=d.get("samples", {}),
-            schema_version=version,
-        )
+        data = _upgrade(dict(d), version)
+        return codec.from_dict(cls, data, where="report")
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
-        """Write the report as JSON (atomically: a temporary file renamed into place)."""
-        return write_text_atomic(path, json.dumps(_encode(self.to_dict()), indent=1, allow_nan=False))
+        """Write the report as JSON (atomically: a temporary file renamed into place; the umask applies).
+
+        Raises
+        ------
+        InputError
+            The folder is missing or not writable, the path is a folder, or the disk is full; an existing
+            file is then left as it was.
+        """
+        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Report":
-        """Read a report written by `save`."""
+        """Read a report written by `save`.
+
+        Raises
+        ------
+        InputError
+            Missing or unreadable file, not JSON, not a report, or a malformed one (see `from_dict`).
+        """
         path = pathlib.Path(path)
         if not path.is_file():
             raise InputError(f"Report file not found: '{path}'.")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+        except RecursionError as err:
+            raise InputError(f"'{path}' is nested too deeply to be a bisect_ov JSON report.") from err
         except (OSError, ValueError) as err:
             raise InputError(f"'{path}' is not a readable bisect_ov JSON report: {err}") from err
         if not isinstance(data, dict) or "nodes" not in data:
             raise InputError(f"'{path}' is JSON but not a bisect_ov report (no 'nodes').")
-        return cls.from_dict(_decode(data))
+        try:
+            return cls.from_dict(data)
+        except InputError as err:
+            raise InputError(f"'{path}' is not a valid bisect_ov report: {err}") from err
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Report):
             return NotImplemented
-        return _encode(self.to_dict()) == _encode(other.to_dict())
+        return self.to_dict() == other.to_dict()  # encoded: NaN equals NaN, kept tensors are ignored
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -416,31 +410,24 @@ def _fmt(x: float) -> str:
     return f"{x:.2e}"
 
 
-_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
-
-
-def _encode(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {k: _encode(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_encode(v) for v in obj]
-    return obj
-
-
-_FLOAT_FIELDS = {
-    "local_error", "amplification", "impact", "error_before", "error_after", "full_error", "goal", "run_to_run",
-    "compile_to_compile", "error_mean", "error_max", "mean", "p50", "p90", "max", "errors", "plain_error", "tapped_error", "ratio", "error", "input_error", "tolerance", "growth", "max_abs", "mean_abs", "rel_l2", "max_rel", "cosine",
-    "sqnr_db", "ref_absmax", "target_absmax",
-}
-
-
-def _decode(obj: Any, key: str | None = None) -> Any:
-    if isinstance(obj, str) and key in _FLOAT_FIELDS and obj in _SPECIAL:
-        return _SPECIAL[obj]
-    if isinstance(obj, dict):
-        return {k: _decode(v, k) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_decode(v, key) for v in obj]
-    return obj
+def _upgrade(d: dict[str, Any], version: int) -> dict[str, Any]:
+    """Schema version 1 to the current one: experiments not run were ``{}`` (now null), the samples summary
+    named its top-k fields after k (``top5_misses``), and the fix carried its derived ``solved``."""
+    if version >= 2:
+        return d
+    for key in ("fidelity", "noise", "fix", "delegation", "samples"):
+        if d.get(key) == {}:
+            d[key] = None
+    samples = d.get("samples")
+    if isinstance(samples, dict):
+        samples = dict(samples)
+        for name in list(samples):
+            if name.startswith("top") and name.endswith("_misses") and name != "top1_misses":
+                k = name[3:-len("_misses")]
+                if k.isdigit():
+                    samples["k"] = int(k)
+                    samples["topk_misses"] = samples.pop(name)
+                    samples["topk_missed"] = samples.pop(f"top{k}_missed", [])
+        d["samples"] = samples
+    d["schema_version"] = SCHEMA_VERSION
+    return d

@@ -123,47 +123,45 @@ def verdict_lines(report: "Report") -> list[str]:
 def experiment_lines(report: "Report") -> list[str]:
     """The fix, the delegation range, the contribution curve and the noise floor, when they were run."""
     lines: list[str] = []
-    fix = getattr(report, "fix", None) or {}
-    if fix:
-        keep = fix["keep"]
-        verdict = "brings" if fix["solved"] else "does NOT bring"
+    fix = report.fix
+    if fix is not None:
+        keep = fix.keep
+        verdict = "brings" if fix.solved else "does NOT bring"
         lines += ["", f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {verdict} the final error "
-                      f"from {fmt(fix['error_before'])} to {fmt(fix['error_after'])} (tolerance {fmt(fix['tolerance'])}), "
-                      f"verified by partitioned runs ({fix['runs']} in all):"]
+                      f"from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance {fmt(fix.tolerance)}), "
+                      f"verified by partitioned runs ({fix.runs} in all):"]
         lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))
-        if fix.get("patched_model"):
-            lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix['patched_model']}")
-    delegation = getattr(report, "delegation", None) or {}
-    if delegation.get("first") is not None:
-        span = (f"'{delegation['first']}'" if delegation["nodes"] == 1
-                else f"'{delegation['first']}' .. '{delegation['last']}' ({delegation['nodes']} nodes)")
-        lines += ["", f"Delegation: running only {span} on the target gives a final error of {fmt(delegation['error'])}, "
-                      f"{delegation['error'] / delegation['full_error']:.0%} of the {fmt(delegation['full_error'])} "
+        if fix.patched_model:
+            lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")
+    delegation = report.delegation
+    if delegation is not None and delegation.first is not None:
+        span = (f"'{delegation.first}'" if delegation.nodes == 1
+                else f"'{delegation.first}' .. '{delegation.last}' ({delegation.nodes} nodes)")
+        lines += ["", f"Delegation: running only {span} on the target gives a final error of {fmt(delegation.error)}, "
+                      f"{delegation.error / delegation.full_error:.0%} of the {fmt(delegation.full_error)} "
                       "with everything on the target."]
-    curve = getattr(report, "curve", None) or ()
-    if curve:
-        points = ", ".join(f"{p['fraction']:.0%}: {fmt(p['error'])}" for p in curve)
+    if report.curve:
+        points = ", ".join(f"{p.fraction:.0%}: {fmt(p.error)}" for p in report.curve)
         lines.append(f"Error contribution curve (share of the graph on the target: final error): {points}")
     differ = report.kernel_differences if hasattr(report, "kernel_differences") else []
     if differ:
         shown = ", ".join(f"'{n.name}'" + ("*" if n.diverged else "") for n in differ[:8])
         lines += ["", f"Kernels differ between the sides on {len(differ)} of {len(report.nodes)} nodes "
                       f"(* = diverged): {shown}" + (" ..." if len(differ) > 8 else "")]
-    samples = getattr(report, "samples", None) or {}
-    if samples:
-        line = (f"Samples: {samples['count']} run on both sides; final error mean {fmt(samples['error_mean'])}, "
-                f"max {fmt(samples['error_max'])} (sample #{samples['worst']}, on which the search ran)")
-        if samples.get("classifier"):
-            k = next((key[3:-7] for key in samples if key.startswith("top") and key.endswith("_misses")), "5")
-            line += (f"; top-1 answer differs on {samples['top1_flips']} of {samples['count']}"
-                     f", reference top-1 outside the target's top-{k} on {samples[f'top{k}_misses']}")
-            if samples.get("class_outputs"):
-                line += f" (class scores: {', '.join(samples['class_outputs'])})"
+    samples = report.samples
+    if samples is not None:
+        line = (f"Samples: {samples.count} run on both sides; final error mean {fmt(samples.error_mean)}, "
+                f"max {fmt(samples.error_max)} (sample #{samples.worst}, on which the search ran)")
+        if samples.classifier:
+            line += (f"; top-1 answer differs on {samples.top1_flips} of {samples.count}"
+                     f", reference top-1 outside the target's top-{samples.k} on {samples.topk_misses}")
+            if samples.class_outputs:
+                line += f" (class scores: {', '.join(samples.class_outputs)})"
         lines += ["", line + "."]
-    noise = getattr(report, "noise", None) or {}
-    if noise:
-        what = " and two compiles" if "compile_to_compile" in noise else ""
-        if not any(noise.values()):
+    noise = report.noise
+    if noise is not None:
+        what = " and two compiles" if noise.compile_to_compile is not None else ""
+        if not noise.floor:
             lines.append(f"Noise: the target gave bit-identical outputs across two runs{what}.")
         else:
             lines.append("Noise: the target's outputs differ by "
@@ -221,11 +219,11 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     for note in report.notes:
         lines.append(f"Note: {note}")
     footer = []
-    if report.fidelity:
+    if report.fidelity is not None:
         f = report.fidelity
         footer.append(
-            f"Fidelity: final-output error {fmt(f['plain_error'])} plain, {fmt(f['tapped_error'])} with taps "
-            f"(ratio {f['ratio']:.2f}; 1 means the taps did not change what ran)"
+            f"Fidelity: final-output error {fmt(f.plain_error)} plain, {fmt(f.tapped_error)} with taps "
+            f"(ratio {f.ratio:.2f}; 1 means the taps did not change what ran)"
         )
     if report.timings:
         footer.append("Timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()))

@@ -1,8 +1,12 @@
 """Devices: where a model is compiled and run, behind one small protocol.
 
-A `Device` turns an `ov.Model` into a `Compiled` that runs inputs to a list of output arrays, and says what
-it really ran with (`DeviceInfo`: device, precision read back from the plugin, kernels). `Device.compile`
-checks its argument and calls `_compile`, which subclasses override (the Polygraphy runner pattern).
+A `Device` turns an `ov.Model` into a `Compiled` that runs inputs to a list of output arrays (`infer`, or
+`infer_many` for many input sets), and says what it really ran with (`DeviceInfo`: device, precision read
+back from the plugin, kernels). `Device.compile` checks its argument and calls `_compile`, which subclasses
+override (the Polygraphy runner pattern). A device declares what it can do as attributes, read before
+compiling: `activation_precision` (the precision it stores activations in), `can_run_pieces` (pieces of a
+model fed with other values: local errors, partitioned runs), `emulated`, `recorded` and `sampled`.
+`Compiled` is a protocol: `OpenVINOCompiled` here, the recorded-run one in `bisect_ov.capture.device`.
 
 Device names accepted by `make_device`:
 
@@ -12,22 +16,30 @@ Device names accepted by `make_device`:
 * an emulated low-precision device that runs on the CPU anywhere: ``EMU:f16``, ``EMU:bf16``, and
   ``EMU:f16-acc`` / ``EMU:bf16-acc`` where reductions also accumulate in the low precision.
 
+* a recorded run: ``capture:<path>`` or a path ending in ``.npz`` (registered by `bisect_ov.capture`).
+
+Names resolve through a registry (`register_device`): each entry recognises a form of name and builds the
+device. The OpenVINO and emulated forms are built in; other modules add theirs on import (the recorded-run
+device does), so this module imports none of them.
+
 The reference role gets f32 unless the user chose a precision: on CPUs with AVX512_BF16 or AMX the CPU
 plugin otherwise runs bf16 silently.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from dataclasses import replace
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 import openvino as ov
 
 from bisect_ov.errors import DeviceError, InputError, first_line
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
+from bisect_ov.records import DeviceInfo  # re-exported: its home is the records module
 
-__all__ = ["cpu_supports_bf16", "DeviceInfo", "Compiled", "Device", "OpenVINODevice", "EmulatedDevice", "make_device", "available_devices"]
+__all__ = ["cpu_supports_bf16", "DeviceInfo", "Compiled", "OpenVINOCompiled", "Device", "OpenVINODevice", "EmulatedDevice",
+           "make_device", "register_device", "available_devices", "capabilities", "infer_each"]
 
 PRECISION_SUFFIXES = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
 _PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT")
@@ -51,42 +63,42 @@ def cpu_supports_bf16() -> bool:
 
     On such CPUs plain ``CPU`` runs bf16 by default; elsewhere ``CPU:bf16`` falls back to f32.
     """
-    return "BF16" in _capabilities("CPU")
+    return "BF16" in capabilities("CPU")
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What one side ran on, as read back after compiling."""
+class Compiled(Protocol):
+    """A model compiled on a device, ready to run: what every device's `compile` returns.
 
-    name: str
-    device: str
-    full_name: str = ""
-    precision: str = "unknown"
-    requested_precision: str | None = None
-    config: dict[str, str] = field(default_factory=dict)
-    emulated: bool = False
-    note: str = ""
-    precision_counts: dict[str, int] = field(default_factory=dict)
+    Attributes
+    ----------
+    info : DeviceInfo
+        What the device really ran with.
+    runtime : RuntimeGraph
+        The compiled graph's layers (empty when the device does not expose one).
+    n_outputs : int
+        Outputs `infer` returns, in the model's output order.
+    """
 
-    @property
-    def label(self) -> str:
-        """``CPU/f32``, ``EMU:f16/f16 (emulated)``."""
-        return f"{self.name}/{self.precision}" + (" (emulated)" if self.emulated else "")
+    info: DeviceInfo
+    runtime: RuntimeGraph
+    n_outputs: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "device": self.device, "full_name": self.full_name, "precision": self.precision,
-            "requested_precision": self.requested_precision, "config": dict(self.config),
-            "emulated": self.emulated, "note": self.note, "precision_counts": dict(self.precision_counts),
-        }
+    def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
+        """Run once. With `share_outputs`, arrays may be views valid until the next call."""
+        ...
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DeviceInfo":
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+    def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
+        """Run every input set; outputs copied out, in the order of `inputs`."""
+        ...
 
 
-class Compiled:
-    """A model compiled on a device, ready to run."""
+def infer_each(compiled: Compiled, inputs: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+    """`infer_many` one input set at a time: for devices without parallel requests (recorded runs)."""
+    return [[np.array(a) for a in compiled.infer(arrays, share_outputs=False)] for arrays in inputs]
+
+
+class OpenVINOCompiled:
+    """A model compiled by an OpenVINO plugin (`Compiled`)."""
 
     def __init__(self, compiled: ov.CompiledModel, info: DeviceInfo, runtime: RuntimeGraph):
         self.compiled = compiled
@@ -113,6 +125,33 @@ class Compiled:
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
         return [bf16_to_f32(result[i]) if i in self._bf16 else result[i] for i in range(self.n_outputs)]
 
+    def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
+        """Every input set through an asynchronous infer queue of `jobs` requests; outputs copied out.
+
+        Raises
+        ------
+        DeviceError
+            When the plugin fails to run one of them.
+        """
+        results: list[list[np.ndarray] | None] = [None] * len(inputs)
+
+        def done(request, index: int) -> None:
+            outs = []
+            for i in range(self.n_outputs):
+                data = request.get_output_tensor(i).data
+                outs.append(bf16_to_f32(data) if i in self._bf16 else np.array(data))
+            results[index] = outs
+
+        try:
+            queue = ov.AsyncInferQueue(self.compiled, max(1, int(jobs)))
+            queue.set_callback(done)
+            for index, arrays in enumerate(inputs):
+                queue.start_async([_as_input(a, t) for a, t in zip(arrays, self._input_types)], userdata=index)
+            queue.wait_all()
+        except Exception as err:
+            raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
+        return results  # type: ignore[return-value]
+
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
@@ -133,9 +172,29 @@ def _as_input(array: np.ndarray, element: ov.Type):
 
 
 class Device:
-    """A place to compile and run models. Subclasses implement `_compile`."""
+    """A place to compile and run models. Subclasses implement `_compile`.
+
+    Capabilities, read before compiling (subclasses override them):
+
+    * `activation_precision`: the precision activations are stored in (``f32``, ``bf16``, ``f16``); ``""``
+      when it does not apply or is unknown;
+    * `can_run_pieces`: pieces of a model fed with other values can run (local errors, partitioned runs);
+    * `emulated`: the numbers are an emulation on another device; `recorded`: a run played back from a file;
+      `sampled`: outputs are samples of the tensors, not whole tensors.
+    """
 
     name: str = "device"
+    emulated: bool = False
+    recorded: bool = False
+    sampled: bool = False
+
+    @property
+    def activation_precision(self) -> str:
+        return ""
+
+    @property
+    def can_run_pieces(self) -> bool:
+        return not (self.recorded or self.sampled)
 
     def compile(self, model: ov.Model, *, taps: Sequence[int] = (), fed: Sequence[int] = ()) -> Compiled:
         """Compile `model`; `taps` are the indices of outputs added only to observe intermediate tensors, `fed`
@@ -175,6 +234,7 @@ class OpenVINODevice(Device):
         self.config = {str(k): _prop_str(v) for k, v in (config or {}).items()}
         self.name = name or device
 
+    @property
     def activation_precision(self) -> str:
         """The precision this device will store activations in, predicted before compiling."""
         config = {k.upper(): str(v) for k, v in self.config.items()}
@@ -189,15 +249,15 @@ class OpenVINODevice(Device):
         asked = PRECISION_SUFFIXES.get(str(asked).lower(), str(asked).lower())
         if asked == "f16" and self.device.startswith("CPU"):
             # The CPU runs f16 only with AVX512_FP16/AMX_FP16; otherwise it silently takes bf16, or f32.
-            caps = _capabilities(self.device)
+            caps = capabilities(self.device)
             if "FP16" not in caps:
                 return "bf16" if "BF16" in caps else "f32"
         return asked
 
-    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> Compiled:
+    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> OpenVINOCompiled:
         core = shared_core()
         if taps or fed:
-            model = _type_taps(model, taps, self.activation_precision(), fed)
+            model = _type_taps(model, taps, self.activation_precision, fed)
         try:
             compiled = core.compile_model(model, self.device, self.config)
         except Exception as err:
@@ -205,7 +265,7 @@ class OpenVINODevice(Device):
                 f"Compiling for {self.name} with {self.config or 'default properties'} failed: {first_line(err)}"
             ) from err
         runtime = read_runtime_graph(compiled)
-        return Compiled(compiled, self._info(compiled, runtime), runtime)
+        return OpenVINOCompiled(compiled, self._info(compiled, runtime), runtime)
 
     def _info(self, compiled: ov.CompiledModel, runtime: RuntimeGraph, *, emulated: bool = False) -> DeviceInfo:
         hint = _read_precision_hint(compiled)
@@ -240,6 +300,8 @@ class EmulatedDevice(OpenVINODevice):
     of this device as emulated.
     """
 
+    emulated = True
+
     def __init__(self, precision: str = "f16", *, reductions: bool = False, lanes: int = 16, name: str | None = None):
         if precision not in ("f16", "bf16"):
             raise InputError(f"Emulated precision '{precision}' is not supported. Use 'f16' or 'bf16'.")
@@ -251,7 +313,7 @@ class EmulatedDevice(OpenVINODevice):
         self.reductions = reductions
         self.lanes = lanes
 
-    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> Compiled:
+    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> OpenVINOCompiled:
         from bisect_ov.run.emulate import emulate_precision  # the rewrite is heavy to import only when used
 
         emulated = emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes)
@@ -265,6 +327,35 @@ class EmulatedDevice(OpenVINODevice):
             precision_counts={},
         )
         return compiled
+
+
+DeviceFactory = Callable[[str, dict[str, Any], str], Device]
+_REGISTRY: list[tuple[Callable[[str], bool], DeviceFactory]] = []
+
+
+def register_device(match: str | Callable[[str], bool], factory: DeviceFactory) -> None:
+    """Teach `make_device` a form of device name.
+
+    Parameters
+    ----------
+    match
+        A prefix such as ``"EMU:"`` (compared without case), or a predicate on the stripped name.
+    factory
+        ``factory(name, config, role) -> Device``; it raises `InputError` for a name of its form it cannot
+        build. Entries registered later are tried first, so a registration can refine a built-in form.
+
+    Examples
+    --------
+    >>> register_device("MYDEV:", lambda name, config, role: EmulatedDevice("f16", name=name))  # doctest: +SKIP
+    """
+    if isinstance(match, str):
+        prefix = match.lower()
+        predicate: Callable[[str], bool] = lambda name: name.lower().startswith(prefix)  # noqa: E731
+    elif callable(match):
+        predicate = match
+    else:
+        raise InputError(f"register_device takes a name prefix or a predicate; got {match!r}.")
+    _REGISTRY.insert(0, (predicate, factory))
 
 
 def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, role: str = "target") -> Device:
@@ -290,22 +381,28 @@ def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, rol
     if not isinstance(spec, str) or not spec.strip():
         raise InputError(f"A device is a name such as 'CPU' or 'GPU'; got {spec!r}. Available: {available_devices()}.")
     spec = spec.strip()
-    if spec.lower().startswith("capture:") or spec.lower().endswith(".npz"):
-        from bisect_ov.run.playback import RecordedDevice  # a run recorded by bisect_ov.run.recorded.capture
+    for predicate, factory in _REGISTRY:
+        if predicate(spec):
+            return factory(spec, dict(config or {}), role)
+    raise InputError(f"Unknown device '{spec}'. Available: {available_devices()}.")  # pragma: no cover (OpenVINO matches all)
 
-        if config:
-            raise InputError(f"A recorded run ('{spec}') takes no compile properties; got {dict(config)}.")
-        return RecordedDevice(spec[len("capture:"):] if spec.lower().startswith("capture:") else spec)
+
+def _emulated_device(spec: str, config: dict[str, Any], role: str) -> Device:
+    """``EMU:f16``, ``EMU:bf16``, ``EMU:f16-acc``, ``EMU:f16-accN``."""
+    _, _, suffix = spec.partition(":")
+    precision, _, acc = suffix.lower().partition("-")
+    lanes = acc[3:] if acc.startswith("acc") else None
+    if precision not in ("f16", "bf16") or (acc and (lanes is None or (lanes and not lanes.isdigit()))):
+        raise InputError(
+            f"Unknown emulated device '{spec}'. Use EMU:f16, EMU:bf16, EMU:f16-acc, EMU:bf16-acc, "
+            "or EMU:f16-accN for N parallel partial sums (EMU:f16-acc1: one sequential accumulator)."
+        )
+    return EmulatedDevice(precision, reductions=bool(acc), lanes=int(lanes) if lanes else 16, name=spec)
+
+
+def _openvino_device(spec: str, config: dict[str, Any], role: str) -> Device:
+    """An OpenVINO device name, with an optional precision suffix (``CPU:bf16``, ``GPU:accuracy``)."""
     base, _, suffix = spec.partition(":")
-    if base.upper() in ("EMU", "EMULATED"):
-        precision, _, acc = suffix.lower().partition("-")
-        lanes = acc[3:] if acc.startswith("acc") else None
-        if precision not in ("f16", "bf16") or (acc and (lanes is None or (lanes and not lanes.isdigit()))):
-            raise InputError(
-                f"Unknown emulated device '{spec}'. Use EMU:f16, EMU:bf16, EMU:f16-acc, EMU:bf16-acc, "
-                "or EMU:f16-accN for N parallel partial sums (EMU:f16-acc1: one sequential accumulator)."
-            )
-        return EmulatedDevice(precision, reductions=bool(acc), lanes=int(lanes) if lanes else 16, name=spec)
     merged: dict[str, Any] = {}
     if suffix and base.upper() not in ("AUTO", "HETERO", "MULTI", "BATCH"):
         key = suffix.lower()
@@ -318,10 +415,14 @@ def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, rol
         device = base
     else:
         device = spec
-    merged.update(config or {})
+    merged.update(config)
     if role == "ref" and not any(k in merged for k in _PRECISION_KEYS) and _supports(device, "INFERENCE_PRECISION_HINT"):
         merged["INFERENCE_PRECISION_HINT"] = "f32"
     return OpenVINODevice(device, merged, name=spec)
+
+
+register_device(lambda name: True, _openvino_device)  # the fallback: any other name is an OpenVINO device
+register_device(lambda name: name.partition(":")[0].upper() in ("EMU", "EMULATED"), _emulated_device)
 
 
 def _check_device(device: str) -> None:
@@ -356,7 +457,10 @@ def _type_name(value: Any) -> str:
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
 
 
-def _capabilities(device: str) -> list[str]:
+def capabilities(device: str) -> list[str]:
+    """The plugin's ``OPTIMIZATION_CAPABILITIES`` of an OpenVINO device (``FP32``, ``BF16``, ``INT8`` ...);
+    empty when the device does not report them."""
+    device = device.split(":")[0].split(",")[0]
     try:
         return list(shared_core().get_property(device, "OPTIMIZATION_CAPABILITIES"))
     except Exception:

@@ -16,6 +16,7 @@ import pytest
 from openvino import opset13 as ops
 
 from bisect_ov import bisect, inject_fault
+from bisect_ov.records import Fidelity
 from bisect_ov.report.html import render_page, save_html
 from bisect_ov.zoo import synthetic
 
@@ -167,11 +168,11 @@ def test_every_other_report_string_is_escaped(fault_report):
 def test_fidelity_outside_range_is_a_warning(fault_report):
     good = render_page(fault_report, plots=False)
     assert "Fidelity 1.00" in good and "Fidelity ratio" not in good
-    bad = dataclasses.replace(fault_report, fidelity={"plain_error": 1e-3, "tapped_error": 5e-3, "ratio": 5.0})
+    bad = dataclasses.replace(fault_report, fidelity=Fidelity(plain_error=1e-3, tapped_error=5e-3, ratio=5.0))
     page = render_page(bad, plots=False)
     verdict = page[page.index('class="verdict'):page.index("<h2>Culprits")]
     assert '<div class="warn">' in verdict and "Fidelity ratio 5.00" in verdict
-    told = dataclasses.replace(bad, fidelity={**bad.fidelity, "warning": "taps <changed> the run"})
+    told = dataclasses.replace(bad, fidelity=dataclasses.replace(bad.fidelity, warning="taps <changed> the run"))
     assert "taps &lt;changed&gt; the run" in render_page(told, plots=False)
 
 

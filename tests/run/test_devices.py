@@ -52,3 +52,57 @@ def test_f16_on_a_bf16_cpu_is_reported_as_bf16():
 def test_default_cpu_target_runs_bf16_here():
     info = OpenVINODevice("CPU").compile(tiny_chain()).info
     assert info.precision == "bf16" and info.precision_counts.get("bf16", 0) > 0
+
+
+# ----- the device protocol ------------------------------------------------------------------------------------
+
+
+def test_devices_declare_their_capabilities(tmp_path):
+    from bisect_ov.capture import RecordedDevice, SampledDevice, capture
+
+    f32, emu = make_device("CPU:f32"), make_device("EMU:f16")
+    assert (f32.activation_precision, f32.can_run_pieces, f32.emulated, f32.recorded) == ("f32", True, False, False)
+    assert (emu.activation_precision, emu.can_run_pieces, emu.emulated, emu.recorded) == ("f32", True, True, False)
+    recorded = make_device(f"capture:{capture(tiny_chain(), 'CPU:f32', path=tmp_path / 'c.npz')}")
+    assert isinstance(recorded, RecordedDevice)
+    assert (recorded.activation_precision, recorded.can_run_pieces, recorded.emulated, recorded.recorded) == ("", False, False, True)
+    sampled = SampledDevice("EMU:f16", 16)
+    assert (sampled.can_run_pieces, sampled.emulated, sampled.sampled) == (False, True, True)
+
+
+@needs_bf16
+def test_activation_precision_is_predicted_before_compiling():
+    assert make_device("CPU", role="target").activation_precision == "bf16"
+    assert make_device("CPU:f16").activation_precision == "bf16"  # no avx512_fp16 here: the plugin takes bf16
+    assert make_device("CPU:accuracy").activation_precision == "f32"
+
+
+def test_infer_many_gives_what_infer_gives_one_by_one(tmp_path):
+    from bisect_ov.capture import RecordedDevice, capture
+
+    model = tiny_chain()
+    rng = np.random.default_rng(0)
+    samples = [[rng.standard_normal((1, 8)).astype(np.float32)] for _ in range(5)]
+    for device in ("CPU:f32", "CPU:bf16", "EMU:f16"):
+        compiled = make_device(device).compile(model)
+        many = compiled.infer_many(samples, jobs=2)
+        assert len(many) == 5
+        for arrays, outs in zip(samples, many):
+            np.testing.assert_array_equal(outs[0], compiled.infer(arrays, share_outputs=False)[0])
+    played = RecordedDevice(capture(model, "CPU:f32", samples[0], tmp_path / "c.npz")).compile(model)
+    np.testing.assert_array_equal(played.infer_many(samples[:1])[0][0], make_device("CPU:f32").compile(model).infer(samples[0])[0])
+
+
+def test_registered_device_names_resolve_through_make_device():
+    from bisect_ov.run.devices import EmulatedDevice, register_device
+
+    register_device("TESTEMU:", lambda name, config, role: EmulatedDevice("bf16", name=name))
+    device = make_device("testemu:anything")
+    assert isinstance(device, EmulatedDevice) and device.name == "testemu:anything" and device.precision == "bf16"
+    with pytest.raises(InputError, match="prefix or a predicate"):
+        register_device(3, lambda *a: None)  # type: ignore[arg-type]
+
+
+def test_a_recorded_run_takes_no_compile_properties(tmp_path):
+    with pytest.raises(InputError, match="takes no compile properties"):
+        make_device("capture:x.npz", {"INFERENCE_PRECISION_HINT": "f32"})

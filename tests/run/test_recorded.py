@@ -18,14 +18,15 @@ from bisect_ov import bisect, inject_fault
 from bisect_ov.errors import CaptureError, InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap, default_taps, tap_model
-from bisect_ov.run import recorded
-from bisect_ov.run.capture_reader import load_capture, merge_captures
+from bisect_ov.capture import format as recorded
+from bisect_ov.capture.read import load_capture, merge_captures
 from bisect_ov.run.devices import Device, make_device
 from bisect_ov.run.inputs import prepare_inputs
-from bisect_ov.run.playback import RecordedDevice, SampledDevice, plan_recorded, sampled_like
-from bisect_ov.run.recorded import (
-    CPU_FLAGS, SCHEMA_VERSION, capture, inputs_hash, sample_array, sample_positions, tensor_summary,
+from bisect_ov.capture.device import RecordedDevice, SampledDevice, plan_recorded, sampled_like
+from bisect_ov.capture.format import (
+    CPU_FLAGS, SCHEMA_VERSION, inputs_hash, sample_array, sample_positions, tensor_summary,
 )
+from bisect_ov.capture.write import capture
 from bisect_ov.zoo import synthetic
 from tests.conftest import tiny_chain
 
@@ -87,15 +88,13 @@ def test_round_trip_header_and_tensors(chain_capture):
 
 def test_fusion_boundaries_recorded_in_their_own_pass(tmp_path):
     """Tensors leaving a fusion group come from compiles that keep the plain run's fusions."""
-    from bisect_ov.strategies import fusion_boundaries
-    from types import SimpleNamespace
+    from bisect_ov.model.fusion import fusion_boundaries
     from bisect_ov.model.match import identity_match
 
     model = synthetic.conv_bn_net()
     cap = load_capture(capture(model, "CPU:f32", path=tmp_path / "c.npz"))
     graph = ModelGraph(model)
-    view = SimpleNamespace(graph=graph, target_graph=graph, match=identity_match(graph), target_runtime=cap.runtime)
-    boundaries = {str(t) for t in fusion_boundaries(view)[0]}
+    boundaries = {str(t) for t in fusion_boundaries(graph, graph, identity_match(graph), cap.runtime)[0]}
     assert 0 < cap.header["passes"]["fusion"] == len(boundaries) < len(cap.taps)
     assert {t["key"] for t in cap.header["taps"] if t["pass"] == "fusion"} == boundaries
     assert cap.header["compiles"] == 3
@@ -265,7 +264,7 @@ def test_failed_run_leaves_nothing(tmp_path, monkeypatch):
     def boom(self, inputs, *, share_outputs=True):
         raise devices.DeviceError("plugin crashed")
 
-    monkeypatch.setattr(devices.Compiled, "infer", boom)
+    monkeypatch.setattr(devices.OpenVINOCompiled, "infer", boom)
     with pytest.raises(devices.DeviceError, match="plugin crashed"):
         capture(tiny_chain(), "CPU:f32", path=tmp_path / "c.npz")
     assert list(tmp_path.iterdir()) == []
@@ -500,7 +499,7 @@ def faulty_from_other_process(tmp_path_factory) -> pathlib.Path:
 
 def _capture_in_subprocess(model_code: str, path: pathlib.Path, device: str = "CPU:f32") -> None:
     code = textwrap.dedent(f"""
-        from bisect_ov.run.recorded import capture
+        from bisect_ov.capture.write import capture
         from bisect_ov.model.inject import inject_fault
         from bisect_ov.zoo import synthetic
         capture({model_code}, {device!r}, path={str(path)!r})
@@ -596,7 +595,7 @@ def test_recorded_in_another_process_names_the_same_first_divergence_as_a_direct
     """Machine A records the demo on an f16 device; machine B compares its f32 run with the recording."""
     path = tmp_path / "machine_a_f16.npz"
     code = (
-        "from bisect_ov.run.recorded import capture\n"
+        "from bisect_ov.capture.write import capture\n"
         "from bisect_ov.zoo import synthetic\n"
         "m = synthetic.demo()\n"
         f"capture(m, 'EMU:f16', synthetic.sample_inputs(m, seed=1), {str(path)!r})\n"

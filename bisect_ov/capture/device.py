@@ -1,14 +1,16 @@
 """Recorded runs, the device side: play a capture back as the ``ref=`` or ``target=`` of `bisect()`.
 
-`RecordedDevice(path)` turns a file written by `bisect_ov.run.recorded.capture` on machine A into a `Device`
+`RecordedDevice(path)` turns a file written by `bisect_ov.capture.write.capture` on machine A into a `Device`
 on machine B; `SampledDevice` / `sampled_like` sample a live device the way a ``stats`` capture was sampled;
 `plan_recorded` tells `bisect()` what to switch off, which inputs to use and what to sample:
 
 >>> bisect("model.xml", ref=RecordedDevice("epyc.npz"), target="CPU")         # doctest: +SKIP  (machine B)
 
 Assumptions: the file format and the helpers both machines must compute identically (`playback_hash`,
-`inputs_hash`, `sample_array`) come from `bisect_ov.run.recorded`, and `load_capture` from
-`bisect_ov.run.capture_reader`; this module imports from both and neither imports it. A compiled model is accepted only when its `playback_hash` matches the
+`inputs_hash`, `sample_array`) come from `bisect_ov.capture.format`, and `load_capture` from
+`bisect_ov.capture.read`. Importing this module registers the ``capture:<path>`` and ``<path>.npz`` device
+names with `bisect_ov.run.devices.register_device`, so `make_device` builds a `RecordedDevice` for them.
+A compiled model is accepted only when its `playback_hash` matches the
 recorded one, and `infer` only with inputs whose `inputs_hash` was recorded. A ``stats`` capture holds samples
 (flat, at `sample_positions`), so the other side must be sampled with the same sample size and seed.
 
@@ -25,16 +27,18 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import openvino as ov
 
-from bisect_ov.errors import CaptureError
+from bisect_ov.capture.format import check_sample, check_seed, inputs_hash, playback_hash, sample_array
+from bisect_ov.capture.read import Capture, load_capture
+from bisect_ov.errors import CaptureError, InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
-from bisect_ov.run.devices import Compiled, Device, DeviceInfo, make_device
-from bisect_ov.run.capture_reader import Capture, load_capture
-from bisect_ov.run.recorded import _check_sample, _check_seed, inputs_hash, playback_hash, sample_array
+from bisect_ov.records import DeviceInfo
+from bisect_ov.run.devices import Compiled, Device, infer_each, make_device, register_device
 
-__all__ = ["RecordedDevice", "RecordedCompiled", "SampledDevice", "sampled_like", "RecordedPlan", "plan_recorded"]
+__all__ = ["RecordedDevice", "RecordedCompiled", "SampledDevice", "SampledCompiled", "sampled_like", "RecordedPlan",
+           "plan_recorded"]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -62,7 +66,7 @@ class RecordedDevice(Device):
         Name in reports; ``capture:<file name>`` by default.
     """
 
-    recorded = True  # cannot run pieces of the model (`fed`): bisect skips partitioned runs with it
+    recorded = True  # cannot run pieces of the model (`fed`, so `can_run_pieces` is False): bisect skips them
 
     def __init__(self, capture: str | os.PathLike | Capture, *, name: str | None = None):
         self.capture = load_capture(capture)
@@ -74,7 +78,7 @@ class RecordedDevice(Device):
         return self.capture.inputs
 
     @property
-    def sampled(self) -> bool:
+    def sampled(self) -> bool:  # type: ignore[override]
         return self.capture.mode == "stats"
 
     def device_info(self) -> DeviceInfo:
@@ -130,8 +134,8 @@ class RecordedDevice(Device):
                 position = graph.parameter_position[key]
                 sources.append(("input", f"input/{position}", tuple(cap.header["model"]["inputs"][position]["shape"])))
             elif cap.has(key, port):
-                index = cap._index(key, port)
-                sources.append(("tap", cap._member(index), tuple(cap.header["taps"][index]["shape"])))
+                index = cap.index_of(key, port)
+                sources.append(("tap", cap.member(index), tuple(cap.header["taps"][index]["shape"])))
             elif i not in added:
                 j = original.index(i)
                 sources.append(("o", f"o/{j}", tuple(cap.header["model"]["outputs"][j]["shape"])))
@@ -157,18 +161,16 @@ def _check_shape(cap: Capture, what: str, pshape: ov.PartialShape, recorded: tup
         )
 
 
-class RecordedCompiled(Compiled):
+class RecordedCompiled:
     """What `RecordedDevice.compile` returns: a `Compiled` whose `infer` reads the capture."""
 
     def __init__(self, device: RecordedDevice, sources: Sequence[tuple[str, str]], info: DeviceInfo, runtime: RuntimeGraph):
-        self.compiled = None
         self.device = device
         self.capture = device.capture
         self.sources = list(sources)
         self.info = info
         self.runtime = runtime
         self.n_outputs = len(self.sources)
-        self._bf16 = set()
 
     def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
         """The recorded arrays for these inputs, in the model's output order.
@@ -193,7 +195,11 @@ class RecordedCompiled(Compiled):
                 "Run with the recorded inputs (RecordedDevice(...).inputs, or inputs=None with the capture's seed "
                 f"{cap.seed} when it was recorded from random inputs), or record a capture with these inputs."
             )
-        return [cap._read(member, sample) for _, member in self.sources]
+        return [cap.read(member, sample) for _, member in self.sources]
+
+    def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
+        """The recorded arrays of every input set, one at a time (reading a file needs no parallel requests)."""
+        return infer_each(self, inputs)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -210,30 +216,37 @@ class SampledDevice(Device):
     def __init__(self, inner: str | Device, sample: int, seed: int = 0, *, config: Mapping[str, Any] | None = None,
                  role: str = "target"):
         self.inner = make_device(inner, dict(config or {}), role=role)
-        self.sample = _check_sample(sample)
-        self.seed = _check_seed(seed)
+        self.sample = check_sample(sample)
+        self.seed = check_seed(seed)
         self.name = self.inner.name
 
     sampled = True  # outputs are samples: values fed between pieces (local errors) cannot be used
 
-    def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> "_SampledCompiled":
+    @property
+    def emulated(self) -> bool:  # type: ignore[override]
+        return self.inner.emulated
+
+    def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> SampledCompiled:
         inner = self.inner.compile(model, taps=taps, fed=fed) if fed else self.inner.compile(model, taps=taps)
-        return _SampledCompiled(inner, self.sample, self.seed)
+        return SampledCompiled(inner, self.sample, self.seed)
 
 
-class _SampledCompiled(Compiled):
+class SampledCompiled:
+    """What `SampledDevice.compile` returns: the inner `Compiled`, each output replaced by its sample."""
+
     def __init__(self, inner: Compiled, sample: int, seed: int):
-        self.compiled = getattr(inner, "compiled", None)
         self.inner = inner
         self.sample, self.seed = sample, seed
         note = f"{sample} sampled values per tensor"
         self.info = replace(inner.info, note=f"{inner.info.note}; {note}" if inner.info.note else note)
         self.runtime = inner.runtime
         self.n_outputs = inner.n_outputs
-        self._bf16 = set()
 
     def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
         return [sample_array(a, self.sample, self.seed) for a in self.inner.infer(inputs, share_outputs=share_outputs)]
+
+    def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
+        return [[sample_array(a, self.sample, self.seed) for a in outs] for outs in self.inner.infer_many(inputs, jobs=jobs)]
 
 
 def sampled_like(device: str | Device, capture: str | os.PathLike | Capture | RecordedDevice, *,
@@ -275,7 +288,7 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
     """
     sides = {"ref": ref, "target": target}
     recorded = {k: d for k, d in sides.items() if isinstance(d, RecordedDevice)}
-    if not recorded and not any(getattr(d, "sampled", False) for d in sides.values()):
+    if not recorded and not any(d.sampled for d in sides.values()):
         return RecordedPlan(ref, target, inputs)
     notes: list[str] = []
     stats = {k: d.capture for k, d in recorded.items() if d.capture.mode == "stats"}
@@ -299,7 +312,7 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
         by_name = key == "target" and twin and not any(n.startswith("#") for n in names)
         inputs = dict(zip(names, arrays)) if by_name else arrays
         notes.append(f"Inputs: the ones recorded in '{cap.path.name}'.")
-    sampled = any(getattr(d, "sampled", False) for d in sides.values())
+    sampled = any(d.sampled for d in sides.values())
     plan = RecordedPlan(sides["ref"], sides["target"], inputs, local="target" not in recorded and not sampled,
                         pieces=not recorded and not sampled, exact=not sampled, notes=notes)
     if recorded:
@@ -309,3 +322,13 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
                           ", which cannot run pieces of the model: partitioned runs (impact, fix, delegation, curve)"
                           + ("" if plan.local else " and local errors") + " are skipped.")
     return plan
+
+
+def _recorded_device(spec: str, config: dict[str, Any], role: str) -> RecordedDevice:
+    """``capture:<path>`` or ``<path>.npz``: a run recorded by `bisect_ov.capture.write.capture`."""
+    if config:
+        raise InputError(f"A recorded run ('{spec}') takes no compile properties; got {dict(config)}.")
+    return RecordedDevice(spec[len("capture:"):] if spec.lower().startswith("capture:") else spec)
+
+
+register_device(lambda name: name.lower().startswith("capture:") or name.lower().endswith(".npz"), _recorded_device)

@@ -1,13 +1,14 @@
-"""Recorded runs, the reading side: open, check and merge capture files written by `bisect_ov.run.recorded.capture`.
+"""Recorded runs, the reading side: open, check and merge capture files written by `bisect_ov.capture.write.capture`.
 
 `load_capture` opens a capture (checking format, schema version, header and members) as a `Capture`, which
 reads the recorded inputs, outputs, tensors and statistics of one recorded input set at a time;
 `merge_captures` combines captures of one model on one device, recorded with different inputs, into one file.
-The file format is described in `bisect_ov.run.recorded`.
+The file format is described in `bisect_ov.capture.format`.
 
 Assumptions: the format constants (`FORMAT`, `SCHEMA_VERSION`, `MODES`, `HEADER`) and the writer
-(`_NpzWriter`, `_header_array`) come from `bisect_ov.run.recorded`; this module imports from it, never the
-reverse. Files are read with ``np.load(path, allow_pickle=False)``; reads of one open file are serialized by a
+(`NpzWriter`, `header_array`) come from `bisect_ov.capture.format`. A header is checked when the file is opened
+(`load_capture`): every field a reader relies on is there with the right type, so a malformed file is refused
+with a `CaptureError` instead of failing later. Files are read with ``np.load(path, allow_pickle=False)``; reads of one open file are serialized by a
 lock shared between the `Capture.select` views of it.
 """
 
@@ -19,34 +20,20 @@ import pathlib
 import threading
 import zipfile
 import zlib
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import numpy as np
 
-from bisect_ov.errors import CaptureError
-from bisect_ov.model.runtime import RuntimeGraph, RuntimeLayer
+from bisect_ov import codec
+from bisect_ov.capture.format import FORMAT, HEADER, MODES, SCHEMA_VERSION, NpzWriter, header_array, runtime_from_header
+from bisect_ov.errors import CaptureError, InputError
+from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
-from bisect_ov.run.devices import DeviceInfo
-from bisect_ov.run.recorded import FORMAT, HEADER, MODES, SCHEMA_VERSION, _header_array, _NpzWriter
+from bisect_ov.records import DeviceInfo
 
 __all__ = ["Capture", "load_capture", "merge_captures"]
 
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError, RuntimeError)
-
-
-def _runtime_from_header(data: Mapping[str, Any] | None) -> RuntimeGraph:
-    layers, by_original = [], {}
-    for d in (data or {}).get("layers", []):
-        layer = RuntimeLayer(
-            name=str(d.get("layer", "")), layer_type=str(d.get("layer_type", "")),
-            original_names=tuple(d.get("fused", ())), runtime_precision=str(d.get("precision", "")),
-            output_precisions=tuple(d.get("output_precisions", ())), primitive_type=str(d.get("kernel", "")),
-            exec_order=int(d.get("exec_order", -1)),
-        )
-        layers.append(layer)
-        for name in layer.original_names:
-            by_original.setdefault(name, layer)
-    return RuntimeGraph(tuple(layers), by_original)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -126,35 +113,35 @@ class Capture:
     @property
     def device_info(self) -> DeviceInfo:
         """What the recording device ran with (its own name, not ``capture:...``)."""
-        return DeviceInfo.from_dict(self.header["device"]["info"])
+        return codec.from_dict(DeviceInfo, self.header["device"]["info"])
 
     @property
     def runtime(self) -> RuntimeGraph:
-        return _runtime_from_header(self.header.get("runtime"))
+        return runtime_from_header(self.header.get("runtime"))
 
     @property
     def inputs(self) -> list[np.ndarray]:
         """The recorded input arrays of the current sample, in parameter order."""
-        return [self._read(f"input/{i}") for i in range(len(self.header["model"]["inputs"]))]
+        return [self.read(f"input/{i}") for i in range(len(self.header["model"]["inputs"]))]
 
     @property
     def outputs(self) -> list[np.ndarray]:
         """The plain run's outputs (samples of them in ``stats`` mode)."""
-        return [self._read(f"o/{i}") for i in range(len(self.header["model"]["outputs"]))]
+        return [self.read(f"o/{i}") for i in range(len(self.header["model"]["outputs"]))]
 
     def has(self, key: str, port: int = 0) -> bool:
         return Tap(key, port) in self._tap_index
 
     def tap_info(self, key: str, port: int = 0) -> dict[str, Any]:
-        return self.header["taps"][self._index(key, port)]
+        return self.header["taps"][self.index_of(key, port)]
 
     def tensor(self, key: str, port: int = 0) -> np.ndarray:
         """The recorded tensor (mode ``full``) or its sample (mode ``stats``) of output `port` of node `key`."""
-        return self._read(self._member(self._index(key, port)))
+        return self.read(self.member(self.index_of(key, port)))
 
     def stats(self, key: str, port: int = 0) -> dict[str, Any]:
         """Summary statistics of the full tensor (min, max, mean, std, absmax, nan, inf, numel)."""
-        return self.header["samples"][self.current]["tap_stats"][self._index(key, port)]
+        return self.header["samples"][self.current]["tap_stats"][self.index_of(key, port)]
 
     def select(self, sample: int) -> "Capture":
         """The same file, reading the recorded input set number `sample`."""
@@ -185,8 +172,9 @@ class Capture:
                 f"({dev['info'].get('full_name') or dev['info'].get('device')}), {self.mode}, "
                 f"{len(self._tap_index)} tensors, {len(self.header['samples'])} sample(s))")
 
-    # ----- internals --------------------------------------------------------------------------------
-    def _index(self, key: str, port: int) -> int:
+    # ----- members of the file, for the device and merging --------------------------------------------
+    def index_of(self, key: str, port: int = 0) -> int:
+        """Position of the tensor of output `port` of node `key` among the recorded taps."""
         try:
             return self._tap_index[Tap(key, int(port))]
         except KeyError:
@@ -195,13 +183,15 @@ class Capture:
                 f"({len(self._tap_index)} recorded tensors)."
             ) from None
 
-    def _member(self, index: int) -> str:
+    def member(self, index: int) -> str:
+        """The member name (without a sample prefix) of recorded tap number `index`."""
         return f"{'s' if self.mode == 'stats' else 't'}/{index}"
 
     def _prefix(self, sample: int | None = None) -> str:
         return self.header["samples"][self.current if sample is None else sample].get("prefix", "")
 
-    def _read(self, name: str, sample: int | None = None) -> np.ndarray:
+    def read(self, name: str, sample: int | None = None) -> np.ndarray:
+        """The array of member `name` (``input/0``, ``o/0``, ``t/3``) of the current sample (or of `sample`)."""
         full = self._prefix(sample) + name
         with self._lock:
             try:
@@ -211,7 +201,7 @@ class Capture:
             except _READ_ERRORS as err:
                 raise CaptureError(f"The capture '{self.path}' is corrupted: reading '{full}' failed ({err}).") from err
 
-    def _members(self, sample: int) -> list[str]:
+    def members(self, sample: int) -> list[str]:
         """Every member name of one sample, without its prefix."""
         model = self.header["model"]
         kind = "s" if self.mode == "stats" else "t"
@@ -234,16 +224,16 @@ def load_capture(path: str | os.PathLike | Capture) -> Capture:
     if not path.exists():
         raise CaptureError(f"Capture file not found: '{path}'. The current directory is '{os.getcwd()}'.")
     if not path.is_file():
-        raise CaptureError(f"'{path}' is not a file: pass the .npz written by bisect_ov.run.recorded.capture.")
+        raise CaptureError(f"'{path}' is not a file: pass the .npz written by bisect_ov.capture.")
     try:
         data = np.load(path, allow_pickle=False)
     except _READ_ERRORS as err:
         raise CaptureError(
             f"'{path}' is not a readable capture: not an .npz file, or truncated or corrupted ({err}). "
-            "Copy the file again, or record it again with bisect_ov.run.recorded.capture."
+            "Copy the file again, or record it again with bisect_ov.capture."
         ) from err
     if not isinstance(data, np.lib.npyio.NpzFile):
-        raise CaptureError(f"'{path}' holds a single .npy array, not a capture (.npz written by bisect_ov.run.recorded.capture).")
+        raise CaptureError(f"'{path}' holds a single .npy array, not a capture (.npz written by bisect_ov.capture).")
     try:
         header = _read_header(path, data)
         try:
@@ -288,7 +278,44 @@ def _read_header(path: pathlib.Path, data: Any) -> dict[str, Any]:
         raise CaptureError(f"The capture '{path}' is corrupted: its header lacks {missing}.")
     if header["mode"] not in MODES:
         raise CaptureError(f"The capture '{path}' has an unknown mode {header['mode']!r}; this bisect_ov reads {list(MODES)}.")
+    _check_header(path, header)
     return header
+
+
+def _check_header(path: pathlib.Path, header: dict[str, Any]) -> None:
+    """Every header field a reader relies on, with its type: a malformed header is refused here, by name."""
+    def bad(what: str, fix: str = "") -> CaptureError:
+        return CaptureError(f"The capture '{path}' is corrupted: its header is malformed ({what}).{fix} "
+                            "Record the capture again.")
+
+    samples = header["samples"]
+    if not isinstance(samples, list) or not samples:
+        raise bad(f"'samples' is {samples!r}; it must list at least one recorded input set")
+    for n, s in enumerate(samples):
+        if not isinstance(s, dict) or not isinstance(s.get("inputs_hash"), str):
+            raise bad(f"samples[{n}] has no inputs_hash")
+        if not isinstance(s.get("prefix", ""), str):
+            raise bad(f"samples[{n}].prefix is not a string")
+    device = header["device"]
+    if not isinstance(device, dict) or not isinstance(device.get("spec"), str) or not isinstance(device.get("info"), dict):
+        raise bad(f"'device' is {device!r}; it must hold the device name ('spec') and what it ran ('info')")
+    try:
+        codec.from_dict(DeviceInfo, device["info"], where="device.info")
+    except InputError as err:
+        raise bad(str(err).rstrip(".")) from None
+    model = header["model"]
+    if not isinstance(model, dict) or not all(isinstance(model.get(k), list) for k in ("inputs", "outputs")):
+        raise bad("'model' lacks its inputs and outputs")
+    for k in ("label", "structure_hash", "playback_hash"):
+        if not isinstance(model.get(k), str):
+            raise bad(f"model.{k} is missing")
+    taps = header["taps"]
+    if not isinstance(taps, list) or not all(isinstance(t, dict) and isinstance(t.get("key"), str)
+                                             and isinstance(t.get("port"), int) for t in taps):
+        raise bad("'taps' is not a list of recorded tensors (key, port)")
+    for k in ("sample", "seed"):
+        if isinstance(header[k], bool) or not isinstance(header[k], int):
+            raise bad(f"{k} is {header[k]!r}, not an integer")
 
 
 def _check_members(path: pathlib.Path, data: Any, header: dict[str, Any]) -> None:
@@ -296,7 +323,7 @@ def _check_members(path: pathlib.Path, data: Any, header: dict[str, Any]) -> Non
     probe = Capture(path, data, header)
     for n, s in enumerate(header["samples"]):
         prefix = s.get("prefix", "")
-        missing = [prefix + m for m in probe._members(n) if prefix + m not in files]
+        missing = [prefix + m for m in probe.members(n) if prefix + m not in files]
         if missing:
             raise CaptureError(
                 f"The capture '{path}' is incomplete or corrupted: {len(missing)} member(s) missing, e.g. "
@@ -359,11 +386,11 @@ def merge_captures(paths: Iterable[str | os.PathLike | Capture], out: str | os.P
     header = json.loads(json.dumps(first.header))
     header["samples"] = []
     header["merged_from"] = [c.path.name for c in captures]
-    with _NpzWriter(out) as writer:
+    with NpzWriter(out) as writer:
         for m, (cap, n, s) in enumerate(entries):
             prefix = f"sample/{m}/"
-            for member in cap._members(n):
-                writer.add(prefix + member, cap._read(member, n))
+            for member in cap.members(n):
+                writer.add(prefix + member, cap.read(member, n))
             entry = {k: v for k, v in s.items() if k not in ("index", "prefix")}
             entry.update({"index": m, "prefix": prefix, "source": s.get("source") or cap.path.name})
             if cap is not first:
@@ -371,5 +398,5 @@ def merge_captures(paths: Iterable[str | os.PathLike | Capture], out: str | os.P
             header["samples"].append(entry)
         header["inputs_hash"] = header["samples"][0]["inputs_hash"]
         header["stored_bytes"] = writer.nbytes
-        writer.add(HEADER, _header_array(header))
+        writer.add(HEADER, header_array(header))
     return out

@@ -1,0 +1,145 @@
+"""Typed report records, the field-driven codec, loading old and malformed JSON, and importing without OpenVINO."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bisect_ov import codec
+from bisect_ov.errors import InputError
+from bisect_ov.records import CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, Noise, SamplesSummary
+from bisect_ov.report.report import SCHEMA_VERSION, Report
+
+DATA = pathlib.Path(__file__).parent / "data"
+V1 = DATA / "report_v1.json"  # saved by schema version 1 (records as untyped dicts), with fix, samples, curve
+
+
+def test_a_schema_1_report_loads_into_typed_records_and_renders_as_before():
+    report = Report.load(V1)
+    assert isinstance(report.fix, Fix) and report.fix.solved and report.fix.patched_model == "patched.xml"
+    assert report.fix.keep == ("inorm/offset", "inorm/mean", "inorm/sub", "inorm/sqdiff")
+    assert isinstance(report.delegation, Delegation) and report.delegation.first == "inorm/mean"
+    assert report.curve[0] == CurvePoint(0.0, 0, 0.0) and len(report.curve) == 3
+    assert report.noise == Noise(run_to_run=0.0)
+    assert isinstance(report.fidelity, Fidelity) and report.fidelity.warning == ""
+    s = report.samples
+    assert isinstance(s, SamplesSummary) and (s.count, s.k, s.topk_misses, s.top1_flipped) == (2, 5, 0, (0, 1))
+    # The text the schema-1 code rendered from this file, kept beside it.
+    assert report.to_text(width=120) == (DATA / "report_v1.txt").read_text()
+    assert report.schema_version == SCHEMA_VERSION
+
+
+def test_save_and_load_round_trip_and_keep_empty_experiments_null(tmp_path):
+    report = Report.load(V1)
+    again = Report.load(report.save(tmp_path / "r.json"))
+    assert again == report and again.to_text() == report.to_text()
+    data = json.loads(V1.read_text())
+    for key in ("fix", "delegation", "noise", "fidelity", "samples"):
+        data[key] = {}  # schema 1 wrote experiments that did not run as empty objects
+    plain = Report.from_dict(data)
+    assert (plain.fix, plain.delegation, plain.noise, plain.fidelity, plain.samples) == (None,) * 5
+    saved = json.loads(plain.save(tmp_path / "p.json").read_text())
+    assert saved["fix"] is None and saved["schema_version"] == SCHEMA_VERSION
+    assert Report.load(tmp_path / "p.json") == plain
+
+
+def test_codec_writes_non_finite_floats_as_strings_and_reads_them_back():
+    fix = Fix(keep=("a",), error_before=math.inf, error_after=math.nan, tolerance=-math.inf, verified=True, runs=2)
+    data = codec.to_dict(fix)
+    assert (data["error_before"], data["error_after"], data["tolerance"]) == ("inf", "nan", "-inf")
+    assert data["keep"] == ["a"] and data["solved"] is False  # derived property, written for readers
+    json.dumps(data, allow_nan=False)
+    back = codec.from_dict(Fix, data)
+    assert back.keep == ("a",) and math.isinf(back.error_before) and math.isnan(back.error_after)
+    info = DeviceInfo("CPU", "CPU", config={"A": "1"}, precision_counts={"f32": 3})
+    assert codec.from_dict(DeviceInfo, codec.to_dict(info)) == info
+
+
+def test_kept_tensors_are_given_at_construction_and_never_saved(tmp_path):
+    report = Report.load(V1)
+    key = report.nodes[0].key
+    kept = dataclasses.replace(report, kept_tensors={key: ("ref", "target")})
+    assert kept.tensors(key) == ("ref", "target") and kept == report
+    assert "kept_tensors" not in kept.to_dict()
+    with pytest.raises(InputError, match="were not kept"):
+        Report.load(kept.save(tmp_path / "k.json")).tensors(key)
+    assert not hasattr(Report, "keep_tensors")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.fix = None  # type: ignore[misc]
+
+
+def _broken(tmp_path, change) -> pathlib.Path:
+    data = json.loads(V1.read_text())
+    change(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(schema_version="2"), r"schema version is '2'; it must be a positive integer"),
+    (lambda d: d.update(schema_version=True), r"schema version is True; it must be a positive integer"),
+    (lambda d: d.update(schema_version=-1), r"schema version is -1; it must be a positive integer"),
+    (lambda d: d.pop("schema_version"), r"schema version is None"),
+    (lambda d: d.pop("metric"), r"report: the key 'metric' is missing"),
+    (lambda d: d["nodes"][2].pop("error"), r"report.nodes\[2\]: the key 'error' is missing"),
+    (lambda d: d["nodes"][1].update(error="abc"), r"report.nodes\[1\].error: expected a number .*got 'abc'"),
+    (lambda d: d["outputs"][0]["stats"].update(shape="1x10"), r"report.outputs\[0\].stats.shape: expected a list"),
+    (lambda d: d["ref"].update(emulated="no"), r"report.ref.emulated: expected true or false, got 'no'"),
+    (lambda d: d["fix"].update(runs=1.5), r"report.fix.runs: expected an integer, got 1.5"),
+    (lambda d: d.update(nodes={}), r"report.nodes: expected a list"),
+    (lambda d: d.update(timings={"load": [[[[1]]]]}), r"report.timings.load: expected a number"),
+])
+def test_malformed_reports_are_clear_refusals(tmp_path, change, message):
+    with pytest.raises(InputError, match=message):
+        Report.load(_broken(tmp_path, change))
+
+
+def test_deeply_nested_json_is_refused(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"schema_version": 1, "nodes": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(InputError, match="nested too deeply"):
+        Report.load(deep)
+    nested = _broken(tmp_path, lambda d: d.update(tolerance={"per_node": _nest(200)}))
+    with pytest.raises(InputError, match="nested deeper than"):
+        Report.load(nested)
+
+
+def _nest(n: int):
+    value: object = 1
+    for _ in range(n):
+        value = {"x": value}
+    return value
+
+
+def test_reading_a_report_does_not_import_openvino():
+    """`bisect_ov.report` and the records sit below the device layer: a JSON report loads with numpy only.
+
+    The package's `__init__` imports everything (the front door), so the probe loads the submodules with a
+    bare package object in its place.
+    """
+    root = pathlib.Path(__file__).resolve().parents[2] / "bisect_ov"
+    code = textwrap.dedent(f"""
+        import sys, types
+        package = types.ModuleType("bisect_ov")
+        package.__path__ = [{str(root)!r}]
+        package.__version__ = "0"  # the real one lives in the __init__ left out here
+        sys.modules["bisect_ov"] = package
+        from bisect_ov.report.report import Report
+        import bisect_ov.report.text, bisect_ov.report.html, bisect_ov.report.export, bisect_ov.codec
+        report = Report.load({str(V1)!r})
+        report.to_text()
+        bisect_ov.report.html.render_page(report, plots=False)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] == "openvino")
+        print(loaded)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
