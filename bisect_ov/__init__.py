@@ -21,7 +21,7 @@ from bisect_ov.run.devices import Device, DeviceInfo, EmulatedDevice, OpenVINODe
 from bisect_ov.run.inputs import prepare_inputs
 from bisect_ov.samples import Samples
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "bisect",

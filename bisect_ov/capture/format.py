@@ -47,6 +47,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import pathlib
 import platform
 import zipfile
@@ -57,6 +58,8 @@ import numpy as np
 
 from bisect_ov.errors import CaptureError, CaptureWriteError, InputError
 from bisect_ov.fileio import atomic_file
+
+log = logging.getLogger(__name__)
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.runtime import RuntimeGraph, RuntimeLayer
 
@@ -286,8 +289,8 @@ class NpzWriter:
             return bool(self._stack.__exit__(None, None, None))
         try:
             self._zip.close()
-        except Exception:  # the first error is the one to report; the file is discarded anyway
-            pass
+        except Exception as err:  # the first error is the one to report; the file is discarded anyway
+            log.debug("Closing the discarded capture file failed too: %s", err)
         return bool(self._stack.__exit__(kind, value, tb))
 
 

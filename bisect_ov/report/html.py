@@ -14,6 +14,7 @@ model label) is escaped with `html.escape`: a node called ``<script>`` shows as 
 from __future__ import annotations
 
 import html
+import logging
 import math
 import os
 import pathlib
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from bisect_ov.fileio import write_text_atomic
 from bisect_ov.report.text import COLUMNS, culprit_rows, experiment_lines, fmt, fmt_growth, verdict_lines
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
@@ -363,6 +366,7 @@ def _plots(report: "Report") -> str:
                    f"{e(report.metric)} in topological order (log scale) against its tolerance (dashed); exact "
                    "matches sit at the floor, NaN/Inf at the top.</figcaption></figure>")
     except Exception as err:  # a plotting problem must not cost the user the page
+        log.warning("The error plot of the HTML report failed: %s", err, exc_info=True)
         out.append(f'<p class="note">The error plot could not be drawn: {e(type(err).__name__)}: {e(err)}</p>')
     first = report.first_divergence
     if first is not None:
@@ -373,6 +377,7 @@ def _plots(report: "Report") -> str:
                        f'src="data:image/png;base64,{img}"><figcaption>Producers and consumers up to two edges '
                        "away, filled by log error; the thick border marks the first divergence.</figcaption></figure>")
         except Exception as err:
+            log.warning("The neighbourhood plot of the HTML report failed: %s", err, exc_info=True)
             out.append(f'<p class="note">The neighbourhood plot could not be drawn: {e(type(err).__name__)}: '
                        f"{e(err)}</p>")
     return "\n".join(out)

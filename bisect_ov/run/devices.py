@@ -28,6 +28,7 @@ plugin otherwise runs bf16 silently.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any, Callable, Protocol, Sequence
 
@@ -43,6 +44,7 @@ __all__ = ["cpu_supports_bf16", "DeviceInfo", "Compiled", "OpenVINOCompiled", "D
 
 PRECISION_SUFFIXES = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
 _PRECISION_KEYS = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT")
+log = logging.getLogger(__name__)
 _core: ov.Core | None = None
 
 
@@ -244,7 +246,8 @@ class OpenVINODevice(Device):
         if asked is None:
             try:
                 asked = _type_name(shared_core().get_property(self.device, "INFERENCE_PRECISION_HINT"))
-            except Exception:
+            except Exception as err:
+                log.info("%s does not report INFERENCE_PRECISION_HINT (%s); taps stay f32.", self.device, first_line(err))
                 return "f32"
         asked = PRECISION_SUFFIXES.get(str(asked).lower(), str(asked).lower())
         if asked == "f16" and self.device.startswith("CPU"):
@@ -283,7 +286,8 @@ class OpenVINODevice(Device):
             note = f"the plugin reports {hint}; most compute layers ran {seen}"
         try:
             full = str(shared_core().get_property(self.device.split(":")[0].split(",")[0], "FULL_DEVICE_NAME"))
-        except Exception:
+        except Exception as err:
+            log.debug("No FULL_DEVICE_NAME for %s: %s", self.device, first_line(err))
             full = ""
         return DeviceInfo(
             name=self.name, device=self.device, full_name=full, precision=used, requested_precision=requested,
@@ -441,14 +445,17 @@ def _check_device(device: str) -> None:
 def _supports(device: str, prop: str) -> bool:
     try:
         return prop in shared_core().get_property(device, "SUPPORTED_PROPERTIES")
-    except Exception:
+    except Exception as err:
+        log.debug("%s does not list its supported properties (%s); assuming it lacks %s.", device, first_line(err), prop)
         return False
 
 
 def _read_precision_hint(compiled: ov.CompiledModel) -> str | None:
     try:
         return _type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
-    except Exception:
+    except Exception as err:
+        log.debug("The compiled model does not report INFERENCE_PRECISION_HINT (%s); the runtime graph speaks "
+                  "for it.", first_line(err))
         return None
 
 
@@ -463,7 +470,8 @@ def capabilities(device: str) -> list[str]:
     device = device.split(":")[0].split(",")[0]
     try:
         return list(shared_core().get_property(device, "OPTIMIZATION_CAPABILITIES"))
-    except Exception:
+    except Exception as err:
+        log.debug("%s reports no OPTIMIZATION_CAPABILITIES (%s).", device, first_line(err))
         return []
 
 
