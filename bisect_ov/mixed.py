@@ -34,7 +34,7 @@ from bisect_ov.model.taps import Tap, plan_chunks
 from bisect_ov.records import CurvePoint, Delegation, Fix
 from bisect_ov.session import Session
 
-__all__ = ["local_errors", "mixed_run", "contribution_curve", "smallest_range", "impact", "find_fix", "Fix",
+__all__ = ["local_errors", "local_pieces", "precompile_local", "mixed_run", "contribution_curve", "smallest_range", "impact", "find_fix", "Fix",
            "patch_model"]
 
 ErrorOf = Callable[[TensorStats], float]
@@ -49,27 +49,10 @@ def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_by
     fault), fed with the reference's values of the matched tensors around it. Returns statistics of every
     unit's output tensors, target (isolated) against reference.
     """
-    graph, target = session.graph, session.target_graph
-    target_of = session.target_of
+    target = session.target_graph
     ref_of = {t: r for r, t in session.match.pairs}
-    matched_t = {t.key for t in ref_of}
-
-    def target_unit(members: set[str]) -> set[str]:
-        keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
-        own = set(keys)
-        for key in keys:  # absorb the twin's own ops upstream of the unit
-            own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
-        return own
-
-    outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
-                  for uid in units}
     stats: dict[Tap, TensorStats] = {}
-    flat = [t for uid in units for t in outputs_of[uid]]
-    for chunk in plan_chunks(graph, flat, max_bytes):
-        uids = list(dict.fromkeys(t.key for t in chunk))
-        unit_of = {m: uid for uid in uids for m in target_unit(set(units[uid]) | {uid})}
-        outputs = [t for uid in uids for t in outputs_of[uid]]
-        piece = extract(target, list(unit_of), [target_of[t] for t in outputs], unit_of)
+    for piece, outputs in local_pieces(session, units, max_bytes=max_bytes):
         fed_ref = [ref_of[t] for t in piece.fed if t in ref_of]
         values = session.ref_values(fed_ref + outputs)
         feed = {}
@@ -84,6 +67,37 @@ def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_by
         for t, arr in zip(outputs, got):
             stats[t] = compare(values[t], arr)
     return stats
+
+
+def local_pieces(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20):
+    """The isolated-units models `local_errors` runs, one per memory chunk: (piece, reference output taps)."""
+    graph, target = session.graph, session.target_graph
+    target_of = session.target_of
+    matched_t = {t.key for _, t in session.match.pairs}
+
+    def target_unit(members: set[str]) -> set[str]:
+        keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
+        own = set(keys)
+        for key in keys:  # absorb the twin's own ops upstream of the unit
+            own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
+        return own
+
+    outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
+                  for uid in units}
+    flat = [t for uid in units for t in outputs_of[uid]]
+    for chunk in plan_chunks(graph, flat, max_bytes):
+        uids = list(dict.fromkeys(t.key for t in chunk))
+        unit_of = {m: uid for uid in uids for m in target_unit(set(units[uid]) | {uid})}
+        outputs = [t for uid in uids for t in outputs_of[uid]]
+        yield extract(target, list(unit_of), [target_of[t] for t in outputs], unit_of), outputs
+
+
+def precompile_local(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20
+                     ) -> None:
+    """Start compiling the target's isolated-units models in the background, while the measurements run;
+    `local_errors` with the same units then finds them compiled."""
+    for piece, _ in local_pieces(session, units, max_bytes=max_bytes):
+        session.precompile_piece("target", piece)
 
 
 @dataclass

@@ -72,6 +72,10 @@ class Session:
         self._ref_ready = None  # a reference compile with taps, made by `plain` for the next `measure`
         self._untouched = None  # (ref, target) compiles of the untouched model, when made before `plain`
         self._plain_target = None
+        self._plain_target_final: list[np.ndarray] = []
+        self._reproduced = False  # an instrumented target compile gave the plain run's outputs bit for bit
+        self._recompile = None  # a background compile of the untouched target, for `noise`
+        self._precompiled: dict[tuple, Any] = {}  # background compiles of pieces, by what they compute
         self._target_output = _target_output_positions(graph, target_graph, self.target_of)
 
     # ----- state, read-only from outside ------------------------------------------------------------
@@ -130,14 +134,16 @@ class Session:
     def plain(self, ref_taps: Sequence[Tap] = ()) -> list[tuple[str, str, TensorStats]]:
         """Run the untouched model on both sides; returns (name, result key, stats) per final output.
 
-        `ref_taps`: taps the next `measure` will ask for. An f32 reference then compiles with them at once
-        (exposing tensors does not change f32 results), and `measure` reuses that compile: one reference
-        compile less. The target always runs untouched here: its fidelity is what the plain run is for.
+        `ref_taps`: taps later measurements may ask for. An f32 reference then compiles with them at once
+        (exposing tensors does not change f32 results) and keeps that run: `measure` and `ref_values` take the
+        reference's side of any of these taps from it, without compiling the reference again. The target always
+        runs untouched here: its fidelity is what the plain run is for.
         """
         ref_taps = [t for t in ref_taps if t in self.target_of]
-        reuse = bool(ref_taps) and self.ref.activation_precision == "f32"
-        ref_model = tap_model(self.graph, ref_taps) if reuse else None
         compiled, self._untouched = self._untouched, None
+        # With many samples the untouched compiles exist already; reusing them beats a tapped recompile.
+        reuse = bool(ref_taps) and self.ref.activation_precision == "f32" and compiled is None
+        ref_model = tap_model(self.graph, ref_taps) if reuse else None
         with self.clock("plain run"):
             if compiled is not None and ref_model is None:  # compiled already, to run many samples
                 ref_c, target_c = compiled
@@ -151,7 +157,7 @@ class Session:
                     lambda: _compile_and_run(self.target, self.target_graph.model, self._target_arrays))
                 self._count(ref_c, target_c)
             if ref_model is not None:
-                self._ref_ready = (tuple(ref_taps), ref_model, ref_c, ref_out)
+                self._ref_ready = _ReadyRun(ref_model, ref_c, ref_out, dict(zip(ref_taps, ref_model.tap_outputs)))
             # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
             # groups and kernels say nothing about the emulated device, so they are not used.
             self.target_runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
@@ -160,26 +166,48 @@ class Session:
             # Kept for partitioned runs, which compare their final outputs with the reference's.
             self.ref_final = [np.array(a) for a in ref_out[:n]]
             self._plain_target = target_c
+            # Kept to tell noise: a later compile of the target (with taps) that reproduces these bits shows that
+            # compiling again does not change the answer.
+            self._plain_target_final = [np.array(a) for a in target_out[:n]]
         return self.outputs
 
-    def noise(self) -> dict[str, float]:
-        """Run the target against itself: the same compiled model twice, and a second compile.
+    def noise(self, *, extra_work: bool = True) -> dict[str, float]:
+        """Run the target against itself: the plain compile once more, and another compile.
 
-        Returns the largest relative L2 difference of the final outputs between the two runs and between the
-        two compiles (0.0 when bit-identical). Differences below this floor are not the model's doing.
+        Returns the largest relative L2 difference of the final outputs between two runs of one compile and
+        between two compiles (0.0 when bit-identical). Differences below this floor are not the model's doing.
+        The instrumented target compiles already made count as the second compile when one of them reproduced
+        the plain run's outputs bit for bit; only otherwise is the untouched model compiled again. With
+        ``extra_work=False`` nothing more is run: only what those compiles showed is reported.
         """
         with self.clock("noise"):
-            first = [np.array(a) for a in self._plain_target.infer(self._target_arrays)]
-            again = self._plain_target.infer(self._target_arrays)
-            run_to_run = max((compare(a, b).rel_l2 for a, b in zip(first, again)), default=0.0)
+            plain = self._plain_target_final
+            result: dict[str, float] = {}
+            if extra_work:
+                again = self._plain_target.infer(self._target_arrays)
+                result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(plain, again)), default=0.0)
             if self.target_info is not None and self.target_info.emulated:
                 # An emulated device is the CPU in f32 running fixed arithmetic: recompiling it proves nothing.
-                return {"run_to_run": run_to_run}
-            recompiled = self.target.compile(self.target_graph.model)
+                return result if result else {"run_to_run": 0.0}
+            pending, self._recompile = self._recompile, None
+            if self._reproduced or not extra_work:
+                result.setdefault("run_to_run", 0.0)
+                if self._reproduced:
+                    result["compile_to_compile"] = 0.0
+                if pending is not None:
+                    pending.cancel()
+                return result
+            recompiled = pending.result() if pending is not None else self.target.compile(self.target_graph.model)
             self._compiles["target"] += 1
             other = recompiled.infer(self._target_arrays)
-            compile_to_compile = max((compare(a, b).rel_l2 for a, b in zip(first, other)), default=0.0)
-        return {"run_to_run": run_to_run, "compile_to_compile": compile_to_compile}
+            result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)
+        return result
+
+    def prepare_noise(self) -> None:
+        """Start compiling the untouched target again in the background, for `noise`: it overlaps the
+        measurements (which run one target compile at a time) instead of adding to them."""
+        if self._recompile is None and not (self.target_info is not None and self.target_info.emulated):
+            self._recompile = _BACKGROUND.submit(self.target.compile, self.target_graph.model)
 
     def fetch(self, taps: Sequence[Tap]) -> dict[Tap, tuple[np.ndarray, np.ndarray]]:
         """The reference's and the target's values of `taps` (copies), in one compile per side."""
@@ -203,6 +231,10 @@ class Session:
         params = [t for t in taps if self.graph[t.key].kind == "parameter"]
         for t in params:
             values[t] = self._ref_arrays[self.graph.parameter_position[t.key]]
+        ready = self._ref_ready
+        if ready is not None:
+            values.update({t: np.array(ready.outputs[ready.index[t]]) for t in taps
+                           if t not in values and t in ready.index})
         rest = [t for t in taps if t not in values]
         if rest:
             tapped = tap_model(self.graph, rest)
@@ -221,23 +253,36 @@ class Session:
         Outputs hand values on like taps, in the precision the device stores activations in, except the
         model's own outputs (`final`), which the plugin produces as the plain model would.
         """
-        device = self.target if side == "target" else self.ref
         arrays = self._target_arrays if side == "target" else self._ref_arrays
-        typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
+        pending = self._precompiled.pop(_piece_key(side, piece, final), None)
         with self.clock("compile"):
-            compiled = device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
+            compiled = pending.result() if pending is not None else self._compile_piece(side, piece, final)
         self._compiles[side] += 1
         feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
         with self.clock("infer"):
             return compiled.infer(feed, share_outputs=False)
 
+    def precompile_piece(self, side: str, piece, final: frozenset[Tap] = frozenset()) -> None:
+        """Compile a piece in the background; `run_piece` of an identical piece takes that compile."""
+        key = _piece_key(side, piece, final)
+        if key not in self._precompiled:
+            self._precompiled[key] = _BACKGROUND.submit(self._compile_piece, side, piece, final)
+
+    def _compile_piece(self, side: str, piece, final: frozenset[Tap]):
+        device = self.target if side == "target" else self.ref
+        typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
+        return device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
+
     def measure(self, taps: Sequence[Tap], *, bar: tqdm | None = None) -> dict[Tap, TensorStats]:
         """Expose `taps` (reference-side taps; matched target taps are found) in one compile per side."""
         taps = [t for t in taps if t in self.target_of]
         target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
-        ready, self._ref_ready = self._ref_ready, None
-        if ready is not None and ready[0] == tuple(taps):
-            _, ref_tapped, ref_c, ref_out = ready  # compiled with these taps by `plain`
+        ready = self._ref_ready
+        if ready is not None and all(t in ready.index for t in taps):
+            # The reference ran with these taps (and maybe more) in `plain`: only the target compiles.
+            ref_out = ready.outputs
+            ref_positions = [ready.index[t] for t in taps]
+            n_original = ready.model.n_original_outputs
             with self.clock("compile and infer"):
                 target_c, target_out = _compile_and_run(self.target, target_tapped.model, self._target_arrays,
                                                         target_tapped.added_outputs)
@@ -253,11 +298,15 @@ class Session:
                     lambda: _compile_and_run(self.target, target_tapped.model, self._target_arrays,
                                              target_tapped.added_outputs))
             self._count(ref_c, target_c)
+            ref_positions, n_original = list(ref_tapped.tap_outputs), ref_tapped.n_original_outputs
         stats: dict[Tap, TensorStats] = {}
         with self.clock("compare"):
-            self._tapped_runs.append(self._final_outputs(ref_out, target_out, ref_tapped.n_original_outputs))
-            ref_of = dict(zip(taps, ref_tapped.tap_outputs))
-            pairs = list(zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs))
+            self._tapped_runs.append(self._final_outputs(ref_out, target_out, n_original))
+            if not self._reproduced and self._plain_target_final:
+                self._reproduced = all(np.array_equal(a, b, equal_nan=True) for a, b in
+                                       zip(self._plain_target_final, target_out[:n_original]))
+            ref_of = dict(zip(taps, ref_positions))
+            pairs = list(zip(taps, ref_positions, target_tapped.tap_outputs))
             # numpy releases the GIL on large arrays: two threads compare two tensors at a time.
             with ThreadPoolExecutor(max_workers=2) as pool:
                 for (tap, ri, ti), result in zip(pairs, pool.map(lambda p: compare(ref_out[p[1]], target_out[p[2]]), pairs)):
@@ -319,6 +368,21 @@ class Session:
     def exact_candidates(self) -> list[str]:
         """Integer Conv/MatMul nodes of the reference model (`analysis.exactness.exact_candidates`)."""
         return exact_candidates(self.graph) if self._exact_checks else []
+
+
+_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bisect_ov-compile")
+
+
+def _piece_key(side: str, piece, final: frozenset[Tap]) -> tuple:
+    """What identifies a piece's compile: the side, the tensors fed and produced, the model inputs it reads."""
+    return side, tuple(piece.fed), tuple(piece.outputs), tuple(piece.model_inputs), final
+
+
+class _ReadyRun:
+    """A reference run made with taps by `plain`: its outputs (views valid while the compile lives) by tap."""
+
+    def __init__(self, model, compiled, outputs, index: dict[Tap, int]):
+        self.model, self.compiled, self.outputs, self.index = model, compiled, outputs, index
 
 
 def _target_output_positions(graph: ModelGraph, target_graph: ModelGraph, target_of: dict[Tap, Tap]) -> list[int]:

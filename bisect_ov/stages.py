@@ -28,8 +28,8 @@ from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
 from bisect_ov.capture.device import plan_recorded
 from bisect_ov.errors import InputError
-from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, smallest_range,
-                             suspects_for_fix)
+from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, precompile_local,
+                             smallest_range, suspects_for_fix)
 from bisect_ov.mixed import impact as impact_of
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
@@ -152,10 +152,11 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
 def plain_run(opened: Opened) -> Plain:
     """Run the untouched model on both sides; set the tolerance from the precision really used."""
     session, options = opened.session, opened.options
-    # With every node tapped, the reference's plain run can already expose the first chunk of taps.
-    first_chunk = (plan_chunks(session.graph, [r for r, _ in session.match.pairs], options.max_tap_bytes)[0]
-                   if options.strategy == "full" else [])
-    session.plain(ref_taps=first_chunk)
+    # An f32 reference gives the same values with taps: its plain run exposes every tensor a later stage may
+    # need (when they fit one compile's budget; with `full`, the first chunk), so it never compiles again.
+    chunks = plan_chunks(session.graph, [r for r, _ in session.match.pairs], options.max_tap_bytes)
+    ref_taps = chunks[0] if chunks and (len(chunks) == 1 or options.strategy == "full") else []
+    session.plain(ref_taps=ref_taps)
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
     return Plain(options.tolerance_model().with_precision(precision))
@@ -169,6 +170,8 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     def diverged(tap: Tap, stats: TensorStats) -> bool:
         return opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
 
+    if options.noise:
+        session.prepare_noise()
     strategy, fell_back = options.strategy, False
     groups: dict[str, tuple[str, ...]] = {}
     if strategy == "full":
@@ -176,7 +179,8 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     elif strategy == "bisection":
         stats = run_bisection(session, diverged)
     else:
-        stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine)
+        stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine,
+                                   planned=lambda taps, groups: _prepare_local(opened, taps, groups))
         faithful = fidelity(session, options.metric)
         if strategy == "auto" and faithful is not None and faithful.warning:
             session.forget_tapped_runs()
@@ -191,6 +195,14 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     spread = (node_spread(session, list(stats), list(opened.samples), opened.error_of)
               if opened.summary is not None else {})
     return Measurement(stats, groups, strategy, fell_back, spread)
+
+
+def _prepare_local(opened: Opened, taps: list[Tap], groups: dict[str, tuple[str, ...]]) -> None:
+    """Compile the local-error models for these fusion taps in the background while they are measured."""
+    if opened.options.local and opened.session.target.can_run_pieces:
+        keys = list(dict.fromkeys(t.key for t in taps))
+        units = {k: tuple(dict.fromkeys([k, *groups.get(k, ())])) for k in keys}
+        precompile_local(opened.session, units, max_bytes=opened.options.max_tap_bytes)
 
 
 def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
