@@ -36,6 +36,7 @@ def bisect(
     tolerance: float | Tolerance | None = None,
     seed: int = 0,
     strategy: str = "auto",
+    budget: str = "default",
     refine: bool = True,
     local: bool = True,
     impact: int = 3,
@@ -82,6 +83,10 @@ def bisect(
         target's fusion groups, so the instrumented target compiles the same kernels; ``full`` taps every
         node; ``bisection`` searches with a few taps per compile (about log2(N) compiles); ``auto`` (default)
         is ``fusion``, falling back to ``bisection`` when the fidelity check fails.
+    budget
+        ``default``: every experiment asked for. ``fast``: no local errors, no impact runs, and the noise floor
+        read from the compiles made anyway (no extra compile or run): about twice the plain compile-and-run of
+        both sides, for a first look at a big model.
     refine
         With ``fusion``: re-measure the members of the groups where error starts, to name the member node.
     local
@@ -131,7 +136,7 @@ def bisect(
     """
     options = BisectOptions.from_keywords(
         ref_config=ref_config, target_config=target_config, metric=metric, tolerance=tolerance, seed=seed,
-        strategy=strategy, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
+        strategy=strategy, budget=budget, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
         noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes, progress=progress)
     return run(model, ref, target, inputs, options, target_model=target_model)
 
@@ -140,9 +145,16 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
         target_model: Any = None) -> Report:
     """`bisect()` with its options as one record: the stages of `bisect_ov.stages`, composed."""
     options.tolerance_model().check_metric(options.metric)
-    opened = open_comparison(model, ref, target, inputs, target_model, options, Clock())
-    plain = plain_run(opened)
-    measurement = capture(opened, plain)
-    scored = score(opened, plain, measurement)
-    findings = experiments(opened, measurement, scored)
-    return assemble(opened, plain, measurement, scored, findings, model_source=model, target_source=target_model)
+    clock = Clock()
+    with clock.stage("open"):
+        opened = open_comparison(model, ref, target, inputs, target_model, options, clock)
+    with clock.stage("plain"):
+        plain = plain_run(opened)
+    with clock.stage("capture"):
+        measurement = capture(opened, plain)
+    with clock.stage("score"):
+        scored = score(opened, plain, measurement)
+    with clock.stage("experiments"):
+        findings = experiments(opened, measurement, scored)
+    with clock.stage("assemble"):
+        return assemble(opened, plain, measurement, scored, findings, model_source=model, target_source=target_model)

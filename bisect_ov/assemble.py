@@ -47,7 +47,8 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         first_keys=scored.scores.first, ranking=ranking, model_hash=session.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
         unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin else {},
-        timings=opened.clock.stages, compiles=session.compiles, strategy=measurement.strategy,
+        timings=dict(opened.clock.stages), compiles=session.compiles, costs=opened.clock.snapshot(),
+        options=options.to_dict(), strategy=measurement.strategy,
         inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
                      for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
         samples=opened.summary.to_record() if opened.summary is not None else None,

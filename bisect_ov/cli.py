@@ -40,7 +40,7 @@ def _option_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per `BisectOptions` field that the command line spells plainly, from the field's own doc."""
     from dataclasses import MISSING, fields
 
-    from bisect_ov.options import STRATEGIES, BisectOptions
+    from bisect_ov.options import BUDGETS, STRATEGIES, BisectOptions
 
     for f in fields(BisectOptions):
         spec = f.metadata.get("cli")
@@ -57,7 +57,8 @@ def _option_flags(parser: argparse.ArgumentParser) -> None:
                 parser.add_argument(flag, dest=f.name, action="store_true", help=doc)
             continue
         kind = f.metadata.get("kind") or str
-        extra: dict = {"choices": list(STRATEGIES)} if f.name == "strategy" else {}
+        extra: dict = {"choices": list({"strategy": STRATEGIES, "budget": BUDGETS}[f.name])} if f.name in (
+            "strategy", "budget") else {}
         if isinstance(default, tuple):
             parser.add_argument(flag, dest=f.name, action="append", type=kind, default=[],
                                 metavar=f.metadata.get("metavar"), help=f"{doc} (repeatable)")

@@ -20,9 +20,10 @@ from bisect_ov.analysis.metrics import METRICS, TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.errors import InputError
 
-__all__ = ["BisectOptions", "STRATEGIES", "DEFAULT_MAX_TAP_BYTES"]
+__all__ = ["BisectOptions", "STRATEGIES", "BUDGETS", "DEFAULT_MAX_TAP_BYTES"]
 
 STRATEGIES = ("auto", "fusion", "full", "bisection")
+BUDGETS = ("default", "fast")
 DEFAULT_MAX_TAP_BYTES = 512 << 20
 
 
@@ -60,6 +61,8 @@ class BisectOptions:
         cli_help="one error threshold for every node (default: precision-aware)")
     seed: int = _opt(0, "seed of the random inputs", kind=int)
     strategy: str = _opt("auto", "which tensors to expose: " + ", ".join(STRATEGIES), kind=str)
+    budget: str = _opt("default", "default: every experiment asked for; fast: no local errors, no impact runs and "
+                       "no extra noise runs (about 2x the plain compile-and-run of both sides)", kind=str)
     refine: bool = _opt(True, "with fusion taps, re-measure the members of groups where error starts",
                         cli_help="keep fusion-group granularity (no re-measuring of the groups where error starts)")
     local: bool = _opt(True, "run each measured node alone on the target fed with reference inputs",
@@ -103,6 +106,8 @@ class BisectOptions:
                 raise InputError(f"tolerance must be None, a finite number >= 0 or a Tolerance; got {self.tolerance!r}.")
         if not _integer(self.seed) or not 0 <= self.seed < 2**32:
             raise InputError(f"seed must be an integer in [0, 2**32); got {self.seed!r}.")
+        if self.budget not in BUDGETS:
+            raise InputError(f"Unknown budget '{self.budget}'. Available: {list(BUDGETS)}.")
         if self.strategy not in STRATEGIES:
             raise InputError(f"Unknown strategy '{self.strategy}'. Available: {list(STRATEGIES)}.")
         for name in ("refine", "local", "fix", "delegation", "noise"):
@@ -165,6 +170,9 @@ class BisectOptions:
         """
         resolved = self
         notes: list[str] = []
+        if self.budget == "fast":
+            # What the fast budget leaves out; noise is read from the compiles made anyway (see Session.noise).
+            resolved = replace(resolved, local=False, impact=0)
         if not local_possible and self.local:
             resolved = replace(resolved, local=False)
         if not pieces_possible or twin:

@@ -112,6 +112,8 @@ def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list
     with session.clock("samples"):
         ref_out, target_out = run_both(lambda: ref_c.infer_many([s[0] for s in samples], jobs=jobs),
                                     lambda: target_c.infer_many([s[1] for s in samples], jobs=jobs))
+    session.ran("ref", len(samples))
+    session.ran("target", len(samples))
     names = [session.graph.output_name(r.key) for r in session.graph.results()]
     if class_names is None:
         first = ref_out[0] if ref_out else []
@@ -148,6 +150,8 @@ def node_spread(session: Session, taps: Sequence[Tap], samples: Sequence[tuple[l
     with session.clock("samples"):
         for ref_in, target_in in samples:
             ref_out, target_out = run_both(lambda: ref_c.infer(ref_in), lambda: target_c.infer(target_in))
+            session.ran("ref")
+            session.ran("target")
             seen: dict[str, float] = {}
             for tap, ri, ti in zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs):
                 seen[tap.key] = max(seen.get(tap.key, 0.0), error_of(compare(ref_out[ri], target_out[ti])))

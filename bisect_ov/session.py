@@ -30,10 +30,14 @@ __all__ = ["Session", "Clock"]
 
 
 class Clock:
-    """Accumulates wall time per named stage."""
+    """Wall time per named step (`clock("compile")`), and per pipeline stage (`clock.stage("capture")`) the
+    time and the compiles and inferences made on each side while it ran: what each stage cost."""
 
     def __init__(self) -> None:
         self.stages: dict[str, float] = {}
+        self.costs: dict[str, dict[str, float]] = {}
+        self._stage = "open"
+        self._stage_start = time.perf_counter()
 
     @contextmanager
     def __call__(self, stage: str) -> Iterator[None]:
@@ -42,6 +46,34 @@ class Clock:
             yield
         finally:
             self.stages[stage] = round(self.stages.get(stage, 0.0) + time.perf_counter() - start, 4)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Attribute what happens meanwhile to pipeline stage `name`."""
+        outer, outer_start = self._stage, self._stage_start
+        self._stage, self._stage_start = name, time.perf_counter()
+        try:
+            yield
+        finally:
+            cost = self._cost(name)
+            cost["seconds"] = round(cost["seconds"] + time.perf_counter() - self._stage_start, 4)
+            self._stage, self._stage_start = outer, outer_start
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        """The costs so far, the running stage's time included (a copy)."""
+        costs = {k: dict(v) for k, v in self.costs.items()}
+        running = costs.setdefault(self._stage, {"seconds": 0.0, "ref_compiles": 0, "target_compiles": 0,
+                                                 "ref_infers": 0, "target_infers": 0})
+        running["seconds"] = round(running["seconds"] + time.perf_counter() - self._stage_start, 4)
+        return costs
+
+    def count(self, what: str, side: str, n: int = 1) -> None:
+        """Count `n` compiles or inferences (`what`: ``compiles``/``infers``) on `side` in the current stage."""
+        self._cost(self._stage)[f"{side}_{what}"] += n
+
+    def _cost(self, name: str) -> dict[str, float]:
+        return self.costs.setdefault(name, {"seconds": 0.0, "ref_compiles": 0, "target_compiles": 0,
+                                            "ref_infers": 0, "target_infers": 0})
 
 
 class Session:
@@ -134,8 +166,8 @@ class Session:
     def plain(self, ref_taps: Sequence[Tap] = ()) -> list[tuple[str, str, TensorStats]]:
         """Run the untouched model on both sides; returns (name, result key, stats) per final output.
 
-        `ref_taps`: taps later measurements may ask for. An f32 reference then compiles with them at once
-        (exposing tensors does not change f32 results) and keeps that run: `measure` and `ref_values` take the
+        `ref_taps`: taps later measurements may ask for. An f32 reference then compiles with them at once and
+        keeps that run: `measure` and `ref_values` take the
         reference's side of any of these taps from it, without compiling the reference again. The target always
         runs untouched here: its fidelity is what the plain run is for.
         """
@@ -149,6 +181,7 @@ class Session:
                 ref_c, target_c = compiled
                 ref_out, target_out = run_both(lambda: ref_c.infer(self._ref_arrays),
                                                lambda: target_c.infer(self._target_arrays))
+                self._ran_both()
                 self._note(ref_c, target_c)
             else:
                 (ref_c, ref_out), (target_c, target_out) = run_both(
@@ -156,6 +189,7 @@ class Session:
                                              self._ref_arrays, ref_model.added_outputs if ref_model else ()),
                     lambda: _compile_and_run(self.target, self.target_graph.model, self._target_arrays))
                 self._count(ref_c, target_c)
+                self._ran_both()
             if ref_model is not None:
                 self._ref_ready = _ReadyRun(ref_model, ref_c, ref_out, dict(zip(ref_taps, ref_model.tap_outputs)))
             # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
@@ -185,6 +219,7 @@ class Session:
             result: dict[str, float] = {}
             if extra_work:
                 again = self._plain_target.infer(self._target_arrays)
+                self.ran("target")
                 result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(plain, again)), default=0.0)
             if self.target_info is not None and self.target_info.emulated:
                 # An emulated device is the CPU in f32 running fixed arithmetic: recompiling it proves nothing.
@@ -198,8 +233,9 @@ class Session:
                     pending.cancel()
                 return result
             recompiled = pending.result() if pending is not None else self.target.compile(self.target_graph.model)
-            self._compiles["target"] += 1
+            self._compiled_one("target")
             other = recompiled.infer(self._target_arrays)
+            self.ran("target")
             result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)
         return result
 
@@ -221,6 +257,7 @@ class Session:
         with self.clock("infer"):
             ref_out, target_out = run_both(lambda: ref_c.infer(self._ref_arrays, share_outputs=False),
                                            lambda: target_c.infer(self._target_arrays, share_outputs=False))
+        self._ran_both()
         return {t: (ref_out[ri], target_out[ti])
                 for t, ri, ti in zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs)}
 
@@ -240,9 +277,10 @@ class Session:
             tapped = tap_model(self.graph, rest)
             with self.clock("compile"):
                 compiled = self.ref.compile(tapped.model, taps=tapped.added_outputs)
-            self._compiles["ref"] += 1
+            self._compiled_one("ref")
             with self.clock("infer"):
                 out = compiled.infer(self._ref_arrays, share_outputs=False)
+            self.ran("ref")
             values.update({t: out[i] for t, i in zip(rest, tapped.tap_outputs)})
         return values
 
@@ -257,8 +295,9 @@ class Session:
         pending = self._precompiled.pop(_piece_key(side, piece, final), None)
         with self.clock("compile"):
             compiled = pending.result() if pending is not None else self._compile_piece(side, piece, final)
-        self._compiles[side] += 1
+        self._compiled_one(side)
         feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
+        self.ran(side)
         with self.clock("infer"):
             return compiled.infer(feed, share_outputs=False)
 
@@ -286,7 +325,8 @@ class Session:
             with self.clock("compile and infer"):
                 target_c, target_out = _compile_and_run(self.target, target_tapped.model, self._target_arrays,
                                                         target_tapped.added_outputs)
-            self._compiles["target"] += 1
+            self._compiled_one("target")
+            self.ran("target")
             if not target_c.info.emulated:
                 _collect_runtime(self.runtime_target, target_c.runtime)
         else:
@@ -298,6 +338,7 @@ class Session:
                     lambda: _compile_and_run(self.target, target_tapped.model, self._target_arrays,
                                              target_tapped.added_outputs))
             self._count(ref_c, target_c)
+            self._ran_both()
             ref_positions, n_original = list(ref_tapped.tap_outputs), ref_tapped.n_original_outputs
         stats: dict[Tap, TensorStats] = {}
         with self.clock("compare"):
@@ -327,9 +368,21 @@ class Session:
         return stats
 
     # ----- helpers ------------------------------------------------------------------------------------
+    def _compiled_one(self, side: str) -> None:
+        self._compiles[side] += 1
+        self.clock.count("compiles", side)
+
+    def ran(self, side: str, n: int = 1) -> None:
+        """Count `n` inferences on `side` (for the per-stage cost)."""
+        self.clock.count("infers", side, n)
+
+    def _ran_both(self) -> None:
+        self.ran("ref")
+        self.ran("target")
+
     def _count(self, ref_c, target_c) -> None:
-        self._compiles["ref"] += 1
-        self._compiles["target"] += 1
+        self._compiled_one("ref")
+        self._compiled_one("target")
         self._note(ref_c, target_c)
 
     def _note(self, ref_c, target_c) -> None:

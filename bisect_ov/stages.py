@@ -152,10 +152,15 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
 def plain_run(opened: Opened) -> Plain:
     """Run the untouched model on both sides; set the tolerance from the precision really used."""
     session, options = opened.session, opened.options
-    # An f32 reference gives the same values with taps: its plain run exposes every tensor a later stage may
-    # need (when they fit one compile's budget; with `full`, the first chunk), so it never compiles again.
+    # An f32 reference's plain run can expose the tensors later stages measure, so it need not compile again:
+    # with `full`, the first chunk (both sides then tap the same tensors); against a lower-precision target,
+    # every tensor when they fit one compile's budget. Not against an f32 target: exposing other tensors than
+    # the target does moves f32 results by ~1e-5 where ops cancel (measured on the demo's instance norm),
+    # which is noise against bf16 or f16 rounding but a false divergence between two f32 runs.
     chunks = plan_chunks(session.graph, [r for r, _ in session.match.pairs], options.max_tap_bytes)
-    ref_taps = chunks[0] if chunks and (len(chunks) == 1 or options.strategy == "full") else []
+    target = session.target
+    lower = target.emulated or target.activation_precision not in ("f32", "")
+    ref_taps = (chunks[0] if chunks and (options.strategy == "full" or (lower and len(chunks) == 1)) else [])
     session.plain(ref_taps=ref_taps)
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
@@ -170,7 +175,7 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     def diverged(tap: Tap, stats: TensorStats) -> bool:
         return opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
 
-    if options.noise:
+    if options.noise and options.budget != "fast":
         session.prepare_noise()
     strategy, fell_back = options.strategy, False
     groups: dict[str, tuple[str, ...]] = {}
@@ -209,7 +214,7 @@ def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
     session, options, tol = opened.session, opened.options, plain.tolerance
     graph = session.graph
-    measured_noise = session.noise() if options.noise else {}
+    measured_noise = session.noise(extra_work=options.budget != "fast") if options.noise else {}
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
     faithful = fidelity(session, options.metric)

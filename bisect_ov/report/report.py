@@ -139,6 +139,10 @@ class Report:
     unmatched: dict[str, list[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     compiles: dict[str, int] = field(default_factory=dict)
+    # Per pipeline stage: seconds, and compiles and inferences on each side.
+    costs: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The options the run resolved to (what could not run was switched off; see the notes).
+    options: dict[str, Any] = field(default_factory=dict)
     strategy: str = "full"
     inputs: tuple[dict[str, Any], ...] = ()
     openvino_version: str = ""

@@ -229,6 +229,8 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
         footer.append("Timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()))
     if report.compiles:
         footer.append("Compiles: " + ", ".join(f"{k} {v}" for k, v in report.compiles.items()))
+    if report.costs:
+        footer.append("Cost per stage: " + "; ".join(_cost(name, c) for name, c in report.costs.items()))
     if report.openvino_version:
         footer.append(f"OpenVINO {report.openvino_version.split('-')[0]}; tolerance: {_tol_str(report)}")
     wrapped: list[str] = []
@@ -293,3 +295,13 @@ def render_html(report: "Report", *, top: int = 25) -> str:
     parts += [f"<div><small>{e(line)}</small></div>" for line in _sides(report)]
     parts.append("</div>")
     return "".join(parts)
+
+
+def _cost(name: str, cost: dict) -> str:
+    """``capture 1.20s (target 1 compile, 1 run)``: what one pipeline stage cost."""
+    parts = []
+    for side in ("ref", "target"):
+        compiles, runs = int(cost.get(f"{side}_compiles", 0)), int(cost.get(f"{side}_infers", 0))
+        if compiles or runs:
+            parts.append(f"{side} {compiles} compile{'s' * (compiles != 1)}, {runs} run{'s' * (runs != 1)}")
+    return f"{name} {float(cost.get('seconds', 0.0)):.2f}s" + (f" ({'; '.join(parts)})" if parts else "")
