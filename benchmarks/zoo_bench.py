@@ -72,7 +72,7 @@ def run_one(name: str, job: str, target: str, size: str) -> dict:
 def _subprocess(name: str, job: str, target: str, size: str, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--one", name, job, "--target", target, "--size", size]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return {"model": name, "job": job, "target": target, "error": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:

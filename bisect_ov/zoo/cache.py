@@ -29,8 +29,8 @@ import json
 import os
 import pathlib
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import openvino as ov

@@ -32,34 +32,39 @@ __all__ = ["BUILDERS", "bert", "bert_large", "gpt2", "llama", "llama_config", "v
 
 # Layers, width, heads, MLP width, vocabulary; the sequence length of the sample inputs.
 _BERT = {
-    "small": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, vocab_size=1000),
-    "full": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072, vocab_size=30522),
+    "small": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+              "vocab_size": 1000},
+    "full": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072,
+             "vocab_size": 30522},
 }
 _BERT_LARGE = {
-    "small": dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, intermediate_size=256, vocab_size=1000),
-    "full": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096, vocab_size=30522),
+    "small": {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256,
+              "vocab_size": 1000},
+    "full": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096,
+             "vocab_size": 30522},
 }
 _GPT2 = {
-    "small": dict(n_layer=2, n_embd=64, n_head=4, vocab_size=1000),
-    "full": dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257),
+    "small": {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1000},
+    "full": {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257},
 }
 _LLAMA = {
-    "small": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=128, vocab_size=1000),
-    "full": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, num_key_value_heads=4,
-                 intermediate_size=2048, vocab_size=32000),
+    "small": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 128, "vocab_size": 1000},
+    "full": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "num_key_value_heads": 4,
+             "intermediate_size": 2048, "vocab_size": 32000},
 }
 _VIT = {
-    "small": dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128, image_size=32,
-                  patch_size=8),
-    "full": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
-                 image_size=224, patch_size=16),
+    "small": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+              "image_size": 32, "patch_size": 8},
+    "full": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072,
+             "image_size": 224, "patch_size": 16},
 }
 # Whisper checks that the mel frames are twice its source positions.
 _WHISPER = {
-    "small": dict(encoder_layers=2, d_model=64, encoder_attention_heads=4, encoder_ffn_dim=128, max_source_positions=50),
-    "full": dict(encoder_layers=6, d_model=512, encoder_attention_heads=8, encoder_ffn_dim=2048,
-                 max_source_positions=1500),
+    "small": {"encoder_layers": 2, "d_model": 64, "encoder_attention_heads": 4, "encoder_ffn_dim": 128,
+              "max_source_positions": 50},
+    "full": {"encoder_layers": 6, "d_model": 512, "encoder_attention_heads": 8, "encoder_ffn_dim": 2048,
+             "max_source_positions": 1500},
 }
 SEQ_LEN = {"small": 16, "full": 128}
 MAX_POSITIONS = 512

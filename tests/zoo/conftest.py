@@ -17,13 +17,13 @@ needs_zoo = pytest.mark.skipif(bool(MISSING), reason=f"the zoo extra is not inst
                                                       "pip install -e '.[zoo]'")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo_model(name: str, compressed: bool = False):
     """A small zoo model (f32 weights unless `compressed`), built on first use by any worker."""
     return cache.load(name, "small", compressed=compressed)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo_inputs(name: str, seed: int = 1):
     entry = cache.TWINS.get(name)
     base = entry.base if entry else name

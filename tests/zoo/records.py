@@ -105,3 +105,43 @@ def summary(terminalreporter) -> None:
     busy = sum(r.get("seconds", 0) or 0 for r in rows)
     terminalreporter.write_line(f"zoo tier: {busy:.0f} s of bisect() calls over {len(rows)} measurements; "
                                 f"results in {os.environ.get(RESULTS_ENV)}")
+
+
+def markdown(rows: list[dict]) -> str:
+    """The README's zoo-tier table (model, converter, ops, compared, fidelity, time, verdicts, hit rate)."""
+    by_model: dict[str, dict] = {}
+    for r in rows:
+        m = by_model.setdefault(r["model"], {})
+        key = r["kind"] if r["kind"] == "faults" else (r["kind"], r.get("target"))
+        m[key] = r
+    head = ("| model | converter | ops | compute nodes | compared (covered) | fidelity | bf16: verdict, time "
+            "| emulated f16: verdict, time | fault hit rate |")
+    out = [head, "|---|---|---|---|---|---|---|---|---|"]
+    from bisect_ov.zoo.cache import MODELS
+
+    order = {name: i for i, name in enumerate(MODELS)}
+    for name, m in sorted(by_model.items(), key=lambda item: order.get(item[0], len(order))):
+        if ("bisect", "CPU") not in m:
+            continue
+        cpu, emu, faults = m[("bisect", "CPU")], m.get(("bisect", "EMU:f16"), {}), m.get("faults", {})
+        fid = "/".join(_num(r.get("fidelity")) for r in (cpu, emu) if r)
+        compared = (f"{cpu.get('compared')} ({_pct(cpu.get('coverage'))})" if cpu.get("compared") is not None
+                    else "-")
+        hits = f"{faults['hits']}/{faults['sites']}" if faults else "-"
+        out.append(f"| {name} | {cpu.get('converter', '')} | {cpu.get('ops')} | {cpu.get('compute')} | {compared} | "
+                   f"{fid} | {cpu.get('verdict')}, {_sec(cpu.get('seconds'))} | "
+                   f"{emu.get('verdict', '-')}, {_sec(emu.get('seconds'))} | {hits} |")
+    twins = [r for r in rows if r["kind"] == "twin"]
+    if twins:
+        out += ["", "| twin | target | compared (covered) | fidelity | verdict | time |", "|---|---|---|---|---|---|"]
+        for r in sorted(twins, key=lambda r: (r["model"], r.get("target", ""))):
+            compared = f"{r.get('compared')} ({_pct(r.get('coverage'))})" if r.get("compared") is not None else "-"
+            out.append(f"| {r['model']} | {r.get('target')} | {compared} | {_num(r.get('fidelity'))} | "
+                       f"{r.get('verdict')} | {_sec(r.get('seconds'))} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(markdown(load(sys.argv[1])))
