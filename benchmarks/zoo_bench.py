@@ -15,7 +15,7 @@ building the full sizes needs the ``zoo`` extra, several GB of memory, and minut
 
 Usage::
 
-    python benchmarks/zoo_bench.py                          # BERT-base, ViT-B/16, ConvNeXt-T, ResNet-50, GPT-2, BERT-large
+    python benchmarks/zoo_bench.py            # BERT-base, ViT-B/16, ConvNeXt-T, ResNet-50, GPT-2, BERT-large
     python benchmarks/zoo_bench.py --models bert llama --emulated --json out.json
 
 This is a measuring script, not a test: nothing here passes or fails.
@@ -117,11 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.models:
         cache.model_path(name, args.size)  # build outside the timed jobs
-        jobs = [("plain", args.target), ("default", args.target)] + ([("default", "EMU:f16")] if args.emulated else [])
+        jobs = [("plain", args.target), ("default", args.target)]
+        if args.emulated:
+            jobs.append(("default", "EMU:f16"))
         for job, target in jobs:
             row = _subprocess(name, job, target, args.size, args.timeout)
             rows.append(row)
-            print(f"{name:>16} {job:>8} {target:>8}: {row.get('seconds', row.get('error'))}", file=sys.stderr, flush=True)
+            print(f"{name:>16} {job:>8} {target:>8}: {row.get('seconds', row.get('error'))}", file=sys.stderr,
+                  flush=True)
             if args.json:
                 with open(args.json, "w", encoding="utf-8") as f:
                     json.dump(rows, f, indent=1)

@@ -99,7 +99,8 @@ def summary(terminalreporter) -> None:
         terminalreporter.write_line(line)
     twins = [r for r in rows if r["kind"] == "twin"]
     for r in twins:
-        terminalreporter.write_line(f"twin {r['model']:18s} {r.get('target', ''):8s} compared {r.get('compared')}/{r.get('compute')} "
+        terminalreporter.write_line(f"twin {r['model']:18s} {r.get('target', ''):8s} "
+                                    f"compared {r.get('compared')}/{r.get('compute')} "
                                     f"({_pct(r.get('coverage'))}) verdict {r.get('verdict')} "
                                     f"{_sec(r.get('seconds'))} {r.get('error', '')}")
     busy = sum(r.get("seconds", 0) or 0 for r in rows)

@@ -283,9 +283,11 @@ def test_sample_inputs_match_each_model_and_run():
 
 def test_ir_saved_as_users_save_it_has_f16_weights_and_the_other_f32():
     compressed, plain = zoo_model("bert", compressed=True), zoo_model("bert")
-    weights = lambda m: {c.get_output_element_type(0).get_type_name() for c in m.get_ops()
-                         if c.get_type_name() == "Constant" and c.get_output_shape(0) and
-                         np.prod(list(c.get_output_shape(0))) > 1000}
+    def weights(m):
+        return {c.get_output_element_type(0).get_type_name() for c in m.get_ops()
+                if c.get_type_name() == "Constant" and c.get_output_shape(0)
+                and np.prod(list(c.get_output_shape(0))) > 1000}
+
     assert "f16" in weights(compressed) and "f16" not in weights(plain)
 
 
