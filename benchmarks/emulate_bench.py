@@ -49,7 +49,7 @@ def _convert(module, example: tuple):
 
     try:
         return ov.convert_model(module, example_input=example)
-    except Exception:  # tracing fails on some transformers versions: export a plain-tensor wrapper instead
+    except Exception:  # noqa: BLE001 - tracing fails on some transformers versions (any error): export
         return ov.convert_model(torch.export.export(module, example))
 
 
@@ -158,7 +158,7 @@ def measure(name: str, *, acc: bool, samples: int) -> dict:
     for target in targets:
         row[target] = _compile_and_infer(make_device(target), model, inputs)
     for target in ("CPU:f32", "EMU:f16"):
-        report, seconds = _timed(lambda: bisect(model, "CPU", target, inputs, progress=False))
+        report, seconds = _timed(lambda t=target: bisect(model, "CPU", t, inputs, progress=False))
         first = report.first_divergence
         row[f"bisect {target}"] = {"seconds": seconds, "compiles": dict(report.compiles),
                                    "first": first.name if first else None,
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for name in args.models:
         command = [sys.executable, __file__, "--one", name, "--samples", str(args.samples)] + (["--acc"] if args.acc else [])
-        done = subprocess.run(command, capture_output=True, text=True, cwd=pathlib.Path(__file__).parents[1])
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             print(f"{name}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
             continue

@@ -67,8 +67,8 @@ from bisect_ov.errors import InputError
 from bisect_ov.run import lowp
 from bisect_ov.run.lowp import PRECISIONS, round_array
 
-__all__ = ["PRECISIONS", "REDUCTION_OPS", "EmulatedRound", "EmulatedAccumulation", "round_array", "round_output",
-           "emulate_precision"]
+__all__ = ["PRECISIONS", "REDUCTION_OPS", "EmulatedAccumulation", "EmulatedRound", "emulate_precision", "round_array",
+           "round_output"]
 
 #: Op types whose accumulation `emulate_precision` can emulate (``reductions=``).
 REDUCTION_OPS = frozenset({"Softmax", "ReduceSum", "ReduceMean", "MVN", "MatMul", "ScaledDotProductAttention"})
@@ -104,6 +104,8 @@ class _F16Rounding:
 
     def __call__(self, a: np.ndarray) -> np.ndarray:
         a = np.ascontiguousarray(a, np.float32)
+        if not a.flags.writeable:  # ov.Tensor shares only writeable memory (a Constant's data is not)
+            a = a.copy()
         out = np.empty_like(a)
         self.into(ov.Tensor(out, shared_memory=True), ov.Tensor(a, shared_memory=True))
         return out
@@ -292,7 +294,7 @@ def _reduced_axes(x: ov.Output, axes: object) -> list[int] | None:
             return None
         axes = axes.get_node().get_data()
     rank = shape.rank.get_length()
-    result = sorted({int(a) % rank for a in np.ravel(axes)})
+    result = sorted({int(a) % rank for a in np.ravel(np.asarray(axes))})
     if all(shape[a].is_static for a in result) and np.prod([shape[a].get_length() for a in result]) < 2:
         return None
     return result
@@ -379,15 +381,19 @@ def _redirect(consumers: list[ov.Input], source: ov.Output, rounded: ov.Output, 
 
 
 def _round_constant(node: ov.Node, out: ov.Output, precision: str, prefix: str) -> ov.Output | None:
-    """A rounded copy of a Constant's value, or None when rounding changes nothing."""
-    if out.get_element_type() == ov.Type.bf16:  # numpy has no bf16: round it with ops
-        return _round(out, precision, prefix)
-    data = np.asarray(node.get_data())
-    rounded = round_array(data, precision)
-    if np.array_equal(rounded, data.astype(np.float32), equal_nan=True):
+    """A rounded copy of a Constant's value, or None when its type already is the emulated precision."""
+    element_type = out.get_element_type()
+    if element_type.get_type_name() == precision:
         return None  # e.g. f16 weights in an f16 emulation: keep the decompression pattern intact
-    if out.get_element_type() != ov.Type.f32:
+    if element_type != ov.Type.f32:  # f16 in a bf16 emulation or the reverse (numpy has no bf16): with an op
         return _round(out, precision, prefix)
+    # Weights can hold hundreds of millions of values: round them tensor to tensor, without copies.
+    rounded = np.empty(list(out.get_shape()), np.float32)
+    rounder = _rounder(precision)
+    if isinstance(rounder, _F16Rounding):
+        rounder.into(ov.Tensor(rounded, shared_memory=True), node.get_tensor_view())
+    else:
+        rounded[...] = rounder(node.get_data())
     return ops.constant(rounded, ov.Type.f32, name=f"{prefix}/constant").output(0)
 
 

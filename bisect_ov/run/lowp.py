@@ -26,7 +26,7 @@ import numpy as np
 
 from bisect_ov.errors import InputError
 
-__all__ = ["PRECISIONS", "round_array", "lane_sum", "softmax", "reduce", "mvn", "matmul", "attention"]
+__all__ = ["PRECISIONS", "attention", "lane_sum", "matmul", "mvn", "reduce", "round_array", "rounder", "softmax"]
 
 #: Precisions a device can be emulated in.
 PRECISIONS = ("f16", "bf16")
@@ -174,7 +174,7 @@ def mvn(x: np.ndarray, axes: Sequence[int], normalize_variance: bool, eps: float
         if not normalize_variance:
             return d
         var = r(lane_sum(r(d * d), axes, lanes, r) / n)
-        eps32 = r(np.float32(eps))
+        eps32 = r(np.array(eps, np.float32))
         if eps_mode.lower() == "inside_sqrt":
             den = r(np.sqrt(r(var + eps32)))
         else:
@@ -220,7 +220,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | No
     """
     q, k, v = (np.asarray(t, np.float32) for t in (q, k, v))
     if scale is None:
-        scale = r(np.float32(1.0) / np.sqrt(np.float32(q.shape[-1])))
+        scale = r(np.array(np.float32(1.0) / np.sqrt(np.float32(q.shape[-1]))))
     with np.errstate(over="ignore", invalid="ignore"):
         s = r(matmul(q, k, False, True, lanes, r) * np.asarray(scale, np.float32))
         if causal:

@@ -426,12 +426,12 @@ def test_emulated_device_taps_see_the_stored_values():
     rng = np.random.default_rng(4)
     model, _ = small_model(rng)
     tapped = model.clone()
-    relu = [op for op in tapped.get_ordered_ops() if op.get_friendly_name() == "add"][0]
-    tapped.add_outputs([relu.output(0)])
+    add_op = next(op for op in tapped.get_ordered_ops() if op.get_friendly_name() == "add")
+    tapped.add_outputs([add_op.output(0)])
     compiled = EmulatedDevice("bf16").compile(tapped, taps=(2,))
     assert compiled.info.emulated and compiled.info.precision == "bf16"
     x = rng.standard_normal((5, 8)).astype(np.float32)
-    probs, hidden, add = compiled.infer([x])
+    _, hidden, add = compiled.infer([x])
     assert add.dtype == np.float32 and same_bits(add, round_array(add, "bf16")).all()
     assert same_bits(hidden, np.maximum(add, 0)).all()  # relu read the stored (rounded) value
 
