@@ -188,11 +188,13 @@ class EmulatedAccumulation(ov.Op):
         super().__init__(self, inputs)
 
     def validate_and_infer_types(self) -> None:
-        # The original op type infers the output shape, on Parameters of the inputs' shapes and types.
-        inputs = [ops.parameter(self.get_input_partial_shape(i), self.get_input_element_type(i))
+        # The original op type infers the output shape, on Parameters of the inputs' shapes. Types: the CPU
+        # plugin's precision passes hand this op a boolean mask as u8, which ScaledDotProductAttention rejects.
+        inputs = [ops.parameter(self.get_input_partial_shape(i), self.get_input_element_type(i)
+                                if self.get_input_element_type(i).is_real() else ov.Type.boolean)
                   for i in range(self.get_input_size())]
         proto = _PROTOTYPES[self.kind](inputs, self.params)
-        self.set_output_type(0, proto.get_output_element_type(0), proto.get_output_partial_shape(0))
+        self.set_output_type(0, ov.Type.f32, proto.get_output_partial_shape(0))  # only f32 ops are emulated
 
     def clone_with_new_inputs(self, new_inputs: list[ov.Output]) -> ov.Node:
         return EmulatedAccumulation(list(new_inputs), self.kind, self.precision, self.lanes, self.params)
@@ -220,8 +222,15 @@ _KERNELS = {
                                            lanes, r),
     "MatMul": lambda x, p, lanes, r: lowp.matmul(x[0], x[1], p["transpose_a"], p["transpose_b"], lanes, r),
     "ScaledDotProductAttention": lambda x, p, lanes, r: lowp.attention(
-        x[0], x[1], x[2], x[3] if len(x) > 3 else None, x[4] if len(x) > 4 else None, p["causal"], lanes, r),
+        x[0], x[1], x[2], _mask(x, p), x[4] if len(x) > 4 else None, p["causal"], lanes, r),
 }
+
+def _mask(arrays: list[np.ndarray], params: dict[str, Any]) -> np.ndarray | None:
+    if len(arrays) < 4:
+        return None
+    # A boolean mask may arrive as u8 (the CPU plugin converts boolean tensors): restore its meaning.
+    return arrays[3].astype(bool) if params["boolean_mask"] else arrays[3]
+
 
 _PROTOTYPES = {
     "Softmax": lambda i, p: ops.softmax(i[0], p["axis"]),
@@ -337,7 +346,8 @@ def _attention_params(node: ov.Node) -> tuple[list[ov.Output], dict[str, Any]] |
     inputs = node.input_values()
     if len(inputs) > 5 or not all(v.get_partial_shape().rank.is_static for v in inputs[:3]):
         return None  # a sink input (opset 15) is not modelled
-    return inputs, {"causal": bool(node.get_attributes()["causal"])}
+    boolean_mask = len(inputs) > 3 and inputs[3].get_element_type() == ov.Type.boolean
+    return inputs, {"causal": bool(node.get_attributes()["causal"]), "boolean_mask": boolean_mask}
 
 
 _EMULATORS = {"Softmax": _softmax_params, "ReduceSum": _reduce_params, "ReduceMean": _reduce_params,

@@ -338,37 +338,41 @@ def test_invalid_options_are_input_errors():
         emulate_precision("model.xml")
 
 
-def attention_models(causal: bool) -> tuple[ov.Model, ov.Model]:
+def attention_models(mask_kind: str) -> tuple[ov.Model, ov.Model]:
     """ScaledDotProductAttention, and the same written out as MatMul, Multiply, Add/Select, Softmax, MatMul.
 
-    Non-causal: a float mask input and an explicit scale; causal: neither (the default scale).
+    `mask_kind` 'float' (added) or 'bool' (False: -inf), with an explicit scale; 'causal': no mask and the
+    default scale.
     """
     q, k, v = (ops.parameter([2, 3, 20, 24], ov.Type.f32, name=n) for n in "qkv")
-    if causal:
+    minus_inf = ops.constant(np.float32(-np.inf))
+    if mask_kind == "causal":
         sdpa = ops.scaled_dot_product_attention(q, k, v, causal=True)
         scale = ops.constant(np.float32(1.0) / np.sqrt(np.float32(24)))
         scores = ops.multiply(ops.matmul(q, k, False, True), scale)
-        allowed = ops.constant(np.tril(np.ones((20, 20), bool)))
-        scores = ops.select(allowed, scores, ops.constant(np.float32(-np.inf)))
+        scores = ops.select(ops.constant(np.tril(np.ones((20, 20), bool))), scores, minus_inf)
         inputs = [q, k, v]
     else:
-        mask = ops.parameter([1, 1, 20, 20], ov.Type.f32, name="mask")
+        mask = ops.parameter([1, 1, 20, 20], ov.Type.boolean if mask_kind == "bool" else ov.Type.f32, name="mask")
         scale = ops.constant(np.float32(0.3), name="scale")
         sdpa = ops.scaled_dot_product_attention(q, k, v, mask, scale)
-        scores = ops.add(ops.multiply(ops.matmul(q, k, False, True), scale), mask)
+        scores = ops.multiply(ops.matmul(q, k, False, True), scale)
+        scores = ops.select(mask, scores, minus_inf) if mask_kind == "bool" else ops.add(scores, mask)
         inputs = [q, k, v, mask]
     written_out = ops.matmul(ops.softmax(scores, -1), v, False, False)
     return ov.Model([sdpa], inputs), ov.Model([written_out], inputs)
 
 
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mask_kind", ["float", "bool", "causal"])
 @pytest.mark.parametrize("precision", ["f16", "bf16"])
-def test_emulated_attention_is_its_written_out_form(precision, causal):
+def test_emulated_attention_is_its_written_out_form(precision, mask_kind):
     rng = np.random.default_rng(9)
     inputs = [rng.standard_normal((2, 3, 20, 24)).astype(np.float32) * 2 for _ in range(3)]
-    if not causal:
+    if mask_kind == "float":
         inputs.append(np.where(rng.random((1, 1, 20, 20)) < 0.2, -1e9, 0).astype(np.float32))
-    fused, written_out = attention_models(causal)
+    elif mask_kind == "bool":
+        inputs.append(rng.random((1, 1, 20, 20)) > 0.2)
+    fused, written_out = attention_models(mask_kind)
     emulated = emulate_precision(fused, precision, reductions=True, lanes=8)
     assert "ScaledDotProductAttention" not in {op.get_type_name() for op in emulated.get_ordered_ops()}
     (got,) = run(emulated, *inputs)
