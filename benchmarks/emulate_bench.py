@@ -144,7 +144,7 @@ def _throughput(device, model, inputs, n: int) -> dict:
         for _ in range(n):
             queue.start_async(list(inputs))
         queue.wait_all()
-        rows[jobs] = n / (time.perf_counter() - start)
+        rows[str(jobs)] = n / (time.perf_counter() - start)  # str keys: the row goes through JSON
     return rows
 
 
@@ -185,7 +185,7 @@ def _table(rows: list[dict], acc: bool) -> str:
         lines += ["", "| model | target | samples/s at 1 / 2 / 4 jobs |", "|---|---|---|"]
         for r in rows:
             for target, by_jobs in r.get("samples/s", {}).items():
-                lines.append(f"| {r['model']} | {target} | " + " / ".join(f"{by_jobs[j]:.1f}" for j in (1, 2, 4))
+                lines.append(f"| {r['model']} | {target} | " + " / ".join(f"{by_jobs[j]:.1f}" for j in ("1", "2", "4"))
                              + " |")
     return "\n".join(lines)
 
@@ -210,9 +210,9 @@ def main(argv: list[str] | None = None) -> None:
             continue
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{name}: done", file=sys.stderr, flush=True)
-    print(_table(rows, args.acc))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+    print(_table(rows, args.acc))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ __all__ = ["PRECISIONS", "attention", "lane_sum", "matmul", "mvn", "reduce", "ro
 PRECISIONS = ("f16", "bf16")
 
 Rounder = Callable[[np.ndarray], np.ndarray]
+# Partial sums a matmul tile holds (float32 values): 1 MB, to stay in a core's L2 cache.
+_TILE_VALUES = 1 << 18
 
 
 def check_precision(precision: object, allow_f32: bool) -> str:
@@ -186,28 +188,37 @@ def matmul(a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool, l
     """Matrix product of rank >= 2 arrays (numpy broadcasting of batch dims), ``acc = round(acc + a*b)``.
 
     Products of two low-precision numbers are exact in float32, so each step is a fused multiply-add
-    rounded to the low precision; the lanes' partial sums are then combined by the pairwise tree.
+    rounded to the low precision; the lanes' partial sums are then combined by the pairwise tree. The work
+    is done in tiles of rows, so that the partial sums of a tile ([rows, lanes, N]) stay in the CPU's cache.
     """
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     if transpose_a:
         a = np.swapaxes(a, -1, -2)
     if transpose_b:
         b = np.swapaxes(b, -1, -2)
-    k = a.shape[-1]
-    width = min(k, lanes)
-
-    def products(start: int, stop: int) -> np.ndarray:  # [..., M, L, 1] * [..., 1, L, N] -> [..., M, L, N]
-        return a[..., :, start:stop, None] * b[..., None, start:stop, :]
-
+    # Contiguous [..., M, K] and [..., K, N]: the lane chunks below then read whole cache lines.
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    width, steps = min(k, lanes), -(-k // lanes)
+    if k > lanes:  # pad the reduced axis with zeros to whole lane chunks (adding zeros is exact)
+        a = _pad_last(a, steps * lanes - k)
+        b = np.swapaxes(_pad_last(np.swapaxes(b, -1, -2), steps * lanes - k), -1, -2)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a, b = np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:])
+    out = np.empty(batch + (m, n), np.float32)
+    rows = max(1, _TILE_VALUES // (width * max(n, 1)))
     with np.errstate(over="ignore", invalid="ignore"):
-        acc = r(products(0, width))
-        if k > lanes:
-            steps = -(-k // lanes)
-            a = _pad_last(a, steps * lanes - k)
-            b = np.swapaxes(_pad_last(np.swapaxes(b, -1, -2), steps * lanes - k), -1, -2)
-            for i in range(1, steps):
-                acc = r(acc + products(i * lanes, (i + 1) * lanes))
-        return _tree(np.swapaxes(acc, -1, -2), r)[..., 0]  # lanes last, summed away
+        for index in np.ndindex(*batch):
+            a2, b2 = a[index], b[index]
+            for top in range(0, m, rows):
+                a_rows = a2[top:top + rows]
+                # [rows, L, 1] * [1, L, N] -> [rows, L, N]
+                acc = r(a_rows[:, :width, None] * b2[None, :width, :])
+                for i in range(1, steps):
+                    lo, hi = i * lanes, (i + 1) * lanes
+                    acc = r(acc + a_rows[:, lo:hi, None] * b2[None, lo:hi, :])
+                out[index + (slice(top, top + rows),)] = _tree(np.swapaxes(acc, -1, -2), r)[..., 0]
+    return out
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: np.ndarray | None,
