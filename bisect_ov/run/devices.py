@@ -299,9 +299,13 @@ class EmulatedDevice(OpenVINODevice):
     """A low-precision device emulated on the CPU in f32: see `bisect_ov.run.emulate`.
 
     Every floating activation (and weight) is rounded to `precision` at each op boundary; with
-    `reductions`, Softmax/ReduceSum/ReduceMean (and what `emulate_precision` supports) also accumulate in the
-    low precision. Real GPU or NPU kernels differ in fusion and accumulation order: the report marks results
-    of this device as emulated.
+    `reductions`, Softmax, ReduceSum, ReduceMean, MVN, MatMul and ScaledDotProductAttention also accumulate
+    in the low precision over `lanes` partial sums. Real GPU or NPU kernels differ in fusion and
+    accumulation order: the report marks results of this device as emulated.
+
+    The model is emulated inside `compile`, so callers hand over and get back plain models and arrays; the
+    emulated model holds Python custom ops and is never saved or handed on. Those ops run numpy under the
+    GIL: infer requests of one emulated compile running in parallel threads share one interpreter.
     """
 
     emulated = True
