@@ -2,26 +2,54 @@
 
 Both start with the verdict (does it diverge, where does it start, how bad, why), then the final outputs,
 then the ranked culprit table, then what each side ran with and how long each stage took. Every
-model-supplied string that goes into HTML is escaped.
+model-supplied string that goes into HTML is escaped; in text, control characters (an ANSI escape in a node
+name could move the cursor and erase the verdict) are shown as Python escapes (`printable`).
 """
 
 from __future__ import annotations
 
 import html
 import math
+import re
 import textwrap
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
 
-__all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "COLUMNS"]
+__all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "printable", "COLUMNS"]
 
 COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "role", "shape", "nan/inf",
            "target ran")
 _OPTIONAL = ("local", "impact", "nan/inf", "target ran")
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
                  "uint8": "u8", "bool": "bool"}
+
+
+# C0 and C1 controls and DEL, bidirectional overrides and isolates, line and paragraph separators: characters
+# that make a terminal do something (or reorder what it shows) instead of printing.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069]")
+
+
+def printable(text: str, *, keep: str = "") -> str:
+    r"""`text` with every control character written as its Python escape (``\x1b``, ``\n``, ``\u202e``).
+
+    Names come from the model file: printed raw, an ANSI sequence in one could clear the screen or rewrite
+    the verdict line. Characters in `keep` (say ``"\n"`` for multi-line messages) pass unchanged.
+
+    Examples
+    --------
+    >>> print(printable("conv\x1b[2K"))
+    conv\x1b[2K
+    >>> print(printable("a\nb", keep="\n"))
+    a
+    b
+    """
+    def escape(match: re.Match) -> str:
+        char = match.group()
+        return char if char in keep else repr(char)[1:-1]
+
+    return _UNPRINTABLE.sub(escape, text)
 
 
 def fmt(x: float | None) -> str:
@@ -188,6 +216,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     if report.target_model:
         title += f" vs {report.target_model}"
     title += f" | {report.ref.label} -> {report.target.label} | {len(report.nodes)} nodes compared"
+    title = printable(title)
     lines = [title, "=" * min(width, len(title))]
     lines += verdict_lines(report)
     lines.append("")
@@ -195,7 +224,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     table: list[str] = []
     if rows:
         lines.append(f"Culprits (top {len(rows)} of {len(report.ranking)}; * = first divergence; error = {report.metric}):")
-        table = _table(*_drop_empty_columns(COLUMNS, rows), width)
+        table = _table(*_drop_empty_columns(COLUMNS, [tuple(map(printable, r)) for r in rows]), width)
         lines += table
     else:
         lines.append("Culprits: none.")
@@ -233,6 +262,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
         footer.append(f"OpenVINO {report.openvino_version.split('-')[0]}; tolerance: {_tol_str(report)}")
     wrapped: list[str] = []
     for line in lines + footer:
+        line = printable(line)
         # Table rows are already fitted; prose wraps instead of being cut.
         fitted = len(line) <= width or line in table
         wrapped += [line] if fitted else textwrap.wrap(line, width, subsequent_indent="    ")
