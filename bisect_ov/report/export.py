@@ -22,42 +22,64 @@ if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
 
 __all__ = [
-    "to_dataframe", "to_model_explorer", "DATAFRAME_COLUMNS", "RUNTIME_COLUMNS",
+    "to_dataframe", "to_model_explorer", "DATAFRAME_COLUMNS", "RUNTIME_COLUMNS", "SAMPLE_STATS",
     "ME_ZERO_VALUE", "ME_NONFINITE_VALUE", "ME_COLORS",
 ]
 
-_STATS_FIELDS = tuple(f.name for f in dataclasses.fields(TensorStats))
+_STATS = dataclasses.fields(TensorStats)
+_STATS_FIELDS = tuple(f.name for f in _STATS)
+SAMPLE_STATS = ("mean", "p50", "p90", "max")  # NodeResult.over_samples, in this order
 RUNTIME_COLUMNS = ("ref_precision", "ref_kernel", "target_precision", "target_kernel", "fused_with")
-DATAFRAME_COLUMNS = (
-    ("name", "key", "op_type", "index", "role", "rank", "first", "error", "input_error", "tolerance", "growth",
-     "causes", "shape", "dtype", "n_outputs", "tensor_names", "inputs", "group")
-    + tuple(f"out_{f}" for f in _STATS_FIELDS)
-    + RUNTIME_COLUMNS
-)
+# Column -> dtype family: "string" (pandas' StringDtype, missing as <NA>), "float" (float64, missing as NaN),
+# "int" (int64), "Int" (nullable Int64), "bool", "boolean" (nullable), "list" (Python lists), "object".
+_KINDS: dict[str, str] = {
+    "name": "string", "op_type": "string", "index": "int", "role": "string", "rank": "Int", "first": "bool",
+    "diverged": "bool", "error": "float", "input_error": "float", "tolerance": "float", "over_tolerance": "float",
+    "growth": "float", "local_error": "float", "amplification": "float", "impact": "float",
+    **{f"samples_{k}": "float" for k in SAMPLE_STATS},
+    "ref_nan": "int", "ref_inf": "int", "target_nan": "int", "target_inf": "int",
+    "causes": "list", "shape": "list", "dtype": "list", "n_outputs": "int", "tensor_names": "list",
+    "inputs": "list", "group": "list",
+    **{f"out_{f.name}": ("object" if f.name == "shape" else "string" if f.type in ("str", str)
+                         else "boolean" if f.type in ("bool", bool) else "Int" if f.type in ("int", int) else "float")
+       for f in _STATS},
+    "ref_precision": "string", "ref_kernel": "string", "target_precision": "string", "target_kernel": "string",
+    "fused_with": "list",
+}
+DATAFRAME_COLUMNS = tuple(_KINDS)
+_DTYPES = {"string": "string", "float": "float64", "int": "int64", "Int": "Int64", "bool": "bool",
+           "boolean": "boolean"}
 
 
 def to_dataframe(report: "Report") -> "pd.DataFrame":
-    """One row per compared node, in topological order, with its errors, role, statistics and what ran it.
+    """One row per compared node, indexed by node key, in topological order: every figure the report shows.
 
-    Columns (`DATAFRAME_COLUMNS`):
+    The index is the node key (``df.loc["block1/conv1"]``; friendly names repeat, keys do not). Columns
+    (`DATAFRAME_COLUMNS`), each of one dtype whatever the report holds:
 
-    * ``name``, ``key``, ``op_type``, ``index`` (topological index), ``role`` (source / amplifier / inherits /
-      ok), ``rank`` (culprit rank, nullable ``Int64``: missing for nodes within tolerance), ``first`` (a first
-      divergence), ``error``, ``input_error``, ``tolerance``, ``growth`` (floats; may be ``inf``/``nan``);
-    * ``causes``: the node's causes joined with ``"; "`` (``""`` when none);
-    * ``shape`` and ``dtype``: every output's shape (``"1x16x32x32"``) and dtype, joined with ``", "``;
-      ``n_outputs``; ``tensor_names``, ``inputs`` (producer keys) and ``group`` (nodes measured only through
-      this one: fused with it or folded in) joined with ``", "``;
+    * text, pandas' ``"string"`` dtype (missing values are ``<NA>``): ``name``, ``op_type``, ``role`` (source /
+      amplifier / inherits / ok), ``out_dtype``, ``out_note``, and what the runtime graph says ran the node
+      (``NodeResult.runtime``): ``ref_precision``, ``ref_kernel``, ``target_precision``, ``target_kernel``;
+    * numbers, sortable: ``error``, ``input_error``, ``tolerance``, ``over_tolerance`` (error / tolerance),
+      ``growth``, ``local_error`` (the node alone on the target, fed the reference's inputs),
+      ``amplification``, ``impact`` (final-output error with only this node on the target),
+      ``samples_mean``/``samples_p50``/``samples_p90``/``samples_max`` (error over many samples) as float64,
+      ``NaN`` where the experiment did not run (``inf`` and ``nan`` errors stay as they are); ``index``
+      (topological), ``n_outputs`` and the NaN/Inf counts summed over the outputs (``ref_nan``, ``ref_inf``,
+      ``target_nan``, ``target_inf``) as int64; ``rank`` (culprit rank) as nullable ``Int64``, missing for
+      nodes within tolerance; ``first`` (a first divergence) and ``diverged`` as bool;
     * ``out_<field>`` for every `TensorStats` field of the node's first output (``out_max_abs``, ``out_cosine``,
-      ``out_sqnr_db``, ``out_target_nan``, ...; ``out_shape`` is a tuple);
-    * ``ref_precision``, ``ref_kernel``, ``target_precision``, ``target_kernel``: read from the runtime graph
-      (``NodeResult.runtime``), and ``fused_with``: the other ops the target fused this node with, joined with
-      ``", "``. Missing values in these columns (and in ``out_`` columns of a node without outputs) are None.
+      ``out_sqnr_db``, ``out_mismatches``, ...): float64, nullable ``Int64`` counts, nullable ``boolean``,
+      missing for a node without outputs; ``out_shape`` is a tuple (or None);
+    * lists (a Python list in every row, empty when there is nothing): ``causes``, ``shape`` (one tuple per
+      output), ``dtype`` (one per output), ``tensor_names``, ``inputs`` (producer keys), ``group`` (nodes measured
+      only through this one: fused with it or folded in), ``fused_with`` (the other ops the target fused this
+      node with). Filter on them with ``df[df.causes.map(len) > 0]`` or ``df.explode("causes")``.
 
     Examples
     --------
     >>> df = to_dataframe(report)                                   # doctest: +SKIP
-    >>> df[df.role != "ok"].sort_values("rank")[["name", "error", "growth"]]  # doctest: +SKIP
+    >>> df[df.diverged].sort_values("rank")[["name", "error", "local_error", "impact"]]  # doctest: +SKIP
     """
     try:
         import pandas as pd
@@ -68,45 +90,43 @@ def to_dataframe(report: "Report") -> "pd.DataFrame":
 
     rows = [_row(n) for n in report.nodes]
     columns: dict[str, Any] = {}
-    for col in DATAFRAME_COLUMNS:
+    for col, kind in _KINDS.items():
         values = [r[col] for r in rows]
-        if col == "rank":
-            columns[col] = pd.array(values, dtype="Int64")
-        elif col in ("index", "n_outputs"):
-            columns[col] = pd.array(values, dtype="int64")
-        elif col == "first":
-            columns[col] = pd.array(values, dtype="bool")
-        elif col in ("error", "input_error", "tolerance", "growth"):
-            columns[col] = pd.array(values, dtype="float64")
-        elif col in RUNTIME_COLUMNS or any(v is None for v in values):
-            # object dtype keeps None as None (pandas' default string dtype would turn it into NaN).
-            columns[col] = pd.Series(values, dtype=object)
-        else:
-            columns[col] = pd.Series(values)
-    return pd.DataFrame(columns, columns=list(DATAFRAME_COLUMNS))
+        if kind == "float":
+            values = [math.nan if v is None else float(v) for v in values]
+        if kind in _DTYPES:
+            columns[col] = pd.array(values, dtype=_DTYPES[kind])
+        else:  # lists and tuples: an object column, never a joined string
+            columns[col] = pd.Series(values, dtype=object).array
+    index = pd.Index(pd.array([n.key for n in report.nodes], dtype="string"), name="key")
+    return pd.DataFrame(columns, index=index, columns=list(DATAFRAME_COLUMNS))
 
 
 def _row(n: "NodeResult") -> dict[str, Any]:
+    counts = n.nan_inf
+    ratio = n.error / n.tolerance if n.tolerance else (math.inf if n.error else 0.0)
     row: dict[str, Any] = {
-        "name": n.name, "key": n.key, "op_type": n.op_type, "index": n.index, "role": n.role, "rank": n.rank,
-        "first": bool(n.first), "error": n.error, "input_error": n.input_error, "tolerance": n.tolerance,
-        "growth": n.growth, "causes": "; ".join(n.causes),
-        "shape": ", ".join("x".join(str(d) for d in s.shape) if s.shape is not None else "?" for s in n.outputs),
-        "dtype": ", ".join(s.dtype for s in n.outputs), "n_outputs": len(n.outputs),
-        "tensor_names": ", ".join(n.tensor_names), "inputs": ", ".join(n.inputs),
-        "group": ", ".join(getattr(n, "group", ()) or ()),
+        "name": n.name, "op_type": n.op_type, "index": n.index, "role": n.role, "rank": n.rank,
+        "first": bool(n.first), "diverged": n.diverged, "error": n.error, "input_error": n.input_error,
+        "tolerance": n.tolerance, "over_tolerance": ratio, "growth": n.growth, "local_error": n.local_error,
+        "amplification": n.amplification, "impact": n.impact,
+        **{f"samples_{k}": (n.over_samples or {}).get(k) for k in SAMPLE_STATS},
+        **counts,
+        "causes": list(n.causes), "shape": [tuple(s.shape) if s.shape is not None else None for s in n.outputs],
+        "dtype": [s.dtype for s in n.outputs], "n_outputs": len(n.outputs), "tensor_names": list(n.tensor_names),
+        "inputs": list(n.inputs), "group": list(n.group or ()),
     }
     first = n.outputs[0] if n.outputs else None
     for f in _STATS_FIELDS:
-        row[f"out_{f}"] = getattr(first, f) if first is not None else None
+        value = getattr(first, f) if first is not None else None
+        row[f"out_{f}"] = tuple(value) if f == "shape" and value is not None else value
     rt = n.runtime or {}
     ref, target = rt.get("ref") or {}, rt.get("target") or {}
     row["ref_precision"] = ref.get("precision") or None
     row["ref_kernel"] = ref.get("kernel") or None
     row["target_precision"] = target.get("precision") or None
     row["target_kernel"] = target.get("kernel") or None
-    fused = [f for f in (target.get("fused") or []) if f != n.name]
-    row["fused_with"] = ", ".join(fused) if fused else None
+    row["fused_with"] = [f for f in (target.get("fused") or []) if f != n.name]
     return row
 
 
