@@ -1,7 +1,9 @@
 """A `Report` in other tools' formats: a pandas DataFrame, and node data for Google's Model Explorer.
 
 pandas is optional (``pip install bisect_ov[dataframe]``) and imported inside `to_dataframe`; the Model Explorer
-export needs nothing beyond the standard library.
+export needs the standard library, and onnx (a dependency) to key the data by an ONNX model's node ids. Assumes
+Model Explorer matches node data by node id and that its ONNX adapter names nodes as onnx_ir's NameFixPass does
+(checked against the ``model_explorer_onnx`` package in the tests).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pathlib
 from typing import TYPE_CHECKING, Any
 
 from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.errors import InputError
 from bisect_ov.fileio import write_text_atomic
 
 if TYPE_CHECKING:
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
 
 __all__ = [
-    "to_dataframe", "to_model_explorer", "DATAFRAME_COLUMNS", "RUNTIME_COLUMNS", "SAMPLE_STATS",
+    "to_dataframe", "to_model_explorer", "onnx_graph_id", "DATAFRAME_COLUMNS", "RUNTIME_COLUMNS", "SAMPLE_STATS",
     "ME_ZERO_VALUE", "ME_NONFINITE_VALUE", "ME_COLORS",
 ]
 
@@ -152,40 +155,46 @@ def _me_color(error: float, tolerance: float) -> str:
 
 
 def to_model_explorer(
-    report: "Report", path: str | os.PathLike | None = None, *, graph_id: str | None = None
+    report: "Report", path: str | os.PathLike | None = None, *, model: Any = None, graph_id: str | None = None
 ) -> dict[str, Any]:
     """Node data for Google's Model Explorer, to colour the model's graph by each node's error.
 
-    Load the model in Model Explorer (ONNX through its ONNX adapter), then add this file with "Add per-node
-    data". The format is Model Explorer's ``ModelNodeData`` JSON (see ``node_data_builder.py`` in
-    google-ai-edge/model-explorer)::
+    Open the model in Model Explorer (an ONNX file through the ``model_explorer_onnx`` extension), then load
+    this file with "Add per-node data", or start it with both::
+
+        model-explorer model.onnx --extensions=model_explorer_onnx --node_data_paths=nodes.json
+
+    The format is Model Explorer's node data (``GraphNodeData`` in its ``node_data_builder.py``). By default
+    the single-graph form, which Model Explorer applies to the graph it shows whatever that graph's id::
 
         {
-          "<graph id>": {
-            "results": {
-              "<node id or output tensor name>": {"value": -1.3, "bgColor": "#ffb74d"},
-              ...
-            },
-            "thresholds": [
-              {"value": -1.5, "bgColor": "#81c784"},
-              {"value": -0.5, "bgColor": "#ffb74d"},
-              {"value": 99.0, "bgColor": "#e57373"}
-            ]
-          }
+          "name": "bisect_ov rel_l2: CPU/f32 -> CPU/bf16",
+          "results": {"<node id>": {"value": -1.3, "bgColor": "#ffb74d"}, ...},
+          "thresholds": [
+            {"value": -1.5, "bgColor": "#81c784"},
+            {"value": -0.5, "bgColor": "#ffb74d"},
+            {"value": 99.0, "bgColor": "#e57373"}
+          ]
         }
 
-    * **keys**: every output tensor name of each compared node (Model Explorer matches them against a node's
-      output tensor tags; ONNX tensor names survive conversion to OpenVINO) and the node's friendly name (matched
-      against node ids), all mapped to the same value. Nodes that were not measured on their own (members of a
-      fused group, ``NodeResult.group``) get no entry and stay uncoloured.
+    With `graph_id`, the same data is keyed by it (``{"<graph id>": {...}}``, Model Explorer's
+    ``ModelNodeData``), for a model of several graphs.
+
+    * **keys**: Model Explorer matches results against node ids (the ONNX adapter never matches output tensor
+      names). With `model`, the ONNX model the report was made from, the keys are that file's node ids as the
+      ONNX adapter names them: each compared node is mapped back through its output tensor names (ONNX tensor
+      names survive conversion to OpenVINO) to the ONNX node that produces them, so the node feeding a graph
+      output (which OpenVINO renames after the output) and unnamed ONNX nodes are coloured too; ops OpenVINO
+      split one ONNX node into count for that node, which shows the worst of them. Without `model`, the keys are
+      the compared nodes' friendly names (an OpenVINO model's own names). Nodes not measured on their own
+      (members of a fused group, ``NodeResult.group``) get no entry and stay uncoloured.
     * **value**: ``log10(error)`` under the report's metric, so ``-2`` means an error of 1e-2. Exact matches (and
       errors below 1e-20) are `ME_ZERO_VALUE` (-20); infinite or NaN errors are `ME_NONFINITE_VALUE` (99).
     * **bgColor** per result: the node against its own tolerance: green within it, orange up to 10x over it, red
       beyond or non-finite (`ME_COLORS`). Model Explorer gives a result's own colour precedence over thresholds.
     * **thresholds**, sorted ascending, upper bounds in Model Explorer's sense (a value up to a threshold takes its
       colour): green up to ``log10(T)``, orange up to ``log10(10 T)``, red up to the non-finite sentinel, where
-      ``T`` is the median of the nodes' tolerances. They colour the graph the same way for nodes of typical
-      tolerance and give Model Explorer its legend.
+      ``T`` is the median of the nodes' tolerances. They give Model Explorer its legend.
 
     Parameters
     ----------
@@ -193,23 +202,32 @@ def to_model_explorer(
         A `Report`.
     path
         Where to write the JSON (atomically); nothing is written when None.
+    model
+        The ONNX model the report was made from: a path to the ``.onnx`` file or an ``onnx.ModelProto``. None
+        keys the data by friendly names.
     graph_id
-        The graph's id in Model Explorer: for an ONNX model, its graph name (``onnx.load(p).graph.name``, often
-        ``main_graph`` or ``torch_jit`` for PyTorch exports). Defaults to the report's model label without its
-        file suffix.
+        Key the data by this graph id (for an ONNX model the adapter uses its graph name,
+        ``onnx.load(p).graph.name``: ``main_graph`` for PyTorch exports). None writes the single-graph form.
 
     Returns
     -------
     dict
         The JSON-ready data (only finite numbers).
+
+    Raises
+    ------
+    InputError
+        `model` is not a readable ONNX model.
     """
+    ids = _onnx_node_ids(model) if model is not None else None
     results: dict[str, dict[str, Any]] = {}
     worst: dict[str, float] = {}
     for n in report.nodes:
         value = _me_value(n.error)
         entry = {"value": value, "bgColor": _me_color(n.error, n.tolerance)}
-        for key in dict.fromkeys((*n.tensor_names, n.name)):
-            if key and (key not in worst or value > worst[key]):  # a name shared by two nodes shows the worse one
+        keys = [n.name] if ids is None else ids.keys_of(n)
+        for key in keys:
+            if key and (key not in worst or value > worst[key]):  # a node two results map to shows the worse
                 worst[key] = value
                 results[key] = entry
     tolerances = sorted(n.tolerance for n in report.nodes if n.tolerance is not None and math.isfinite(n.tolerance)
@@ -220,17 +238,72 @@ def to_model_explorer(
         {"value": round(math.log10(10 * typical), 6), "bgColor": ME_COLORS["over"]},
         {"value": ME_NONFINITE_VALUE, "bgColor": ME_COLORS["far"]},
     ]
-    if graph_id is None:
-        graph_id = _default_graph_id(report.model)
-    data = {graph_id: {"results": results, "thresholds": thresholds}}
+    graph = {"name": f"bisect_ov {report.metric}: {report.ref.label} -> {report.target.label}",
+             "results": results, "thresholds": thresholds}
+    data = graph if graph_id is None else {graph_id: graph}
     if path is not None:
         _write_json_atomic(pathlib.Path(path), data)
     return data
 
 
-def _default_graph_id(label: str) -> str:
-    p = pathlib.PurePath(label)
-    return p.stem if p.suffix.lower() in (".onnx", ".xml", ".pb", ".tflite", ".pdmodel", ".json") else label
+class _OnnxIds:
+    """The node ids Model Explorer's ONNX adapter gives an ONNX model's main graph, and a way to them.
+
+    The adapter keeps each node's name, names an unnamed node ``node``, ``node_1``, ... and a repeated name
+    ``a``, ``a_1``, ... in graph order (onnx_ir's NameFixPass, one counter per base name).
+    """
+
+    def __init__(self, graph: Any):
+        used: set[str] = set()
+        counter: dict[str, int] = {}
+        self.by_tensor: dict[str, str] = {}
+        self.ids: list[str] = []
+        for node in graph.node:
+            base = node.name or "node"
+            new = base
+            while new in used:
+                counter[base] = counter.get(base, 0) + 1
+                new = f"{base}_{counter[base]}"
+            used.add(new)
+            self.ids.append(new)
+            for out in node.output:
+                if out:
+                    self.by_tensor.setdefault(out, new)
+        self.names = {node.name: i for node, i in zip(graph.node, self.ids) if node.name}
+        self.graph_name = graph.name  # the adapter keeps an empty name as it is
+
+    def keys_of(self, n: "NodeResult") -> list[str]:
+        """The ids of the ONNX nodes a compared node stands for: producers of its tensors, else its name's node."""
+        keys = [self.by_tensor[t] for t in n.tensor_names if t in self.by_tensor]
+        if not keys and n.name in self.names:
+            keys.append(self.names[n.name])
+        if not keys:  # an op OpenVINO made from an ONNX node, named '<onnx node>/<part>'
+            head = n.name
+            while "/" in head and not keys:
+                head = head.rsplit("/", 1)[0]
+                if head in self.names:
+                    keys.append(self.names[head])
+        return list(dict.fromkeys(keys))
+
+
+def _onnx_node_ids(model: Any) -> _OnnxIds:
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        return _OnnxIds(model.graph)
+    if not isinstance(model, (str, os.PathLike)):
+        raise InputError(f"model must be the path of the ONNX file or an onnx.ModelProto; got {type(model).__name__}.")
+    try:
+        proto = onnx.load(os.fspath(model), load_external_data=False)
+    except Exception as err:  # onnx raises DecodeError, OSError, ValueError... for what is not a model
+        raise InputError(f"Cannot read '{os.fspath(model)}' as an ONNX model: {err}. Pass the .onnx file the "
+                         "report was made from.") from err
+    return _OnnxIds(proto.graph)
+
+
+def onnx_graph_id(model: Any) -> str:
+    """The id Model Explorer's ONNX adapter gives an ONNX model's main graph: its graph name (which may be empty)."""
+    return _onnx_node_ids(model).graph_name
 
 
 def _write_json_atomic(path: pathlib.Path, data: Any) -> pathlib.Path:

@@ -253,7 +253,7 @@ class Report:
         return to_dataframe(self)
 
     def to_model_explorer(self, path: str | os.PathLike | None = None, **kwargs: Any) -> dict:
-        """Node data for Google Model Explorer: per-node errors keyed by tensor and node name."""
+        """Node data for Google Model Explorer: per-node errors keyed by node id (pass model= for an ONNX file)."""
         from bisect_ov.report.export import to_model_explorer
 
         return to_model_explorer(self, path, **kwargs)
