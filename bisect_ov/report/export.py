@@ -269,7 +269,7 @@ class _OnnxIds:
             for out in node.output:
                 if out:
                     self.by_tensor.setdefault(out, new)
-        self.names = {node.name: i for node, i in zip(graph.node, self.ids) if node.name}
+        self.names = {node.name: i for node, i in zip(graph.node, self.ids, strict=True) if node.name}
         self.graph_name = graph.name  # the adapter keeps an empty name as it is
 
     def keys_of(self, n: "NodeResult") -> list[str]:
