@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Sequence
 
 from bisect_ov.errors import BisectError, InputError
+from bisect_ov.report.text import printable
 
 if TYPE_CHECKING:
     from bisect_ov.options import BisectOptions
@@ -148,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return {"demo": _demo, "capture": _capture}.get(command, _compare)(args)
     except BisectError as err:
-        print(f"bisect-ov: error: {err}", file=sys.stderr)
+        print(f"bisect-ov: error: {printable(str(err), keep=chr(10))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("bisect-ov: interrupted", file=sys.stderr)
@@ -229,10 +230,10 @@ def _run(args, model, target_model=None, inputs=None) -> object:
     try:
         if args.json:
             report.save(args.json)
-            print(f"\nReport written to {args.json}")
+            print(f"\nReport written to {printable(str(args.json))}")
         if args.html:
             report.save_html(args.html)
-            print(f"HTML report written to {args.html}")
+            print(f"HTML report written to {printable(str(args.html))}")
     except OSError as err:
         raise InputError(f"Writing the report failed: {err.strerror or err} ('{err.filename or ''}').") from err
     return report
@@ -255,10 +256,11 @@ def _capture(args) -> int:
     )
     with load_capture(path) as cap:
         info = cap.device_info
-        print(f"Recorded {len(cap.taps)} tensors of {cap.model_label} on {info.name} "
-              f"({info.full_name or info.device}, {info.precision}) into {path} "
-              f"({path.stat().st_size / 1e6:.1f} MB, {cap.mode} mode).")
-        print(f"Compare on another machine: bisect-ov {args.model} --ref capture:{path} --target {args.device}")
+        print(printable(f"Recorded {len(cap.taps)} tensors of {cap.model_label} on {info.name} "
+                        f"({info.full_name or info.device}, {info.precision}) into {path} "
+                        f"({path.stat().st_size / 1e6:.1f} MB, {cap.mode} mode)."))
+        print(printable(f"Compare on another machine: bisect-ov {args.model} --ref capture:{path} "
+                        f"--target {args.device}"))
     return EXIT_OK
 
 
@@ -267,7 +269,7 @@ def _demo(args) -> int:
 
     if args.target is None:
         args.target = "EMU:f16"
-    print(f"Demo: the built-in example model, {args.ref} (f32) against {args.target}.\n")
+    print(printable(f"Demo: the built-in example model, {args.ref} (f32) against {args.target}.") + "\n")
     _run(args, demo())
     # The demo diverges by design: having shown it, it succeeded (exit codes 1/0 are for real comparisons).
     return EXIT_OK

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from bisect_ov.analysis.metrics import METRICS, TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
@@ -93,6 +93,9 @@ class BisectOptions:
                 object.__setattr__(self, name, {})
             elif not isinstance(value, Mapping):
                 raise InputError(f"{name} must be a dict of compile properties (name -> value); got {value!r}.")
+            elif not all(isinstance(k, str) and k for k in value):
+                raise InputError(f"{name}'s keys must be property names (strings such as 'INFERENCE_PRECISION_HINT'); "
+                                 f"got {list(value)!r}.")
             else:
                 object.__setattr__(self, name, dict(value))
         if isinstance(self.metric, str):
@@ -135,9 +138,11 @@ class BisectOptions:
         object.__setattr__(self, "keep", keep)
         if self.classifier_outputs is not None:
             names = (self.classifier_outputs,) if isinstance(self.classifier_outputs, str) else self.classifier_outputs
-            if not all(isinstance(n, str) for n in names):
-                raise InputError(f"classifier_outputs must be output names; got {self.classifier_outputs!r}.")
-            object.__setattr__(self, "classifier_outputs", tuple(names))
+            names = tuple(names) if isinstance(names, Iterable) else None
+            if names is None or not all(isinstance(n, str) for n in names):
+                raise InputError(f"classifier_outputs must be an output name or a list of output names; got "
+                                 f"{self.classifier_outputs!r}.")
+            object.__setattr__(self, "classifier_outputs", names)
         if self.patched_model is not None and not isinstance(self.patched_model, (str, os.PathLike)):
             raise InputError(f"patched_model must be a path ending in .xml; got {self.patched_model!r}.")
         if self.patched_model is not None and not os.fspath(self.patched_model).endswith(".xml"):

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["render_page", "save_html"]
 
 _VISIBLE_ROWS = 10
-_OPTIONAL_COLUMNS = ("nan/inf", "target ran")
+_OPTIONAL_COLUMNS = ("local", "impact", "nan/inf", "target ran")  # left out when no culprit has a value
 
 
 def e(value: Any) -> str:
@@ -95,6 +95,7 @@ table { border-collapse: collapse; width: 100%; font-size: 13px; font-variant-nu
 th, td { padding: 4px 8px; border-bottom: 1px solid #eaeef2; text-align: right; vertical-align: top; }
 th { background: var(--bg-soft); color: var(--muted); font-weight: 600; position: sticky; top: 0; }
 td.l, th.l { text-align: left; }
+td:not(.l) { white-space: nowrap; }  /* a figure never breaks inside (5.0e-\n01) */
 td.node { word-break: break-all; min-width: 140px; }
 td.small { font-size: 12px; color: var(--muted); }
 tr.first td { font-weight: 600; }

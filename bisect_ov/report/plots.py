@@ -2,8 +2,9 @@
 
 matplotlib is an optional dependency (``pip install bisect_ov[plot]``) and is imported inside each function.
 Every function builds a `matplotlib.figure.Figure` directly (never pyplot's global state), so it is safe in
-threads, in scripts without a display and under the Agg backend; show a figure in Jupyter by leaving it as a
-cell's value, or save it with ``fig.savefig("errors.png")``.
+threads, in scripts without a display and under the Agg backend. The figures are `ReportFigure`s, which show
+as PNG images when left as a cell's value in Jupyter, with or without ``%matplotlib inline``; save one with
+``fig.savefig("errors.png")``.
 
 Errors are drawn on a log scale: exact zeros are clipped to a floor below the smallest positive value shown, and
 infinite or NaN errors are drawn as triangles at the top edge.
@@ -37,14 +38,50 @@ _MAX_POINTS = 20_000
 
 
 def _require_matplotlib():
+    """The Figure class every plot is made of (`ReportFigure`), or ImportError saying how to install matplotlib."""
     try:
         import matplotlib  # noqa: F401
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # noqa: F401
     except ImportError as err:  # pragma: no cover - exercised by monkeypatching in the tests
         raise ImportError(
             "Plotting needs matplotlib, which is not installed: pip install bisect_ov[plot]"
         ) from err
-    return Figure
+    return _report_figure()
+
+
+_FIGURE_CLASS = None
+
+
+def _report_figure():
+    """`ReportFigure`, made on first use so that importing this module does not import matplotlib."""
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        from matplotlib.figure import Figure
+
+        class ReportFigure(Figure):
+            """A matplotlib Figure that shows itself as a PNG in Jupyter.
+
+            Figures made without pyplot are not known to IPython's matplotlib integration, so a fresh kernel
+            (no ``%matplotlib inline``, no pyplot imported) would print ``<Figure size ...>``. With that
+            integration active, its own PNG formatter takes precedence over `_repr_png_`: one image either way.
+            """
+
+            def _repr_png_(self) -> bytes:
+                buf = io.BytesIO()
+                self.savefig(buf, format="png", dpi=100, facecolor="white")
+                return buf.getvalue()
+
+        # Found again by name (pickling, copying) through the module's __getattr__.
+        ReportFigure.__module__ = __name__
+        ReportFigure.__qualname__ = "ReportFigure"
+        _FIGURE_CLASS = ReportFigure
+    return _FIGURE_CLASS
+
+
+def __getattr__(name: str):
+    if name == "ReportFigure":
+        return _report_figure()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _finite_positive(values) -> list[float]:

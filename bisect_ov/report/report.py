@@ -221,14 +221,17 @@ class Report:
 
     # ----- rendering ----------------------------------------------------------------------------------
     def __repr__(self) -> str:
+        from bisect_ov.report.text import printable  # names from the model may hold terminal escapes
+
         head = f"Report({self.ref.label} -> {self.target.label}, {len(self.nodes)} nodes, "
         first = self.first_divergence
         if first is not None:
-            return head + f"first divergence '{first.name}' {self.metric}={_fmt(first.error)})"
+            return printable(head + f"first divergence '{first.name}' {self.metric}={_fmt(first.error)})")
         if self.diverges:
             worst = max(self.outputs, key=lambda o: o.error, default=None)
-            return head + f"diverges without a single source; worst output {self.metric}={_fmt(worst.error if worst else math.nan)})"
-        return head + "no divergence)"
+            return printable(head + f"diverges without a single source; worst output "
+                             f"{self.metric}={_fmt(worst.error if worst else math.nan)})")
+        return printable(head + "no divergence)")
 
     def to_text(self, top: int = 10, width: int = 120) -> str:
         """The report as a terminal-readable page: verdict, final outputs, ranked culprits, run facts."""
@@ -254,7 +257,7 @@ class Report:
         return to_dataframe(self)
 
     def to_model_explorer(self, path: str | os.PathLike | None = None, **kwargs: Any) -> dict:
-        """Node data for Google Model Explorer: per-node errors keyed by tensor and node name."""
+        """Node data for Google Model Explorer: per-node errors keyed by node id (pass model= for an ONNX file)."""
         from bisect_ov.report.export import to_model_explorer
 
         return to_model_explorer(self, path, **kwargs)

@@ -2,26 +2,55 @@
 
 Both start with the verdict (does it diverge, where does it start, how bad, why), then the final outputs,
 then the ranked culprit table, then what each side ran with and how long each stage took. Every
-model-supplied string that goes into HTML is escaped.
+model-supplied string that goes into HTML is escaped; in text, control characters (an ANSI escape in a node
+name could move the cursor and erase the verdict) are shown as Python escapes (`printable`).
 """
 
 from __future__ import annotations
 
 import html
 import math
+import re
 import textwrap
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
 
-__all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "COLUMNS"]
+__all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "output_lines", "unmatched_lines",
+           "footer_lines", "printable", "COLUMNS"]
 
 COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "role", "shape", "nan/inf",
            "target ran")
 _OPTIONAL = ("local", "impact", "nan/inf", "target ran")
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
                  "uint8": "u8", "bool": "bool"}
+
+
+# C0 and C1 controls and DEL, bidirectional overrides and isolates, line and paragraph separators: characters
+# that make a terminal do something (or reorder what it shows) instead of printing.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069]")
+
+
+def printable(text: str, *, keep: str = "") -> str:
+    r"""`text` with every control character written as its Python escape (``\x1b``, ``\n``, ``\u202e``).
+
+    Names come from the model file: printed raw, an ANSI sequence in one could clear the screen or rewrite
+    the verdict line. Characters in `keep` (say ``"\n"`` for multi-line messages) pass unchanged.
+
+    Examples
+    --------
+    >>> print(printable("conv\x1b[2K"))
+    conv\x1b[2K
+    >>> print(printable("a\nb", keep="\n"))
+    a
+    b
+    """
+    def escape(match: re.Match) -> str:
+        char = match.group()
+        return char if char in keep else repr(char)[1:-1]
+
+    return _UNPRINTABLE.sub(escape, text)
 
 
 def fmt(x: float | None) -> str:
@@ -188,6 +217,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     if report.target_model:
         title += f" vs {report.target_model}"
     title += f" | {report.ref.label} -> {report.target.label} | {len(report.nodes)} nodes compared"
+    title = printable(title)
     lines = [title, "=" * min(width, len(title))]
     lines += verdict_lines(report)
     lines.append("")
@@ -195,29 +225,51 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     table: list[str] = []
     if rows:
         lines.append(f"Culprits (top {len(rows)} of {len(report.ranking)}; * = first divergence; error = {report.metric}):")
-        table = _table(*_drop_empty_columns(COLUMNS, rows), width)
+        table = _table(*_drop_empty_columns(COLUMNS, [tuple(map(printable, r)) for r in rows]), width)
         lines += table
     else:
         lines.append("Culprits: none.")
     if len(report.outputs) > 1 or (report.outputs and report.diverges):
         lines.append("")
         lines.append("Final outputs:")
-        for o in report.outputs:
-            lines.append(
-                f"  {o.name}: {report.metric} {fmt(o.error)} (tol {fmt(o.tolerance)}), max abs {fmt(o.stats.max_abs)}, "
-                f"SQNR {o.stats.sqnr_db:.1f} dB, mismatches {o.stats.mismatches}/{o.stats.numel}"
-            )
-    unmatched = {k: v for k, v in report.unmatched.items() if v}
+        lines += ["  " + line for line in output_lines(report)]
+    unmatched = unmatched_lines(report)
     if unmatched:
         lines.append("")
-        for side, names in unmatched.items():
-            shown = ", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8 else "")
-            lines.append(f"Unmatched in {side}: {shown}")
+        lines += unmatched
     lines += experiment_lines(report)
     lines.append("")
     lines += _sides(report)
-    for note in report.notes:
-        lines.append(f"Note: {note}")
+    lines += [f"Note: {note}" for note in report.notes]
+    footer = footer_lines(report)
+    wrapped: list[str] = []
+    for line in lines + footer:
+        line = printable(line)
+        # Table rows are already fitted; prose wraps instead of being cut.
+        fitted = len(line) <= width or line in table
+        wrapped += [line] if fitted else textwrap.wrap(line, width, subsequent_indent="    ")
+    return "\n".join(wrapped)
+
+
+def output_lines(report: "Report") -> list[str]:
+    """One line per final output: its error against its tolerance, max abs, SQNR, mismatches."""
+    return [f"{o.name}: {report.metric} {fmt(o.error)} (tol {fmt(o.tolerance)}), max abs {fmt(o.stats.max_abs)}, "
+            f"SQNR {o.stats.sqnr_db:.1f} dB, mismatches {o.stats.mismatches}/{o.stats.numel}"
+            for o in report.outputs]
+
+
+def unmatched_lines(report: "Report") -> list[str]:
+    """The nodes of either model that have no counterpart in the other (with a `target_model`)."""
+    lines = []
+    for side, names in report.unmatched.items():
+        if names:
+            shown = ", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8 else "")
+            lines.append(f"Unmatched in {side}: {shown}")
+    return lines
+
+
+def footer_lines(report: "Report") -> list[str]:
+    """The run's facts: the fidelity check, timings, compiles, OpenVINO version and tolerance model."""
     footer = []
     if report.fidelity is not None:
         f = report.fidelity
@@ -233,12 +285,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
         footer.append("Cost per stage: " + "; ".join(_cost(name, c) for name, c in report.costs.items()))
     if report.openvino_version:
         footer.append(f"OpenVINO {report.openvino_version.split('-')[0]}; tolerance: {_tol_str(report)}")
-    wrapped: list[str] = []
-    for line in lines + footer:
-        # Table rows are already fitted; prose wraps instead of being cut.
-        fitted = len(line) <= width or line in table
-        wrapped += [line] if fitted else textwrap.wrap(line, width, subsequent_indent="    ")
-    return "\n".join(wrapped)
+    return footer
 
 
 def _tol_str(report: "Report") -> str:
@@ -272,8 +319,14 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> 
 
 
 def render_html(report: "Report", *, top: int = 25) -> str:
-    """The same content as `render_text`, as an HTML fragment (every model-supplied string escaped)."""
+    """The same content as `render_text`, as an HTML fragment for Jupyter (every model-supplied string escaped).
+
+    Verdict, the run's notes (fidelity warnings, non-determinism: shown next to the verdict, where they
+    matter), ranked culprits, final outputs, unmatched nodes, experiments, what each side ran with and the
+    run's facts (fidelity, timings, compiles, OpenVINO and tolerance).
+    """
     e = html.escape
+    small = 'style="font-size:smaller"'
     parts = ['<div class="bisect-ov-report" style="font-family:sans-serif">']
     title = f"bisect_ov: {report.model}" + (f" vs {report.target_model}" if report.target_model else "")
     parts.append(f"<h3>{e(title)}</h3>")
@@ -282,17 +335,33 @@ def render_html(report: "Report", *, top: int = 25) -> str:
     parts.append(f'<div style="border-left:4px solid {color};padding-left:8px">')
     parts += [f"<div>{e(line)}</div>" for line in verdict_lines(report)]
     parts.append("</div>")
+    parts += [f'<div style="border-left:4px solid #ef6c00;padding-left:8px;margin-top:4px">Note: {e(note)}</div>'
+              for note in report.notes]
     header, rows = _drop_empty_columns(COLUMNS, culprit_rows(report, top))
+
+    def table(head: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
+        cells = "".join(f"<th>{e(h)}</th>" for h in head)
+        trs = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in body)
+        return f"<table {small}><thead><tr>{cells}</tr></thead><tbody>{trs}</tbody></table>"
+
     if rows:
-        head = "".join(f"<th>{e(h)}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows[:10])
-        parts.append(f'<table style="font-size:smaller"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>')
+        parts.append(f"<div><b>Culprits</b> (top {len(rows)} of {len(report.ranking)}; * = first divergence; "
+                     f"error = {e(report.metric)})</div>")
+        parts.append(table(header, rows[:10]))
         if len(rows) > 10:
-            more = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows[10:])
-            parts.append(f"<details><summary>{len(rows) - 10} more culprits</summary><table style=\"font-size:smaller\">"
-                         f"<thead><tr>{head}</tr></thead><tbody>{more}</tbody></table></details>")
+            parts.append(f"<details><summary>{len(rows) - 10} more culprits</summary>{table(header, rows[10:])}"
+                         "</details>")
+    else:
+        parts.append("<div>Culprits: none.</div>")
+    if report.outputs:
+        out_rows = [(o.name, fmt(o.error), fmt(o.tolerance), "over" if o.diverged else "within",
+                     fmt(o.stats.max_abs), f"{o.stats.sqnr_db:.1f} dB", f"{o.stats.mismatches}/{o.stats.numel}")
+                    for o in report.outputs]
+        parts.append("<div><b>Final outputs</b></div>")
+        parts.append(table(("output", report.metric, "tol", "", "max abs", "SQNR", "mismatches"), out_rows))
+    parts += [f"<div>{e(line)}</div>" for line in unmatched_lines(report)]
     parts += [f"<div>{e(line)}</div>" for line in experiment_lines(report) if line.strip()]
-    parts += [f"<div><small>{e(line)}</small></div>" for line in _sides(report)]
+    parts += [f"<div><small>{e(line)}</small></div>" for line in _sides(report) + footer_lines(report)]
     parts.append("</div>")
     return "".join(parts)
 

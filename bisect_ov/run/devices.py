@@ -396,7 +396,17 @@ def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, rol
 
 
 def _emulated_device(spec: str, config: dict[str, Any], role: str) -> Device:
-    """``EMU:f16``, ``EMU:bf16``, ``EMU:f16-acc``, ``EMU:f16-accN``."""
+    """``EMU:f16``, ``EMU:bf16``, ``EMU:f16-acc``, ``EMU:f16-accN``.
+
+    An emulated device compiles on the CPU in f32 with settings of its own: compile properties would be
+    silently ignored (or would break the emulation, which must run in f32), so they are refused.
+    """
+    if config:
+        raise InputError(
+            f"The emulated device '{spec}' takes no compile properties; got {dict(config)}. It always runs on the "
+            "CPU in f32 and rounds to its precision itself: choose the precision in the name (EMU:f16, EMU:bf16, "
+            "EMU:f16-acc), or pass the properties to a real device (target='GPU', target_config={...})."
+        )
     _, _, suffix = spec.partition(":")
     precision, _, acc = suffix.lower().partition("-")
     lanes = acc[3:] if acc.startswith("acc") else None

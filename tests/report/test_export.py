@@ -18,9 +18,17 @@ from bisect_ov.report.export import (
 )
 from bisect_ov.zoo import synthetic
 
-REQUIRED = ("name", "key", "op_type", "index", "role", "rank", "first", "error", "input_error", "tolerance",
-            "growth", "causes", "shape", "dtype", "ref_precision", "ref_kernel", "target_precision", "target_kernel",
-            "fused_with")
+REQUIRED = ("name", "op_type", "index", "role", "rank", "first", "diverged", "error", "input_error", "tolerance",
+            "over_tolerance", "growth", "local_error", "amplification", "impact", "samples_mean", "samples_p50",
+            "samples_p90", "samples_max", "causes", "shape", "dtype", "ref_precision", "ref_kernel",
+            "target_precision", "target_kernel", "fused_with")
+# What the report shows as figures (text table, verdict, HTML cards): each must be a sortable number column.
+FIGURES = ("error", "input_error", "tolerance", "over_tolerance", "growth", "local_error", "amplification", "impact",
+           "samples_mean", "samples_p50", "samples_p90", "samples_max", "index", "rank", "ref_nan", "ref_inf",
+           "target_nan", "target_inf", "out_max_abs", "out_cosine", "out_sqnr_db", "out_mismatches", "out_numel")
+TEXT = ("name", "op_type", "role", "ref_precision", "ref_kernel", "target_precision", "target_kernel", "out_dtype",
+        "out_note")
+LISTS = ("causes", "shape", "dtype", "tensor_names", "inputs", "group", "fused_with")
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +39,7 @@ def report():
 
 # ----- DataFrame --------------------------------------------------------------------------------------------------
 
-def test_dataframe_one_row_per_node_with_the_columns(report):
+def test_dataframe_one_row_per_node_indexed_by_key(report):
     pytest.importorskip("pandas")
     df = to_dataframe(report)
     assert len(df) == len(report.nodes)
@@ -40,46 +48,80 @@ def test_dataframe_one_row_per_node_with_the_columns(report):
         assert col in df.columns
     for field in dataclasses.fields(TensorStats):
         assert f"out_{field.name}" in df.columns
+    assert df.index.name == "key" and list(df.index) == [n.key for n in report.nodes] and df.index.is_unique
     assert list(df["name"]) == [n.name for n in report.nodes]
     assert list(df["index"]) == [n.index for n in report.nodes]
     assert df["error"].tolist() == [n.error for n in report.nodes]
-    first = df[df["first"]]
-    assert first["name"].tolist() == ["block1/conv1"]
-    assert first["role"].item() == "source" and first["rank"].item() == 1
-    assert first["shape"].item() == "1x16x32x32" and first["dtype"].item() == "float32"
-    assert first["out_shape"].item() == (1, 16, 32, 32) and first["out_numel"].item() == 16 * 32 * 32
-    assert first["out_max_abs"].item() == report.node("block1/conv1").stats.max_abs
+    first = df.loc["block1/conv1"]
+    assert bool(first["first"]) and bool(first["diverged"])
+    assert first["role"] == "source" and first["rank"] == 1
+    assert first["shape"] == [(1, 16, 32, 32)] and first["dtype"] == ["float32"]
+    assert first["out_shape"] == (1, 16, 32, 32) and first["out_numel"] == 16 * 32 * 32
+    assert first["out_max_abs"] == report.node("block1/conv1").stats.max_abs
+    assert first["over_tolerance"] == pytest.approx(first["error"] / first["tolerance"])
+    assert df[df["first"]].index.tolist() == ["block1/conv1"]
     # rank is a nullable integer: missing for nodes within tolerance
     assert str(df["rank"].dtype) == "Int64"
     assert df.loc[df["role"] == "ok", "rank"].isna().all()
     assert df.loc[df["role"] != "ok", "rank"].notna().all()
     # culprits in rank order come back from the frame
-    ranked = df.dropna(subset=["rank"]).sort_values("rank")["key"].tolist()
-    assert ranked == list(report.ranking)
+    assert df[df.diverged].sort_values("rank").index.tolist() == list(report.ranking)
 
 
-def test_dataframe_runtime_columns_and_missing_values(report):
-    pytest.importorskip("pandas")
+def test_dataframe_every_figure_is_a_sortable_number_column(report):
+    pd = pytest.importorskip("pandas")
+    df = to_dataframe(report)
+    for col in FIGURES:
+        assert pd.api.types.is_numeric_dtype(df[col]), (col, df[col].dtype)
+        df.sort_values(col)  # sorts without error, NaN last
+    worst = df.sort_values("error", ascending=False).iloc[0]
+    assert worst["error"] == max(n.error for n in report.nodes)
+
+
+def test_dataframe_text_columns_share_one_dtype_and_lists_are_lists(report):
+    pd = pytest.importorskip("pandas")
     n0 = report.nodes[0]
-    runtime = {"ref": {"precision": "f32", "kernel": "jit_avx512_f32", "fused": [n0.name, "Multiply_1", "x/relu"],
-                       "layer": n0.name, "layer_type": "Eltwise"},
+    runtime = {"ref": {"precision": "f32", "kernel": "jit_avx512_f32", "fused": [n0.name, "Multiply_1", "x/relu"]},
                "target": {"precision": "bf16", "kernel": "jit_avx512_bf16", "fused": [n0.name, "x/relu"]}}
     nodes = (dataclasses.replace(n0, runtime=runtime, causes=("one", "two")),
              dataclasses.replace(report.nodes[1], runtime={}, causes=()),
              dataclasses.replace(report.nodes[2], runtime={"ref": {"precision": "f32"}}, outputs=()))
     df = to_dataframe(dataclasses.replace(report, nodes=nodes))
+    for col in TEXT:  # the same dtype whether the column holds values or only missing ones
+        assert df[col].dtype == pd.StringDtype(), (col, df[col].dtype)
     row = df.iloc[0]
     assert (row["ref_precision"], row["ref_kernel"]) == ("f32", "jit_avx512_f32")
     assert (row["target_precision"], row["target_kernel"]) == ("bf16", "jit_avx512_bf16")
-    assert row["fused_with"] == "x/relu"  # the target's fused ops, without the node itself
-    assert row["causes"] == "one; two"
+    assert row["fused_with"] == ["x/relu"]  # the target's fused ops, without the node itself
+    assert row["causes"] == ["one", "two"]
     empty = df.iloc[1]
-    for col in ("ref_precision", "ref_kernel", "target_precision", "target_kernel", "fused_with"):
-        assert empty[col] is None
-    assert empty["causes"] == ""
+    for col in ("ref_precision", "ref_kernel", "target_precision", "target_kernel"):
+        assert empty[col] is pd.NA
+    assert empty["causes"] == [] and empty["fused_with"] == []
     partial = df.iloc[2]
-    assert partial["ref_precision"] == "f32" and partial["ref_kernel"] is None and partial["target_kernel"] is None
-    assert partial["out_max_abs"] is None and partial["n_outputs"] == 0 and partial["shape"] == ""
+    assert partial["ref_precision"] == "f32" and partial["ref_kernel"] is pd.NA and partial["target_kernel"] is pd.NA
+    assert math.isnan(partial["out_max_abs"]) and partial["out_mismatches"] is pd.NA
+    assert partial["n_outputs"] == 0 and partial["shape"] == [] and partial["out_shape"] is None
+    for col in LISTS:
+        assert all(isinstance(v, list) for v in df[col]), col
+    assert df.explode("causes")["causes"].dropna().tolist() == ["one", "two"]
+
+
+def test_dataframe_has_the_experiments_and_per_sample_columns(report):
+    pytest.importorskip("pandas")
+    n = report.nodes
+    nodes = (dataclasses.replace(n[0], local_error=1e-3, amplification=2.5, impact=4e-2,
+                                 over_samples={"mean": 1.0, "p50": 0.5, "p90": 2.0, "max": 3.0}),
+             *n[1:])
+    df = to_dataframe(dataclasses.replace(report, nodes=nodes))
+    row = df.loc[n[0].key]
+    assert (row["local_error"], row["amplification"], row["impact"]) == (1e-3, 2.5, 4e-2)
+    assert [row[f"samples_{k}"] for k in ("mean", "p50", "p90", "max")] == [1.0, 0.5, 2.0, 3.0]
+    rest = df.drop(index=n[0].key)
+    assert rest["samples_mean"].isna().all()  # one sample: no spread
+    assert rest["impact"].isna().sum() == sum(x.impact is None for x in n[1:])
+    assert df.loc[[x.key for x in n if x.impact is not None], "impact"].tolist() == \
+        [x.impact for x in n if x.impact is not None]
 
 
 def test_dataframe_needs_pandas(report, monkeypatch):
@@ -92,13 +134,9 @@ def test_dataframe_needs_pandas(report, monkeypatch):
 
 def test_model_explorer_results_for_every_node(report):
     data = to_model_explorer(report)
-    assert list(data) == ["demo"]  # the graph id: the model label
-    graph = data["demo"]
-    results = graph["results"]
-    for n in report.nodes:
-        for key in (n.name, *n.tensor_names):
-            assert key in results, key
-            assert results[key]["value"] == results[n.name]["value"]
+    assert set(data) == {"name", "results", "thresholds"}  # the single-graph form: whatever graph is shown
+    results = data["results"]
+    assert set(results) == {n.name for n in report.nodes}  # node ids (Model Explorer's ONNX adapter ignores tensors)
     conv = results["block1/conv1"]
     assert conv["value"] == pytest.approx(math.log10(report.node("block1/conv1").error), abs=1e-6)
     assert conv["bgColor"] == ME_COLORS["far"]  # 5e-1 against a tolerance of 1.3e-6
@@ -109,7 +147,7 @@ def test_model_explorer_results_for_every_node(report):
 
 
 def test_model_explorer_thresholds_sorted_and_from_tolerance(report):
-    thresholds = to_model_explorer(report)["demo"]["thresholds"]
+    thresholds = to_model_explorer(report)["thresholds"]
     values = [t["value"] for t in thresholds]
     assert values == sorted(values) and len(values) == 3
     assert [t["bgColor"] for t in thresholds] == [ME_COLORS["within"], ME_COLORS["over"], ME_COLORS["far"]]

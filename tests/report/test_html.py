@@ -223,3 +223,28 @@ def test_fix_and_samples_appear_on_the_page():
     page = render_page(report, plots=False)
     assert "<h2>Experiments" in page and "Fix: keeping" in page and "inorm/sub" in page
     assert "Fix: keeping" in report._repr_html_()
+
+
+def test_columns_no_culprit_fills_are_left_out(fault_report):
+    page = render_page(fault_report, plots=False)
+    culprits = page[page.index("<h2>Culprits"):page.index("Roles:")]
+    assert all(n.impact is None for n in fault_report.culprits)  # no partitioned runs with a target model
+    assert ">impact</th>" not in culprits and ">local</th>" in culprits
+
+
+def test_figures_never_break_across_lines_in_a_browser(fault_report, tmp_path):
+    from tests.report.cdp import Chromium, browser
+
+    if browser() is None:
+        pytest.skip("no chromium, chromium-browser or google-chrome on PATH to render the page")
+    page = save_html(fault_report, tmp_path / "report.html")
+    with Chromium(tmp_path / "profile", width=1280, height=1000) as chrome:
+        chrome.open(page.as_uri())
+        chrome.wait_for("document.readyState == 'complete'")
+        # Every right-aligned (numeric) cell whose text the browser laid out on more than one line.
+        broken = chrome.evaluate("""Array.from(document.querySelectorAll('td:not(.l)')).filter(td => {
+            if (!td.textContent.trim()) return false;
+            const r = document.createRange(); r.selectNodeContents(td);
+            return new Set(Array.from(r.getClientRects()).map(b => Math.round(b.top))).size > 1;
+        }).map(td => td.textContent)""")
+    assert broken == [], broken

@@ -1,0 +1,99 @@
+"""Every keyword of `bisect()` given a value of the wrong type or range is refused as an `InputError` that says
+what is valid, before anything is compiled; emulated devices refuse compile properties they would ignore.
+
+Table-driven: (keyword, bad value, fragment the message must hold).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bisect_ov import InputError, bisect
+from bisect_ov.run.devices import make_device
+from tests.conftest import tiny_chain
+
+BAD_OPTIONS = [
+    ("ref_config", [1, 2], "dict of compile properties"),
+    ("ref_config", {1: 2}, "keys must be property names"),
+    ("target_config", "x", "dict of compile properties"),
+    ("target_config", {"": "f32"}, "keys must be property names"),
+    ("metric", 3, "metric name or a callable"),
+    ("metric", "nope", "Available"),
+    ("tolerance", "abc", "finite number >= 0"),
+    ("tolerance", -1.0, "finite number >= 0"),
+    ("tolerance", math.nan, "finite number >= 0"),
+    ("seed", "abc", "integer in [0, 2**32)"),
+    ("seed", 1.5, "integer in [0, 2**32)"),
+    ("seed", -1, "integer in [0, 2**32)"),
+    ("seed", True, "integer in [0, 2**32)"),
+    ("strategy", 3, "Available"),
+    ("strategy", ["full"], "Available"),
+    ("budget", "cheap", "Unknown budget"),
+    ("budget", None, "Unknown budget"),
+    ("refine", "yes", "True or False"),
+    ("local", 2, "True or False"),
+    ("impact", 2.5, "integer >= 0"),
+    ("impact", -1, "integer >= 0"),
+    ("impact", "3", "integer >= 0"),
+    ("fix", "yes", "True, False or a tolerance"),
+    ("fix", -1, "finite number >= 0"),
+    ("fix", math.nan, "True, False or a tolerance"),
+    ("fix", math.inf, "finite number >= 0"),
+    ("delegation", 3, "True or False"),
+    ("curve", 1.5, "integer >= 0"),
+    ("curve", -2, "integer >= 0"),
+    ("noise", "no", "True or False"),
+    ("patched_model", 3, "path ending in .xml"),
+    ("patched_model", "model.onnx", "ending in .xml"),
+    ("keep", 3, "node name or a list of names"),
+    ("keep", [1], "node names (strings)"),
+    ("classifier_outputs", 3, "output name or a list of output names"),
+    ("classifier_outputs", [0], "output name or a list of output names"),
+    ("max_tap_bytes", "big", "positive integer or None"),
+    ("max_tap_bytes", -1, "positive integer or None"),
+    ("max_tap_bytes", math.nan, "positive integer or None"),
+    ("max_tap_bytes", 1.5, "positive integer or None"),
+    ("progress", "x", "True, False or None"),
+]
+
+
+@pytest.mark.parametrize("keyword, value, fragment", BAD_OPTIONS,
+                         ids=[f"{k}={v!r}" for k, v, _ in BAD_OPTIONS])
+def test_a_bad_option_is_an_input_error_that_names_the_valid_range(keyword, value, fragment):
+    with pytest.raises(InputError) as info:
+        bisect(tiny_chain(), "CPU", "CPU:f32", **{keyword: value})
+    assert fragment in str(info.value)
+    assert keyword.split("_")[0] in str(info.value) or "Available" in str(info.value)
+
+
+def test_every_keyword_of_bisect_is_in_the_table():
+    import inspect
+
+    keywords = [p.name for p in inspect.signature(bisect).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    untested = set(keywords) - {k for k, _, _ in BAD_OPTIONS} - {"target_model"}  # target_model: a model
+    assert not untested, f"keywords without a bad-value case: {sorted(untested)}"
+
+
+@pytest.mark.parametrize("side", ["ref", "target"])
+def test_emulated_devices_refuse_compile_properties_they_would_ignore(side):
+    keywords = {f"{side}_config": {"INFERENCE_PRECISION_HINT": "f16"}}
+    with pytest.raises(InputError, match="takes no compile properties.*EMU:f16"):
+        bisect(tiny_chain(), "EMU:bf16" if side == "ref" else "CPU", "EMU:f16", **keywords)
+    with pytest.raises(InputError, match="'EMU:f16-acc' takes no compile properties"):
+        make_device("EMU:f16-acc", {"PERFORMANCE_HINT": "LATENCY"})
+    assert make_device("EMU:f16", {}).emulated  # no properties: fine
+
+
+def test_cli_refuses_target_config_for_an_emulated_target_in_one_line(tmp_path, capsys):
+    import openvino as ov
+
+    from bisect_ov.cli import main
+
+    path = tmp_path / "m.xml"
+    ov.save_model(tiny_chain(), path)
+    code = main([str(path), "--ref", "CPU", "--target", "EMU:f16", "--target-config", "PERFORMANCE_HINT=LATENCY"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "takes no compile properties" in err and "Traceback" not in err
