@@ -50,6 +50,7 @@ def bisect(
     progress: bool | None = None,
     executor: Any = None,
     samples_per_unit: int = 16,
+    unit_retries: int = 2,
 ) -> Report:
     """Find where `target` starts to disagree with `ref` on `model`.
 
@@ -124,6 +125,9 @@ def bisect(
         with the model as IR and the devices, and return summaries, never tensors (`bisect_ov.distributed`).
     samples_per_unit
         Samples per work unit.
+    unit_retries
+        Times a unit that raised (or whose worker died) runs again; what still fails is reported with its
+        sample indices and the run is marked partial (`SamplesSummary.partial`).
 
     Returns
     -------
@@ -142,7 +146,7 @@ def bisect(
         ref_config=ref_config, target_config=target_config, metric=metric, tolerance=tolerance, seed=seed,
         strategy=strategy, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
         noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes, progress=progress,
-        executor=executor, samples_per_unit=samples_per_unit)
+        executor=executor, samples_per_unit=samples_per_unit, unit_retries=unit_retries)
     return run(model, ref, target, inputs, options, target_model=target_model)
 
 

@@ -258,6 +258,7 @@ _KEEP_COMPILED = 4  # plans kept compiled per worker process (two passes, a few 
 def run_unit(plan: Plan, unit: Unit) -> UnitResult:
     """A worker's entry point: compile `plan` once per process (kept for later units), then run `unit`."""
     assert plan.ref_model is not None and plan.target_model is not None and plan.input_models is not None
+    start = time.perf_counter()
     key = (plan.ref_model.digest, plan.target_model.digest, pickle.dumps(plan.ref_device),
            pickle.dumps(plan.target_device), plan.ref_added, plan.target_added)
     with _COMPILED_LOCK:
@@ -279,7 +280,9 @@ def run_unit(plan: Plan, unit: Unit) -> UnitResult:
         _COMPILED.move_to_end(key)
     ref_c, target_c, untouched, lock = entry
     with lock:  # one unit at a time per compile: an infer request is not shared between threads
-        return execute(plan, unit, (ref_c, target_c), untouched)
+        result = execute(plan, unit, (ref_c, target_c), untouched)
+    result.seconds = time.perf_counter() - start  # the unit's time on the worker, its compile included
+    return result
 
 
 # ----- the driver ------------------------------------------------------------------------------------------
@@ -373,6 +376,7 @@ class SampleRun:
                         result = future.result()
                         results.append(result)
                         seconds.append(result.seconds)
+                        self.log.workers.add(result.worker)
                         bar.update(1)
                         continue
                     if isinstance(error, InputError):  # a bad sample: the user's to fix, as in-process

@@ -121,8 +121,9 @@ class SamplesSummary:
     ``topk_misses`` counts the samples whose reference top-1 is not among the target's top `k`. ``count`` is
     the samples measured of the ``given``; ``missing`` lists those whose unit failed (their ``errors`` are NaN)
     and ``spread_missing`` those missing from the per-node distributions; ``failures`` says why. ``executor``
-    names where the samples ran, ``unit_seconds`` (``spread_unit_seconds``: the per-node pass) the wall time
-    of each unit of samples, ``retried`` how many units ran again after a failure.
+    names where the samples ran and ``workers`` how many processes ran units; ``unit_seconds`` (and
+    ``spread_unit_seconds``, the per-node pass) is the wall time of each unit of samples, ``retried`` how many
+    units ran again after a failure.
     """
 
     JSON_PROPERTIES = ("partial",)
@@ -146,6 +147,7 @@ class SamplesSummary:
     failures: tuple[str, ...] = ()
     executor: str = "in-process"
     retried: int = 0
+    workers: int = 0
     unit_seconds: tuple[float, ...] = ()
     spread_unit_seconds: tuple[float, ...] = ()
 

@@ -124,8 +124,8 @@ class Samples:
                     return
                 self._spilled.append(self._save(len(self._spilled), sample))
                 yield index, sample
-            else:
-                yield index, self.load(index)
+            else:  # a loader's samples are read where they run (None here): a worker reads its own
+                yield index, None if self.loader is not None else self.load(index)
             index += 1
 
     def load(self, index: int) -> Any:
@@ -254,6 +254,7 @@ class RunLog:
     retried: int = 0
     failures: list[str] = field(default_factory=list)
     spread_missing: list[int] = field(default_factory=list)
+    workers: set[str] = field(default_factory=set)  # host:pid of the processes that ran units
 
 
 @dataclass
@@ -320,7 +321,7 @@ class SampleSummary:
             top1_flips=len(self.flips_top1), top1_flipped=tuple(self.flips_top1),
             k=self.k, topk_misses=len(self.flips_topk), topk_missed=tuple(self.flips_topk),
             given=len(self.errors), missing=tuple(self.missing), spread_missing=tuple(log_.spread_missing),
-            failures=tuple(log_.failures), executor=log_.executor, retried=log_.retried,
+            failures=tuple(log_.failures), executor=log_.executor, retried=log_.retried, workers=len(log_.workers),
             unit_seconds=tuple(round(s, 4) for s in log_.unit_seconds),
             spread_unit_seconds=tuple(round(s, 4) for s in log_.spread_unit_seconds),
         )
