@@ -97,9 +97,9 @@ def test_a_worker_killed_mid_run_loses_no_sample(cluster, tmp_path):
     folder = _folder(tmp_path)
     marker = tmp_path / "killed"
     loader = functools.partial(_load_and_die_once, str(folder), str(marker))
-    there = _run(Samples(loader=loader, count=N), cluster.get_executor())
+    there = _run(Samples(loader=loader, count=N), cluster.get_executor(), "CPU")
     assert marker.exists()  # a worker really died
-    here = _run(str(folder))
+    here = _run(str(folder), target="CPU")
     assert there.samples.count == N and not there.samples.partial and not there.samples.missing
     assert _figures(there) == _figures(here)
 
@@ -111,7 +111,7 @@ def test_the_executor_flag_reaches_a_scheduler(cluster, tmp_path):
     folder = _folder(tmp_path, 12)
     address = cluster.scheduler.address.replace("tcp://", "dask://")
     out = tmp_path / "r.json"
-    code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "EMU:f16", "--inputs", str(folder), "--executor",
+    code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "CPU", "--inputs", str(folder), "--executor",
                  address, "--samples-per-unit", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet",
                  "--json", str(out)])
     assert code in (0, 1)
@@ -131,7 +131,7 @@ def _ir(tmp_path: pathlib.Path) -> pathlib.Path:
 @pytest.mark.slow
 def test_a_process_pool_by_name_gives_the_in_process_figures(tmp_path):
     folder = _folder(tmp_path, 20)
-    assert _figures(_run(str(folder), "processes:2")) == _figures(_run(str(folder)))
+    assert _figures(_run(str(folder), "processes:2", "CPU")) == _figures(_run(str(folder), target="CPU"))
 
 
 # ----- faults --------------------------------------------------------------------------------------------------
