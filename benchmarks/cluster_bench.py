@@ -20,8 +20,15 @@ Needs the ``cluster`` extra (``pip install 'bisect_ov[cluster]'``). This is a me
 from __future__ import annotations
 
 import argparse
+import os
+import pathlib
 import statistics
+import sys
 import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's package, here and in the workers started below
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 def main() -> None:

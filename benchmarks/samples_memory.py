@@ -88,7 +88,8 @@ def main() -> None:
     print(f"{'form':10} {'samples':>7} {'peak RSS MB':>11} {'seconds':>8}")
     for form in args.forms:
         for n in args.counts:
-            out = subprocess.run([sys.executable, str(pathlib.Path(__file__).resolve()), "--child", str(n), "--form", form], env=env,
+            command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--child", str(n), "--form", form]
+            out = subprocess.run(command, env=env,
                                  capture_output=True, text=True, check=True, cwd=str(args.code))
             row = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"{form:10} {row['n']:7d} {row['peak_mb']:11.1f} {row['seconds']:8.2f}", flush=True)

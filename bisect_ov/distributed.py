@@ -25,6 +25,7 @@ they would in-process. Recorded sides (captures) replay from a file on this mach
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import multiprocessing
@@ -85,7 +86,8 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
         return None, "in-process", lambda: None
     if not isinstance(spec, str):
         if not callable(getattr(spec, "submit", None)):
-            raise InputError(f"executor must be a concurrent.futures.Executor or one of {EXECUTOR_FORMS}; got {spec!r}.")
+            raise InputError(f"executor must be a concurrent.futures.Executor or one of {EXECUTOR_FORMS}; "
+                             f"got {spec!r}.")
         return spec, type(spec).__name__, lambda: None
     kind, _, rest = spec.partition(":")
     if kind in ("processes", "threads"):
@@ -233,7 +235,8 @@ def execute(plan: Plan, unit: Unit, compiled: tuple[Any, Any], models: tuple[ov.
                                         plan.metric) for p, r, t in zip(ready, ref_out, target_out)]
     else:
         for i, ref_in, target_in in pairs():  # one sample at a time: tapped outputs can be large
-            ref_out, target_out = run_both(lambda: ref_c.infer(ref_in), lambda: target_c.infer(target_in))
+            ref_out, target_out = run_both(functools.partial(ref_c.infer, ref_in),
+                                           functools.partial(target_c.infer, target_in))
             seen: dict[str, float] = {}
             for key, ri, ti in zip(plan.tap_keys, plan.ref_tap_outputs, plan.target_tap_outputs):
                 seen[key] = _worse(seen.get(key), plan.metric(compare(ref_out[ri], target_out[ti])))
@@ -267,8 +270,10 @@ def run_unit(plan: Plan, unit: Unit) -> UnitResult:
             ref_payload, target_payload = plan.ref_model, plan.target_model
             ref_model = ref_payload.load()
             target_model = ref_model if target_payload.digest == ref_payload.digest else target_payload.load()
-            ref_c, target_c = run_both(lambda: plan.ref_device.compile(ref_model, taps=plan.ref_added),
-                                       lambda: plan.target_device.compile(target_model, taps=plan.target_added))
+            ref_device, target_device = plan.ref_device, plan.target_device
+            assert ref_device is not None and target_device is not None
+            ref_c, target_c = run_both(lambda: ref_device.compile(ref_model, taps=plan.ref_added),
+                                       lambda: target_device.compile(target_model, taps=plan.target_added))
             first, second = plan.input_models
             untouched = (ref_model if first.digest == ref_payload.digest else first.load(),
                          None if second is None else target_model if second.digest == target_payload.digest
@@ -346,7 +351,8 @@ class SampleRun:
         return Unit(number, tuple(i for i, _ in batch), tuple(s.travelling(i, x) for i, x in batch), s.loader,
                     tuple(s.names_file(i, x) for i, x in batch))
 
-    def drive(self, submit: Callable[[Unit], Future], desc: str, seconds: list[float]) -> tuple[list[UnitResult], list[int]]:
+    def drive(self, submit: Callable[[Unit], Future], desc: str,
+              seconds: list[float]) -> tuple[list[UnitResult], list[int]]:
         """Hand out the units (about two per worker in flight), retry failures, collect results in unit order.
 
         Returns the results and the sample indices of units that failed every attempt (their failures logged).
@@ -480,7 +486,9 @@ def run_samples(session: Session, run: SampleRun, error_of: Callable[[TensorStat
                 **_plan_models(session, session.graph.model, session.target_graph.model, remote))
     with session.clock("samples"):
         if remote:
-            results, lost = run.drive(lambda u: run.executor.submit(run_unit, plan, u), "samples",
+            pool = run.executor
+            assert pool is not None
+            results, lost = run.drive(lambda u: pool.submit(run_unit, plan, u), "samples",
                                       run.log.unit_seconds)
         else:
             compiled = session.compile_untouched()  # `Session.plain` reuses them for the worst sample
@@ -514,7 +522,9 @@ def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
                 **_plan_models(session, ref_tapped.model, target_tapped.model, remote))
     with session.clock("samples"):
         if remote:
-            results, lost = run.drive(lambda u: run.executor.submit(run_unit, plan, u), "samples over nodes",
+            pool = run.executor
+            assert pool is not None
+            results, lost = run.drive(lambda u: pool.submit(run_unit, plan, u), "samples over nodes",
                                       run.log.spread_unit_seconds)
         else:
             compiled = session.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,

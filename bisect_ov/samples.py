@@ -76,7 +76,8 @@ class Samples:
             if not callable(loader):
                 raise InputError(f"Samples(loader=...) takes a callable loader(i) -> sample; got {loader!r}.")
             if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-                raise InputError(f"Samples(loader=..., count=N) needs the number of samples, an integer >= 1; got {count!r}.")
+                raise InputError("Samples(loader=..., count=N) needs the number of samples, an integer >= 1; "
+                                 f"got {count!r}.")
             self._count = count
         elif isinstance(samples, Samples):
             self.__dict__.update(samples.__dict__)
@@ -125,11 +126,15 @@ class Samples:
                 self._spilled.append(self._save(len(self._spilled), sample))
                 yield index, sample
             else:  # a loader's samples are read where they run (None here): a worker reads its own
-                yield index, None if self.loader is not None else self.load(index)
+                yield index, None if self.loader is not None else self._raw(index)
             index += 1
 
     def load(self, index: int) -> Any:
-        """Sample `index` as given (a generator's from its spill file: a path, which `prepare_inputs` reads)."""
+        """Sample `index` as given (a generator's read back from its spill file)."""
+        return self.travelling(index, self._raw(index)) if self.loader is None else self._raw(index)
+
+    def _raw(self, index: int) -> Any:
+        """Sample `index`, a generator's as the path of its spill file (which `prepare_inputs` reads)."""
         if self.loader is not None:
             try:
                 return self.loader(index)
@@ -182,7 +187,7 @@ class Samples:
         path = pathlib.Path(self._spill.name) / f"{index:06d}.npz"
         try:
             if isinstance(sample, dict):
-                np.savez(path, **{str(k): np.asarray(v) for k, v in sample.items()})
+                np.savez(path, **{str(k): np.asarray(v) for k, v in sample.items()})  # type: ignore[arg-type]
             elif isinstance(sample, (list, tuple)):
                 np.savez(path, *[np.asarray(v) for v in sample])
             elif isinstance(sample, np.ndarray):
@@ -232,8 +237,8 @@ def as_samples(inputs: Any) -> Samples | None:
 SampleResult = tuple[int, float, tuple[int, ...], dict[int, tuple[bool, bool]]]  # index, error, class outputs, flips
 
 
-def sample_result(index: int, ref_outs: Sequence[np.ndarray], target_all: Sequence[np.ndarray], positions: Sequence[int],
-                  names: Sequence[str], class_positions: Sequence[int] | None, k: int,
+def sample_result(index: int, ref_outs: Sequence[np.ndarray], target_all: Sequence[np.ndarray],
+                  positions: Sequence[int], names: Sequence[str], class_positions: Sequence[int] | None, k: int,
                   error_of: Callable[[TensorStats], float]) -> SampleResult:
     """One sample's summary: its final-output error (the worst output's), the outputs taken for class scores
     on it (`class_positions`, or by shape), and per such output (top-1 differs, top-k miss)."""

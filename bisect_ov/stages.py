@@ -140,6 +140,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             sample = many.load(0)
             first = prepare_pair(0, sample, ov_model, ov_target, options.seed, many.names_file(0, sample))
         except BaseException:
+            assert run is not None
             run.close()
             raise
     session = Session(graph, target_graph, match, plan.ref, plan.target, *first, clock=clock, progress=show,
