@@ -105,6 +105,13 @@ class Samples:
         assert self._count is not None
         return self._count
 
+    def __getitem__(self, index: int) -> Any:
+        if not isinstance(index, int) or index < 0:
+            raise IndexError(f"Samples are read by index, an integer >= 0; got {index!r}.")
+        if self._count is not None and index >= self._count:
+            raise IndexError(f"Sample #{index} does not exist: there are {self._count}.")
+        return self.load(index)
+
     def __iter__(self) -> Iterator[Any]:
         for _, sample in self.stream():
             yield sample

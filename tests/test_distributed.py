@@ -134,6 +134,31 @@ def test_a_process_pool_by_name_gives_the_in_process_figures(tmp_path):
     assert _figures(_run(str(folder), "processes:2", "CPU")) == _figures(_run(str(folder), target="CPU"))
 
 
+def test_a_twin_on_an_executor_gives_the_in_process_figures():
+    from tests.test_samples import _miscalibrated
+
+    clipped = _miscalibrated(_models(), "block2/pw/fq_in", 0.5)
+    data = _data(24)
+    here, there = (bisect(_models(), "CPU", "CPU:f32", Samples(data), target_model=clipped, executor=executor,
+                          samples_per_unit=5, progress=False, local=False, noise=False)
+                   for executor in (None, ThreadPoolExecutor(2)))
+    assert there.samples.top1_flips > 0 and _figures(there) == _figures(here)
+    assert len(there.samples.unit_seconds) == 5 and there.first_divergence.name == "block2/pw/fq_in"
+
+
+def test_the_executor_flag_runs_a_folder_on_a_local_pool(tmp_path):
+    from bisect_ov.cli import main
+
+    folder = _folder(tmp_path, 10)
+    out = tmp_path / "r.json"
+    code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "CPU", "--inputs", str(folder), "--executor",
+                 "threads:2", "--samples-per-unit", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet",
+                 "--json", str(out)])
+    assert code in (0, 1)
+    samples = Report.load(out).samples
+    assert samples.count == 10 and samples.executor == "threads:2" and len(samples.unit_seconds) == 3
+
+
 # ----- faults --------------------------------------------------------------------------------------------------
 class _Flaky:
     """A loader that raises for some samples: `times` times each (None: always)."""
