@@ -36,7 +36,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -189,6 +189,7 @@ class Unit:
     items: tuple[Any, ...]
     loader: Callable[[int], Any] | None = None
     named: tuple[bool, ...] = ()
+    attempt: int = 0  # a retry is another task (engines that cache results by arguments run it again)
 
 
 @dataclass
@@ -326,6 +327,18 @@ class SampleRun:
             return False
         return True
 
+    def share(self, plan: Plan) -> Any:
+        """What the units refer to for `plan`: on Dask, the plan sent once to every worker (a future the
+        workers resolve), rather than the model's IR with every unit; elsewhere the plan itself."""
+        client = getattr(self.executor, "_client", None)  # Dask's executor wraps a Client
+        if client is None or not callable(getattr(client, "scatter", None)):
+            return plan
+        try:
+            return client.scatter(plan, broadcast=True, hash=False)
+        except Exception as err:  # the plan then travels with each unit, as with other executors
+            log.info("Could not send the plan to the workers once (%s); it travels with each unit", first_line(err))
+            return plan
+
     def close(self) -> None:
         self._close_executor()
         if self.owned:
@@ -393,7 +406,7 @@ class SampleRun:
                         log.info("Unit %d (samples %s) failed (%s); running it again", unit.number, _span(unit),
                                  first_line(error))
                         self.log.retried += 1
-                        self._submit(submit, unit, attempt + 1, pending, lost)
+                        self._submit(submit, replace(unit, attempt=attempt + 1), attempt + 1, pending, lost)
                     else:
                         self._fail(unit, error, lost)
                         bar.update(1)
@@ -486,9 +499,9 @@ def run_samples(session: Session, run: SampleRun, error_of: Callable[[TensorStat
                 **_plan_models(session, session.graph.model, session.target_graph.model, remote))
     with session.clock("samples"):
         if remote:
-            pool = run.executor
+            pool, shared = run.executor, run.share(plan)
             assert pool is not None
-            results, lost = run.drive(lambda u: pool.submit(run_unit, plan, u), "samples",
+            results, lost = run.drive(lambda u: pool.submit(run_unit, shared, u), "samples",
                                       run.log.unit_seconds)
         else:
             compiled = session.compile_untouched()  # `Session.plain` reuses them for the worst sample
@@ -522,9 +535,9 @@ def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
                 **_plan_models(session, ref_tapped.model, target_tapped.model, remote))
     with session.clock("samples"):
         if remote:
-            pool = run.executor
+            pool, shared = run.executor, run.share(plan)
             assert pool is not None
-            results, lost = run.drive(lambda u: pool.submit(run_unit, plan, u), "samples over nodes",
+            results, lost = run.drive(lambda u: pool.submit(run_unit, shared, u), "samples over nodes",
                                       run.log.spread_unit_seconds)
         else:
             compiled = session.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,

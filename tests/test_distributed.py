@@ -70,6 +70,14 @@ def _load_and_die_once(folder: str, marker: str, index: int) -> str:
     return _load_from(folder, index)
 
 
+def _load_and_raise_once(folder: str, marker: str, index: int) -> str:
+    """Raise on sample 9 the first time only, on whichever worker reads it."""
+    if index == 9 and not os.path.exists(marker):
+        pathlib.Path(marker).write_text("raised")
+        raise ConnectionError("storage hiccup")
+    return _load_from(folder, index)
+
+
 # ----- Dask: a local cluster with two worker processes ---------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster():
@@ -102,6 +110,17 @@ def test_a_worker_killed_mid_run_loses_no_sample(cluster, tmp_path):
     here = _run(str(folder), target="CPU")
     assert there.samples.count == N and not there.samples.partial and not there.samples.missing
     assert _figures(there) == _figures(here)
+
+
+@pytest.mark.slow
+def test_a_unit_that_raises_on_a_worker_is_run_again(cluster, tmp_path):
+    folder = _folder(tmp_path, 24)
+    marker = tmp_path / "raised"
+    loader = functools.partial(_load_and_raise_once, str(folder), str(marker))
+    there = _run(Samples(loader=loader, count=24), cluster.get_executor(), "CPU")
+    assert marker.exists() and there.samples.retried == 1
+    assert there.samples.count == 24 and not there.samples.partial
+    assert _figures(there) == _figures(_run(str(folder), target="CPU"))
 
 
 @pytest.mark.slow
