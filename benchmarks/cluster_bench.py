@@ -3,7 +3,8 @@
 One `bisect()` per configuration over the same samples of a real topology with seeded random weights
 (`bisect_ov.zoo.onnx_light`, ResNet-50 by default), reference ``CPU`` (f32) against target ``CPU:bf16``
 (``CPU`` on a machine without bf16). The cluster is started before the clock runs (a real cluster is
-already up); the workers' compiles are in the figures (each worker compiles the model once per pass).
+already up), with the workers' profiler off (see `--profile`); the workers' compiles are in the figures
+(each worker compiles the model once per pass).
 
 Reported per configuration: the wall time of the two passes over the samples (the ``samples`` stage: the
 untouched model on every sample, then the measured nodes exposed), samples per second over both passes, the
@@ -37,10 +38,16 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--per-unit", type=int, default=16)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--profile", action="store_true", help="keep the Dask workers' profiler on")
     args = parser.parse_args()
 
+    import dask
     import numpy as np
     from distributed import Client, LocalCluster
+
+    # The workers' statistical profiler samples every thread's stack every 10 ms and costs the units about
+    # a third of their time here; `--profile` keeps it on to show that.
+    dask.config.set({"distributed.worker.profile.enabled": args.profile})
 
     from bisect_ov import bisect
     from bisect_ov.run.devices import cpu_supports_bf16

@@ -324,6 +324,7 @@ class SampleRun:
                     "file on this machine.")
             if note not in self.notes:
                 self.notes.append(note)
+            self.log.executor = "in-process"
             return False
         return True
 
