@@ -74,7 +74,7 @@ def main() -> None:
     seconds, total, unit, reference = run(None)
     print(f"{'in-process':22} {seconds:9.1f} {2 * args.samples / seconds:9.1f} {unit:7.2f} {total:8.1f}  -")
     for n in args.workers:
-        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+        with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0",
                           silence_logs=50) as cluster, Client(cluster) as client:
             seconds, total, unit, figures = run(client.get_executor())
         print(f"{f'dask, {n} worker(s)':22} {seconds:9.1f} {2 * args.samples / seconds:9.1f} {unit:7.2f} "

@@ -82,7 +82,7 @@ def _load_and_raise_once(folder: str, marker: str, index: int) -> str:
 @pytest.fixture(scope="module")
 def cluster():
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                   silence_logs=50) as local, distributed.Client(local) as client:
         yield client
 
