@@ -5,6 +5,9 @@ For each model, fresh processes (so peak RSS is that job's own) measure:
 * ``plain``: compile + one inference of the untouched model on the reference and on the target;
 * ``default``: the whole default `bisect()` call (fusion taps, local errors, impact of the top suspects,
   the noise check), reference ``CPU:f32`` against the target;
+* ``fast``: `bisect(..., budget="fast")` (no local errors, no impact runs, noise from the compiles made);
+* ``naive``: what a script that exposes every output and compares does: both sides compiled with every
+  compute node's outputs exposed, one inference, every pair compared (it answers far less);
 * with ``--emulated``, the default job against ``EMU:f16`` as well (slow on large models: the emulated
   device rounds every tensor with extra ops).
 
@@ -57,10 +60,21 @@ def run_one(name: str, job: str, target: str, size: str) -> dict:
     if job == "plain":
         for role, device in (("ref", "CPU:f32"), ("target", target)):
             make_device(device, role=role).compile(model).infer(list(inputs.values()))
+    elif job == "naive":
+        from bisect_ov.analysis.metrics import compare
+        from bisect_ov.model.taps import default_taps, tap_model
+        from bisect_ov.run.inputs import prepare_inputs
+
+        arrays = prepare_inputs(model, inputs)
+        tapped = tap_model(graph, default_taps(graph))
+        outs = [make_device(device, role=role).compile(tapped.model).infer(arrays, share_outputs=False)
+                for role, device in (("ref", "CPU:f32"), ("target", target))]
+        row["compared"] = len([compare(outs[0][i], outs[1][i]) for i in tapped.tap_outputs])
     else:
-        report = bisect(model, "CPU:f32", target, inputs, progress=False)
+        report = bisect(model, "CPU:f32", target, inputs, progress=False,
+                        **({"budget": "fast"} if job == "fast" else {}))
         first = report.first_divergence
-        row.update(compared=len(report.nodes), fidelity=report.fidelity.get("ratio"),
+        row.update(compared=len(report.nodes), fidelity=report.fidelity.ratio if report.fidelity else None,
                    verdict="DIVERGES" if report.diverges else "no divergence", first=first.name if first else None,
                    final_error=max((o.error for o in report.outputs), default=None),
                    target_precision=report.target.precision, compiles=report.compiles.get("target"))
@@ -104,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
     parser.add_argument("--target", default="CPU", help="CPU runs bf16 where the CPU supports it")
     parser.add_argument("--emulated", action="store_true", help="also run the default job against EMU:f16")
+    parser.add_argument("--jobs", nargs="*", default=["fast", "naive"], choices=("fast", "naive"),
+                        help="jobs besides plain and default (default: fast naive)")
     parser.add_argument("--size", default="full", choices=("small", "full"))
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per job")
     parser.add_argument("--json", help="also write the rows as JSON here")
@@ -118,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models:
         cache.model_path(name, args.size)  # build outside the timed jobs
         jobs = [("plain", args.target), ("default", args.target)]
+        jobs += [(job, args.target) for job in args.jobs]
         if args.emulated:
             jobs.append(("default", "EMU:f16"))
         for job, target in jobs:
@@ -132,7 +149,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"Machine: {platform.machine()}, {ov.Core().get_property('CPU', 'FULL_DEVICE_NAME')}, "
           f"OpenVINO {ov.get_version().split('-')[0]}; ref CPU:f32, size {args.size}\n")
-    print(_table(rows))
+    print(_table(rows) + "\n")
+    plain = {r["model"]: r["seconds"] for r in rows if r.get("job") == "plain" and "error" not in r}
+    for job in ("default", "fast", "naive"):
+        ratios = sorted(r["seconds"] / plain[r["model"]] for r in rows if r.get("job") == job and "error" not in r
+                        and r.get("target") == args.target and plain.get(r["model"]))
+        if ratios:
+            print(f"{job} job / plain job: median {ratios[len(ratios) // 2]:.2f}x, worst {ratios[-1]:.2f}x "
+                  f"over {len(ratios)} models")
     return 0
 
 

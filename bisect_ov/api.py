@@ -49,6 +49,9 @@ def bisect(
     classifier_outputs: Sequence[str] | None = None,
     max_tap_bytes: int | None = DEFAULT_MAX_TAP_BYTES,
     progress: bool | None = None,
+    executor: Any = None,
+    samples_per_unit: int = 16,
+    unit_retries: int = 2,
 ) -> Report:
     """Find where `target` starts to disagree with `ref` on `model`.
 
@@ -120,6 +123,16 @@ def bisect(
         Most bytes of exposed tensors per compile; more taps are split into several compiles. None: one.
     progress
         Show progress bars; None shows them when stderr is a terminal.
+    executor
+        Where many samples run: None (this process), any `concurrent.futures.Executor` (Dask's
+        ``distributed.Client(...).get_executor()``, Ray's, a ``ProcessPoolExecutor``), or ``'processes:N'``,
+        ``'threads:N'``, ``'dask://HOST:PORT'``. Units of `samples_per_unit` samples travel to the workers
+        with the model as IR and the devices, and return summaries, never tensors (`bisect_ov.distributed`).
+    samples_per_unit
+        Samples per work unit.
+    unit_retries
+        Times a unit that raised (or whose worker died) runs again; what still fails is reported with its
+        sample indices and the run is marked partial (`SamplesSummary.partial`).
 
     Returns
     -------
@@ -137,7 +150,8 @@ def bisect(
     options = BisectOptions.from_keywords(
         ref_config=ref_config, target_config=target_config, metric=metric, tolerance=tolerance, seed=seed,
         strategy=strategy, budget=budget, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
-        noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes, progress=progress)
+        noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes,
+        progress=progress, executor=executor, samples_per_unit=samples_per_unit, unit_retries=unit_retries)
     return run(model, ref, target, inputs, options, target_model=target_model)
 
 
@@ -148,13 +162,18 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
     clock = Clock()
     with clock.stage("open"):
         opened = open_comparison(model, ref, target, inputs, target_model, options, clock)
-    with clock.stage("plain"):
-        plain = plain_run(opened)
-    with clock.stage("capture"):
-        measurement = capture(opened, plain)
-    with clock.stage("score"):
-        scored = score(opened, plain, measurement)
-    with clock.stage("experiments"):
-        findings = experiments(opened, measurement, scored)
-    with clock.stage("assemble"):
-        return assemble(opened, plain, measurement, scored, findings, model_source=model, target_source=target_model)
+    try:
+        with clock.stage("plain"):
+            plain = plain_run(opened)
+        with clock.stage("capture"):
+            measurement = capture(opened, plain)
+        with clock.stage("score"):
+            scored = score(opened, plain, measurement)
+        with clock.stage("experiments"):
+            findings = experiments(opened, measurement, scored)
+        with clock.stage("assemble"):
+            return assemble(opened, plain, measurement, scored, findings, model_source=model,
+                            target_source=target_model)
+    finally:
+        if opened.samples is not None:  # an executor opened from a name, a generator's spill folder
+            opened.samples.close()

@@ -85,6 +85,12 @@ class BisectOptions:
     max_tap_bytes: int | None = _opt(DEFAULT_MAX_TAP_BYTES, "most bytes of exposed tensors per compile (None: no limit)",
                                      cli=None)
     progress: bool | None = _opt(None, "progress bars; None: when stderr is a terminal", cli=None)
+    executor: Any = _opt(
+        None, "where many samples run: None (this process), a concurrent.futures.Executor (Dask's "
+        "Client.get_executor(), Ray's, a process pool), 'processes:N', 'threads:N' or 'dask://HOST:PORT'", kind=str,
+        metavar="WHERE", cli_help="where many samples run: processes:N, threads:N or dask://HOST:PORT (default: here)")
+    samples_per_unit: int = _opt(16, "samples per work unit when many samples run", kind=int, metavar="N")
+    unit_retries: int = _opt(2, "times a failed unit of samples runs again before it is reported", cli=None)
 
     def __post_init__(self) -> None:
         for name in ("ref_config", "target_config"):
@@ -116,6 +122,14 @@ class BisectOptions:
         for name in ("refine", "local", "fix", "delegation", "noise"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be True or False; got {getattr(self, name)!r}.")
+        if self.executor is not None and not isinstance(self.executor, str) and not callable(
+                getattr(self.executor, "submit", None)):
+            raise InputError("executor must be None, a concurrent.futures.Executor, 'processes:N', 'threads:N' or "
+                             f"'dask://HOST:PORT'; got {self.executor!r}.")
+        if not _integer(self.samples_per_unit) or self.samples_per_unit < 1:
+            raise InputError(f"samples_per_unit must be an integer >= 1; got {self.samples_per_unit!r}.")
+        if not _integer(self.unit_retries) or self.unit_retries < 0:
+            raise InputError(f"unit_retries must be an integer >= 0; got {self.unit_retries!r}.")
         if self.progress is not None and not isinstance(self.progress, bool):
             raise InputError(f"progress must be True, False or None; got {self.progress!r}.")
         if not _integer(self.impact) or self.impact < 0:
@@ -199,6 +213,8 @@ class BisectOptions:
                 value = value.to_dict()
             elif isinstance(value, Mapping):
                 value = {str(k): str(v) for k, v in value.items()}
+            elif f.name == "executor" and value is not None and not isinstance(value, str):
+                value = type(value).__name__
             elif isinstance(value, os.PathLike):
                 value = os.fspath(value)
             elif isinstance(value, tuple):

@@ -118,8 +118,15 @@ class Noise:
 class SamplesSummary:
     """Many samples run on both sides: final-output error per sample, ranking, classifier answers that changed.
 
-    ``topk_misses`` counts the samples whose reference top-1 is not among the target's top `k`.
+    ``topk_misses`` counts the samples whose reference top-1 is not among the target's top `k`. ``count`` is
+    the samples measured of the ``given``; ``missing`` lists those whose unit failed (their ``errors`` are NaN)
+    and ``spread_missing`` those missing from the per-node distributions; ``failures`` says why. ``executor``
+    names where the samples ran and ``workers`` how many processes ran units; ``unit_seconds`` (and
+    ``spread_unit_seconds``, the per-node pass) is the wall time of each unit of samples, ``retried`` how many
+    units ran again after a failure.
     """
+
+    JSON_PROPERTIES = ("partial",)
 
     count: int
     errors: tuple[float, ...]
@@ -134,3 +141,17 @@ class SamplesSummary:
     k: int = 5
     topk_misses: int = 0
     topk_missed: tuple[int, ...] = ()
+    given: int | None = None
+    missing: tuple[int, ...] = ()
+    spread_missing: tuple[int, ...] = ()
+    failures: tuple[str, ...] = ()
+    executor: str = "in-process"
+    retried: int = 0
+    workers: int = 0
+    unit_seconds: tuple[float, ...] = ()
+    spread_unit_seconds: tuple[float, ...] = ()
+
+    @property
+    def partial(self) -> bool:
+        """True when some samples were not measured (``missing`` or ``spread_missing``): never silently short."""
+        return bool(self.missing or self.spread_missing)

@@ -1,40 +1,211 @@
-"""Many inputs: run every sample on both sides, rank the samples, count answers that flip.
+"""Many inputs: where samples come from, read one at a time, and what is kept of each: a few numbers.
 
 One random input rarely shows a problem: an int8 model may agree on most images and flip the class of a few.
-`as_samples` recognises a set of samples among the forms `bisect` accepts; `run_samples` runs the untouched
-model on all of them (`Compiled.infer_many`: OpenVINO's asynchronous infer requests keep the device busy),
-ranks them by final-output error and, for outputs holding class scores (`classifier_outputs`: ``[batch,
-classes]``, or logits), counts the samples whose top-1 answer differs, or whose reference top-1 is not in the
-target's top-k (ties count as agreement). `node_spread` aggregates the error of measured tensors over samples
-(mean, max, quantiles). The detailed search then runs on the worst sample.
+`as_samples` recognises a set of samples among the forms `bisect` accepts. `Samples` reads them lazily, by
+index: a list is indexed (never copied), a folder is a list of paths, a ``loader(i)`` runs wherever the
+sample is needed (on a cluster's worker, so inputs in a shared folder never pass through the driver), and a
+generator is spilled to a temporary folder of ``.npz`` as it is read, so the sample the search runs on and
+the per-node pass can read it again; the folder is removed by `Samples.close` (or when the object goes).
+
+What is kept of a sample is a summary (`sample_result`): its final-output error and, for outputs holding
+class scores (`classifier_outputs`: ``[batch, classes]``, or logits), whether its top-1 answer differs or its
+reference top-1 is outside the target's top-k (`flips`; ties count as agreement). Per-node errors over the
+samples are `bisect_ov.analysis.spread.Distribution`s, which merge. `SampleSummary` collects the summaries
+and the run's log (units, their time, failures) into the report's `SamplesSummary`. Running the samples,
+in this process or on an executor, is `bisect_ov.distributed`.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import pathlib
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.errors import InputError
-from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.records import SamplesSummary
-from bisect_ov.session import Session, run_both
 
-__all__ = ["Samples", "as_samples", "run_samples", "SampleSummary", "node_spread", "load_folder",
-           "classifier_outputs", "flips"]
+__all__ = ["Samples", "as_samples", "load_folder", "SampleSummary", "RunLog", "sample_result", "classifier_outputs",
+           "flips"]
+
+log = logging.getLogger(__name__)
 
 
-class Samples(list):
-    """An explicit list of samples (each a dict name -> array, or a list of arrays in input order)."""
+class Samples:
+    """Many samples (each a dict name -> array, a list of arrays in input order, or a ``.npz``/``.npy`` path),
+    read one at a time.
 
-    def __init__(self, samples: Iterable[Any]):
-        super().__init__(samples)
-        if not self:
-            raise InputError("Samples(...) is empty: give at least one sample.")
+    Parameters
+    ----------
+    samples
+        A list or tuple (indexed, not copied), or any iterable (a generator: read once, spilled to a
+        temporary folder of ``.npz`` as it is read).
+    loader
+        Instead of `samples`: ``loader(i) -> sample`` for ``i`` in ``range(count)``. It runs where the sample is
+        needed, on the workers of an executor too, so it must be picklable (a module-level function or a
+        `functools.partial` of one) and read what every worker can reach (a shared folder).
+    count
+        With `loader`: how many samples.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> s = Samples({"x": np.full(2, i)} for i in range(3))
+    >>> len(s), float(s.load(2)["x"][0])
+    (3, 2.0)
+    >>> s.close()
+    """
+
+    def __init__(self, samples: Iterable[Any] | None = None, *, loader: Callable[[int], Any] | None = None,
+                 count: int | None = None):
+        self.loader = loader
+        self._items: Sequence[Any] | None = None
+        self._source: Iterator[Any] | None = None
+        self._spilled: list[Any] = []  # a generator's samples read so far: spill paths (or the sample when unsaveable)
+        self._spill: tempfile.TemporaryDirectory | None = None
+        self._count: int | None = None
+        if loader is not None:
+            if samples is not None:
+                raise InputError("Samples takes either samples or loader=..., not both.")
+            if not callable(loader):
+                raise InputError(f"Samples(loader=...) takes a callable loader(i) -> sample; got {loader!r}.")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise InputError("Samples(loader=..., count=N) needs the number of samples, an integer >= 1; "
+                                 f"got {count!r}.")
+            self._count = count
+        elif isinstance(samples, Samples):
+            self.__dict__.update(samples.__dict__)
+        elif isinstance(samples, (list, tuple)):
+            if not samples:
+                raise InputError("Samples(...) is empty: give at least one sample.")
+            self._items, self._count = samples, len(samples)
+        elif samples is not None and hasattr(samples, "__iter__") and not isinstance(samples, (str, bytes, dict)):
+            self._source = iter(samples)
+        else:
+            raise InputError(f"Samples takes a list of samples, an iterable (a generator) or loader=...; got "
+                             f"{type(samples).__name__}.")
+
+    # ----- reading ----------------------------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        """``list``, ``loader`` or ``generator``."""
+        return "loader" if self.loader is not None else "list" if self._items is not None else "generator"
+
+    def __len__(self) -> int:
+        """How many samples; a generator is read to its end (and spilled) to know."""
+        if self._count is None:
+            for _ in self.stream(len(self._spilled)):
+                pass
+        assert self._count is not None
+        return self._count
+
+    def __getitem__(self, index: int) -> Any:
+        if not isinstance(index, int) or index < 0:
+            raise IndexError(f"Samples are read by index, an integer >= 0; got {index!r}.")
+        if self._count is not None and index >= self._count:
+            raise IndexError(f"Sample #{index} does not exist: there are {self._count}.")
+        return self.load(index)
+
+    def __iter__(self) -> Iterator[Any]:
+        for _, sample in self.stream():
+            yield sample
+
+    def stream(self, start: int = 0) -> Iterator[tuple[int, Any]]:
+        """(index, sample) from `start` on, reading a generator only as far as asked (spilling what it reads)."""
+        index = start
+        while True:
+            if self._count is not None and index >= self._count:
+                return
+            if self._source is not None and index >= len(self._spilled):
+                try:
+                    sample = next(self._source)
+                except StopIteration:
+                    self._source, self._count = None, len(self._spilled)
+                    if not self._count:
+                        raise InputError("The samples' generator gave no sample: give at least one.") from None
+                    return
+                self._spilled.append(self._save(len(self._spilled), sample))
+                yield index, sample
+            else:  # a loader's samples are read where they run (None here): a worker reads its own
+                yield index, None if self.loader is not None else self._raw(index)
+            index += 1
+
+    def load(self, index: int) -> Any:
+        """Sample `index` as given (a generator's read back from its spill file)."""
+        return self.travelling(index, self._raw(index)) if self.loader is None else self._raw(index)
+
+    def _raw(self, index: int) -> Any:
+        """Sample `index`, a generator's as the path of its spill file (which `prepare_inputs` reads)."""
+        if self.loader is not None:
+            try:
+                return self.loader(index)
+            except InputError:
+                raise
+            except Exception as err:
+                raise InputError(f"Sample #{index}: loader({index}) failed: {type(err).__name__}: {err}") from err
+        if self._items is not None:
+            return self._items[index]
+        if index >= len(self._spilled):
+            for _ in self.stream(len(self._spilled)):
+                if index < len(self._spilled):
+                    break
+        if index >= len(self._spilled):
+            raise IndexError(f"Sample #{index} does not exist: the generator gave {len(self._spilled)}.")
+        return self._spilled[index]
+
+    def travelling(self, index: int, sample: Any) -> Any:
+        """What an executor's unit carries for sample `index` just read as `sample`: None when the worker loads
+        it itself (`loader`), the arrays when only this machine can read them (a generator's spill file)."""
+        if self.loader is not None:
+            return None
+        if self._is_spill(sample):
+            with np.load(sample, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+            positional = [f"arr_{i}" for i in range(len(arrays))]
+            return [arrays[k] for k in positional] if sorted(arrays) == sorted(positional) else arrays
+        return sample
+
+    def names_file(self, index: int, sample: Any) -> bool:
+        """True when `sample` is a file the user gave (error messages then name it)."""
+        return isinstance(sample, (str, os.PathLike)) and not self._is_spill(sample)
+
+    def _is_spill(self, sample: Any) -> bool:
+        return (isinstance(sample, pathlib.Path) and self._spill is not None
+                and sample.parent == pathlib.Path(self._spill.name))
+
+    def close(self) -> None:
+        """Remove a generator's spill folder (the samples it held can no longer be read)."""
+        if self._spill is not None:
+            self._spill.cleanup()
+            self._spill = None
+
+    def _save(self, index: int, sample: Any) -> Any:
+        """Spill one generator sample to ``NNNNNN.npz`` (arrays by name, or arr_0... in order)."""
+        if isinstance(sample, (str, os.PathLike)):
+            return sample
+        if self._spill is None:
+            self._spill = tempfile.TemporaryDirectory(prefix="bisect_ov_samples_")
+        path = pathlib.Path(self._spill.name) / f"{index:06d}.npz"
+        try:
+            if isinstance(sample, dict):
+                np.savez(path, **{str(k): np.asarray(v) for k, v in sample.items()})  # type: ignore[arg-type]
+            elif isinstance(sample, (list, tuple)):
+                np.savez(path, *[np.asarray(v) for v in sample])
+            elif isinstance(sample, np.ndarray):
+                np.savez(path, sample)
+            else:
+                return sample  # not arrays: `prepare_inputs` refuses it, naming the sample
+            return path
+        except Exception as err:  # an array numpy cannot save without pickle: kept, and refused on preparing
+            log.debug("Sample #%d not spilled (%s); kept in memory", index, err)
+            path.unlink(missing_ok=True)
+            return sample
 
 
 def load_folder(folder: pathlib.Path) -> Samples:
@@ -49,7 +220,7 @@ def as_samples(inputs: Any) -> Samples | None:
     """The samples in `inputs` when it stands for several, else None (one sample, or random inputs).
 
     Several samples: a `Samples`, a folder, a list/tuple of dicts or of lists, or any other iterator
-    (a generator). A list of arrays is one sample, in input order.
+    (a generator, read lazily). A list of arrays is one sample, in input order.
     """
     if inputs is None or isinstance(inputs, (np.ndarray, dict, str, bytes)):
         if isinstance(inputs, str) and pathlib.Path(inputs).is_dir():
@@ -69,9 +240,38 @@ def as_samples(inputs: Any) -> Samples | None:
     return None
 
 
+# ----- what is kept of each sample ---------------------------------------------------------------------------
+SampleResult = tuple[int, float, tuple[int, ...], dict[int, tuple[bool, bool]]]  # index, error, class outputs, flips
+
+
+def sample_result(index: int, ref_outs: Sequence[np.ndarray], target_all: Sequence[np.ndarray],
+                  positions: Sequence[int], names: Sequence[str], class_positions: Sequence[int] | None, k: int,
+                  error_of: Callable[[TensorStats], float]) -> SampleResult:
+    """One sample's summary: its final-output error (the worst output's), the outputs taken for class scores
+    on it (`class_positions`, or by shape), and per such output (top-1 differs, top-k miss)."""
+    t_outs = [target_all[p] for p in positions]
+    error = max((error_of(compare(r, t)) for r, t in zip(ref_outs, t_outs)), default=0.0)
+    chosen = (tuple(class_positions) if class_positions is not None else
+              tuple(classifier_outputs([a.shape for a in ref_outs], [a.dtype for a in ref_outs], names)))
+    return index, float(error), chosen, {j: flips(ref_outs[j], t_outs[j], k) for j in chosen}
+
+
+@dataclass
+class RunLog:
+    """How the samples ran: where, the wall time of each unit (per pass), units retried, what failed."""
+
+    executor: str = "in-process"
+    unit_seconds: list[float] = field(default_factory=list)
+    spread_unit_seconds: list[float] = field(default_factory=list)
+    retried: int = 0
+    failures: list[str] = field(default_factory=list)
+    spread_missing: list[int] = field(default_factory=list)
+    workers: set[str] = field(default_factory=set)  # host:pid of the processes that ran units
+
+
 @dataclass
 class SampleSummary:
-    """Final-output error per sample, the ranking, and classifier answers that changed."""
+    """Final-output error per sample (NaN where not measured), the ranking, classifier answers that changed."""
 
     errors: list[float] = field(default_factory=list)
     flips_top1: list[int] = field(default_factory=list)
@@ -79,91 +279,64 @@ class SampleSummary:
     k: int = 5
     classifier: bool = False
     class_outputs: list[str] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    log: RunLog = field(default_factory=RunLog)
+
+    @classmethod
+    def from_results(cls, results: Iterable[SampleResult], given: int, names: Sequence[str], k: int,
+                     class_positions: Sequence[int] | None, log: RunLog) -> "SampleSummary":
+        """Collect per-sample results (any order); the classes are those of the lowest-numbered sample."""
+        by_index = {r[0]: r for r in results}
+        chosen = (list(class_positions) if class_positions is not None
+                  else list(by_index[min(by_index)][2]) if by_index else [])
+        summary = cls(k=k, classifier=bool(chosen), class_outputs=[names[i] for i in chosen], log=log)
+        for i in range(given):
+            if i not in by_index:
+                summary.errors.append(math.nan)
+                summary.missing.append(i)
+                continue
+            _, error, _, answers = by_index[i]
+            summary.errors.append(error)
+            picked = [answers.get(j, (True, True)) for j in chosen]
+            if any(a[0] for a in picked):
+                summary.flips_top1.append(i)
+            if any(a[1] for a in picked):
+                summary.flips_topk.append(i)
+        return summary
+
+    @property
+    def count(self) -> int:
+        """Samples measured."""
+        return len(self.errors) - len(self.missing)
 
     @property
     def ranking(self) -> list[int]:
-        """Sample indices, worst final-output error first."""
-        return sorted(range(len(self.errors)), key=lambda i: (-self.errors[i], i))
+        """Measured sample indices, worst final-output error first (NaN worst, then the lower index)."""
+        missing = set(self.missing)
+        measured = [i for i in range(len(self.errors)) if i not in missing]
+        return sorted(measured, key=lambda i: (0 if math.isnan(self.errors[i]) else 1,
+                                               -self.errors[i] if not math.isnan(self.errors[i]) else 0.0, i))
 
     def to_record(self) -> SamplesSummary:
         """The frozen record the report keeps (the first 50 of the ranking)."""
-        errors = np.asarray(self.errors, dtype=np.float64) if self.errors else np.zeros(0)
-        finite = errors[np.isfinite(errors)]
+        missing = set(self.missing)
+        measured = np.asarray([e for i, e in enumerate(self.errors) if i not in missing], dtype=np.float64)
+        finite = measured[np.isfinite(measured)]
+        ranking = self.ranking
+        log_ = self.log
         return SamplesSummary(
-            count=len(self.errors), errors=tuple(self.errors), ranking=tuple(self.ranking[:50]),
-            worst=self.ranking[0] if self.errors else None,
+            count=self.count, errors=tuple(self.errors), ranking=tuple(ranking[:50]),
+            worst=ranking[0] if ranking else None,
             error_mean=float(finite.mean()) if finite.size else None,
-            error_max=float(errors.max()) if errors.size else None,
+            error_max=float(measured.max()) if measured.size else None,
             classifier=self.classifier, class_outputs=tuple(self.class_outputs),
             top1_flips=len(self.flips_top1), top1_flipped=tuple(self.flips_top1),
             k=self.k, topk_misses=len(self.flips_topk), topk_missed=tuple(self.flips_topk),
+            given=len(self.errors), missing=tuple(self.missing), spread_missing=tuple(log_.spread_missing),
+            failures=tuple(log_.failures), executor=log_.executor, retried=log_.retried, workers=len(log_.workers),
+            unit_seconds=tuple(round(s, 4) for s in log_.unit_seconds),
+            spread_unit_seconds=tuple(round(s, 4) for s in log_.spread_unit_seconds),
         )
-
-
-def run_samples(session: Session, samples: Sequence[tuple[list[np.ndarray], list[np.ndarray]]],
-                error_of: Callable[[TensorStats], float], *, k: int = 5, jobs: int = 2,
-                class_names: Sequence[str] | None = None) -> SampleSummary:
-    """Run the untouched model on every (ref inputs, target inputs) sample on both sides.
-
-    `class_names`: the outputs holding class scores, whose top-1/top-k answers are compared; None decides by
-    shape (`classifier_outputs`).
-    """
-    ref_c, target_c = session.compile_untouched()  # `Session.plain` reuses them for the worst sample
-    with session.clock("samples"):
-        ref_out, target_out = run_both(lambda: ref_c.infer_many([s[0] for s in samples], jobs=jobs),
-                                    lambda: target_c.infer_many([s[1] for s in samples], jobs=jobs))
-    session.ran("ref", len(samples))
-    session.ran("target", len(samples))
-    names = [session.graph.output_name(r.key) for r in session.graph.results()]
-    if class_names is None:
-        first = ref_out[0] if ref_out else []
-        chosen = classifier_outputs([a.shape for a in first], [a.dtype for a in first], names)
-    else:
-        unknown = [n for n in class_names if n not in names]
-        if unknown:
-            raise InputError(f"classifier_outputs {unknown} are not outputs of the model. Outputs: {names}.")
-        chosen = [names.index(n) for n in class_names]
-    summary = SampleSummary(k=k, classifier=bool(chosen), class_outputs=[names[i] for i in chosen])
-    positions = session.target_output_positions
-    for i, (r_outs, t_all) in enumerate(zip(ref_out, target_out)):
-        t_outs = [t_all[p] for p in positions]
-        summary.errors.append(max((error_of(compare(r, t)) for r, t in zip(r_outs, t_outs)), default=0.0))
-        answers = [flips(r_outs[j], t_outs[j], k) for j in chosen]
-        if any(a[0] for a in answers):
-            summary.flips_top1.append(i)
-        if any(a[1] for a in answers):
-            summary.flips_topk.append(i)
-    return summary
-
-
-def node_spread(session: Session, taps: Sequence[Tap], samples: Sequence[tuple[list[np.ndarray], list[np.ndarray]]],
-                error_of: Callable[[TensorStats], float]) -> dict[str, dict[str, float]]:
-    """Error of each tapped node over all samples: mean, median, 90th percentile, max, and the worst sample."""
-    taps = [t for t in taps if t in session.target_of]
-    if not taps or len(samples) < 2:
-        return {}
-    ref_tapped = tap_model(session.graph, taps)
-    target_tapped = tap_model(session.target_graph, [session.target_of[t] for t in taps])
-    ref_c, target_c = session.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
-                                           target_taps=target_tapped.added_outputs)
-    per_node: dict[str, list[float]] = {}
-    with session.clock("samples"):
-        for ref_in, target_in in samples:
-            ref_out, target_out = run_both(lambda: ref_c.infer(ref_in), lambda: target_c.infer(target_in))
-            session.ran("ref")
-            session.ran("target")
-            seen: dict[str, float] = {}
-            for tap, ri, ti in zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs):
-                seen[tap.key] = max(seen.get(tap.key, 0.0), error_of(compare(ref_out[ri], target_out[ti])))
-            for key, value in seen.items():
-                per_node.setdefault(key, []).append(value)
-    spread = {}
-    for key, values in per_node.items():
-        arr = np.asarray(values, dtype=np.float64)
-        clean = np.where(np.isfinite(arr), arr, np.finfo(np.float64).max)
-        spread[key] = {"mean": float(np.mean(clean)), "p50": float(np.quantile(clean, 0.5)),
-                       "p90": float(np.quantile(clean, 0.9)), "max": float(arr.max()), "worst_sample": int(arr.argmax())}
-    return spread
 
 
 def classifier_outputs(shapes: Sequence[tuple[int, ...]], dtypes: Sequence[np.dtype], names: Sequence[str]) -> list[int]:
@@ -203,4 +376,4 @@ def flips(ref: np.ndarray, target: np.ndarray, k: int) -> tuple[bool, bool]:
     top1 = bool(np.any(chosen < t2.max(axis=1)))
     kk = min(k, t2.shape[1])
     kth = -np.partition(-t2, kk - 1, axis=1)[:, kk - 1]
-    return top1, bool(np.any(chosen < kth))
+    return bool(top1), bool(np.any(chosen < kth))

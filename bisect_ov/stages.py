@@ -15,7 +15,7 @@ the compile counts); none assigns to another object's fields. The options arrive
 from __future__ import annotations
 
 import math
-import os
+from functools import partial
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -39,8 +39,9 @@ from bisect_ov.options import BisectOptions
 from bisect_ov.records import Fidelity, Noise
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import DeviceInfo, make_device
+from bisect_ov.distributed import SampleRun, node_spread, prepare_pair, run_samples
+from bisect_ov.samples import Samples, SampleSummary, as_samples
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
-from bisect_ov.samples import SampleSummary, as_samples, node_spread, run_samples
 from bisect_ov.session import Clock, Session
 from bisect_ov.strategies import run_bisection, run_full, run_fusion
 
@@ -48,8 +49,6 @@ __all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain
            "experiments", "FIDELITY_RANGE", "fidelity"]
 
 FIDELITY_RANGE = (0.5, 2.0)
-
-SamplePair = tuple[list[np.ndarray], list[np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class Opened:
     options: BisectOptions
     model: Any  # ov.Model
     target_model: Any  # ov.Model | None
-    samples: tuple[SamplePair, ...]
+    samples: SampleRun | None  # many samples: where they come from and run (closed by `run` at the end)
     summary: SampleSummary | None
     notes: tuple[str, ...]
     clock: Clock
@@ -127,26 +126,40 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                          twin=ov_target is not None)
     resolved, why = options.resolve(local_possible=plan.local, pieces_possible=plan.pieces, twin=ov_target is not None)
     many = as_samples(plan.inputs)
-    pairs: list[SamplePair] = []
-    for number, sample in enumerate(many if many is not None else [plan.inputs]):
-        try:
-            ref_arrays = prepare_inputs(ov_model, sample, seed=options.seed)
-        except InputError as err:
-            if many is None:
-                raise
-            where = f" ('{sample}')" if isinstance(sample, (str, os.PathLike)) else ""
-            raise InputError(f"Sample #{number}{where}: {err}") from err
-        pairs.append((ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays))
     show = sys.stderr.isatty() if options.progress is None else options.progress
-    session = Session(graph, target_graph, match, plan.ref, plan.target, *pairs[0], clock=clock, progress=show,
+    run = None
+    if many is not None:
+        # Samples are read as they run and only summaries kept: memory does not grow with their number.
+        run = SampleRun(many, options.executor, samples_per_unit=options.samples_per_unit,
+                        unit_retries=options.unit_retries, progress=show, owned=not isinstance(plan.inputs, Samples))
+    if many is None:
+        ref_arrays = prepare_inputs(ov_model, plan.inputs, seed=options.seed)
+        first = (ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays)
+    else:
+        try:
+            sample = many.load(0)
+            first = prepare_pair(0, sample, ov_model, ov_target, options.seed, many.names_file(0, sample))
+        except BaseException:
+            assert run is not None
+            run.close()
+            raise
+    session = Session(graph, target_graph, match, plan.ref, plan.target, *first, clock=clock, progress=show,
                       exact_checks=plan.exact)
     summary = None
-    if many is not None:
-        # Every sample on both sides; the detailed search then runs on the worst one.
-        summary = run_samples(session, pairs, lambda s: metric_value(s, options.metric),
-                              class_names=options.classifier_outputs)
-        session.select_sample(*pairs[summary.ranking[0]])
-    return Opened(session, resolved, ov_model, ov_target, tuple(pairs), summary, tuple(plan.notes) + why, clock)
+    if run is not None:
+        try:
+            # Every sample on both sides; the detailed search then runs on the worst one.
+            summary = run_samples(session, run, partial(metric_value, metric=options.metric),
+                                  class_names=options.classifier_outputs, seed=options.seed)
+            worst = summary.ranking[0]
+            sample = run.samples.load(worst)
+            session.select_sample(*prepare_pair(worst, sample, ov_model, ov_target, options.seed,
+                                                run.samples.names_file(worst, sample)))
+        except BaseException:
+            run.close()
+            raise
+        why = why + tuple(run.notes)
+    return Opened(session, resolved, ov_model, ov_target, run, summary, tuple(plan.notes) + why, clock)
 
 
 def plain_run(opened: Opened) -> Plain:
@@ -197,8 +210,10 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
         # Integer Conv/MatMul nodes are measured with their inputs, so each is checked against its exact result.
         taps = {Tap(k, 0) for k in pending} | {Tap(i, p) for k in pending for i, p in graph.data_inputs(k)}
         stats.update(session.measure(sorted(taps, key=lambda t: graph[t.key].index)))
-    spread = (node_spread(session, list(stats), list(opened.samples), opened.error_of)
-              if opened.summary is not None else {})
+    # The metric travels to workers as a partial of a module-level function: picklable.
+    spread = (node_spread(session, list(stats), opened.samples, partial(metric_value, metric=options.metric),
+                          seed=options.seed)
+              if opened.samples is not None and opened.summary is not None else {})
     return Measurement(stats, groups, strategy, fell_back, spread)
 
 

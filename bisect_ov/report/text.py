@@ -186,6 +186,9 @@ def experiment_lines(report: "Report") -> list[str]:
                      f", reference top-1 outside the target's top-{samples.k} on {samples.topk_misses}")
             if samples.class_outputs:
                 line += f" (class scores: {', '.join(samples.class_outputs)})"
+        if getattr(samples, "partial", False):
+            line += (f"; PARTIAL: {len(samples.missing)} of {samples.given} not measured, "
+                     f"{len(samples.spread_missing)} missing from the per-node spread")
         lines += ["", line + "."]
     noise = report.noise
     if noise is not None:

@@ -1,0 +1,281 @@
+"""Many samples on an executor: the same figures as in this process, faults retried or reported, never short.
+
+The Dask tests start a local cluster of two worker processes on this machine; they are skipped when the
+``cluster`` extra is not installed. The fault tests use a thread pool, where a loader can fail on cue.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import pathlib
+import signal
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from bisect_ov import BisectError, InputError, Report, Samples, bisect
+from bisect_ov.options import BisectOptions
+from bisect_ov.zoo import synthetic
+from tests.conftest import tiny_chain
+
+N = 56
+
+
+@functools.lru_cache(maxsize=1)
+def _models():
+    _, int8 = synthetic.fp32_and_int8()
+    return int8
+
+
+def _data(n: int = N) -> list[dict[str, np.ndarray]]:
+    param = _models().get_parameters()[0]
+    rng = np.random.default_rng(0)
+    return [{param.get_friendly_name(): rng.uniform(-1, 1, list(param.shape)).astype(np.float32)} for _ in range(n)]
+
+
+def _folder(tmp_path: pathlib.Path, n: int = N) -> pathlib.Path:
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    for i, sample in enumerate(_data(n)):
+        np.savez(folder / f"{i:04d}.npz", **sample)
+    return folder
+
+
+def _run(inputs, executor=None, target="EMU:f16", **extra) -> Report:
+    """Many samples through the emulated f16 target (rebuilt on each worker), or another target."""
+    return bisect(_models(), "CPU", target, inputs, executor=executor, samples_per_unit=8, local=False, impact=0,
+                  noise=False, progress=False, **extra)
+
+
+def _figures(report: Report):
+    s = report.samples
+    return (s.errors, s.ranking, s.worst, s.top1_flipped, s.topk_missed,
+            {n.key: n.over_samples for n in report.nodes})
+
+
+def _load_from(folder: str, index: int) -> str:
+    """A loader run on the workers: the path of sample `index` in a folder they share."""
+    return os.path.join(folder, f"{index:04d}.npz")
+
+
+def _load_and_die_once(folder: str, marker: str, index: int) -> str:
+    """Kill the worker process reading sample 20, the first time only (the marker file remembers)."""
+    if index == 20 and not os.path.exists(marker):
+        pathlib.Path(marker).write_text("killed")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _load_from(folder, index)
+
+
+def _load_and_raise_once(folder: str, marker: str, index: int) -> str:
+    """Raise on sample 9 the first time only, on whichever worker reads it."""
+    if index == 9 and not os.path.exists(marker):
+        pathlib.Path(marker).write_text("raised")
+        raise ConnectionError("storage hiccup")
+    return _load_from(folder, index)
+
+
+# ----- Dask: a local cluster with two worker processes ---------------------------------------------------------
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=50) as local, distributed.Client(local) as client:
+        yield client
+
+
+@pytest.mark.slow
+def test_a_dask_cluster_gives_the_in_process_figures(cluster):
+    here = _run(Samples(_data()))
+    there = _run(Samples(_data()), cluster.get_executor())
+    assert there.samples.count == here.samples.count == N and not there.samples.partial
+    assert there.samples.workers == 2 and there.samples.executor == "ClientExecutor"
+    assert _figures(there) == _figures(here)
+    assert len(there.samples.unit_seconds) == -(-N // 8) and len(there.samples.spread_unit_seconds) == -(-N // 8)
+    # The search ran on the same (worst) sample in this process: the same culprit.
+    assert there.first_divergence.name == here.first_divergence.name
+    assert any(n.over_samples.get("count") == N for n in there.nodes)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_loses_no_sample(cluster, tmp_path):
+    folder = _folder(tmp_path)
+    marker = tmp_path / "killed"
+    loader = functools.partial(_load_and_die_once, str(folder), str(marker))
+    there = _run(Samples(loader=loader, count=N), cluster.get_executor(), "CPU")
+    assert marker.exists()  # a worker really died
+    here = _run(str(folder), target="CPU")
+    assert there.samples.count == N and not there.samples.partial and not there.samples.missing
+    assert _figures(there) == _figures(here)
+
+
+@pytest.mark.slow
+def test_a_unit_that_raises_on_a_worker_is_run_again(cluster, tmp_path):
+    folder = _folder(tmp_path, 24)
+    marker = tmp_path / "raised"
+    loader = functools.partial(_load_and_raise_once, str(folder), str(marker))
+    there = _run(Samples(loader=loader, count=24), cluster.get_executor(), "CPU")
+    assert marker.exists() and there.samples.retried == 1
+    assert there.samples.count == 24 and not there.samples.partial
+    assert _figures(there) == _figures(_run(str(folder), target="CPU"))
+
+
+@pytest.mark.slow
+def test_the_executor_flag_reaches_a_scheduler(cluster, tmp_path):
+    from bisect_ov.cli import main
+
+    folder = _folder(tmp_path, 12)
+    address = cluster.scheduler.address.replace("tcp://", "dask://")
+    out = tmp_path / "r.json"
+    code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "CPU", "--inputs", str(folder), "--executor",
+                 address, "--samples-per-unit", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet",
+                 "--json", str(out)])
+    assert code in (0, 1)
+    samples = Report.load(out).samples
+    assert samples.count == 12 and samples.executor.startswith("dask tcp://") and len(samples.unit_seconds) == 3
+
+
+def _ir(tmp_path: pathlib.Path) -> pathlib.Path:
+    import openvino as ov
+
+    path = tmp_path / "int8.xml"
+    ov.save_model(_models(), path, compress_to_fp16=False)
+    return path
+
+
+# ----- a local process pool ------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_process_pool_by_name_gives_the_in_process_figures(tmp_path):
+    folder = _folder(tmp_path, 20)
+    assert _figures(_run(str(folder), "processes:2", "CPU")) == _figures(_run(str(folder), target="CPU"))
+
+
+def test_a_twin_on_an_executor_gives_the_in_process_figures():
+    from tests.test_samples import _miscalibrated
+
+    clipped = _miscalibrated(_models(), "block2/pw/fq_in", 0.5)
+    data = _data(24)
+    here, there = (bisect(_models(), "CPU", "CPU:f32", Samples(data), target_model=clipped, executor=executor,
+                          samples_per_unit=5, progress=False, local=False, noise=False)
+                   for executor in (None, ThreadPoolExecutor(2)))
+    assert there.samples.top1_flips > 0 and _figures(there) == _figures(here)
+    assert len(there.samples.unit_seconds) == 5 and there.first_divergence.name == "block2/pw/fq_in"
+
+
+def test_the_executor_flag_runs_a_folder_on_a_local_pool(tmp_path):
+    from bisect_ov.cli import main
+
+    folder = _folder(tmp_path, 10)
+    out = tmp_path / "r.json"
+    code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "CPU", "--inputs", str(folder), "--executor",
+                 "threads:2", "--samples-per-unit", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet",
+                 "--json", str(out)])
+    assert code in (0, 1)
+    samples = Report.load(out).samples
+    assert samples.count == 10 and samples.executor == "threads:2" and len(samples.unit_seconds) == 3
+
+
+# ----- faults --------------------------------------------------------------------------------------------------
+class _Flaky:
+    """A loader that raises for some samples: `times` times each (None: always)."""
+
+    def __init__(self, data, failing, times=None):
+        self.data, self.failing, self.times, self.calls = data, set(failing), times, {}
+
+    def __call__(self, index):
+        self.calls[index] = self.calls.get(index, 0) + 1
+        if index in self.failing and (self.times is None or self.calls[index] <= self.times):
+            raise ConnectionError(f"storage hiccup on sample {index}")
+        return self.data[index]
+
+
+def test_a_unit_that_raises_once_is_run_again():
+    data = _data(24)
+    flaky = _Flaky(data, {9}, times=1)
+    report = _run(Samples(loader=flaky, count=24), ThreadPoolExecutor(2), "CPU")
+    assert report.samples.count == 24 and not report.samples.partial and report.samples.retried >= 1
+    assert _figures(report) == _figures(_run(Samples(data), target="CPU"))
+
+
+def test_a_unit_that_keeps_failing_is_reported_with_its_samples(tmp_path):
+    data = _data(24)
+    report = _run(Samples(loader=_Flaky(data, {9}), count=24), ThreadPoolExecutor(2), "CPU", unit_retries=1)
+    s = report.samples
+    assert s.partial and s.count == 16 and s.given == 24
+    assert s.missing == tuple(range(8, 16)) and s.spread_missing == tuple(range(8, 16))
+    assert all(math.isnan(s.errors[i]) for i in s.missing) and not any(math.isnan(e) for e in s.errors[:8])
+    assert "samples #8-#15" in s.failures[0] and "ConnectionError" in s.failures[0]
+    assert all(i not in s.missing for i in s.ranking)
+    text = " ".join(report.to_text().split())
+    assert "Partial run: 16 of 24 samples measured" in text
+    # What was measured is what an in-process run of those samples gives.
+    kept = [d for i, d in enumerate(data) if not 8 <= i < 16]
+    alone = _run(Samples(kept), target="CPU").samples
+    assert [e for i, e in enumerate(s.errors) if i not in s.missing] == list(alone.errors)
+    report.save(tmp_path / "r.json")
+    assert Report.load(tmp_path / "r.json").samples.partial
+
+
+def test_nothing_measured_is_an_error_not_an_empty_answer():
+    with pytest.raises(BisectError, match="No sample could be measured"):
+        _run(Samples(loader=_Flaky(_data(8), range(1, 8)), count=8), ThreadPoolExecutor(2), "CPU", unit_retries=0)
+
+
+def test_a_bad_sample_stops_the_run_and_is_named(tmp_path):
+    data = _data(20)
+    data[13] = {"nope": np.zeros(3, np.float32)}
+    with pytest.raises(InputError, match="Sample #13"):
+        _run(Samples(data), ThreadPoolExecutor(2), "CPU")
+
+
+# ----- streaming -----------------------------------------------------------------------------------------------
+def test_a_generator_is_read_as_it_runs_and_its_spill_folder_removed(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data = _data(20)
+    read = []
+
+    def generate():
+        for i, d in enumerate(data):
+            read.append(i)
+            yield d
+
+    report = _run(generate(), target="CPU")
+    assert read == list(range(20)) and report.samples.count == 20
+    assert not list(tmp_path.glob("bisect_ov_samples_*"))  # removed at the end
+    assert _figures(report) == _figures(_run(Samples(data), target="CPU"))
+
+
+def test_samples_read_lazily_by_index():
+    seen = []
+
+    def generate():
+        for i in range(5):
+            seen.append(i)
+            yield [np.full((1, 8), i, np.float32)]
+
+    s = Samples(generate())
+    assert seen == []
+    s.load(2)
+    assert seen == [0, 1, 2]
+    assert len(s) == 5 and seen == [0, 1, 2, 3, 4]
+    s.close()
+    with pytest.raises(InputError, match="count"):
+        Samples(loader=lambda i: None)
+    with pytest.raises(InputError, match="no sample"):
+        bisect(tiny_chain(), "CPU", "CPU:f32", Samples(iter([])), progress=False)
+
+
+def test_executor_options_are_checked():
+    for bad, match in ((5, "executor must be"), ("gpu-farm", "Unknown executor"), ("processes:x", "number of workers")):
+        with pytest.raises(InputError, match=match):
+            if isinstance(bad, int):
+                BisectOptions(executor=bad)
+            else:
+                bisect(tiny_chain(), "CPU", "CPU:f32", [[np.zeros((1, 8), np.float32)]] * 2, executor=bad,
+                       progress=False)
+    with pytest.raises(InputError, match="samples_per_unit"):
+        BisectOptions(samples_per_unit=0)
+    assert BisectOptions(executor=ThreadPoolExecutor(1)).to_dict()["executor"] == "ThreadPoolExecutor"
