@@ -42,6 +42,15 @@ LABELS = {"bert": "BERT-base", "vit": "ViT-B/16", "convnext": "ConvNeXt-T", "res
 
 
 def _peak_rss_mb() -> float:
+    """This process's own peak RSS. getrusage's ru_maxrss is not: Linux carries it over from the parent
+    across fork and exec, so a job started by a driver that had loaded big models would report theirs."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
