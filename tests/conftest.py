@@ -31,3 +31,20 @@ def tiny_chain(depth: int = 4, width: int = 8, seed: int = 0) -> ov.Model:
 @pytest.fixture
 def chain_model() -> ov.Model:
     return tiny_chain()
+
+
+def pytest_configure(config) -> None:
+    """Share one zoo build cache and one results file between the controller and every xdist worker.
+
+    Runs on the controller before workers start (they inherit its environment): the cache defaults to a
+    folder under pytest's cache, so built zoo models are reused across runs; BISECT_OV_ZOO_CACHE overrides it.
+    """
+    from tests.zoo import records
+
+    records.configure(config)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    from tests.zoo import records
+
+    records.summary(terminalreporter)

@@ -1,0 +1,137 @@
+"""Benchmark `bisect()` on full-size real architectures from `bisect_ov.zoo` against a plain run.
+
+For each model, fresh processes (so peak RSS is that job's own) measure:
+
+* ``plain``: compile + one inference of the untouched model on the reference and on the target;
+* ``default``: the whole default `bisect()` call (fusion taps, local errors, impact of the top suspects,
+  the noise check), reference ``CPU:f32`` against the target;
+* with ``--emulated``, the default job against ``EMU:f16`` as well (slow on large models: the emulated
+  device rounds every tensor with extra ops).
+
+Reported per row: ops and compute nodes of the model, nodes compared, fidelity ratio (instrumented / plain
+final-output error), wall time and its ratio to the plain job, peak RSS, verdict and first divergence. Models
+are built once into the zoo cache (``$BISECT_OV_ZOO_CACHE``, see `bisect_ov.zoo.cache`) with f32 weights;
+building the full sizes needs the ``zoo`` extra, several GB of memory, and minutes.
+
+Usage::
+
+    python benchmarks/zoo_bench.py                          # BERT-base, ViT-B/16, ConvNeXt-T, ResNet-50, GPT-2, BERT-large
+    python benchmarks/zoo_bench.py --models bert llama --emulated --json out.json
+
+This is a measuring script, not a test: nothing here passes or fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+DEFAULT_MODELS = ("bert", "vit", "convnext", "resnet50", "gpt2", "bert_large")
+LABELS = {"bert": "BERT-base", "vit": "ViT-B/16", "convnext": "ConvNeXt-T", "resnet50": "ResNet-50",
+          "gpt2": "GPT-2 (12 layers)", "bert_large": "BERT-large (24 layers)", "llama": "Llama (12 layers)",
+          "whisper_encoder": "Whisper-base encoder", "efficientnet": "EfficientNet-B0",
+          "mobilenetv3": "MobileNetV3-Large"}
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def run_one(name: str, job: str, target: str, size: str) -> dict:
+    """Measure one (model, job) in this process."""
+    from bisect_ov import bisect, make_device
+    from bisect_ov.model.graph import ModelGraph
+    from bisect_ov.zoo import cache
+
+    model = cache.load(name, size)
+    inputs = cache.sample_inputs(name, size, seed=1, model=model)
+    graph = ModelGraph(model)
+    row = {"model": name, "size": size, "job": job, "target": target, "ops": len(model.get_ops()),
+           "compute": len(graph.candidates()), "converter": cache.describe(name, size)["converter"]}
+    start = time.perf_counter()
+    if job == "plain":
+        for role, device in (("ref", "CPU:f32"), ("target", target)):
+            make_device(device, role=role).compile(model).infer(list(inputs.values()))
+    else:
+        report = bisect(model, "CPU:f32", target, inputs, progress=False)
+        first = report.first_divergence
+        row.update(compared=len(report.nodes), fidelity=report.fidelity.get("ratio"),
+                   verdict="DIVERGES" if report.diverges else "no divergence", first=first.name if first else None,
+                   final_error=max((o.error for o in report.outputs), default=None),
+                   target_precision=report.target.precision, compiles=report.compiles.get("target"))
+    row["seconds"] = round(time.perf_counter() - start, 2)
+    row["peak_rss_mb"] = round(_peak_rss_mb(), 0)
+    return row
+
+
+def _subprocess(name: str, job: str, target: str, size: str, timeout: float) -> dict:
+    cmd = [sys.executable, __file__, "--one", name, job, "--target", target, "--size", size]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"model": name, "job": job, "target": target, "error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        return {"model": name, "job": job, "target": target, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _table(rows: list[dict]) -> str:
+    head = ("model", "ops", "compute nodes", "job", "target", "nodes compared", "fidelity", "seconds", "x plain",
+            "peak RSS MB", "verdict", "first divergence")
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    plain = {r["model"]: r for r in rows if r["job"] == "plain" and "error" not in r}
+    for r in rows:
+        label = LABELS.get(r["model"], r["model"]) if r.get("size", "full") == "full" else f"{r['model']} (small)"
+        if "error" in r:
+            out.append(f"| {label} | | | {r['job']} | {r['target']} | failed: {r['error']} | | | | | | |")
+            continue
+        p = plain.get(r["model"])
+        ratio = f"{r['seconds'] / p['seconds']:.1f}" if p and p["seconds"] and r["job"] != "plain" else ""
+        fid = f"{r['fidelity']:.2f}" if isinstance(r.get("fidelity"), (int, float)) else "-"
+        out.append(f"| {label} | {r['ops']} | {r['compute']} | {r['job']} | {r['target']} | {r.get('compared', '-')} | "
+                   f"{fid} | {r['seconds']:.1f} | {ratio} | {r['peak_rss_mb']:.0f} | {r.get('verdict', '-')} | "
+                   f"{r.get('first') or '-'} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
+    parser.add_argument("--target", default="CPU", help="CPU runs bf16 where the CPU supports it")
+    parser.add_argument("--emulated", action="store_true", help="also run the default job against EMU:f16")
+    parser.add_argument("--size", default="full", choices=("small", "full"))
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per job")
+    parser.add_argument("--json", help="also write the rows as JSON here")
+    parser.add_argument("--one", nargs=2, metavar=("MODEL", "JOB"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.one[0], args.one[1], args.target, args.size)))
+        return 0
+    from bisect_ov.zoo import cache
+
+    rows = []
+    for name in args.models:
+        cache.model_path(name, args.size)  # build outside the timed jobs
+        jobs = [("plain", args.target), ("default", args.target)] + ([("default", "EMU:f16")] if args.emulated else [])
+        for job, target in jobs:
+            row = _subprocess(name, job, target, args.size, args.timeout)
+            rows.append(row)
+            print(f"{name:>16} {job:>8} {target:>8}: {row.get('seconds', row.get('error'))}", file=sys.stderr, flush=True)
+            if args.json:
+                with open(args.json, "w", encoding="utf-8") as f:
+                    json.dump(rows, f, indent=1)
+    import openvino as ov
+
+    print(f"Machine: {platform.machine()}, {ov.Core().get_property('CPU', 'FULL_DEVICE_NAME')}, "
+          f"OpenVINO {ov.get_version().split('-')[0]}; ref CPU:f32, size {args.size}\n")
+    print(_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The stateful LLM IR that optimum-intel exports, from a random-init Llama saved with ``save_pretrained``.
+
+`llama_stateful` saves the zoo's Llama (`bisect_ov.zoo.hf.llama_model`) to a temporary folder, then exports it
+the way users do, ``OVModelForCausalLM.from_pretrained(folder, export=True)``, and returns the IR that
+OpenVINO GenAI runs: KV-cache variables (ReadValue/Assign pairs, one per layer and per key/value) and the
+inputs ``input_ids``, ``attention_mask``, ``position_ids`` and ``beam_idx``; output ``logits``.
+
+Assumptions: optimum-intel, transformers and torch are installed (the ``zoo`` extra). Nothing is fetched:
+the hub is switched off (``HF_HUB_OFFLINE``) for the export and no tokenizer is needed or saved.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+import warnings
+
+import openvino as ov
+
+from bisect_ov.zoo import hf
+
+__all__ = ["BUILDERS", "export_folder", "llama_stateful"]
+
+
+def export_folder(size: str, folder: pathlib.Path, seed: int = 0) -> pathlib.Path:
+    """Save the random-init Llama to `folder`/hf and its optimum-intel export to `folder`/ov; the IR's path."""
+    folder = pathlib.Path(folder)
+    source, exported = folder / "hf", folder / "ov"
+    hf.llama_model(size, seed).save_pretrained(source)
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update({k: "1" for k in saved})
+    try:
+        from optimum.intel import OVModelForCausalLM
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = OVModelForCausalLM.from_pretrained(source, export=True, compile=False, load_in_8bit=False)
+            model.save_pretrained(exported)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return exported / "openvino_model.xml"
+
+
+def llama_stateful(size: str = "small", seed: int = 0) -> tuple[ov.Model, dict]:
+    """The optimum-intel stateful export of the zoo's Llama, read back into memory, and its input description."""
+    config = hf.llama_config(size)
+    seq = hf.SEQ_LEN[size]
+    with tempfile.TemporaryDirectory(prefix="bisect_ov_optimum_") as tmp:
+        model = ov.Core().read_model(export_folder(size, pathlib.Path(tmp), seed))
+        # Weights must not stay tied to files about to be deleted.
+        model = model.clone()
+    inputs = {"input_ids": {"shape": [1, seq], "vocab": config.vocab_size}, "attention_mask": {"shape": [1, seq]},
+              "position_ids": {"shape": [1, seq]}, "beam_idx": {"shape": [1]}}
+    meta = {"inputs": inputs, "converter": "optimum-intel OVModelForCausalLM.from_pretrained(export=True)"}
+    return model, meta
+
+
+BUILDERS = {"llama_stateful": llama_stateful}

@@ -1,0 +1,339 @@
+"""The zoo tier: `bisect()` on real architectures from the real converters, as users bring them.
+
+For every small zoo model (`bisect_ov.zoo.cache.MODELS`): default options, CPU f32 against the CPU's own
+default precision (bf16 on CPUs with avx512_bf16, f32 elsewhere) and against emulated f16; every NNCF twin
+against its FP32 model; and faults injected at several nodes with the target in bf16, which must each be
+named first. What is asserted, for each run:
+
+* no exception escapes;
+* coverage: the compared nodes, with the nodes fused into them, are at least 80% of the model's compute nodes;
+* the fidelity ratio (instrumented / plain final-output error), where reported, is within [0.5, 2];
+* the verdict agrees with the final outputs: DIVERGES exactly when an output is over its tolerance, and then
+  with a first divergence named.
+
+Cases that fail today because of known defects are marked ``xfail(strict=True)`` with the issue that fixes
+them, so they turn into failures (to unmark) when fixed. Every run's figures go to `tests.zoo.records`,
+printed as a table at the end of the session.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from bisect_ov import bisect, inject_fault
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.run.devices import cpu_supports_bf16
+from bisect_ov.zoo import cache
+from tests.zoo import records
+from tests.zoo.conftest import needs_zoo, zoo_inputs, zoo_model
+
+pytestmark = [needs_zoo, pytest.mark.zoo]
+
+# bert_large is bert with more layers: benchmarked in full size, not tested twice.
+MODELS = [name for name in cache.MODELS if name != "bert_large"]
+TWINS = list(cache.TWINS)
+COVERAGE = 0.8
+FIDELITY = (0.5, 2.0)
+FAULT_SITES = 4
+# Seeded N(0, 0.3) noise: unlike a scale or an offset, no LayerNorm or softmax takes it out again.
+FAULT = {"kind": "noise", "magnitude": 0.3, "seed": 7}
+# A fault counts as visible when it changes the final outputs by this much (rel L2), 3x bf16's tolerance.
+VISIBLE = 0.1
+# Ops that only move or select values (and the masks built from them): faults go on arithmetic.
+VIEWS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Broadcast", "Gather", "Select",
+                   "Convert", "Slice", "StridedSlice", "Split", "VariadicSplit", "ShapeOf", "Tile"})
+# Candidates tried after each starting point before giving that point up (each costs a compile).
+SCAN = 6
+
+
+BF16 = cpu_supports_bf16()
+
+
+def _xfail(reason: str, condition: bool = True):
+    return pytest.mark.xfail(condition, strict=True, reason=reason)
+
+
+STATEFUL = _xfail("issue 13: the stateful IR fails: DeviceError 'Inference failed on CPU: ReadValue node with name "
+                  "... doesn't have sibling output' (CPU), 'Compiling ... failed: Incorrect output port number for "
+                  "node Assign_...' (EMU:f16); states are not handled when taps are added")
+ABSORBED = ("issue 13: DIVERGES while every final output is within tolerance and no first divergence is named "
+            "(nodes over their tolerance whose error the network absorbs)")
+# Keyed by (model, target). "CPU" runs bf16 only where the CPU has it; elsewhere both sides are f32 and agree.
+KNOWN = {
+    ("llama_stateful", "CPU"): STATEFUL,
+    ("llama_stateful", "EMU:f16"): STATEFUL,
+    ("resnet50", "CPU"): _xfail(ABSORBED, BF16),
+    ("mobilenetv3", "CPU"): _xfail(ABSORBED, BF16),
+    ("resnet50", "EMU:f16"): _xfail(ABSORBED),
+    ("efficientnet", "EMU:f16"): _xfail(ABSORBED),
+    ("mobilenetv3", "EMU:f16"): _xfail(ABSORBED),
+    ("convnext", "EMU:f16"): _xfail(
+        "issue 13: the layer-scale Multiply (x 1e-6, outputs ~2e-8, below f16's normal range) is the first "
+        "divergence, diagnosed as 'cancellation' instead of underflow, and the verdict is DIVERGES while the "
+        "final output is within tolerance"),
+}
+QUANTIZED_CRASH = _xfail("issue 14: ValueError 'tensor .../fq_output_0 of the target model has no reference "
+                         "counterpart' (FakeQuantize ops not matched; raised from the local-error step)")
+F32_TOLERANCE = _xfail("issue 14: the weight-compressed twin is judged at the f32 tolerance (1e-6): 55 of 62 "
+                       "nodes diverge, first the embedding Gather, behind its decompression subgraph")
+KNOWN_TWINS = {
+    ("mobilenetv3-int8", "CPU:f32"): QUANTIZED_CRASH,
+    ("resnet50-int8", "CPU:f32"): _xfail(
+        "issue 14: int8 twin of ResNet-50 against f32: 8 of 56 nodes compared (14%), fidelity ratio 17.1 (the taps "
+        "broke the int8 fusions), DIVERGES without a first divergence"),
+    ("mobilenetv3-int8", "CPU:bf16"): QUANTIZED_CRASH,
+    ("resnet50-int8", "CPU:bf16"): QUANTIZED_CRASH,
+    ("llama-int8w", "CPU:f32"): F32_TOLERANCE,
+    ("llama-int4w", "CPU:f32"): F32_TOLERANCE,
+}
+KNOWN_FAULTS = {
+    "llama_stateful": STATEFUL,
+    "efficientnet": _xfail("issue 13: a benign node, 'blocks.3.0.se.act1' (Swish) at 1.1x its bf16 tolerance, is "
+                           "named first ahead of faults injected later (2 of 4 sites); its error is absorbed"),
+}
+
+
+def _compute_nodes(model: ov.Model) -> int:
+    return len(ModelGraph(model).candidates())
+
+
+def _coverage(report, model: ov.Model) -> tuple[int, float]:
+    """Nodes compared, and the share of the model's compute nodes compared directly or through a fused group."""
+    graph = ModelGraph(model)
+    compute = {n.key for n in graph.candidates()}
+    covered = set()
+    for node in report.nodes:
+        covered.add(node.key)
+        covered.update(graph.find(m).key for m in node.group)
+    return len(report.nodes), len(covered & compute) / max(1, len(compute))
+
+
+def _verdict(report) -> str:
+    return "DIVERGES" if report.diverges else "no divergence"
+
+
+def _check(report, model: ov.Model) -> list[str]:
+    """What is wrong with a report by the tier's rules (empty when all hold)."""
+    problems = []
+    compared, coverage = _coverage(report, model)
+    if coverage < COVERAGE:
+        problems.append(f"coverage {coverage:.0%} ({compared} nodes compared of {_compute_nodes(model)})")
+    ratio = report.fidelity.get("ratio")
+    if ratio is not None and not FIDELITY[0] <= ratio <= FIDELITY[1]:
+        problems.append(f"fidelity ratio {ratio:.2f} outside {FIDELITY}")
+    over = [o.name for o in report.outputs if o.diverged]
+    if report.diverges != bool(over):
+        first = report.first_divergence
+        problems.append(f"verdict {_verdict(report)} while outputs over tolerance are {over}"
+                        + (f" (first divergence {first.name}: {first.causes[:1]})" if first else
+                           f" (no first divergence; {len(report.ranking)} culprits)"))
+    if report.diverges and report.first_divergence is None:
+        problems.append("DIVERGES without a first divergence")
+    return problems
+
+
+def _run(kind: str, name: str, target: str, model: ov.Model, inputs, **kwargs):
+    start = time.perf_counter()
+    fields = {"target": target, "ops": len(model.get_ops()), "compute": _compute_nodes(model),
+              "converter": cache.describe(cache.TWINS[name].base if name in cache.TWINS else name)["converter"]}
+    try:
+        report = bisect(model, "CPU:f32", target, inputs, progress=False, **kwargs)
+    except Exception as err:
+        records.record(kind, name, **fields, seconds=time.perf_counter() - start,
+                       verdict=f"error {type(err).__name__}", error=str(err)[:300])
+        raise
+    compared, coverage = _coverage(report, model)
+    problems = _check(report, model)
+    records.record(kind, name, **fields, seconds=time.perf_counter() - start, compared=compared,
+                   coverage=coverage, fidelity=report.fidelity.get("ratio"), verdict=_verdict(report),
+                   first=report.first_divergence.name if report.first_divergence else None,
+                   output_error=max((o.error for o in report.outputs), default=None), problems=problems)
+    return report, problems
+
+
+def _cases(targets):
+    return [pytest.param(name, target, marks=[KNOWN[(name, target)]] if (name, target) in KNOWN else [],
+                         id=f"{name}-{target}") for name in MODELS for target in targets]
+
+
+@pytest.mark.parametrize("name, target", _cases(["CPU", "EMU:f16"]))
+def test_default_bisect_on_zoo_model(name, target):
+    model = zoo_model(name)
+    report, problems = _run("bisect", name, target, model, zoo_inputs(name))
+    assert not problems, f"{name} against {target}: {problems}\n{report.to_text()}"
+
+
+def _twin_cases():
+    cases = []
+    for twin in TWINS:
+        for target in ("CPU:f32", "CPU:bf16"):
+            marks = [KNOWN_TWINS[(twin, target)]] if (twin, target) in KNOWN_TWINS else []
+            if target == "CPU:bf16":
+                marks.append(pytest.mark.skipif(not BF16, reason="the CPU plugin here has no bf16"))
+            cases.append(pytest.param(twin, target, marks=marks, id=f"{twin}-{target}"))
+    return cases
+
+
+# A quantized twin differs from its model by its quantization (int8: ~1e-2 relative); a tolerance near f32
+# rounding (1e-6) makes every node "diverge".
+TWIN_MIN_TOLERANCE = 1e-3
+
+
+@pytest.mark.parametrize("twin, target", _twin_cases())
+def test_nncf_twin_against_its_model(twin, target):
+    base = cache.TWINS[twin].base
+    model = zoo_model(base)
+    report, problems = _run("twin", twin, target, model, zoo_inputs(base), target_model=zoo_model(twin))
+    low = [o.name for o in report.outputs if o.tolerance < TWIN_MIN_TOLERANCE]
+    if low:
+        problems.append(f"outputs {low} judged at tolerance {min(o.tolerance for o in report.outputs):.1e}")
+    assert not problems, f"{twin} on {target}: {problems}\n{report.to_text()}"
+
+
+@_xfail("issue 14: the f32 reference of an IR saved with ov.save_model (f16 weights) is described as 'the plugin "
+        "reports f32; most compute layers ran f16' (f16 storage read as f16 arithmetic)")
+def test_f32_reference_of_an_ir_with_f16_weights_is_described_as_f32():
+    report = bisect(zoo_model("bert", compressed=True), "CPU:f32", "CPU", zoo_inputs("bert"), progress=False)
+    assert report.ref.precision == "f32"
+    assert "f16" not in report.ref.note, report.ref.note
+
+
+def _outputs(model: ov.Model, inputs) -> list[np.ndarray]:
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return [np.asarray(v, dtype=np.float64) for v in compiled.create_infer_request().infer(inputs).values()]
+
+
+def _fault_sites(model: ov.Model, inputs, count: int = FAULT_SITES) -> list[str]:
+    """`count` float compute nodes spread over the graph whose fault changes the final outputs.
+
+    A fault that the network absorbs before any output (a scaled key in a near-uniform softmax, a layer-scale
+    product of 1e-8) is correctly not a divergence of the outputs; such sites are passed over, in order from
+    evenly spaced starting points (at most `SCAN` from each), checking each with one plain f32 run of the
+    faulty model.
+    """
+    nodes = [n for n in ModelGraph(model).candidates() if n.outputs[0].is_float and n.op_type not in VIEWS]
+    clean = _outputs(model, inputs)
+    sites: list[str] = []
+    for start in np.linspace(0.1, 0.9, count) * (len(nodes) - 1):
+        for node in nodes[int(round(start)):][:SCAN]:
+            if node.name in sites:
+                continue
+            faulty = _outputs(inject_fault(model, node.name, **FAULT), inputs)
+            change = max(np.linalg.norm(f - c) / max(np.linalg.norm(c), 1e-30) for f, c in zip(faulty, clean))
+            if change > VISIBLE:
+                sites.append(node.name)
+                break
+    return sites
+
+
+@pytest.mark.skipif(not BF16, reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[KNOWN_FAULTS[n]] if n in KNOWN_FAULTS else [])
+                                  for n in MODELS])
+def test_injected_faults_are_named_with_bf16_rounding_everywhere(name):
+    """Add noise to one node's output in the target model, which runs in bf16: that node must be named first.
+
+    Noise needs static shapes, so both sides run the model reshaped to the sample inputs' shapes.
+    """
+    inputs = zoo_inputs(name)
+    model = zoo_model(name).clone()
+    model.reshape({key: list(value.shape) for key, value in inputs.items()})
+    start = time.perf_counter()
+    misses = []
+    sites = _fault_sites(model, inputs)
+    assert len(sites) >= FAULT_SITES - 1, f"{name}: only {sites} change the outputs when faulty"
+    for site in sites:
+        report = bisect(model, "CPU:f32", "CPU:bf16", inputs, target_model=inject_fault(model, site, **FAULT),
+                        progress=False)
+        first = report.first_divergence
+        if first is None or first.name != site:
+            misses.append(f"{site} -> {first.name if first else None}"
+                          + (f" ({first.op_type}: {first.causes[:1]})" if first else ""))
+    hits = len(sites) - len(misses)
+    records.record("faults", name, sites=len(sites), hits=hits, hit_rate=hits / len(sites),
+                   seconds=time.perf_counter() - start, misses=misses)
+    print(f"{name}: fault hit rate {hits}/{len(sites)}")
+    assert not misses, f"{name}: {hits}/{len(sites)} faults named first; missed: {misses}"
+
+
+# ----- what the zoo builds ---------------------------------------------------------------------------------
+
+
+def test_sample_inputs_match_each_model_and_run():
+    core = ov.Core()
+    for name in MODELS:
+        model = zoo_model(name)
+        inputs = zoo_inputs(name)
+        meta = cache.describe(name)
+        assert set(inputs) == {p.output(0).get_any_name() for p in model.get_parameters()}, name
+        if "input_ids" in inputs:
+            vocab = meta["inputs"]["input_ids"]["vocab"]
+            assert 0 <= inputs["input_ids"].min() and inputs["input_ids"].max() < vocab
+            assert np.all(inputs["attention_mask"] == 1)
+        # Converters leave batch (and sequence or image size) dynamic; the sample inputs make them concrete.
+        assert any(not p.get_partial_shape().is_static for p in model.get_parameters()), name
+        compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        request = compiled.create_infer_request()
+        out = request.infer(inputs)
+        assert all(np.isfinite(v).all() for v in out.values()), name
+
+
+def test_ir_saved_as_users_save_it_has_f16_weights_and_the_other_f32():
+    compressed, plain = zoo_model("bert", compressed=True), zoo_model("bert")
+    weights = lambda m: {c.get_output_element_type(0).get_type_name() for c in m.get_ops()  # noqa: E731
+                         if c.get_type_name() == "Constant" and c.get_output_shape(0) and
+                         np.prod(list(c.get_output_shape(0))) > 1000}
+    assert "f16" in weights(compressed) and "f16" not in weights(plain)
+
+
+def test_optimum_export_is_the_stateful_ir_genai_runs():
+    model = zoo_model("llama_stateful")
+    types = {op.get_type_name() for op in model.get_ops()}
+    assert {"ReadValue", "Assign"} <= types
+    assert [p.output(0).get_any_name() for p in model.get_parameters()] == [
+        "input_ids", "attention_mask", "position_ids", "beam_idx"]
+    assert len(model.get_sinks()) == 2 * 2  # a key and a value state for each of the 2 layers
+
+
+def test_twins_are_what_nncf_makes():
+    def op_types(name):
+        return {op.get_type_name() for op in zoo_model(name).get_ops()}
+
+    def constant_types(name):
+        return {op.get_output_element_type(0).get_type_name() for op in zoo_model(name).get_ops()
+                if op.get_type_name() == "Constant"}
+
+    assert "FakeQuantize" in op_types("mobilenetv3-int8") and "FakeQuantize" in op_types("resnet50-int8")
+    assert {"u8"} & constant_types("llama-int8w")
+    assert {"i4", "u4"} & constant_types("llama-int4w")
+
+
+def test_builds_are_cached_and_built_once_when_asked_concurrently(tmp_path, monkeypatch):
+    import threading
+
+    built = []
+    real_build = cache._build
+    monkeypatch.setattr(cache, "_build", lambda *a: (built.append(a[0].name), real_build(*a))[1])
+    paths = []
+    threads = [threading.Thread(target=lambda: paths.append(cache.model_path("vit", root=tmp_path)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert built == ["vit"] and len(set(paths)) == 1 and paths[0].is_file()
+    mtime = paths[0].stat().st_mtime_ns
+    assert cache.model_path("vit", root=tmp_path).stat().st_mtime_ns == mtime  # reused, not rebuilt
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary leftovers
+
+
+def test_cache_key_changes_with_library_versions(monkeypatch):
+    import importlib.metadata
+
+    key = cache.version_key()
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda d: "0.0" if d == "timm" else real(d))
+    assert cache.version_key() != key
