@@ -53,7 +53,8 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         samples=opened.summary.to_record() if opened.summary is not None else None,
         openvino_version=ov.get_version(), notes=tuple(run_notes(opened, measurement, scored)),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
-        curve=tuple(findings.curve), kept_tensors=kept,
+        curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
+        sensitivity=tuple(findings.sensitivity),
     )
     return report
 
@@ -93,6 +94,13 @@ def keep_tensors(session: Session, keep: Sequence[str], ranking: Sequence[str]) 
     for tap, pair in values.items():
         kept.setdefault(tap.key, pair)  # first output of each node
     return kept
+
+
+def coverage(graph, nodes) -> float:
+    """Share of the model's compute nodes compared directly or as members of a compared fused group."""
+    compute = {n.key for n in graph.candidates()}
+    covered = {n.key for n in nodes} | {graph.find(m).key for n in nodes for m in n.group}
+    return len(covered & compute) / max(1, len(compute))
 
 
 def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) -> pathlib.Path:

@@ -17,11 +17,12 @@ This module answers with experiments on the real target:
   tolerance: greedy over the ranked suspects, then minimised by dropping members one at a time, each step
   verified end to end by a partitioned run.
 
-Assumes both sides run the same model (no `target_model`); partitioned runs on twins are not supported.
+With a twin (`target_model`), partitioned runs cut the target's segments from the twin (`bisect_ov.twin`).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -31,8 +32,16 @@ from tqdm import tqdm
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.partition import cut_after, extract
 from bisect_ov.model.taps import Tap, plan_chunks
-from bisect_ov.records import CurvePoint, Delegation, Fix
+from bisect_ov.records import CurvePoint, Delegation, Fix, LayerSensitivity
 from bisect_ov.session import Session
+
+log = logging.getLogger(__name__)
+
+
+def _twin_mixed_run(session, on_target, order):
+    from bisect_ov.twin import twin_mixed_run  # the twin's partitioned runs (imports this module's neighbours)
+
+    return twin_mixed_run(session, on_target, order)
 
 __all__ = ["local_errors", "mixed_run", "contribution_curve", "smallest_range", "impact", "find_fix", "Fix",
            "patch_model"]
@@ -52,10 +61,15 @@ def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_by
     graph, target = session.graph, session.target_graph
     target_of = session.target_of
     ref_of = {t: r for r, t in session.match.pairs}
+    op_of = session.match.target_op()
+    for r, t in op_of.items():  # a twin's op read before its quantizer stands for the model's op too
+        for port in range(len(target[t].outputs)):
+            ref_of.setdefault(Tap(t, port), Tap(r, port))
     matched_t = {t.key for t in ref_of}
 
     def target_unit(members: set[str]) -> set[str]:
         keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
+        keys |= {op_of[m] for m in members if m in op_of}
         own = set(keys)
         for key in keys:  # absorb the twin's own ops upstream of the unit
             own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
@@ -65,7 +79,9 @@ def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_by
                   for uid in units}
     stats: dict[Tap, TensorStats] = {}
     flat = [t for uid in units for t in outputs_of[uid]]
-    for chunk in plan_chunks(graph, flat, max_bytes):
+    chunks = plan_chunks(graph, flat, max_bytes)
+    while chunks:
+        chunk = chunks.pop(0)
         uids = list(dict.fromkeys(t.key for t in chunk))
         unit_of = {m: uid for uid in uids for m in target_unit(set(units[uid]) | {uid})}
         outputs = [t for uid in uids for t in outputs_of[uid]]
@@ -73,13 +89,21 @@ def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_by
         fed_ref = [ref_of[t] for t in piece.fed if t in ref_of]
         values = session.ref_values(fed_ref + outputs)
         feed = {}
+        foreign = [t for t in piece.fed if target[t.key].kind != "parameter" and t not in ref_of]
+        if foreign:
+            # A twin-only tensor read across units: run these units one by one; a unit that still reads one
+            # cannot be isolated against the reference and is left out.
+            if len(uids) > 1:
+                chunks[:0] = [[t for t in chunk if t.key == uid] for uid in uids]
+            else:
+                log.info("Local error of '%s' not measured: it reads the twin's tensor %s, which the model "
+                         "lacks.", uids[0], foreign[0])
+            continue
         for t in piece.fed:
             if target[t.key].kind == "parameter":
                 feed[t] = session.target_arrays[target.parameter_position[t.key]]
-            elif t in ref_of:
+            else:
                 feed[t] = values[ref_of[t]]
-            else:  # a twin-only tensor read across units: the unit cannot be isolated against the reference
-                raise ValueError(f"tensor {t} of the target model has no reference counterpart")
         got = session.run_piece("target", piece, feed)
         for t, arr in zip(outputs, got):
             stats[t] = compare(values[t], arr)
@@ -108,7 +132,8 @@ class MixedRuns:
         """Final-output error (worst output) when exactly `on_target` runs on the target."""
         key = frozenset(on_target)
         if key not in self.cache:
-            self.cache[key] = max((self.error_of(s) for s in mixed_run(self.session, key, self.order)), default=0.0)
+            run = mixed_run if self.session.target_graph is self.session.graph else _twin_mixed_run
+            self.cache[key] = max((self.error_of(s) for s in run(self.session, key, self.order)), default=0.0)
             self.runs += 1
             self.bar.update(1)
         return self.cache[key]
@@ -256,6 +281,7 @@ class Findings:
     curve: list[CurvePoint] = field(default_factory=list)
     delegation: Delegation | None = None
     runs: int = 0
+    sensitivity: tuple[LayerSensitivity, ...] = ()
 
 
 def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],

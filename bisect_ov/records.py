@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "Fidelity", "Noise", "SamplesSummary"]
+__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,17 @@ class Delegation:
     first: str | None = None
     last: str | None = None
     nodes: int = 0
+
+
+@dataclass(frozen=True)
+class LayerSensitivity:
+    """One quantized layer of a twin: its own (local) error and the final-output error when it alone is quantized."""
+
+    name: str
+    op_type: str
+    quantization: str  # "int4 weights (i4, group 64, symmetric)", "int8 activations", ...
+    local_error: float | None
+    impact: float
 
 
 @dataclass(frozen=True)

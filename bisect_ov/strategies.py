@@ -92,7 +92,7 @@ def _unmeasured_ancestors(graph, key: str, measured: set[str]) -> set[str]:
 def run_bisection(session: Session, diverged: Diverged) -> dict[Tap, TensorStats]:
     """Binary search for the first position whose cut diverges; see the module docstring."""
     graph = session.graph
-    matched = {r for r, _ in session.match.pairs}
+    matched = {r for r, _ in session.match.pairs} - session.untappable
     order = [n.key for n in graph.candidates() if any(Tap(n.key, t.port) in matched for t in n.outputs)]
     stats: dict[Tap, TensorStats] = {}
 

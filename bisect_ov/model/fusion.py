@@ -17,7 +17,7 @@ from bisect_ov.model.match import Match
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 
-__all__ = ["fusion_boundaries", "unmeasured_ancestors"]
+__all__ = ["fusion_boundaries", "unmeasured_ancestors", "int8_internal"]
 
 
 def fusion_boundaries(graph: ModelGraph, target_graph: ModelGraph, match: Match, target_runtime: RuntimeGraph
@@ -82,3 +82,27 @@ def unmeasured_ancestors(graph: ModelGraph, key: str, measured: set[str]) -> set
                 seen.add(producer)
                 stack.append(producer)
     return seen
+
+
+INT8 = frozenset({"i8", "u8", "I8", "U8"})
+
+
+def int8_internal(target_graph: ModelGraph, target_runtime: RuntimeGraph) -> set[str]:
+    """Target ops computed inside an int8 kernel whose every reader is in that kernel too.
+
+    Such a tensor never leaves the kernel (a Convolution's accumulator before its bias, ReLU and requantizing
+    FakeQuantize). Exposing it makes the CPU plugin split the kernel, and its low-precision transformations
+    then produce other values (measured on an NNCF int8 ResNet-50: tapping the raw Convolution outputs took
+    the final output 140-210% away from the untapped run, tapping the kernels' outputs 5%). Such ops are not
+    tapped; their error is seen at the kernel's output.
+    """
+    internal: set[str] = set()
+    for layer in target_runtime.layers:
+        if not layer.is_compute or layer.runtime_precision not in INT8:
+            continue
+        members = {n for n in layer.original_names if n in target_graph}
+        for m in members:
+            readers = target_graph.consumers(m)
+            if readers and all(r in members for r in readers):
+                internal.add(m)
+    return internal
