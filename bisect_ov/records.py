@@ -30,11 +30,13 @@ class DeviceInfo:
     emulated: bool = False
     note: str = ""
     precision_counts: dict[str, int] = field(default_factory=dict)
+    weights: str | None = None  # the precision weights are stored in, when lower than the arithmetic's
 
     @property
     def label(self) -> str:
-        """``CPU/f32``, ``EMU:f16/f16 (emulated)``."""
-        return f"{self.name}/{self.precision}" + (" (emulated)" if self.emulated else "")
+        """``CPU/f32``, ``CPU/f32 (weights f16)``, ``EMU:f16/f16 (emulated)``."""
+        weights = f" (weights {self.weights})" if self.weights else ""
+        return f"{self.name}/{self.precision}{weights}" + (" (emulated)" if self.emulated else "")
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,11 @@ errors of the ``K`` products are independent), so a node's own error is the root
 weight quantization, of the quantizer on its output (nodes are compared at their quantized output) and of
 quantizers on the model inputs it reads. Errors inherited along the graph add the same way: the expected
 error at a node is ``sqrt(max over inputs of expected**2 + own**2)``. A twin's node is then allowed
-``quant_factor`` (3 by default) times that, and never less than the float threshold; nodes that nothing
-quantized reaches keep the float model (both sides compute them alike).
+``quant_factor`` (4 by default) times that, and never less than the float threshold; nodes that nothing
+quantized reaches keep the float model (both sides compute them alike). The model ignores how layers amplify
+or dilute error (residual sums dilute it, ReLU stacks amplify it): on NNCF twins of the zoo, the measured
+error over this expectation was 0.36 at the logits of an int4 Llama and up to 3.2 inside an int8 ResNet-50,
+hence the factor.
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ class Tolerance:
     per_node: Mapping[str, float] = field(default_factory=dict)
     min_growth: float = 2.0
     quantization: Mapping[str, float] = field(default_factory=dict)
-    quant_factor: float = 3.0
+    quant_factor: float = 4.0
 
     def __post_init__(self) -> None:
         for name in ("factor", "floor", "min_growth", "quant_factor"):
