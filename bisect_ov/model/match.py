@@ -115,8 +115,11 @@ def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
 
 
 def foreign_inputs(match: Match, target: ModelGraph, target_key: str) -> list[str]:
-    """Ops the target model runs between a matched node and its matched producers (e.g. FakeQuantize)."""
-    matched = {t.key for _, t in match.pairs}
+    """Ops the target model runs between a matched node and its matched producers (e.g. an injected fault).
+
+    The twin's recognised quantizers (FakeQuantize, weight decompression) are its quantization, not listed here.
+    """
+    matched = {t.key for _, t in match.pairs} | set(match.quantizers)
     between = target.upstream(target_key, data_only=False, include_self=False,
                               stop=lambda k: k in matched or target[k].kind in ("parameter", "constant"))
     # Nearest first: the op right in front of the node is what a reader looks for.
