@@ -44,6 +44,12 @@ def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, r
                ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
     """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups."""
     taps, groups = fusion_boundaries(session.graph, session.target_graph, session.match, session.target_runtime)
+    if session.untappable:
+        # Tensors inside a twin's int8 computation are not exposed: their nodes belong to the next tap's group.
+        taps = [t for t in taps if t not in session.untappable]
+        kept = {t.key for t in taps}
+        groups = {k: tuple(sorted(_unmeasured_ancestors(session.graph, k, kept) - {k},
+                                  key=lambda m: session.graph[m].index)) for k in kept}
     stats = session.measure_chunked(taps, max_bytes, desc="compare groups")
     if not refine:
         return stats, groups

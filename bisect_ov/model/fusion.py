@@ -85,18 +85,27 @@ def unmeasured_ancestors(graph: ModelGraph, key: str, measured: set[str]) -> set
 
 
 INT8 = frozenset({"i8", "u8", "I8", "U8"})
+_LPT_OPS = frozenset({"Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData"})
 
 
 def int8_internal(target_graph: ModelGraph, target_runtime: RuntimeGraph) -> set[str]:
-    """Target ops computed inside an int8 kernel whose every reader is in that kernel too.
+    """Target ops whose output must not be exposed in a quantized twin: it lives inside an int8 computation.
 
-    Such a tensor never leaves the kernel (a Convolution's accumulator before its bias, ReLU and requantizing
-    FakeQuantize). Exposing it makes the CPU plugin split the kernel, and its low-precision transformations
-    then produce other values (measured on an NNCF int8 ResNet-50: tapping the raw Convolution outputs took
-    the final output 140-210% away from the untapped run, tapping the kernels' outputs 5%). Such ops are not
-    tapped; their error is seen at the kernel's output.
+    * ops inside an int8 kernel whose every reader is in that kernel too (a Convolution's accumulator before
+      its bias, ReLU and requantizing FakeQuantize): exposing it makes the CPU plugin split the kernel, and its
+      low-precision transformations then produce other values (measured on an NNCF int8 ResNet-50: tapping
+      the raw Convolution outputs took the final output 140-210% away from the untapped run, tapping the
+      kernels' outputs 5%);
+    * Convolutions and MatMuls reading an activation FakeQuantize: their raw output is an int8 product whose
+      dequantization the plugin moves past it; exposing it also changed what later tensors read (on an NNCF
+      int8 MobileNetV3, tapping an SE block's reducing Convolution made the quantized ReLU after it read as
+      zeros).
+
+    Such ops are not tapped; their error is seen at the next exposed tensor (the kernel's output).
     """
-    internal: set[str] = set()
+    internal: set[str] = {n.key for n in target_graph.candidates() if n.op_type in _LPT_OPS and any(
+        target_graph[k].op_type == "FakeQuantize" and target_graph[k].kind == "compute" for k, _ in n.inputs)
+        and not any(target_graph[r].kind == "result" for r in target_graph.consumers(n.key))}
     for layer in target_runtime.layers:
         if not layer.is_compute or layer.runtime_precision not in INT8:
             continue
