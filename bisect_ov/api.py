@@ -43,6 +43,7 @@ def bisect(
     fix: bool | float = False,
     delegation: bool = False,
     curve: int = 0,
+    sensitivity: bool = False,
     noise: bool = True,
     patched_model: str | os.PathLike | None = None,
     keep: Sequence[str] = (),
@@ -107,6 +108,9 @@ def bisect(
     curve
         Points of the error contribution curve (final error with the first fraction of the graph on the
         target); 0 for none.
+    sensitivity
+        With a quantized twin (`target_model`): rank its quantized layers by their own error and by the
+        final-output error when each alone is quantized (one partitioned run per layer); `Report.sensitivity`.
     noise
         Run the target against itself (twice, and a second compile): differences below that floor are noise.
     patched_model
@@ -150,7 +154,7 @@ def bisect(
     options = BisectOptions.from_keywords(
         ref_config=ref_config, target_config=target_config, metric=metric, tolerance=tolerance, seed=seed,
         strategy=strategy, budget=budget, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
-        noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes,
+        sensitivity=sensitivity, noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes,
         progress=progress, executor=executor, samples_per_unit=samples_per_unit, unit_retries=unit_retries)
     return run(model, ref, target, inputs, options, target_model=target_model)
 

@@ -33,7 +33,8 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
     session, options = opened.session, opened.options
     with opened.clock("score"):
         ranking = rank_by_impact(scored.scores.ranking, findings.impact)
-        nodes = node_results(session, measurement, scored, plain.tolerance.precision, findings, ranking)
+        nodes = node_results(session, measurement, scored, plain.tolerance.precision, findings, ranking,
+                             frozenset(plain.tolerance.quantization))
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
@@ -54,7 +55,8 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         samples=opened.summary.to_record() if opened.summary is not None else None,
         openvino_version=ov.get_version(), notes=tuple(run_notes(opened, measurement, scored)),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
-        curve=tuple(findings.curve), kept_tensors=kept,
+        curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
+        sensitivity=tuple(findings.sensitivity),
     )
     return report
 
@@ -96,6 +98,13 @@ def keep_tensors(session: Session, keep: Sequence[str], ranking: Sequence[str]) 
     return kept
 
 
+def coverage(graph, nodes) -> float:
+    """Share of the model's compute nodes compared directly or as members of a compared fused group."""
+    compute = {n.key for n in graph.candidates()}
+    covered = {n.key for n in nodes} | {graph.find(m).key for n in nodes for m in n.group}
+    return len(covered & compute) / max(1, len(compute))
+
+
 def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) -> pathlib.Path:
     """Save `model` with the fix's nodes marked for GPU/NPU plugins to keep them in f32."""
     path = pathlib.Path(path)
@@ -104,8 +113,9 @@ def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) 
 
 
 def node_results(session: Session, measurement: Measurement, scored: Scored, precision: str, findings: Findings,
-                 ranking: tuple[str, ...]) -> tuple[NodeResult, ...]:
-    """One `NodeResult` per measured node, in topological order."""
+                 ranking: tuple[str, ...], tolerance_quantized: Any = frozenset()) -> tuple[NodeResult, ...]:
+    """One `NodeResult` per measured node, in topological order (`tolerance_quantized`: names of the nodes a
+    twin's quantization model judges)."""
     stats, scores, groups = measurement.stats, scored.scores, measurement.groups
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.graph
@@ -138,7 +148,9 @@ def node_results(session: Session, measurement: Measurement, scored: Scored, pre
             causes.append(exact[key].describe())
         else:
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
-            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, precision)
+            # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.
+            judged = "quantization" if node.name in tolerance_quantized else precision
+            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, judged)
         results.append(NodeResult(
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,

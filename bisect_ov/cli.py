@@ -85,6 +85,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="search the smallest set of nodes to keep on the reference (optionally under TOL)")
     parser.add_argument("--patched-model", type=pathlib.Path, metavar="OUT.xml",
                         help="with --fix, save the model marked for GPU/NPU to keep those nodes in f32")
+    parser.add_argument("--ignored-scope", type=pathlib.Path, metavar="OUT.json",
+                        help='with --fix, write the nodes to keep as JSON {"names": [...]}, the arguments of '
+                             "nncf.IgnoredScope (for a twin quantized with NNCF)")
     _option_flags(parser)
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
@@ -216,8 +219,11 @@ def _check_display(args) -> None:
         raise InputError(f"--width must be at least 40 columns; got {args.width}.")
     if not math.isfinite(args.max_tap_mb):
         raise InputError(f"--max-tap-mb must be a finite number of MB (0 or less: no limit); got {args.max_tap_mb}.")
-    for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model)):
+    for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model),
+                       ("--ignored-scope", getattr(args, "ignored_scope", None))):
         _check_output_path(flag, path)
+    if getattr(args, "ignored_scope", None) is not None and not args.fix:
+        raise InputError("--ignored-scope writes the nodes a fix keeps: add --fix (or --fix TOL).")
 
 
 def _run(args, model, target_model=None, inputs=None) -> object:
@@ -234,6 +240,14 @@ def _run(args, model, target_model=None, inputs=None) -> object:
         if args.html:
             report.save_html(args.html)
             print(f"HTML report written to {printable(str(args.html))}")
+        if getattr(args, "ignored_scope", None) is not None:
+            import json
+
+            from bisect_ov.fileio import write_text_atomic
+
+            write_text_atomic(args.ignored_scope, json.dumps({"names": report.ignored_scope()}, indent=1) + "\n")
+            print(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "
+                  "nncf.IgnoredScope(**json.load(open(path)))")
     except OSError as err:
         raise InputError(f"Writing the report failed: {err.strerror or err} ('{err.filename or ''}').") from err
     return report

@@ -17,11 +17,12 @@ This module answers with experiments on the real target:
   tolerance: greedy over the ranked suspects, then minimised by dropping members one at a time, each step
   verified end to end by a partitioned run.
 
-Assumes both sides run the same model (no `target_model`); partitioned runs on twins are not supported.
+With a twin (`target_model`), partitioned runs cut the target's segments from the twin (`bisect_ov.twin`).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -31,8 +32,16 @@ from tqdm import tqdm
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.partition import cut_after, extract
 from bisect_ov.model.taps import Tap, plan_chunks
-from bisect_ov.records import CurvePoint, Delegation, Fix
+from bisect_ov.records import CurvePoint, Delegation, Fix, LayerSensitivity
 from bisect_ov.session import Session
+
+log = logging.getLogger(__name__)
+
+
+def _twin_mixed_run(session, on_target, order):
+    from bisect_ov.twin import twin_mixed_run  # the twin's partitioned runs (imports this module's neighbours)
+
+    return twin_mixed_run(session, on_target, order)
 
 __all__ = ["local_errors", "local_pieces", "precompile_local", "mixed_run", "contribution_curve", "smallest_range", "impact", "find_fix", "Fix",
            "patch_model"]
@@ -50,46 +59,80 @@ def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_by
     unit's output tensors, target (isolated) against reference.
     """
     target = session.target_graph
-    ref_of = {t: r for r, t in session.match.pairs}
+    builder = _UnitBuilder(session, units)
+    ref_of = builder.ref_of
     stats: dict[Tap, TensorStats] = {}
-    for piece, outputs in local_pieces(session, units, max_bytes=max_bytes):
+    chunks = builder.chunks(max_bytes)
+    while chunks:
+        chunk = chunks.pop(0)
+        uids = list(dict.fromkeys(t.key for t in chunk))
+        piece, outputs = builder.piece(uids)
+        foreign = [t for t in piece.fed if target[t.key].kind != "parameter" and t not in ref_of]
+        if foreign:
+            # A twin-only tensor read across units: run these units one by one; a unit that still reads one
+            # cannot be isolated against the reference and is left out.
+            if len(uids) > 1:
+                chunks[:0] = [[t for t in chunk if t.key == uid] for uid in uids]
+            else:
+                log.info("Local error of '%s' not measured: it reads the twin's tensor %s, which the model "
+                         "lacks.", uids[0], foreign[0])
+            continue
         fed_ref = [ref_of[t] for t in piece.fed if t in ref_of]
         values = session.ref_values(fed_ref + outputs)
         feed = {}
         for t in piece.fed:
             if target[t.key].kind == "parameter":
                 feed[t] = session.target_arrays[target.parameter_position[t.key]]
-            elif t in ref_of:
+            else:
                 feed[t] = values[ref_of[t]]
-            else:  # a twin-only tensor read across units: the unit cannot be isolated against the reference
-                raise ValueError(f"tensor {t} of the target model has no reference counterpart")
         got = session.run_piece("target", piece, feed)
         for t, arr in zip(outputs, got):
             stats[t] = compare(values[t], arr)
     return stats
 
 
-def local_pieces(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20):
-    """The isolated-units models `local_errors` runs, one per memory chunk: (piece, reference output taps)."""
-    graph, target = session.graph, session.target_graph
-    target_of = session.target_of
-    matched_t = {t.key for _, t in session.match.pairs}
+class _UnitBuilder:
+    """Builds the isolated-units models of `local_errors`: which twin ops each unit runs, in memory chunks."""
 
-    def target_unit(members: set[str]) -> set[str]:
+    def __init__(self, session: Session, units: Mapping[str, Sequence[str]]):
+        self.session, self.units = session, units
+        graph, target = session.graph, session.target_graph
+        self.ref_of = {t: r for r, t in session.match.pairs}
+        self.op_of = session.match.target_op()
+        for r, t in self.op_of.items():  # a twin's op read before its quantizer stands for the model's op too
+            for port in range(len(target[t].outputs)):
+                self.ref_of.setdefault(Tap(t, port), Tap(r, port))
+        self.matched_t = {t.key for t in self.ref_of}
+        target_of = session.target_of
+        self.outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
+                           for uid in units}
+
+    def chunks(self, max_bytes: int | None) -> list[list[Tap]]:
+        flat = [t for uid in self.units for t in self.outputs_of[uid]]
+        return plan_chunks(self.session.graph, flat, max_bytes)
+
+    def _target_unit(self, members: set[str]) -> set[str]:
+        target, target_of = self.session.target_graph, self.session.target_of
         keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
+        keys |= {self.op_of[m] for m in members if m in self.op_of}
         own = set(keys)
         for key in keys:  # absorb the twin's own ops upstream of the unit
-            own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
+            own |= target.upstream(key, stop=lambda k: k in self.matched_t or not target[k].is_candidate)
         return own
 
-    outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
-                  for uid in units}
-    flat = [t for uid in units for t in outputs_of[uid]]
-    for chunk in plan_chunks(graph, flat, max_bytes):
-        uids = list(dict.fromkeys(t.key for t in chunk))
-        unit_of = {m: uid for uid in uids for m in target_unit(set(units[uid]) | {uid})}
-        outputs = [t for uid in uids for t in outputs_of[uid]]
-        yield extract(target, list(unit_of), [target_of[t] for t in outputs], unit_of), outputs
+    def piece(self, uids: Sequence[str]):
+        """The model running units `uids` side by side, and the reference taps of their outputs."""
+        unit_of = {m: uid for uid in uids for m in self._target_unit(set(self.units[uid]) | {uid})}
+        outputs = [t for uid in uids for t in self.outputs_of[uid]]
+        target_of = self.session.target_of
+        return extract(self.session.target_graph, list(unit_of), [target_of[t] for t in outputs], unit_of), outputs
+
+
+def local_pieces(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20):
+    """The isolated-units models `local_errors` runs first, one per memory chunk: (piece, reference taps)."""
+    builder = _UnitBuilder(session, units)
+    for chunk in builder.chunks(max_bytes):
+        yield builder.piece(list(dict.fromkeys(t.key for t in chunk)))
 
 
 def precompile_local(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20
@@ -122,7 +165,8 @@ class MixedRuns:
         """Final-output error (worst output) when exactly `on_target` runs on the target."""
         key = frozenset(on_target)
         if key not in self.cache:
-            self.cache[key] = max((self.error_of(s) for s in mixed_run(self.session, key, self.order)), default=0.0)
+            run = mixed_run if self.session.target_graph is self.session.graph else _twin_mixed_run
+            self.cache[key] = max((self.error_of(s) for s in run(self.session, key, self.order)), default=0.0)
             self.runs += 1
             self.bar.update(1)
         return self.cache[key]
@@ -270,6 +314,7 @@ class Findings:
     curve: list[CurvePoint] = field(default_factory=list)
     delegation: Delegation | None = None
     runs: int = 0
+    sensitivity: tuple[LayerSensitivity, ...] = ()
 
 
 def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],

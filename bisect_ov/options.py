@@ -3,7 +3,7 @@
 `BisectOptions` is read by the API (`bisect(**keywords)` builds one), by the CLI (its flags are generated from
 the fields here, so an option is added in one place) and by the report (which records the resolved options).
 `BisectOptions.resolve` decides once what can run on a given pair of sides (recorded runs cannot run pieces
-of the model; partitioned runs need one model on both sides) and returns the notes that say what was
+of the model) and returns the notes that say what was
 switched off.
 
 Assumes nothing about OpenVINO: options are plain values, checked at construction.
@@ -73,6 +73,8 @@ class BisectOptions:
                                        cli=None)
     delegation: bool = _opt(False, "find the shortest node range whose delegation reproduces half the error")
     curve: int = _opt(0, "points of the error contribution curve (0 for none)", kind=int, metavar="N")
+    sensitivity: bool = _opt(False, "with a quantized twin, rank its quantized layers by their local error and "
+                             "their impact on the final outputs (one partitioned run per layer)")
     noise: bool = _opt(True, "run the target against itself to measure its noise floor",
                        cli_help="skip running the target against itself")
     patched_model: str | os.PathLike | None = _opt(
@@ -119,7 +121,7 @@ class BisectOptions:
             raise InputError(f"Unknown budget '{self.budget}'. Available: {list(BUDGETS)}.")
         if self.strategy not in STRATEGIES:
             raise InputError(f"Unknown strategy '{self.strategy}'. Available: {list(STRATEGIES)}.")
-        for name in ("refine", "local", "fix", "delegation", "noise"):
+        for name in ("refine", "local", "fix", "delegation", "noise", "sensitivity"):
             if not isinstance(getattr(self, name), bool):
                 raise InputError(f"{name} must be True or False; got {getattr(self, name)!r}.")
         if self.executor is not None and not isinstance(self.executor, str) and not callable(
@@ -178,14 +180,15 @@ class BisectOptions:
     @property
     def partitioned(self) -> bool:
         """True when some experiment needs partitioned (mixed-device) runs."""
-        return bool(self.impact or self.fix or self.delegation or self.curve)
+        return bool(self.impact or self.fix or self.delegation or self.curve or self.sensitivity)
 
     def resolve(self, *, local_possible: bool, pieces_possible: bool, twin: bool) -> tuple["BisectOptions", tuple[str, ...]]:
         """The options that can run here, and notes for what was switched off.
 
         `local_possible`: the target can run pieces fed with the reference's values (not a recorded target,
         not a sampled side). `pieces_possible`: both sides can run pieces (partitioned runs). `twin`: the target
-        runs another model (`target_model`), so partitioned runs, which need one model, are off.
+        runs another model (`target_model`): partitioned runs then take the target's segments from it
+        (`bisect_ov.twin`); layer sensitivity needs one.
         """
         resolved = self
         notes: list[str] = []
@@ -194,12 +197,12 @@ class BisectOptions:
             resolved = replace(resolved, local=False, impact=0)
         if not local_possible and self.local:
             resolved = replace(resolved, local=False)
-        if not pieces_possible or twin:
-            if twin and (self.fix or self.delegation or self.curve):
-                notes.append("Partitioned runs (impact, delegation range, curve, fix) need one model on both sides; "
-                             "they are skipped with target_model.")
+        if not twin and self.sensitivity:
+            notes.append("Layer sensitivity ranks the quantized layers of a twin; it needs target_model.")
+            resolved = replace(resolved, sensitivity=False)
+        if not pieces_possible:
             resolved = replace(resolved, impact=0, fix=False, fix_tolerance=None, delegation=False, curve=0,
-                               patched_model=None)
+                               patched_model=None, sensitivity=False)
         return resolved, tuple(notes)
 
     def to_dict(self) -> dict[str, Any]:

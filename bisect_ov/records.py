@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "Fidelity", "Noise", "SamplesSummary"]
+__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary"]
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,13 @@ class DeviceInfo:
     emulated: bool = False
     note: str = ""
     precision_counts: dict[str, int] = field(default_factory=dict)
+    weights: str | None = None  # the precision weights are stored in, when lower than the arithmetic's
 
     @property
     def label(self) -> str:
-        """``CPU/f32``, ``EMU:f16/f16 (emulated)``."""
-        return f"{self.name}/{self.precision}" + (" (emulated)" if self.emulated else "")
+        """``CPU/f32``, ``CPU/f32 (weights f16)``, ``EMU:f16/f16 (emulated)``."""
+        weights = f" (weights {self.weights})" if self.weights else ""
+        return f"{self.name}/{self.precision}{weights}" + (" (emulated)" if self.emulated else "")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,17 @@ class Delegation:
     first: str | None = None
     last: str | None = None
     nodes: int = 0
+
+
+@dataclass(frozen=True)
+class LayerSensitivity:
+    """One quantized layer of a twin: its own (local) error and the final-output error when it alone is quantized."""
+
+    name: str
+    op_type: str
+    quantization: str  # "int4 weights (i4, group 64, symmetric)", "int8 activations", ...
+    local_error: float | None
+    impact: float
 
 
 @dataclass(frozen=True)

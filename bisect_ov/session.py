@@ -21,6 +21,7 @@ from tqdm import tqdm
 from bisect_ov.analysis.exactness import EXACT_OPS, ExactCheck, check_node, exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.fusion import int8_internal
 from bisect_ov.model.match import Match
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, plan_chunks, tap_model
@@ -109,6 +110,7 @@ class Session:
         self._recompile = None  # a background compile of the untouched target, for `noise`
         self._precompiled: dict[tuple, Any] = {}  # background compiles of pieces, by what they compute
         self._target_output = _target_output_positions(graph, target_graph, self.target_of)
+        self._untappable: frozenset[Tap] = frozenset()
 
     # ----- state, read-only from outside ------------------------------------------------------------
     @property
@@ -135,6 +137,11 @@ class Session:
     def target_output_positions(self) -> list[int]:
         """For each reference output (model order), the position of its counterpart among the target's outputs."""
         return list(self._target_output)
+
+    @property
+    def untappable(self) -> frozenset[Tap]:
+        """Reference taps never exposed: their twin tensors live inside an int8 kernel (`model.fusion.int8_internal`)."""
+        return self._untappable
 
     @property
     def exact(self) -> dict[str, ExactCheck]:
@@ -195,6 +202,9 @@ class Session:
             # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
             # groups and kernels say nothing about the emulated device, so they are not used.
             self.target_runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
+            if self.target_graph is not self.graph:
+                inside = int8_internal(self.target_graph, self.target_runtime)
+                self._untappable = frozenset(r for r, t in self.target_of.items() if t.key in inside)
             n = len(self.graph.model.outputs)
             self.outputs = self._final_outputs(ref_out, target_out, n)
             # Kept for partitioned runs, which compare their final outputs with the reference's.
@@ -314,7 +324,7 @@ class Session:
 
     def measure(self, taps: Sequence[Tap], *, bar: tqdm | None = None) -> dict[Tap, TensorStats]:
         """Expose `taps` (reference-side taps; matched target taps are found) in one compile per side."""
-        taps = [t for t in taps if t in self.target_of]
+        taps = [t for t in taps if t in self.target_of and t not in self._untappable]
         target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
         ready = self._ref_ready
         if ready is not None and all(t in ready.index for t in taps):
@@ -359,7 +369,8 @@ class Session:
 
     def measure_chunked(self, taps: Sequence[Tap], max_bytes: int | None, *, desc: str = "compare") -> dict[Tap, TensorStats]:
         """`measure` in as many compiles as the byte budget needs, with a progress bar over tensors."""
-        chunks = plan_chunks(self.graph, [t for t in taps if t in self.target_of], max_bytes)
+        chunks = plan_chunks(self.graph, [t for t in taps if t in self.target_of and t not in self._untappable],
+                             max_bytes)
         stats: dict[Tap, TensorStats] = {}
         with tqdm(total=sum(map(len, chunks)), desc=desc, unit="tensor", disable=not self.progress, leave=False) as bar:
             for i, chunk in enumerate(chunks):

@@ -44,6 +44,7 @@ from bisect_ov.samples import Samples, SampleSummary, as_samples
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.session import Clock, Session
 from bisect_ov.strategies import run_bisection, run_full, run_fusion
+from bisect_ov.twin import layer_sensitivity, quantized_units, twin_tolerance
 
 __all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "capture", "score",
            "experiments", "FIDELITY_RANGE", "fidelity"]
@@ -177,7 +178,10 @@ def plain_run(opened: Opened) -> Plain:
     session.plain(ref_taps=ref_taps)
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
-    return Plain(options.tolerance_model().with_precision(precision))
+    tolerance = options.tolerance_model().with_precision(precision)
+    if opened.target_model is not None and session.match.quantized:
+        tolerance = twin_tolerance(tolerance, session.graph, session.target_graph, session.match)
+    return Plain(tolerance)
 
 
 def capture(opened: Opened, plain: Plain) -> Measurement:
@@ -271,17 +275,34 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
                 by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)), key=lambda k: -local[k])
                 chosen = list(dict.fromkeys(suspects + by_local))[:options.impact]
                 impact = impact_of(runs, {k: units.get(k, (k,)) for k in chosen})
+            twin = session.target_graph is not session.graph
+            sensitivity = layer_sensitivity(session, runs.error, local) if twin and options.sensitivity else ()
             fix = None
             if options.fix:
                 limit = (options.fix_tolerance if options.fix_tolerance is not None
                          else min(o.tolerance for o in scored.outputs))
-                causes = {k: tuple(first_causes(session.graph, stats, scores, k)) for k in scores.first}
-                candidates = suspects_for_fix(session.graph, scores.ranking, scores.first, units, local,
-                                              scored.tolerances, causes, delegation)
-                fix = find_fix(runs, candidates, limit)
+                if twin and session.match.quantized:
+                    candidates = twin_fix_candidates(session, sensitivity, local)
+                else:
+                    causes = {k: tuple(first_causes(session.graph, stats, scores, k)) for k in scores.first}
+                    candidates = suspects_for_fix(session.graph, scores.ranking, scores.first, units, local,
+                                                  scored.tolerances, causes, delegation)
+                fix = find_fix(runs, candidates, limit, max_units=len(candidates) if twin else 8)
         finally:
             runs.close()
-    return Findings(local=local, impact=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs)
+    return Findings(local=local, impact=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
+                    sensitivity=sensitivity)
+
+
+def twin_fix_candidates(session: Session, sensitivity, local: dict[str, float]) -> list[tuple[str, ...]]:
+    """A twin's quantized layers, one unit each, the most harmful first (by impact, else by local error)."""
+    keys = quantized_units(session)
+    if sensitivity:
+        by_name = {session.graph.find(s.name).key: s.impact for s in sensitivity}
+        keys.sort(key=lambda k: -by_name.get(k, 0.0))
+    else:
+        keys.sort(key=lambda k: -local.get(k, 0.0))
+    return [(k,) for k in keys]
 
 
 # ----- helpers shared by the stages -------------------------------------------------------------------------
@@ -332,7 +353,7 @@ def comparison_precision(ref: DeviceInfo | None, target: DeviceInfo | None, targ
         raise InputError("Both sides must have run before the precision in play is known.")
     candidates = [ref.precision, target.precision]
     if target_graph is not None:
-        if any(n.op_type == "FakeQuantize" for n in target_graph):
-            candidates.append("i8")
+        # Quantizers (FakeQuantize, compressed weights) have their own model (`twin.twin_tolerance`); only
+        # activations stored in a lower float precision change the rounding of every node.
         candidates += [t.dtype for n in target_graph.candidates() for t in n.outputs if t.dtype in ("f16", "bf16")]
     return max(candidates, key=unit_roundoff)

@@ -49,6 +49,12 @@ def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, r
     start preparing work that depends only on them).
     """
     taps, groups = fusion_boundaries(session.graph, session.target_graph, session.match, session.target_runtime)
+    if session.untappable:
+        # Tensors inside a twin's int8 computation are not exposed: their nodes belong to the next tap's group.
+        taps = [t for t in taps if t not in session.untappable]
+        kept = {t.key for t in taps}
+        groups = {k: tuple(sorted(_unmeasured_ancestors(session.graph, k, kept) - {k},
+                                  key=lambda m: session.graph[m].index)) for k in kept}
     if planned is not None:
         planned([t for t in taps if t in session.target_of], groups)
     stats = session.measure_chunked(taps, max_bytes, desc="compare groups")
@@ -99,7 +105,7 @@ def _unmeasured_ancestors(graph, key: str, measured: set[str]) -> set[str]:
 def run_bisection(session: Session, diverged: Diverged) -> dict[Tap, TensorStats]:
     """Binary search for the first position whose cut diverges; see the module docstring."""
     graph = session.graph
-    matched = {r for r, _ in session.match.pairs}
+    matched = {r for r, _ in session.match.pairs} - session.untappable
     order = [n.key for n in graph.candidates() if any(Tap(n.key, t.port) in matched for t in n.outputs)]
     stats: dict[Tap, TensorStats] = {}
 

@@ -6,11 +6,14 @@ cause was one kind of 1x1 convolution running different instructions (VNNI or no
 The users needed to compare the FP32 model with its int8 twin node by node, and runs from two machines layer
 by layer.
 
-Here `synthetic.fp32_and_int8()` gives a small MobileNet-like classifier and its FakeQuantize twin, calibrated
-on inputs in [-1, 1]: bisect_ov compares them node by node on the CPU in f32, on bisect's default inputs
+Here `synthetic.fp32_and_int8()` gives a small MobileNet-like classifier; its int8 twin is made the way the
+users made theirs, with ``nncf.quantize`` calibrated on inputs in [-1, 1] (when NNCF is installed; otherwise
+the FakeQuantize twin `synthetic.fp32_and_int8()` builds in code, calibrated the same way). bisect_ov
+recognises the twin's FakeQuantize ops as the quantization of the nodes they serve and compares them node by
+node on the CPU in f32, on bisect's default inputs
 (standard normal, so about a third of the values lie outside the calibrated range and are clipped by the first
-FakeQuantize) and on inputs inside the calibrated range. It lists which nodes quantization changes and the
-FakeQuantize nodes that have no counterpart, then runs the int8 model in f32 against the CPU's bf16 where the
+FakeQuantize) and on inputs inside the calibrated range. It lists which nodes quantization changes and how
+each is quantized, then runs the int8 model in f32 against the CPU's bf16 where the
 CPU has it, and prints what each side really ran (precision and kernel per node). Comparing two machines or
 two OpenVINO versions needs runs recorded on each machine and compared later (the capture feature); this
 example compares two configurations of one machine.
@@ -29,6 +32,26 @@ from bisect_ov import Report, bisect, prepare_inputs
 from bisect_ov.run.devices import cpu_supports_bf16
 from bisect_ov.zoo import synthetic
 
+CALIBRATION_SAMPLES = 8
+
+
+def int8_twin(fp32: ov.Model, *, seed: int = 0) -> tuple[ov.Model, str]:
+    """The int8 twin of `fp32` and who made it: ``nncf.quantize`` when NNCF is installed, else the code-built one.
+
+    NNCF is calibrated on `CALIBRATION_SAMPLES` inputs uniform in [-1, 1], as the code-built twin is.
+    """
+    try:
+        import nncf
+    except ImportError:
+        return synthetic.fp32_and_int8(seed=seed)[1], "code-built FakeQuantize twin (NNCF is not installed)"
+    import logging
+
+    nncf.set_log_level(logging.ERROR)
+    rng = np.random.default_rng([seed, 1])
+    data = [{fp32.inputs[0].get_any_name(): rng.uniform(-1.0, 1.0, [1, 3, 32, 32]).astype(np.float32)}
+            for _ in range(CALIBRATION_SAMPLES)]
+    return nncf.quantize(fp32.clone(), nncf.Dataset(data), subset_size=CALIBRATION_SAMPLES), "nncf.quantize"
+
 
 
 def run(*, progress: bool = False) -> dict[str, Report]:
@@ -39,7 +62,8 @@ def run(*, progress: bool = False) -> dict[str, Report]:
     in the calibrated range [-1, 1]) and, only where the CPU has bf16, ``"int8_f32_vs_bf16"`` (the int8 model
     on CPU f32 against CPU:bf16, default inputs).
     """
-    fp32, int8 = synthetic.fp32_and_int8()
+    fp32 = synthetic.fp32_and_int8()[0]
+    int8, _ = int8_twin(fp32)
     reports = {
         "fp32_vs_int8": bisect(fp32, "CPU", "CPU:f32", target_model=int8, progress=progress),
         "fp32_vs_int8_in_range": bisect(fp32, "CPU", "CPU:f32", synthetic.sample_inputs(fp32, seed=1),
@@ -50,11 +74,13 @@ def run(*, progress: bool = False) -> dict[str, Report]:
     return reports
 
 
-def input_range(int8: ov.Model, fake_quantize: str = "stem/conv/fq_in") -> tuple[float, float]:
-    """The calibrated [low, high] of one FakeQuantize of the int8 model, read from its bound constants."""
-    consts = {op.get_friendly_name(): op for op in int8.get_ops() if op.get_type_name() == "Constant"}
-    low, high = (float(consts[f"{fake_quantize}/{b}"].get_data().reshape(-1)[0]) for b in ("in_low", "in_high"))
-    return low, high
+def input_range(int8: ov.Model) -> tuple[float, float]:
+    """The calibrated [low, high] of the FakeQuantize on the model input, read from its bound constants."""
+    for op in int8.get_ordered_ops():
+        if op.get_type_name() == "FakeQuantize" and op.input_value(0).get_node().get_type_name() == "Parameter":
+            low, high = (float(np.asarray(op.input_value(i).get_node().get_data()).reshape(-1)[0]) for i in (1, 2))
+            return low, high
+    raise ValueError("the int8 model has no FakeQuantize on its input")
 
 
 def clipped_fraction(int8: ov.Model, seed: int = 0) -> float:
@@ -96,8 +122,8 @@ def main() -> None:
         print()
     if "int8_f32_vs_bf16" not in reports:
         print("This CPU has no bf16 (AVX512_BF16 or AMX): the int8 CPU f32 vs CPU:bf16 comparison is skipped.\n")
-    print("Summary")
-    _, int8 = synthetic.fp32_and_int8()
+    int8, made_by = int8_twin(synthetic.fp32_and_int8()[0])
+    print(f"Summary (int8 twin: {made_by})")
     low, high = input_range(int8)
     for key, inputs in (("fp32_vs_int8", f"default inputs, {clipped_fraction(int8):.0%} "
                                          f"of them outside the calibrated [{low:.2f}, {high:.2f}]"),
@@ -112,7 +138,8 @@ def main() -> None:
         print(f"  FP32 vs int8 twin, {inputs}: {verdict}; final output rel_l2 {r.outputs[0].error:.1e} "
               f"(tolerance {r.outputs[0].tolerance:.1e})")
     only = reports["fp32_vs_int8"].unmatched.get("target_model", [])
-    print(f"  only in the int8 model (unmatched): {', '.join(only) or 'nothing'}")
+    print(f"  coverage: {reports['fp32_vs_int8'].coverage:.0%} of the FP32 model's compute nodes compared; only in "
+          f"the int8 model (neither matched nor a recognised quantizer): {', '.join(only) or 'nothing'}")
     if "int8_f32_vs_bf16" in reports:
         b = reports["int8_f32_vs_bf16"]
         out = b.outputs[0]

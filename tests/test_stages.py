@@ -58,9 +58,12 @@ def test_options_are_frozen_and_fix_takes_a_tolerance():
 
 def test_resolve_switches_off_what_cannot_run_and_says_why():
     options = BisectOptions(fix=True, delegation=True, curve=4, impact=3, local=True)
+    # A twin runs partitioned runs too: its segments come from the twin.
     twin, notes = options.resolve(local_possible=True, pieces_possible=True, twin=True)
-    assert (twin.fix, twin.delegation, twin.curve, twin.impact, twin.local) == (False, False, 0, 0, True)
-    assert notes and "need one model on both sides" in notes[0]
+    assert (twin.fix, twin.delegation, twin.curve, twin.impact, twin.local) == (True, True, 4, 3, True)
+    assert notes == ()
+    single, notes = BisectOptions(sensitivity=True).resolve(local_possible=True, pieces_possible=True, twin=False)
+    assert not single.sensitivity and notes and "needs target_model" in notes[0]
     recorded, notes = options.resolve(local_possible=False, pieces_possible=False, twin=False)
     assert not recorded.local and not recorded.partitioned and notes == ()
     same, notes = options.resolve(local_possible=True, pieces_possible=True, twin=False)
@@ -101,6 +104,7 @@ class _FakeSession:
 
     def __init__(self, graph: ModelGraph, bad: str):
         self.graph, self.match = graph, identity_match(graph)
+        self.untappable: frozenset[Tap] = frozenset()
         self.bad_index = graph[bad].index
         self.measured: list[list[Tap]] = []
 
@@ -150,7 +154,7 @@ def test_stages_by_hand_match_bisect():
     twin = inject_fault(model, "mm3", "scale", 0.2)
     options = BisectOptions(progress=False)
     opened = open_comparison(model, "CPU", "CPU:f32", None, twin, options)
-    assert opened.options.impact == 0  # twins: no partitioned runs
+    assert opened.options.impact == 3  # twins get partitioned runs (segments cut from the twin)
     plain = plain_run(opened)
     measured = capture(opened, plain)
     assert measured.strategy == "fusion" and measured.stats

@@ -17,7 +17,7 @@ from bisect_ov.model.match import Match
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 
-__all__ = ["fusion_boundaries", "unmeasured_ancestors"]
+__all__ = ["fusion_boundaries", "unmeasured_ancestors", "int8_internal"]
 
 
 def fusion_boundaries(graph: ModelGraph, target_graph: ModelGraph, match: Match, target_runtime: RuntimeGraph
@@ -82,3 +82,36 @@ def unmeasured_ancestors(graph: ModelGraph, key: str, measured: set[str]) -> set
                 seen.add(producer)
                 stack.append(producer)
     return seen
+
+
+INT8 = frozenset({"i8", "u8", "I8", "U8"})
+_LPT_OPS = frozenset({"Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData"})
+
+
+def int8_internal(target_graph: ModelGraph, target_runtime: RuntimeGraph) -> set[str]:
+    """Target ops whose output must not be exposed in a quantized twin: it lives inside an int8 computation.
+
+    * ops inside an int8 kernel whose every reader is in that kernel too (a Convolution's accumulator before
+      its bias, ReLU and requantizing FakeQuantize): exposing it makes the CPU plugin split the kernel, and its
+      low-precision transformations then produce other values (measured on an NNCF int8 ResNet-50: tapping
+      the raw Convolution outputs took the final output 140-210% away from the untapped run, tapping the
+      kernels' outputs 5%);
+    * Convolutions and MatMuls reading an activation FakeQuantize: their raw output is an int8 product whose
+      dequantization the plugin moves past it; exposing it also changed what later tensors read (on an NNCF
+      int8 MobileNetV3, tapping an SE block's reducing Convolution made the quantized ReLU after it read as
+      zeros).
+
+    Such ops are not tapped; their error is seen at the next exposed tensor (the kernel's output).
+    """
+    internal: set[str] = {n.key for n in target_graph.candidates() if n.op_type in _LPT_OPS and any(
+        target_graph[k].op_type == "FakeQuantize" and target_graph[k].kind == "compute" for k, _ in n.inputs)
+        and not any(target_graph[r].kind == "result" for r in target_graph.consumers(n.key))}
+    for layer in target_runtime.layers:
+        if not layer.is_compute or layer.runtime_precision not in INT8:
+            continue
+        members = {n for n in layer.original_names if n in target_graph}
+        for m in members:
+            readers = target_graph.consumers(m)
+            if readers and all(r in members for r in readers):
+                internal.add(m)
+    return internal

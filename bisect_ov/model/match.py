@@ -3,13 +3,25 @@
 Nodes match by friendly name first, then by output tensor name (ONNX names survive conversion, so a twin
 converted separately still matches). Only compute nodes are matched; those left over on either side are
 returned so the report can list them: nothing is dropped silently.
+
+A quantized twin (NNCF) holds ops its model lacks: FakeQuantize on activations and weights, weight
+decompression subgraphs, f16 weight Converts (`bisect_ov.model.quantized`). They are the twin's quantization
+of a matched node, not unmatched nodes: each matched node records its `Quantization`, and a node whose output
+the twin quantizes (``<name>/fq_output_0``) is compared at that quantized output, the tensor the twin's fused
+int8 kernel really produces (tapping the raw output instead would split the kernel). Two maps come out:
+
+* `Match.pairs`: reference tap -> target tap *compared* (the quantized output where there is one);
+* `Match.ops`: reference op -> the twin's op itself, for running pieces of the twin in place of pieces of the
+  model (partitioned runs): the quantizers on a node's inputs then go with that node, as NNCF's ignored
+  scope removes them with it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bisect_ov.model.graph import LAYOUT_OPS, ModelGraph
+from bisect_ov.model.quantized import Quantization, activation_quantizers, find_quantization, is_weight_quantizer
 from bisect_ov.model.taps import Tap
 
 __all__ = ["Match", "match_nodes", "identity_match", "foreign_inputs"]
@@ -23,6 +35,18 @@ class Match:
     pairs: tuple[tuple[Tap, Tap], ...]
     unmatched_ref: tuple[str, ...]
     unmatched_target: tuple[str, ...]
+    ops: tuple[tuple[str, str], ...] = ()  # reference op key -> the twin's op key (empty: one model)
+    quantized: dict[str, Quantization] = field(default_factory=dict)  # by reference key
+    quantizers: tuple[str, ...] = ()  # the twin's ops recognised as its quantization (keys)
+
+    def coverage(self, ref: ModelGraph) -> float:
+        """Share of `ref`'s compute nodes with a counterpart to compare."""
+        compute = {n.key for n in ref.candidates()}
+        return len({r.key for r, _ in self.pairs} & compute) / max(1, len(compute))
+
+    def target_op(self) -> dict[str, str]:
+        """Reference op key -> the twin's op key (every matched op; the identity for one model)."""
+        return dict(self.ops) if self.ops else {r.key: t.key for r, t in self.pairs}
 
 
 def identity_match(graph: ModelGraph) -> Match:
@@ -32,38 +56,70 @@ def identity_match(graph: ModelGraph) -> Match:
 
 
 def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
-    """Match candidates of `ref` with candidates of `target` by friendly name, then by tensor name."""
-    pairs: list[tuple[Tap, Tap]] = []
+    """Match candidates of `ref` with candidates of `target` by friendly name, then by tensor name.
+
+    The twin's quantizers are recognised (see the module docstring): each matched node's output is compared
+    after the FakeQuantize that quantizes it, when the twin has one.
+    """
+    op_pairs: list[tuple[str, str]] = []
     used: set[str] = set()
     unmatched_ref: list[str] = []
     for node in ref.candidates():
         other = target[node.key] if node.key in target and target[node.key].is_candidate else None
         if other is not None and other.key not in used:
             used.add(other.key)
-            for port in range(min(len(node.outputs), len(other.outputs))):
-                pairs.append((Tap(node.key, port), Tap(other.key, port)))
+            op_pairs.append((node.key, other.key))
             continue
         found = False
         for t in node.outputs:
             for name in t.names:
                 hit = target.lookup_tensor(name)
-                if hit is not None and target[hit[0]].is_candidate:
-                    pairs.append((Tap(node.key, t.port), Tap(hit[0], hit[1])))
+                if hit is not None and target[hit[0]].is_candidate and hit[0] not in used:
+                    op_pairs.append((node.key, hit[0]))
                     used.add(hit[0])
                     found = True
                     break
+            if found:
+                break
         if not found:
             unmatched_ref.append(node.name)
-    unmatched_target = [n.name for n in target.candidates() if n.key not in used]
-    # Ops on constants only (FakeQuantize or Convert of weights) change values too: list those the model lacks.
-    unmatched_target += [n.name for n in target if n.kind == "static" and n.key not in ref
+    quantized_out = activation_quantizers(target)
+    by_target = find_quantization(target)
+    pairs: list[tuple[Tap, Tap]] = []
+    quantizers: set[str] = set()
+    for ref_key, target_key in op_pairs:
+        node, other = ref[ref_key], target[target_key]
+        fq = [k for k in quantized_out.get(target_key, []) if k not in used]
+        for port in range(min(len(node.outputs), len(other.outputs))):
+            # Compared at the quantized output: what the twin's fused kernel produces and its readers read.
+            at = next((k for k in fq if target[k].inputs[0] == (target_key, port)), None)
+            pairs.append((Tap(ref_key, port), Tap(at, 0) if at is not None else Tap(target_key, port)))
+            if at is not None:
+                quantizers.add(at)
+        if target_key in by_target:
+            quantizers.update(by_target[target_key].ops)
+    quantized = {r: by_target[t] for r, t in op_pairs if t in by_target}
+    # Quantizers of model inputs are the quantization of the ops that read them.
+    for q in by_target.values():
+        quantizers.update(q.ops)
+    # Weights compressed where no compute op reads them directly (a constant of a shape computation).
+    quantizers.update(n.key for n in target if n.key not in ref and is_weight_quantizer(target, n.key))
+    unmatched_target = [n.name for n in target.candidates() if n.key not in used and n.key not in quantizers]
+    # Ops on constants only (FakeQuantize or Convert of weights) change values too: list those the model lacks
+    # and that are no recognised quantization.
+    unmatched_target += [n.name for n in target if n.kind == "static" and n.key not in ref and n.key not in quantizers
                          and n.op_type not in LAYOUT_OPS and any(t.is_float for t in n.outputs)]
-    return Match(tuple(pairs), tuple(unmatched_ref), tuple(unmatched_target))
+    twin_ops = tuple(op_pairs) if target is not ref else ()
+    return Match(tuple(pairs), tuple(unmatched_ref), tuple(unmatched_target), twin_ops, quantized,
+                 tuple(sorted(quantizers, key=lambda k: target[k].index)))
 
 
 def foreign_inputs(match: Match, target: ModelGraph, target_key: str) -> list[str]:
-    """Ops the target model runs between a matched node and its matched producers (e.g. FakeQuantize)."""
-    matched = {t.key for _, t in match.pairs}
+    """Ops the target model runs between a matched node and its matched producers (e.g. an injected fault).
+
+    The twin's recognised quantizers (FakeQuantize, weight decompression) are its quantization, not listed here.
+    """
+    matched = {t.key for _, t in match.pairs} | set(match.quantizers)
     between = target.upstream(target_key, data_only=False, include_self=False,
                               stop=lambda k: k in matched or target[k].kind in ("parameter", "constant"))
     # Nearest first: the op right in front of the node is what a reader looks for.

@@ -39,6 +39,28 @@ class RuntimeLayer:
     exec_order: int
 
     @property
+    def arithmetic_precision(self) -> str:
+        """The precision the kernel computes in: the kernel name's suffix (``undef_f32``, ``brgconv_avx512_bf16``)
+        where it names one, else the runtime precision.
+
+        ``runtimePrecision`` can be the precision weights are *stored* in: with f16-compressed weights (what
+        ``ov.save_model`` writes by default) an f32 CPU run reports f16 for a FullyConnected whose kernel is
+        ``undef_f32`` and whose outputs are f32: f16 storage, f32 arithmetic.
+        """
+        suffix = self.primitive_type.rsplit("_", 1)[-1].lower() if "_" in self.primitive_type else ""
+        if suffix in ("f32", "bf16", "f16", "i8", "u8"):
+            return suffix
+        return self.runtime_precision
+
+    @property
+    def stored_weights(self) -> str | None:
+        """The precision weights are stored in when it is not the arithmetic's (f16 weights, f32 kernel)."""
+        if self.runtime_precision in ("f16", "bf16") and self.arithmetic_precision == "f32" and \
+                all(p == "f32" for p in self.output_precisions):
+            return self.runtime_precision
+        return None
+
+    @property
     def is_compute(self) -> bool:
         return self.layer_type not in _NON_COMPUTE and bool(self.original_names)
 
@@ -67,7 +89,8 @@ class RuntimeGraph:
     def dominant_precision(self) -> str | None:
         """The precision most compute layers ran in; None when the plugin says nothing."""
         counts = Counter(
-            layer.runtime_precision for layer in self.layers if layer.is_compute and layer.layer_type not in _DATA_MOVEMENT
+            layer.arithmetic_precision for layer in self.layers
+            if layer.is_compute and layer.layer_type not in _DATA_MOVEMENT
         )
         counts.pop("", None)
         counts.pop("undefined", None)
@@ -75,6 +98,11 @@ class RuntimeGraph:
         floats = {k: v for k, v in counts.items() if k in ("f32", "f16", "bf16", "f64", "i8", "u8")}
         pick = floats or counts
         return max(pick, key=pick.get) if pick else None
+
+    def weight_precision(self) -> str | None:
+        """The precision weights are stored in where kernels compute in f32 from lower-precision weights."""
+        counts = Counter(layer.stored_weights for layer in self.layers if layer.is_compute and layer.stored_weights)
+        return max(counts, key=counts.get) if counts else None
 
     def fusion_groups(self) -> list[tuple[str, ...]]:
         """The user's op names executed together in one layer, for every compute layer."""

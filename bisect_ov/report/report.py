@@ -19,6 +19,7 @@ import json
 import math
 import os
 import pathlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
@@ -26,7 +27,8 @@ from bisect_ov import codec
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.errors import InputError
 from bisect_ov.fileio import write_text_atomic
-from bisect_ov.records import CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, Noise, SamplesSummary
+from bisect_ov.records import (CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, LayerSensitivity, Noise,
+                               SamplesSummary)
 
 __all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
 
@@ -153,6 +155,10 @@ class Report:
     delegation: Delegation | None = None
     curve: tuple[CurvePoint, ...] = ()
     samples: SamplesSummary | None = None
+    # Share of the model's compute nodes compared, directly or inside a fused group the target ran as one kernel.
+    coverage: float | None = None
+    # A quantized twin's layers, the most harmful first (bisect(..., sensitivity=True)).
+    sensitivity: tuple[LayerSensitivity, ...] = ()
     schema_version: int = SCHEMA_VERSION
     # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
     kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,
@@ -163,6 +169,24 @@ class Report:
     def diverges(self) -> bool:
         """True when any node or final output is over its tolerance."""
         return bool(self.ranking) or any(o.diverged for o in self.outputs)
+
+    def ignored_scope(self) -> list[str]:
+        """The fix's nodes as ``nncf.IgnoredScope(names=...)`` takes them: the model's op names.
+
+        Quantizing the model again with this scope keeps those layers in higher precision; the fix's
+        ``error_after`` is what the partitioned run measured with exactly those layers left unquantized.
+        Empty when no fix was searched (``fix=True``) or none was needed.
+
+        Examples
+        --------
+        >>> import nncf                                                        # doctest: +SKIP
+        >>> nncf.compress_weights(model, ..., ignored_scope=nncf.IgnoredScope(names=report.ignored_scope()))  # doctest: +SKIP
+        """
+        if self.fix is None:
+            return []
+        index = self._index()
+        # Keys are friendly names; a repeated name gets a generated ``#<n>`` suffix, which NNCF does not know.
+        return [index[k].name if k in index else re.sub(r"#\d+$", "", k) for k in self.fix.keep]
 
     @property
     def first_divergences(self) -> tuple[NodeResult, ...]:

@@ -162,6 +162,13 @@ def experiment_lines(report: "Report") -> list[str]:
         lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))
         if fix.patched_model:
             lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")
+        if report.target_model and keep:
+            lines.append(f"  NNCF: ignored_scope=nncf.IgnoredScope(names={report.ignored_scope()!r})")
+    if report.sensitivity:
+        lines += ["", f"Layer sensitivity ({len(report.sensitivity)} quantized layers; impact = final error when only "
+                      "that layer is quantized; local = its own error fed with reference inputs):"]
+        for s in report.sensitivity[:10]:
+            lines.append(f"  {fmt(s.impact)} impact, {fmt(s.local_error)} local  {s.name} ({s.op_type}): {s.quantization}")
     delegation = report.delegation
     if delegation is not None and delegation.first is not None:
         span = (f"'{delegation.first}'" if delegation.nodes == 1
@@ -236,6 +243,9 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
         lines.append("")
         lines.append("Final outputs:")
         lines += ["  " + line for line in output_lines(report)]
+    if report.target_model and report.coverage is not None:
+        lines += ["", f"Coverage: {report.coverage:.0%} of the model's compute nodes compared with the twin "
+                      "(directly or inside a kernel the target fused)"]
     unmatched = unmatched_lines(report)
     if unmatched:
         lines.append("")
@@ -295,7 +305,11 @@ def _tol_str(report: "Report") -> str:
     t = report.tolerance
     if t.get("value") is not None:
         return f"fixed {t['value']}"
-    return f"{t.get('factor')} x unit roundoff of {t.get('precision')} x (1 + log2(K)/4), floor {t.get('floor')}"
+    text = f"{t.get('factor')} x unit roundoff of {t.get('precision')} x (1 + log2(K)/4), floor {t.get('floor')}"
+    if t.get("quantization"):
+        text += (f"; twin: {t.get('quant_factor')} x the expected quantization error at {len(t['quantization'])} "
+                 "nodes (bits, group size, reduction length)")
+    return text
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int) -> list[str]:

@@ -292,6 +292,7 @@ class OpenVINODevice(Device):
         return DeviceInfo(
             name=self.name, device=self.device, full_name=full, precision=used, requested_precision=requested,
             config=dict(self.config), emulated=emulated, note=note, precision_counts=counts,
+            weights=runtime.weight_precision() if used == "f32" else None,
         )
 
 

@@ -30,11 +30,18 @@ def _nncf():
     return nncf
 
 
-def quantize_int8(model: ov.Model, make_inputs: Callable[[int], dict], samples: int = CALIBRATION_SAMPLES) -> ov.Model:
-    """``nncf.quantize`` of a copy of `model`, calibrated on ``make_inputs(seed)`` for `samples` seeds."""
+def quantize_int8(model: ov.Model, make_inputs: Callable[[int], dict], samples: int = CALIBRATION_SAMPLES,
+                  ignored: Sequence[str] = ()) -> ov.Model:
+    """``nncf.quantize`` of a copy of `model`, calibrated on ``make_inputs(seed)`` for `samples` seeds.
+
+    `ignored`: op names kept in higher precision (``nncf.IgnoredScope(names=...)``, e.g. a report's
+    ``ignored_scope()``).
+    """
     nncf = _nncf()
     data = [make_inputs(100 + i) for i in range(samples)]
-    return nncf.quantize(model.clone(), nncf.Dataset(data), subset_size=samples)
+    scope = nncf.IgnoredScope(names=list(ignored)) if ignored else None
+    return nncf.quantize(model.clone(), nncf.Dataset(data), subset_size=samples,
+                         **({"ignored_scope": scope} if scope else {}))
 
 
 def _weight_channels(model: ov.Model) -> dict[str, int]:
@@ -77,15 +84,21 @@ def _is_weight(node) -> bool:
     return node.get_type_name() == "Constant"
 
 
-def compress_weights(model: ov.Model, bits: int = 8, group_size: int | None = None) -> ov.Model:
-    """``nncf.compress_weights`` of a copy of `model`: int8 asymmetric per channel, or int4 symmetric grouped."""
+def compress_weights(model: ov.Model, bits: int = 8, group_size: int | None = None,
+                     ignored: Sequence[str] = ()) -> ov.Model:
+    """``nncf.compress_weights`` of a copy of `model`: int8 asymmetric per channel, or int4 symmetric grouped.
+
+    `ignored`: op names left uncompressed (``nncf.IgnoredScope(names=...)``, e.g. a report's ``ignored_scope()``).
+    """
     nncf = _nncf()
     if bits == 8:
-        return nncf.compress_weights(model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM)
+        scope = nncf.IgnoredScope(names=list(ignored)) if ignored else None
+        return nncf.compress_weights(model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM,
+                                     **({"ignored_scope": scope} if scope else {}))
     if bits == 4:
         group = group_size or int4_group_size(model)
         # What NNCF's error message asks for: leave out the MatMuls whose channels the group does not divide.
-        skip = [name for name, c in _weight_channels(model).items() if c % group]
+        skip = [name for name, c in _weight_channels(model).items() if c % group] + list(ignored)
         return nncf.compress_weights(model.clone(), mode=nncf.CompressWeightsMode.INT4_SYM, group_size=group,
                                      ratio=1.0, ignored_scope=nncf.IgnoredScope(names=skip) if skip else None)
     from bisect_ov.errors import InputError

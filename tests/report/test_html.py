@@ -225,10 +225,13 @@ def test_fix_and_samples_appear_on_the_page():
     assert "Fix: keeping" in report._repr_html_()
 
 
-def test_columns_no_culprit_fills_are_left_out(fault_report):
-    page = render_page(fault_report, plots=False)
+def test_columns_no_culprit_fills_are_left_out():
+    m = synthetic.demo()
+    report = bisect(m, "CPU", "CPU:f32", target_model=inject_fault(m, "block1/conv1"), strategy="full", impact=0,
+                    progress=False)
+    page = render_page(report, plots=False)
     culprits = page[page.index("<h2>Culprits"):page.index("Roles:")]
-    assert all(n.impact is None for n in fault_report.culprits)  # no partitioned runs with a target model
+    assert all(n.impact is None for n in report.culprits)  # no impact runs asked for
     assert ">impact</th>" not in culprits and ">local</th>" in culprits
 
 

@@ -76,20 +76,8 @@ KNOWN = {
         "divergence, diagnosed as 'cancellation' instead of underflow, and the verdict is DIVERGES while the "
         "final output is within tolerance"),
 }
-QUANTIZED_CRASH = _xfail("issue 14: ValueError 'tensor .../fq_output_0 of the target model has no reference "
-                         "counterpart' (FakeQuantize ops not matched; raised from the local-error step)")
-F32_TOLERANCE = _xfail("issue 14: the weight-compressed twin is judged at the f32 tolerance (1e-6): 55 of 62 "
-                       "nodes diverge, first the embedding Gather, behind its decompression subgraph")
-KNOWN_TWINS = {
-    ("mobilenetv3-int8", "CPU:f32"): QUANTIZED_CRASH,
-    ("resnet50-int8", "CPU:f32"): _xfail(
-        "issue 14: int8 twin of ResNet-50 against f32: 8 of 56 nodes compared (14%), fidelity ratio 17.1 (the taps "
-        "broke the int8 fusions), DIVERGES without a first divergence"),
-    ("mobilenetv3-int8", "CPU:bf16"): QUANTIZED_CRASH,
-    ("resnet50-int8", "CPU:bf16"): QUANTIZED_CRASH,
-    ("llama-int8w", "CPU:f32"): F32_TOLERANCE,
-    ("llama-int4w", "CPU:f32"): F32_TOLERANCE,
-}
+# The NNCF twins (issue 14) run clean: no known defects left.
+KNOWN_TWINS: dict = {}
 KNOWN_FAULTS = {
     "llama_stateful": STATEFUL,
     "efficientnet": _xfail("issue 13: a benign node, 'blocks.3.0.se.act1' (Swish) at 1.1x its bf16 tolerance, is "
@@ -122,7 +110,7 @@ def _check(report, model: ov.Model) -> list[str]:
     compared, coverage = _coverage(report, model)
     if coverage < COVERAGE:
         problems.append(f"coverage {coverage:.0%} ({compared} nodes compared of {_compute_nodes(model)})")
-    ratio = report.fidelity.get("ratio")
+    ratio = (report.fidelity.ratio if report.fidelity else None)
     if ratio is not None and not FIDELITY[0] <= ratio <= FIDELITY[1]:
         problems.append(f"fidelity ratio {ratio:.2f} outside {FIDELITY}")
     over = [o.name for o in report.outputs if o.diverged]
@@ -149,7 +137,7 @@ def _run(kind: str, name: str, target: str, model: ov.Model, inputs, **kwargs):
     compared, coverage = _coverage(report, model)
     problems = _check(report, model)
     records.record(kind, name, **fields, seconds=time.perf_counter() - start, compared=compared,
-                   coverage=coverage, fidelity=report.fidelity.get("ratio"), verdict=_verdict(report),
+                   coverage=coverage, fidelity=(report.fidelity.ratio if report.fidelity else None), verdict=_verdict(report),
                    first=report.first_divergence.name if report.first_divergence else None,
                    output_error=max((o.error for o in report.outputs), default=None), problems=problems)
     return report, problems
@@ -194,12 +182,11 @@ def test_nncf_twin_against_its_model(twin, target):
     assert not problems, f"{twin} on {target}: {problems}\n{report.to_text()}"
 
 
-@_xfail("issue 14: the f32 reference of an IR saved with ov.save_model (f16 weights) is described as 'the plugin "
-        "reports f32; most compute layers ran f16' (f16 storage read as f16 arithmetic)")
 def test_f32_reference_of_an_ir_with_f16_weights_is_described_as_f32():
     report = bisect(zoo_model("bert", compressed=True), "CPU:f32", "CPU", zoo_inputs("bert"), progress=False)
     assert report.ref.precision == "f32"
     assert "f16" not in report.ref.note, report.ref.note
+    assert report.ref.weights == "f16" and report.ref.label == "CPU:f32/f32 (weights f16)"
 
 
 def _outputs(model: ov.Model, inputs) -> list[np.ndarray]:

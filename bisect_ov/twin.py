@@ -1,0 +1,155 @@
+"""A model against its quantized twin (NNCF): the tolerance it is judged at, partitioned runs, layer sensitivity.
+
+With ``target_model`` a twin runs on the target side. What its quantizers are, and which node of the model
+each belongs to, comes from the matching (`bisect_ov.model.match`, `bisect_ov.model.quantized`). This module
+builds on it:
+
+* `twin_tolerance`: every node's expected quantization error (`analysis.tolerance.expected_quantization_errors`)
+  from the twin's weight and activation quantizers, so a twin is never judged at the f32 tolerance;
+* `twin_mixed_run`: a partitioned run whose segments come from the model (reference side) and from the twin
+  (target side), values handed across at matched tensors. A twin segment holds the twin's ops of its nodes
+  and the quantizers in front of them (activation FakeQuantize, weight decompression), which is what NNCF
+  leaves out for a node in its ignored scope: keeping a node on the reference is keeping it in higher
+  precision;
+* `quantized_units`, `layer_sensitivity`: each quantized node's local error and its impact on the final
+  outputs when it alone runs quantized, ranked (which layers int4 hurts most);
+* `ignored_scope_names`: the names `nncf.IgnoredScope(names=...)` takes for a fix's nodes.
+
+Assumes the twin keeps the model's op names for the ops it quantizes (NNCF does), and that both sides run
+the same precision apart from the twin's quantization (the usual ``CPU:f32`` on both sides).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Callable, Mapping, Sequence
+
+from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.analysis.tolerance import Tolerance, expected_quantization_errors, quantization_error
+from bisect_ov.errors import CaptureError
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.match import Match
+from bisect_ov.model.partition import cut_after, extract
+from bisect_ov.model.taps import Tap
+from bisect_ov.records import LayerSensitivity
+from bisect_ov.session import Session
+
+log = logging.getLogger(__name__)
+
+__all__ = ["own_quantization_errors", "twin_tolerance", "twin_mixed_run", "quantized_units", "layer_sensitivity",
+           "ignored_scope_names"]
+
+
+def _levels_bits(target: ModelGraph, key: str) -> int:
+    levels = int(target.attributes(key).get("levels", 256))
+    return max(1, math.ceil(math.log2(max(2, levels))))
+
+
+def own_quantization_errors(graph: ModelGraph, target: ModelGraph, match: Match) -> dict[str, float]:
+    """Each reference node's own expected quantization error (by key): weights, output quantizer, model inputs."""
+    own: dict[str, float] = {}
+    for ref_tap, target_tap in match.pairs:
+        if ref_tap.port != 0:
+            continue
+        key = ref_tap.key
+        q = match.quantized.get(key)
+        terms = []
+        if q is not None:
+            terms.append(quantization_error(q.weight_bits, q.group_size, symmetric=q.symmetric,
+                                            weight_type=q.weight_type if q.weight_bits is None else None))
+            # Quantizers on model inputs belong to nobody else.
+            for producer, _ in target[match.target_op().get(key, target_tap.key)].inputs:
+                node = target[producer]
+                if node.op_type == "FakeQuantize" and target[node.inputs[0][0]].kind == "parameter":
+                    terms.append(quantization_error(_levels_bits(target, producer), activation=True))
+        if target[target_tap.key].op_type == "FakeQuantize" and graph[key].op_type != "FakeQuantize":
+            terms.append(quantization_error(_levels_bits(target, target_tap.key), activation=True))
+        value = math.sqrt(sum(t * t for t in terms))
+        if value > 0:
+            own[key] = value
+    return own
+
+
+def twin_tolerance(tolerance: Tolerance, graph: ModelGraph, target: ModelGraph, match: Match) -> Tolerance:
+    """`tolerance` judging a twin: the expected quantization error at every node it reaches."""
+    if tolerance.value is not None:
+        return tolerance  # the user chose one threshold
+    return tolerance.with_quantization(expected_quantization_errors(graph, own_quantization_errors(graph, target,
+                                                                                                   match)))
+
+
+def twin_mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
+                   ) -> list[TensorStats]:
+    """`mixed.mixed_run` for a twin: target segments are cut from the twin (see the module docstring)."""
+    graph, target = session.graph, session.target_graph
+    op_of = session.match.target_op()
+    ref_of_op = {t: r for r, t in op_of.items()}
+    matched_t = set(ref_of_op)
+    order = list(order or [n.key for n in graph.candidates()])
+    on_target = {k for k in on_target if k in op_of}
+    if not on_target:
+        return [compare(r, r) for r in session.ref_final]
+    results = graph.results()
+    final = frozenset(Tap(*r.inputs[0]) for r in results)
+    values: dict[Tap, object] = {Tap(p.key, 0): session.ref_arrays[graph.parameter_position[p.key]]
+                                 for p in graph.parameters()}
+    start = 0
+    while start < len(order):
+        side = "target" if order[start] in on_target else "ref"
+        end = start
+        while end + 1 < len(order) and (order[end + 1] in on_target) == (side == "target"):
+            end += 1
+        segment = order[start:end + 1]
+        produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
+        outputs = [t for t in cut_after(graph, order, end) if t in produced]
+        if side == "ref":
+            piece = extract(graph, segment, outputs)
+            got = session.run_piece("ref", piece, values, final)
+        else:
+            keys = {op_of[k] for k in segment}
+            own = set(keys)
+            for key in keys:  # the twin's quantizers in front of these nodes come with them
+                own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
+            outs = [Tap(op_of[t.key], t.port) for t in outputs]
+            piece = extract(target, sorted(own, key=lambda k: target[k].index), outs)
+            feed = {}
+            for t in piece.fed:
+                if target[t.key].kind == "parameter":
+                    feed[t] = session.target_arrays[target.parameter_position[t.key]]
+                elif t.key in ref_of_op and Tap(ref_of_op[t.key], t.port) in values:
+                    feed[t] = values[Tap(ref_of_op[t.key], t.port)]
+                else:
+                    raise CaptureError(f"The twin's tensor {t} read by a partitioned run has no counterpart in the "
+                                       "model; run without fix, impact, delegation and curve for this twin.")
+            final_t = frozenset(Tap(op_of[t.key], t.port) for t in final if t.key in op_of)
+            got = session.run_piece("target", piece, feed, final_t)
+        values.update(zip(outputs, got))
+        start = end + 1
+    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
+
+
+def quantized_units(session: Session) -> list[str]:
+    """Reference keys of the nodes the twin quantizes (weights below 16 bits or quantized inputs), in order."""
+    quantized = session.match.quantized
+    return [n.key for n in session.graph.candidates() if n.key in quantized and quantized[n.key].lowers_precision]
+
+
+def layer_sensitivity(session: Session, error: Callable[[set[str]], float], local: Mapping[str, float],
+                      limit: int | None = None) -> tuple[LayerSensitivity, ...]:
+    """Each quantized node's local error and the final-output error when it alone runs quantized, worst first.
+
+    `error(keys)` is the final-output error of a partitioned run with `keys` on the twin (`mixed.MixedRuns.error`).
+    """
+    graph, quantized = session.graph, session.match.quantized
+    rows = []
+    for key in quantized_units(session)[:limit]:
+        rows.append(LayerSensitivity(name=graph[key].name, op_type=graph[key].op_type,
+                                     quantization=quantized[key].describe(), local_error=local.get(key),
+                                     impact=error({key})))
+    return tuple(sorted(rows, key=lambda r: -r.impact))
+
+
+def ignored_scope_names(graph: ModelGraph, keys: Sequence[str]) -> list[str]:
+    """Friendly names of `keys`, as ``nncf.IgnoredScope(names=...)`` takes them (the model's op names)."""
+    return [graph[k].name for k in keys if k in graph]
