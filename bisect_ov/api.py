@@ -48,6 +48,8 @@ def bisect(
     classifier_outputs: Sequence[str] | None = None,
     max_tap_bytes: int | None = DEFAULT_MAX_TAP_BYTES,
     progress: bool | None = None,
+    prompt_length: int = 16,
+    steps: int = 0,
 ) -> Report:
     """Find where `target` starts to disagree with `ref` on `model`.
 
@@ -115,6 +117,13 @@ def bisect(
         Most bytes of exposed tensors per compile; more taps are split into several compiles. None: one.
     progress
         Show progress bars; None shows them when stderr is a terminal.
+    prompt_length
+        Tokens of the generated prompt when `inputs` is None and the model takes LLM inputs (``input_ids``,
+        ``attention_mask``, ``position_ids``, ``beam_idx``) with a dynamic sequence length.
+    steps
+        For a stateful LLM (KV-cache variables): after the prefill, run this many decode steps on both sides,
+        each side on its own cache, both fed the reference's next token; the report gives each step's
+        final-output error, token flips, and the first step and node where divergence starts.
 
     Returns
     -------
@@ -132,7 +141,8 @@ def bisect(
     options = BisectOptions.from_keywords(
         ref_config=ref_config, target_config=target_config, metric=metric, tolerance=tolerance, seed=seed,
         strategy=strategy, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
-        noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes, progress=progress)
+        noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes, progress=progress,
+        prompt_length=prompt_length, steps=steps)
     return run(model, ref, target, inputs, options, target_model=target_model)
 
 

@@ -82,6 +82,10 @@ class BisectOptions:
     max_tap_bytes: int | None = _opt(DEFAULT_MAX_TAP_BYTES, "most bytes of exposed tensors per compile (None: no limit)",
                                      cli=None)
     progress: bool | None = _opt(None, "progress bars; None: when stderr is a terminal", cli=None)
+    prompt_length: int = _opt(16, "tokens of the generated prompt for LLM inputs with a dynamic sequence length",
+                              kind=int, metavar="N")
+    steps: int = _opt(0, "decode steps after the prefill of a stateful LLM, each side on its own KV cache "
+                      "(0: the prefill only)", kind=int, metavar="N")
 
     def __post_init__(self) -> None:
         for name in ("ref_config", "target_config"):
@@ -112,6 +116,12 @@ class BisectOptions:
             raise InputError(f"progress must be True, False or None; got {self.progress!r}.")
         if not _integer(self.impact) or self.impact < 0:
             raise InputError(f"impact must be an integer >= 0 (suspects to measure; 0 for none); got {self.impact!r}.")
+        if not _integer(self.prompt_length) or self.prompt_length < 1:
+            raise InputError(f"prompt_length must be an integer >= 1 (tokens of the generated prompt); "
+                             f"got {self.prompt_length!r}.")
+        if not _integer(self.steps) or self.steps < 0:
+            raise InputError(f"steps must be an integer >= 0 (decode steps after the prefill; 0 for none); "
+                             f"got {self.steps!r}.")
         if not _integer(self.curve) or self.curve < 0:
             raise InputError(f"curve must be an integer >= 0 (points of the contribution curve; 0 for none); "
                              f"got {self.curve!r}.")

@@ -34,6 +34,7 @@ from bisect_ov.mixed import impact as impact_of
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
+from bisect_ov.model.state import Stateless, initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, plan_chunks
 from bisect_ov.options import BisectOptions
 from bisect_ov.records import Fidelity, Noise
@@ -64,6 +65,10 @@ class Opened:
     summary: SampleSummary | None
     notes: tuple[str, ...]
     clock: Clock
+    # A stateful model's variables as inputs and outputs (`bisect_ov.model.state`); `model` is then its
+    # stateless form, and `state_of_target` the target model's when it is stateful too.
+    state: Stateless | None = None
+    state_of_target: Stateless | None = None
 
     def error_of(self, stats: TensorStats) -> float:
         """The options' metric on one tensor pair's statistics."""
@@ -117,6 +122,13 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         if m is not None and not m.outputs:
             raise InputError(f"The {which} '{m.get_friendly_name()}' has no outputs: there is nothing to compare. "
                              "Give a model with at least one Result.")
+    state = make_stateless(ov_model) if is_stateful(ov_model) else None
+    target_state = make_stateless(ov_target) if ov_target is not None and is_stateful(ov_target) else None
+    user_model = ov_model
+    if state is not None:
+        ov_model = state.model
+    if target_state is not None:
+        ov_target = target_state.model
     with clock("graph"):
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
@@ -130,7 +142,9 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     pairs: list[SamplePair] = []
     for number, sample in enumerate(many if many is not None else [plan.inputs]):
         try:
-            ref_arrays = prepare_inputs(ov_model, sample, seed=options.seed)
+            ref_arrays = prepare_inputs(user_model, sample, seed=options.seed, prompt_length=options.prompt_length)
+            if state is not None:  # the variables as `reset_state()` leaves them
+                ref_arrays = ref_arrays + initial_states(state, ref_arrays)
         except InputError as err:
             if many is None:
                 raise
@@ -146,7 +160,13 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         summary = run_samples(session, pairs, lambda s: metric_value(s, options.metric),
                               class_names=options.classifier_outputs)
         session.select_sample(*pairs[summary.ranking[0]])
-    return Opened(session, resolved, ov_model, ov_target, tuple(pairs), summary, tuple(plan.notes) + why, clock)
+    notes = tuple(plan.notes) + why
+    if state is not None:
+        notes += (f"Stateful model: its {len(state.variables)} variables (ReadValue/Assign, e.g. a KV cache) are "
+                  "compared with the states reset before each run; each is an input holding its initial value and "
+                  f"an output '{state.model.outputs[state.n_outputs].get_any_name()}', ... compared like any "
+                  "output.",)
+    return Opened(session, resolved, ov_model, ov_target, tuple(pairs), summary, notes, clock, state, target_state)
 
 
 def plain_run(opened: Opened) -> Plain:
