@@ -62,6 +62,14 @@ def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = opened.session
     notes = list(opened.notes)
+    if scored.absorbed_why:
+        notes.append(scored.absorbed_why)
+    saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
+    if saturated:
+        notes.append(f"{sum(n for _, n in saturated):,} values in {len(saturated)} tensor(s) (e.g. "
+                     f"'{session.graph[saturated[0][0].key].name}') are at float32's extremes on the reference (masks "
+                     "of float32's lowest value) and infinite or at the limit of its range on the target: they mean the "
+                     "same (a masked position) and are compared as equal, saturated by design.")
     if scored.floor:
         notes.append(f"The target is not deterministic: its outputs differ by up to {scored.floor / 2:.2e} between "
                      "runs or compiles; errors below twice that are not counted.")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -46,7 +46,7 @@ from bisect_ov.session import Clock, Session
 from bisect_ov.strategies import run_bisection, run_full, run_fusion
 
 __all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "capture", "score",
-           "experiments", "FIDELITY_RANGE", "fidelity"]
+           "experiments", "absorb", "FIDELITY_RANGE", "fidelity"]
 
 FIDELITY_RANGE = (0.5, 2.0)
 
@@ -103,6 +103,8 @@ class Scored:
     outputs: tuple[OutputResult, ...]
     noise: Noise | None
     fidelity: Fidelity | None
+    absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (`absorb`)
+    absorbed_why: str = ""
 
     @property
     def floor(self) -> float:
@@ -270,6 +272,55 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
         finally:
             runs.close()
     return Findings(local=local, impact=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs)
+
+
+def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> Scored:
+    """Nodes over their tolerance whose error the network absorbs: not first divergences, not culprits.
+
+    A diverged node is absorbed when its measured consumers (the next measured nodes downstream) come back
+    within their tolerance and its impact on the final outputs (the final error when only it runs on the
+    target, `Findings.impact`) is below the outputs' tolerance. When every final output is within its
+    tolerance, the plain run (every node on the target) is that measurement for all of them at once: a verdict
+    must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
+    """
+    scores, graph = scored.scores, opened.session.graph
+    diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
+    if not diverged or not scored.outputs:
+        return scored
+    limit = min(o.tolerance for o in scored.outputs)
+    outputs_ok = not any(o.diverged for o in scored.outputs)
+    if outputs_ok:
+        absorbed = set(diverged)
+        worst = max(scored.outputs, key=lambda o: o.error / o.tolerance if o.tolerance else math.inf)
+        why = (f"{len(absorbed)} node(s) exceed their tolerance but the network absorbs their error: every final "
+               f"output is within its tolerance (worst '{worst.name}' {worst.error:.1e} <= {worst.tolerance:.1e}) "
+               "with all of them on the target")
+        measured = {k: v for k, v in findings.impact.items() if k in absorbed}
+        if measured:
+            why += "; alone on the target, " + ", ".join(f"'{graph[k].name}' moves them by {v:.1e}"
+                                                         for k, v in list(measured.items())[:3])
+        why += "."
+    else:
+        measured_keys = {k for k, s in scores.nodes.items()}
+        absorbed = set()
+        for key in diverged:
+            impact = findings.impact.get(key)
+            if impact is None or impact >= limit:
+                continue
+            consumers = [c for c in graph.downstream(key, include_self=False, stop=lambda c: c in measured_keys)
+                         if c in measured_keys]
+            if consumers and all(scores.nodes[c].error <= scores.nodes[c].tolerance for c in consumers):
+                absorbed.add(key)
+        if not absorbed:
+            return scored
+        why = (f"{len(absorbed)} node(s) exceed their tolerance, but their consumers come back within tolerance and "
+               f"each alone on the target moves the final outputs by less than their tolerance ({limit:.1e}): "
+               + ", ".join(f"'{graph[k].name}' {findings.impact[k]:.1e}" for k in sorted(absorbed)[:3])
+               + "; they are absorbed, not first divergences.")
+    tol = plain.tolerance
+    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed)
+    return replace(scored, scores=rescored, absorbed=tuple(sorted(absorbed, key=lambda k: graph[k].index)),
+                   absorbed_why=why)
 
 
 # ----- helpers shared by the stages -------------------------------------------------------------------------

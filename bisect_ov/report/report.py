@@ -39,7 +39,8 @@ class NodeResult:
 
     ``error`` is the node's output error under the report's metric (the worst of its outputs),
     ``input_error`` the largest error among the tensors it reads, ``growth`` their ratio (see
-    `bisect_ov.analysis.scoring`), ``role`` one of source / amplifier / inherits / ok.
+    `bisect_ov.analysis.scoring`), ``role`` one of source / amplifier / inherits / absorbed / ok (absorbed:
+    over its tolerance, but the network takes the error out again before the final outputs).
     """
 
     name: str
@@ -66,7 +67,11 @@ class NodeResult:
 
     @property
     def diverged(self) -> bool:
-        return self.role != "ok"
+        return self.role not in ("ok", "absorbed")
+
+    @property
+    def absorbed(self) -> bool:
+        return self.role == "absorbed"
 
     @property
     def shapes(self) -> tuple[tuple[int, ...], ...]:

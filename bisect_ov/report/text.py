@@ -82,7 +82,14 @@ def verdict_lines(report: "Report") -> list[str]:
     lines = []
     worst = max(report.outputs, key=lambda o: o.error, default=None)
     first = report.first_divergences
-    if not report.diverges:
+    absorbed = [n for n in report.nodes if n.absorbed]
+    if not report.diverges and absorbed:
+        worst_absorbed = max(absorbed, key=lambda n: n.error / n.tolerance if n.tolerance else math.inf)
+        lines.append(f"Verdict: no divergence. Every final output is within its tolerance; {len(absorbed)} node(s) "
+                     f"exceed theirs but the network absorbs the error (the largest, '{worst_absorbed.name}' "
+                     f"({worst_absorbed.op_type}), at {report.metric} {fmt(worst_absorbed.error)} > "
+                     f"{fmt(worst_absorbed.tolerance)}): absorbed, not culprits.")
+    elif not report.diverges:
         precision = report.tolerance.get("precision") or "f32"
         line = f"Verdict: no divergence. Every compared node is within what {precision} rounding predicts"
         closest = max((n for n in report.nodes if n.tolerance > 0), key=lambda n: n.error / n.tolerance, default=None)
@@ -111,6 +118,10 @@ def verdict_lines(report: "Report") -> list[str]:
             f"Final output '{worst.name}': {report.metric} {fmt(worst.error)} ({state} tolerance {fmt(worst.tolerance)}), "
             f"max abs {fmt(worst.stats.max_abs)}, cosine {worst.stats.cosine:.6f}."
         )
+    if report.diverges and absorbed:
+        lines.append(f"Absorbed: {len(absorbed)} node(s) over their tolerance whose error the network takes out again "
+                     "(not first divergences): " + ", ".join(f"'{n.name}'" for n in absorbed[:3])
+                     + (" ..." if len(absorbed) > 3 else "") + ".")
     amplifiers = [n for n in report.culprits if n.role == "amplifier"]
     inheritors = [n for n in report.culprits if n.role == "inherits"]
     if amplifiers or inheritors:
