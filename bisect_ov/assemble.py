@@ -145,7 +145,8 @@ def node_results(session: Session, measurement: Measurement, scored: Scored, pre
             causes.append(exact[key].describe())
         else:
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
-            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, precision)
+            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, precision,
+                               node.op_type)
         results.append(NodeResult(
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,

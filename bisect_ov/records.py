@@ -54,6 +54,8 @@ class Fix:
     runs: int
     tried: tuple[str, ...] = ()
     patched_model: str | None = None
+    # The repeated-block roles the kept nodes make up ("<pattern> (kept of all)"), when several nodes share one.
+    patterns: tuple[str, ...] = ()
 
     @property
     def solved(self) -> bool:

@@ -24,6 +24,7 @@ import numpy as np
 
 from bisect_ov.analysis.diagnosis import diagnose
 from bisect_ov.analysis.metrics import TensorStats, metric_value
+from bisect_ov.analysis.names import pattern
 from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
 from bisect_ov.capture.device import plan_recorded
@@ -268,7 +269,8 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
                 causes = {k: tuple(first_causes(session.graph, stats, scores, k)) for k in scores.first}
                 candidates = suspects_for_fix(session.graph, scores.ranking, scores.first, units, local,
                                               scored.tolerances, causes, delegation)
-                fix = find_fix(runs, candidates, limit)
+                pattern_of = {n.key: pattern(n.name) for n in session.graph.candidates()}
+                fix = find_fix(runs, candidates, limit, pattern_of=pattern_of)
         finally:
             runs.close()
     return Findings(local=local, impact=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs)
@@ -329,7 +331,8 @@ def first_causes(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Score
     node, s = graph[key], scores.nodes[key]
     taps = [t for t in stats if t.key == key]
     inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
-    return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "")
+    return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "",
+                    node.op_type)
 
 
 def fidelity(session: Session, metric: str | Callable[[TensorStats], float]) -> Fidelity | None:

@@ -64,7 +64,7 @@ def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
         shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
         dtypes = ",".join(sorted({_SHORT_DTYPES.get(d, d) for d in n.dtypes}))
         rows.append((
-            str(n.rank), n.name, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
+            str(n.rank), n.label, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
             fmt_growth(n.growth), fmt(getattr(n, "local_error", None)), fmt(getattr(n, "impact", None)),
             n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime_str(n),
         ))
@@ -86,7 +86,7 @@ def verdict_lines(report: "Report") -> list[str]:
     if not report.diverges and absorbed:
         worst_absorbed = max(absorbed, key=lambda n: n.error / n.tolerance if n.tolerance else math.inf)
         lines.append(f"Verdict: no divergence. Every final output is within its tolerance; {len(absorbed)} node(s) "
-                     f"exceed theirs but the network absorbs the error (the largest, '{worst_absorbed.name}' "
+                     f"exceed theirs but the network absorbs the error (the largest, '{worst_absorbed.label}' "
                      f"({worst_absorbed.op_type}), at {report.metric} {fmt(worst_absorbed.error)} > "
                      f"{fmt(worst_absorbed.tolerance)}): absorbed, not culprits.")
     elif not report.diverges:
@@ -98,13 +98,13 @@ def verdict_lines(report: "Report") -> list[str]:
                      f"({report.metric} {fmt(closest.error)} at '{closest.name}'): expected rounding, not a culprit")
         lines.append(line + ".")
     elif first:
-        names = ", ".join(f"'{n.name}' ({n.op_type}, #{n.index})" for n in first[:3])
+        names = ", ".join(f"'{n.label}' ({n.op_type}, #{n.index})" for n in first[:3])
         more = f" and {len(first) - 3} more" if len(first) > 3 else ""
         lines.append(f"Verdict: DIVERGES. Error starts at {names}{more}.")
         for n in first[:3]:
             why = f"; {'; '.join(n.causes)}" if n.causes else ""
             lines.append(
-                f"  '{n.name}': {report.metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, "
+                f"  '{n.label}': {report.metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, "
                 f"its inputs carry {fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}."
             )
     else:
@@ -120,8 +120,12 @@ def verdict_lines(report: "Report") -> list[str]:
         )
     if report.diverges and absorbed:
         lines.append(f"Absorbed: {len(absorbed)} node(s) over their tolerance whose error the network takes out again "
-                     "(not first divergences): " + ", ".join(f"'{n.name}'" for n in absorbed[:3])
+                     "(not first divergences): " + ", ".join(f"'{n.label}'" for n in absorbed[:3])
                      + (" ..." if len(absorbed) > 3 else "") + ".")
+    layers = {k: v for k, v in report.by_layer().items() if len(v) > 1 or "*" in k or "." in k}
+    if len(layers) > 1 and len(report.culprits) > 3:
+        lines.append("By layer: " + "; ".join(f"{k}: {len(v)}" for k, v in list(layers.items())[:6])
+                     + (f"; ... ({len(layers)} groups)" if len(layers) > 6 else "") + ".")
     amplifiers = [n for n in report.culprits if n.role == "amplifier"]
     inheritors = [n for n in report.culprits if n.role == "inherits"]
     if amplifiers or inheritors:
@@ -141,6 +145,8 @@ def experiment_lines(report: "Report") -> list[str]:
         lines += ["", f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {verdict} the final error "
                       f"from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance {fmt(fix.tolerance)}), "
                       f"verified by partitioned runs ({fix.runs} in all):"]
+        if fix.patterns:
+            lines.append("  as patterns (the same op in each repeated block): " + "; ".join(fix.patterns))
         lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))
         if fix.patched_model:
             lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")

@@ -64,17 +64,10 @@ ABSORBED = ("issue 13: DIVERGES while every final output is within tolerance and
             "(nodes over their tolerance whose error the network absorbs)")
 # Keyed by (model, target). "CPU" runs bf16 only where the CPU has it; elsewhere both sides are f32 and agree.
 KNOWN = {
-    ("llama_stateful", "CPU"): STATEFUL,
-    ("llama_stateful", "EMU:f16"): STATEFUL,
-    ("resnet50", "CPU"): _xfail(ABSORBED, BF16),
     ("mobilenetv3", "CPU"): _xfail(ABSORBED, BF16),
     ("resnet50", "EMU:f16"): _xfail(ABSORBED),
     ("efficientnet", "EMU:f16"): _xfail(ABSORBED),
     ("mobilenetv3", "EMU:f16"): _xfail(ABSORBED),
-    ("convnext", "EMU:f16"): _xfail(
-        "issue 13: the layer-scale Multiply (x 1e-6, outputs ~2e-8, below f16's normal range) is the first "
-        "divergence, diagnosed as 'cancellation' instead of underflow, and the verdict is DIVERGES while the "
-        "final output is within tolerance"),
 }
 QUANTIZED_CRASH = _xfail("issue 14: ValueError 'tensor .../fq_output_0 of the target model has no reference "
                          "counterpart' (FakeQuantize ops not matched; raised from the local-error step)")
@@ -122,7 +115,7 @@ def _check(report, model: ov.Model) -> list[str]:
     compared, coverage = _coverage(report, model)
     if coverage < COVERAGE:
         problems.append(f"coverage {coverage:.0%} ({compared} nodes compared of {_compute_nodes(model)})")
-    ratio = report.fidelity.get("ratio")
+    ratio = (report.fidelity.ratio if report.fidelity is not None else None)
     if ratio is not None and not FIDELITY[0] <= ratio <= FIDELITY[1]:
         problems.append(f"fidelity ratio {ratio:.2f} outside {FIDELITY}")
     over = [o.name for o in report.outputs if o.diverged]
@@ -149,7 +142,7 @@ def _run(kind: str, name: str, target: str, model: ov.Model, inputs, **kwargs):
     compared, coverage = _coverage(report, model)
     problems = _check(report, model)
     records.record(kind, name, **fields, seconds=time.perf_counter() - start, compared=compared,
-                   coverage=coverage, fidelity=report.fidelity.get("ratio"), verdict=_verdict(report),
+                   coverage=coverage, fidelity=(report.fidelity.ratio if report.fidelity is not None else None), verdict=_verdict(report),
                    first=report.first_divergence.name if report.first_divergence else None,
                    output_error=max((o.error for o in report.outputs), default=None), problems=problems)
     return report, problems
