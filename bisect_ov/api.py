@@ -17,7 +17,7 @@ from bisect_ov.options import DEFAULT_MAX_TAP_BYTES, BisectOptions
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device
 from bisect_ov.session import Clock
-from bisect_ov.stages import absorb, capture, experiments, open_comparison, plain_run, score
+from bisect_ov.stages import absorb, capture, experiments, generate, open_comparison, plain_run, score
 
 __all__ = ["bisect", "run"]
 
@@ -152,8 +152,10 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
     options.tolerance_model().check_metric(options.metric)
     opened = open_comparison(model, ref, target, inputs, target_model, options, Clock())
     plain = plain_run(opened)
+    generation = generate(opened, plain)
     measurement = capture(opened, plain)
     scored = score(opened, plain, measurement)
     findings = experiments(opened, measurement, scored)
     scored = absorb(opened, plain, scored, findings)
-    return assemble(opened, plain, measurement, scored, findings, model_source=model, target_source=target_model)
+    return assemble(opened, plain, measurement, scored, findings, model_source=model, target_source=target_model,
+                    generation=generation)

@@ -28,7 +28,7 @@ __all__ = ["assemble", "run_notes", "rank_by_impact"]
 
 
 def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored, findings: Findings,
-             *, model_source: Any, target_source: Any = None) -> Report:
+             *, model_source: Any, target_source: Any = None, generation: Any = None) -> Report:
     """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
     session, options = opened.session, opened.options
     with opened.clock("score"):
@@ -51,9 +51,16 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
                      for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
         samples=opened.summary.to_record() if opened.summary is not None else None,
-        openvino_version=ov.get_version(), notes=tuple(run_notes(opened, measurement, scored)),
+        openvino_version=ov.get_version(),
+        notes=tuple(run_notes(opened, measurement, scored)) + ((f"Generation: {generation.why}"
+                                                                 + (f"; the nodes below are measured on step "
+                                                                    f"{generation.examined_step}."
+                                                                    if generation.examined_step else "."),)
+                                                                if generation is not None else ()),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept,
+        steps=generation.steps if generation is not None else (),
+        examined_step=generation.examined_step if generation is not None else None,
     )
     return report
 
@@ -62,6 +69,9 @@ def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = opened.session
     notes = list(opened.notes)
+    if opened.options.steps and opened.state is None:
+        notes.append(f"steps={opened.options.steps} was asked for, but the model has no variables (KV cache): "
+                     "generation steps need a stateful LLM, so only one run was compared.")
     if scored.absorbed_why:
         notes.append(scored.absorbed_why)
     saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]

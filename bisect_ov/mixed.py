@@ -138,8 +138,7 @@ def mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Seq
         segment = order[start:end + 1]
         produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
         outputs = [t for t in cut_after(graph, order, end) if t in produced]
-        piece = extract(graph, segment, outputs)
-        got = session.run_piece(side, piece, values, final)
+        got = session.run_segment(side, segment, outputs, lambda: extract(graph, segment, outputs), values, final)
         values.update(zip(outputs, got))
         start = end + 1
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]

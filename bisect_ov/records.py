@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "Fidelity", "Noise", "SamplesSummary"]
+__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "Fidelity", "Noise", "SamplesSummary", "Step"]
 
 
 @dataclass(frozen=True)
@@ -136,3 +136,26 @@ class SamplesSummary:
     k: int = 5
     topk_misses: int = 0
     topk_missed: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generation step of a stateful LLM (step 0 is the prefill), both sides fed the reference's token.
+
+    ``error``: final-output error with each side on its own KV cache; ``local_error``: with the target fed
+    the reference's cache (the step's own computation); ``cache_error``: error of the cache the target
+    inherited; ``token``/``target_token``: each side's next token (greedy), ``flipped`` when they differ.
+    """
+
+    step: int
+    token: int
+    target_token: int
+    error: float
+    local_error: float
+    cache_error: float
+    tolerance: float
+    flipped: bool
+
+    @property
+    def diverged(self) -> bool:
+        return self.error > self.tolerance

@@ -44,9 +44,10 @@ from bisect_ov.run.devices import DeviceInfo, make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.samples import SampleSummary, as_samples, node_spread, run_samples
 from bisect_ov.session import Clock, Session
+from bisect_ov.steps import Generation, run_steps
 from bisect_ov.strategies import run_bisection, run_full, run_fusion
 
-__all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "capture", "score",
+__all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "generate", "capture", "score",
            "experiments", "absorb", "FIDELITY_RANGE", "fidelity"]
 
 FIDELITY_RANGE = (0.5, 2.0)
@@ -182,6 +183,34 @@ def plain_run(opened: Opened) -> Plain:
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
     return Plain(options.tolerance_model().with_precision(precision))
+
+
+def generate(opened: Opened, plain: Plain) -> Generation | None:
+    """With ``steps``: the prefill and decode steps on both sides (`bisect_ov.steps`); None without them.
+
+    When a decode step is where divergence starts, the session examines that step's inputs from now on (its
+    plain run is repeated), so the node results explain that step.
+    """
+    session, options, state = opened.session, opened.options, opened.state
+    if not options.steps or state is None or opened.target_model is not None:
+        return None
+    graph = session.graph
+    result = graph.results()[0]
+    producer, port = result.inputs[0]
+    tolerance = plain.tolerance.for_node(graph[producer], port)
+    names = []
+    for param in state.model.get_parameters()[: state.n_inputs]:
+        found = set(param.output(0).get_names()) | {param.get_friendly_name()}
+        names.append(next((n for n in ("input_ids", "attention_mask", "position_ids", "beam_idx") if n in found),
+                          param.get_friendly_name()))
+    arrays = session.ref_arrays
+    with opened.clock("steps"):
+        generation = run_steps(state, names, session.ref, session.target, arrays[: state.n_inputs],
+                               arrays[state.n_inputs:], options.steps, opened.error_of, tolerance)
+    if generation.examine is not None:
+        session.select_sample(*generation.examine)
+        session.plain()
+    return generation
 
 
 def capture(opened: Opened, plain: Plain) -> Measurement:

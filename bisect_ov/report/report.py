@@ -26,7 +26,7 @@ from bisect_ov import codec
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.errors import InputError
 from bisect_ov.fileio import write_text_atomic
-from bisect_ov.records import CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, Noise, SamplesSummary
+from bisect_ov.records import CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, Noise, SamplesSummary, Step
 
 __all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
 
@@ -161,6 +161,9 @@ class Report:
     delegation: Delegation | None = None
     curve: tuple[CurvePoint, ...] = ()
     samples: SamplesSummary | None = None
+    # Generation steps of a stateful LLM (`bisect(..., steps=N)`): step 0 is the prefill.
+    steps: tuple[Step, ...] = ()
+    examined_step: int | None = None  # the step whose inputs the node results are measured on
     schema_version: int = SCHEMA_VERSION
     # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
     kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,

@@ -135,9 +135,25 @@ def verdict_lines(report: "Report") -> list[str]:
     return lines
 
 
+def step_lines(report: "Report") -> list[str]:
+    """Generation steps: per-step error with each side's own cache, with the reference's cache, token flips."""
+    if not report.steps:
+        return []
+    flips = sum(s.flipped for s in report.steps)
+    lines = ["", f"Generation: prefill + {len(report.steps) - 1} decode step(s), both sides fed the reference's token; "
+                 f"{flips} token flip(s)."]
+    lines.append("  step  token  target   error  own-step  cache     tol")
+    for s in report.steps:
+        mark = " flip" if s.flipped else ""
+        over = "*" if s.diverged else " "
+        lines.append(f"  {s.step:>4}  {s.token:>5}  {s.target_token:>6}  {fmt(s.error)}{over} {fmt(s.local_error):>8}"
+                     f"  {fmt(s.cache_error)} {fmt(s.tolerance)}{mark}")
+    return lines
+
+
 def experiment_lines(report: "Report") -> list[str]:
     """The fix, the delegation range, the contribution curve and the noise floor, when they were run."""
-    lines: list[str] = []
+    lines: list[str] = step_lines(report)
     fix = report.fix
     if fix is not None:
         keep = fix.keep
