@@ -192,7 +192,10 @@ def generate(opened: Opened, plain: Plain) -> Generation | None:
     plain run is repeated), so the node results explain that step.
     """
     session, options, state = opened.session, opened.options, opened.state
-    if not options.steps or state is None or opened.target_model is not None:
+    if not options.steps or state is None:
+        return None
+    if opened.target_model is not None and (opened.state_of_target is None
+                                            or opened.state_of_target.variables != state.variables):
         return None
     graph = session.graph
     result = graph.results()[0]
@@ -206,7 +209,8 @@ def generate(opened: Opened, plain: Plain) -> Generation | None:
     arrays = session.ref_arrays
     with opened.clock("steps"):
         generation = run_steps(state, names, session.ref, session.target, arrays[: state.n_inputs],
-                               arrays[state.n_inputs:], options.steps, opened.error_of, tolerance)
+                               arrays[state.n_inputs:], options.steps, opened.error_of, tolerance,
+                               target_stateless=opened.state_of_target)
     if generation.examine is not None:
         session.select_sample(*generation.examine)
         session.plain()

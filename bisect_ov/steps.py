@@ -65,8 +65,10 @@ def step_inputs(stateless: Stateless, names: Sequence[str], prompt: Sequence[np.
 
 def run_steps(stateless: Stateless, names: Sequence[str], ref: Device, target: Device, prompt: Sequence[np.ndarray],
               initial: Sequence[np.ndarray], steps: int, error_of: Callable[[TensorStats], float],
-              tolerance: float) -> Generation:
+              tolerance: float, target_stateless: Stateless | None = None) -> Generation:
     """The prefill and `steps` decode steps on both sides (see the module docstring).
+
+    `target_stateless`: the target's own model (a twin), whose inputs and variables are the model's.
 
     Raises
     ------
@@ -76,7 +78,8 @@ def run_steps(stateless: Stateless, names: Sequence[str], ref: Device, target: D
     if "input_ids" not in names:
         raise InputError(f"steps need a model with an 'input_ids' input (a causal LM); its inputs are {list(names)}. "
                          "Pass steps=0.")
-    ref_c, target_c = run_both(lambda: ref.compile(stateless.model), lambda: target.compile(stateless.model))
+    target_model = (target_stateless or stateless).model  # a twin (`target_model`) with the same inputs
+    ref_c, target_c = run_both(lambda: ref.compile(stateless.model), lambda: target.compile(target_model))
     n, states = stateless.n_outputs, stateless.state_outputs
     ref_state, target_state = list(initial), list(initial)
     records: list[Step] = []
