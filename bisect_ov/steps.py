@@ -93,8 +93,8 @@ def run_steps(stateless: Stateless, names: Sequence[str], ref: Device, target: D
             own = step_inputs(stateless, names, prompt, token, step, ref_state)
             theirs = step_inputs(stateless, names, prompt, token, step, target_state)
         shared = own  # the target fed the reference's cache
-        ref_out, target_out = run_both(lambda: [np.array(a) for a in ref_c.infer(own)],
-                                       lambda: [np.array(a) for a in target_c.infer(theirs)])
+        ref_out, target_out = run_both(lambda own=own: [np.array(a) for a in ref_c.infer(own)],
+                                       lambda theirs=theirs: [np.array(a) for a in target_c.infer(theirs)])
         local_out = [np.array(a) for a in target_c.infer(shared)]
         error = max(error_of(compare(r, t)) for r, t in zip(ref_out[:n], target_out[:n]))
         local = max(error_of(compare(r, t)) for r, t in zip(ref_out[:n], local_out[:n]))

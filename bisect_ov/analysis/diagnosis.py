@@ -119,14 +119,14 @@ def overflow(op_type: str, output: TensorStats, inputs: Sequence[TensorStats], p
         return []
     out, scale_in = output.ref_absmax, max((s.ref_absmax for s in inputs), default=0.0)
     name = f"{limit:,.0f}" if limit < 1e6 else f"{limit:.2g}"
+    if op_type in _SQUARING and scale_in * scale_in > limit:
+        return [f"overflow: inputs reach {scale_in:.3g}: x*x = {scale_in * scale_in:.2g} > {name}, "
+                f"{precision or 'f16'} overflows in the square (the reference's output reaches {out:.3g}); "
+                "keep the square and its mean in f32"]
     if out > limit:
         return [f"overflow: its values reach {out:.3g} on the reference, beyond {precision or 'f16'}'s largest "
                 f"value {name}, so the target holds inf there (inputs reach {scale_in:.3g}); keep it in f32 or "
                 "scale its inputs down"]
-    if op_type in _SQUARING and scale_in * scale_in > limit:
-        return [f"overflow: inputs reach {scale_in:.3g}: x*x = {scale_in * scale_in:.2g} > {name}, "
-                f"{precision or 'f16'} overflows in the square (its output {out:.3g} fits); keep the square and its "
-                "mean in f32"]
     if op_type in ("Exp", "Softmax", "SoftPlus", "Swish", "Sigmoid", "Gelu") and scale_in > math.log(limit):
         return [f"overflow: inputs reach {scale_in:.3g}: exp({scale_in:.3g}) > {name}, {precision or 'f16'} "
                 "overflows in the exponential; subtract the maximum first or keep it in f32"]

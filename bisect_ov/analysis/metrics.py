@@ -199,6 +199,8 @@ class _Accumulator:
         self.new_nonfinite += int(np.count_nonzero(r_fin & ~t_fin & ~sentinel))
         self.mismatches += int(np.count_nonzero(~both & ~same_special))
         self.at_f16 += int(np.count_nonzero((np.abs(tf) >= F16_MAX) & (np.abs(rf) < F16_MAX)))
+        if r_fin.any():  # the reference's magnitude where the target overflowed is what explains it
+            self.ref_absmax = max(self.ref_absmax, float(np.abs(rf[r_fin & ~sentinel]).max(initial=0.0)))
         if not both.all():
             rf, tf = rf[both], tf[both]
         self.mismatches += int(np.count_nonzero(rf != tf))

@@ -2,8 +2,8 @@
 
 The PyTorch frontend names ops after what produced them:
 
-* traced (``ov.convert_model(module, example_input=...)``): ``__module.encoder.layer.11.output.dense/aten::linear/MatMul``
-  = module ``encoder.layer.11.output.dense``, PyTorch op ``aten::linear``, OpenVINO op ``MatMul``;
+* traced (``ov.convert_model(module, example_input=...)``):
+  ``__module.encoder.layer.11.output.dense/aten::linear/MatMul`` = module ``encoder.layer.11.output.dense``, PyTorch op ``aten::linear``, OpenVINO op ``MatMul``;
 * exported (``torch.export``, then ``ov.convert_model``): ``linear_6/aten.linear.default/MatMul`` = the
   graph's 7th ``linear`` call (the module path is gone), PyTorch op ``aten.linear``, OpenVINO op ``MatMul``;
 * ONNX and IR names (``conv2_1/Add``, tensor names) are left as they are.
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 __all__ = ["TorchName", "parse_name", "pattern", "layer_of", "module_label"]
 
 _TRACED = re.compile(r"^__module\.(?P<module>[^/]+)/(?P<op>aten::[A-Za-z0-9_]+)(?:/(?P<rest>.*))?$")
-_EXPORTED = re.compile(r"^(?P<call>[A-Za-z][A-Za-z0-9_]*?)(?:_(?P<n>\d+))?/(?P<op>aten\.[A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)?"
-                       r"(?:/(?P<rest>.*))?$")
+_EXPORTED = re.compile(r"^(?P<call>[A-Za-z][A-Za-z0-9_]*?)(?:_(?P<n>\d+))?/"
+                       r"(?P<op>aten\.[A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)?(?:/(?P<rest>.*))?$")
 # Module-path segments that hold a block index in transformers and timm models.
 _BLOCKS = ("layers", "layer", "h", "blocks", "block", "stages", "encoder_layers", "decoder_layers")
 
@@ -62,8 +62,8 @@ def parse_name(name: str) -> TorchName | None:
 def module_label(name: str, op_type: str = "") -> str:
     """The name as a user reads it: ``encoder.layer.11.output.dense (aten::linear -> MatMul)``; others unchanged.
 
-    >>> module_label("__module.model.layers.3.self_attn/aten::scaled_dot_product_attention/ScaledDotProductAttention")
-    'model.layers.3.self_attn (aten::scaled_dot_product_attention -> ScaledDotProductAttention)'
+    >>> module_label("__module.model.layers.3.self_attn/aten::softmax/Softmax")
+    'model.layers.3.self_attn (aten::softmax -> Softmax)'
     >>> module_label("linear_6/aten.linear.default/MatMul")
     'linear_6 (aten.linear -> MatMul)'
     """
@@ -88,8 +88,9 @@ def pattern(name: str) -> str:
     parsed = parse_name(name)
     if parsed is not None and parsed.module is None:
         tail = parsed.rest.split("/")[-1] if parsed.rest else ""
-        return f"{(parsed.call or '').rsplit('_', 1)[0] if parsed.call and parsed.call[-1].isdigit() else parsed.call}" \
-               f"/{parsed.op}" + (f"/{tail}" if tail else "")
+        call = parsed.call or ""
+        base = call.rsplit("_", 1)[0] if call[-1:].isdigit() else call
+        return f"{base}/{parsed.op}" + (f"/{tail}" if tail else "")
     return re.sub(r"\d+", "*", name)
 
 

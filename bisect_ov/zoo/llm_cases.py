@@ -24,23 +24,29 @@ import openvino as ov
 
 from bisect_ov.zoo import cache, hf
 
-__all__ = ["massive_llama", "MASSIVE_CHANNELS"]
+__all__ = ["massive_llama", "deep_llama", "MASSIVE_CHANNELS", "DEEP"]
+
+# A full-depth decoder for the benchmark: 24 layers (as many 1-3B LLMs), narrow enough for a shared machine.
+DEEP = dict(num_hidden_layers=24, hidden_size=512, num_attention_heads=8, num_key_value_heads=4,
+            intermediate_size=1408, vocab_size=32000)
 
 MASSIVE_CHANNELS = (7, 41)  # hidden channels that carry the massive activations
 
 
-def _build(layers: int, peak: float, seed: int, path: pathlib.Path) -> None:
+def _build(layers: int, peak: float | None, seed: int, path: pathlib.Path, **config_kwargs) -> None:
     import torch
     import transformers
 
     torch.manual_seed(seed)
     config = hf.llama_config("small")
     config.num_hidden_layers = layers
+    for key, value in config_kwargs.items():
+        setattr(config, key, value)
     model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        table = model.model.embed_tokens.weight
-        for channel in MASSIVE_CHANNELS:
-            # Every token's value in this channel near +-peak: the residual stream keeps it through each layer.
+    table = model.model.embed_tokens.weight
+    for channel in MASSIVE_CHANNELS if peak is not None else ():
+        # Every token's value in this channel near +-peak: the residual stream keeps it through each layer.
+        with torch.no_grad():
             sign = torch.sign(table[:, channel]).clamp(min=0) * 2 - 1
             table[:, channel] = sign * peak * (0.8 + 0.2 * torch.rand(table.shape[0]))
     saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
@@ -84,4 +90,13 @@ def massive_llama(layers: int = 4, peak: float = 400.0, seed: int = 0) -> ov.Mod
     path = cache.cache_root() / cache.version_key() / "llm_cases" / f"massive_llama-{layers}-{peak:g}-{seed}.xml"
     if not path.is_file():
         _build(layers, peak, seed, path)
+    return ov.Core().read_model(path)
+
+
+def deep_llama(seed: int = 0) -> ov.Model:
+    """The optimum-intel export of a 24-layer random-init Llama (`DEEP`), for the benchmark of the default job."""
+    path = cache.cache_root() / cache.version_key() / "llm_cases" / f"deep_llama-{seed}.xml"
+    if not path.is_file():
+        _build(DEEP["num_hidden_layers"], None, seed, path, **{k: v for k, v in DEEP.items()
+                                                                if k != "num_hidden_layers"})
     return ov.Core().read_model(path)
