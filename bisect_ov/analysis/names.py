@@ -3,7 +3,8 @@
 The PyTorch frontend names ops after what produced them:
 
 * traced (``ov.convert_model(module, example_input=...)``):
-  ``__module.encoder.layer.11.output.dense/aten::linear/MatMul`` = module ``encoder.layer.11.output.dense``, PyTorch op ``aten::linear``, OpenVINO op ``MatMul``;
+  ``__module.encoder.layer.11.output.dense/aten::linear/MatMul`` = module ``encoder.layer.11.output.dense``,
+  PyTorch op ``aten::linear``, OpenVINO op ``MatMul``;
 * exported (``torch.export``, then ``ov.convert_model``): ``linear_6/aten.linear.default/MatMul`` = the
   graph's 7th ``linear`` call (the module path is gone), PyTorch op ``aten.linear``, OpenVINO op ``MatMul``;
 * ONNX and IR names (``conv2_1/Add``, tensor names) are left as they are.
