@@ -166,3 +166,13 @@ def test_fix_search_takes_a_pattern_for_every_layer():
     assert len(fix.keep) == 32 and all(k.endswith("square") for k in fix.keep)
     assert fix.error_after <= 0.5 and fix.patterns == ("layer*/square (32 of 32)",)
     assert runs.runs < 40
+
+
+def test_non_finite_inputs_are_described():
+    x = np.array([[1.0, np.nan, np.inf, -2.0]], np.float32)
+    p = ops.parameter([1, 4], np.float32, name="x")
+    model = ov.Model([ops.relu(p, name="relu")], [p], "m")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = bisect(model, "CPU:f32", "EMU:f16", {"x": x}, **FAST)
+    assert any("holds 1 NaN and 1 Inf" in n for n in report.notes), report.notes
