@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import openvino as ov
+import pytest
 from openvino import opset13 as ops
 
 from bisect_ov import bisect
@@ -176,3 +177,25 @@ def test_non_finite_inputs_are_described():
         warnings.simplefilter("error")
         report = bisect(model, "CPU:f32", "EMU:f16", {"x": x}, **FAST)
     assert any("holds 1 NaN and 1 Inf" in n for n in report.notes), report.notes
+
+
+def test_generation_steps_survive_the_json_round_trip(tmp_path):
+    import dataclasses
+
+    from bisect_ov import Report
+    from bisect_ov.records import Step
+
+    report = bisect(_stateful_model(), "CPU:f32", "CPU:f32", {"x": np.ones((1, 3), np.float32)}, **FAST)
+    steps = (Step(0, 5, 5, 1e-3, 1e-3, 0.0, 3e-2, False), Step(1, 7, 9, 4e-2, 1e-3, 2e-2, 3e-2, True))
+    report = dataclasses.replace(report, steps=steps, examined_step=0)
+    report.save(tmp_path / "r.json")
+    again = Report.load(tmp_path / "r.json")
+    assert again.steps == steps and again.examined_step == 0
+    assert "1 token flip(s)" in again.to_text()
+
+
+def test_steps_without_token_inputs_are_refused_with_what_the_model_takes():
+    from bisect_ov.errors import InputError
+
+    with pytest.raises(InputError, match="input_ids"):
+        bisect(_stateful_model(), "CPU:f32", "CPU:f32", {"x": np.ones((1, 3), np.float32)}, steps=1, **FAST)
