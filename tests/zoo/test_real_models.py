@@ -57,9 +57,6 @@ def _xfail(reason: str, condition: bool = True):
     return pytest.mark.xfail(condition, strict=True, reason=reason)
 
 
-STATEFUL = _xfail("issue 13: the stateful IR fails: DeviceError 'Inference failed on CPU: ReadValue node with name "
-                  "... doesn't have sibling output' (CPU), 'Compiling ... failed: Incorrect output port number for "
-                  "node Assign_...' (EMU:f16); states are not handled when taps are added")
 ABSORBED = ("issue 13: DIVERGES while every final output is within tolerance and no first divergence is named "
             "(nodes over their tolerance whose error the network absorbs)")
 # Keyed by (model, target). "CPU" runs bf16 only where the CPU has it; elsewhere both sides are f32 and agree.
@@ -84,7 +81,11 @@ KNOWN_TWINS = {
     ("llama-int4w", "CPU:f32"): F32_TOLERANCE,
 }
 KNOWN_FAULTS = {
-    "llama_stateful": STATEFUL,
+    # The stateful IR runs now (faults on its dynamic tensors are seeded in-graph noise); the site search finds
+    # only 2 nodes whose noise moves the logits by 10% among those it scans (tests/zoo/test_llm.py names a fault
+    # after the first attention block of this model).
+    "llama_stateful": _xfail("site search: only 2 of the scanned nodes of the stateful Llama change its outputs "
+                             "by 10% when faulty"),
     "efficientnet": _xfail("issue 13: a benign node, 'blocks.3.0.se.act1' (Swish) at 1.1x its bf16 tolerance, is "
                            "named first ahead of faults injected later (2 of 4 sites); its error is absorbed"),
 }
