@@ -12,7 +12,6 @@ import math
 import pathlib
 from typing import Any, Sequence
 
-import numpy as np
 import openvino as ov
 
 from bisect_ov.analysis.diagnosis import diagnose, observations
@@ -70,17 +69,8 @@ def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = opened.session
     notes = list(opened.notes)
-    if opened.options.steps and opened.state is None:
-        notes.append(f"steps={opened.options.steps} was asked for, but the model has no variables (KV cache): "
-                     "generation steps need a stateful LLM, so only one run was compared.")
     if scored.absorbed_why:
         notes.append(scored.absorbed_why)
-    for param, array in zip(opened.model.get_parameters(), session.ref_arrays):
-        if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
-            nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
-            notes.append(f"Input '{param.get_friendly_name()}' holds {nan:,} NaN and {inf:,} Inf value(s) of "
-                         f"{np.asarray(array).size:,}: non-finite values in the inputs propagate on both sides, and "
-                         "positions where both sides agree on them are compared as equal.")
     saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
     if saturated:
         notes.append(f"{sum(n for _, n in saturated):,} values in {len(saturated)} tensor(s) (e.g. "

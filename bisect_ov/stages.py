@@ -165,6 +165,15 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                               class_names=options.classifier_outputs)
         session.select_sample(*pairs[summary.ranking[0]])
     notes = tuple(plan.notes) + why
+    for param, array in zip(graph.parameters(), pairs[0][0]):
+        if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
+            nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+            notes += (f"Input '{param.name}' holds {nan:,} NaN and {inf:,} Inf value(s) of {np.asarray(array).size:,}: "
+                      "non-finite values in the inputs propagate on both sides, and positions where both sides "
+                      "agree on them are compared as equal.",)
+    if options.steps and state is None:
+        notes += (f"steps={options.steps} was asked for, but the model has no variables (KV cache): generation "
+                  "steps need a stateful LLM, so only one run was compared.",)
     if state is not None:
         notes += (f"Stateful model: its {len(state.variables)} variables (ReadValue/Assign, e.g. a KV cache) are "
                   "compared with the states reset before each run; each is an input holding its initial value and "
@@ -315,7 +324,7 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
     A diverged node is absorbed when its measured consumers (the next measured nodes downstream) come back
     within their tolerance and its impact on the final outputs (the final error when only it runs on the
     target, `Findings.impact`) is below the outputs' tolerance. When every final output is within its
-    tolerance, the plain run (every node on the target) is that measurement for all of them at once: a verdict
+    tolerance (and, over many samples, no top-1 answer flips), the plain run (every node on the target) is that measurement for all of them at once: a verdict
     must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
     """
     scores, graph = scored.scores, opened.session.graph
@@ -323,7 +332,9 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
     if not diverged or not scored.outputs:
         return scored
     limit = min(o.tolerance for o in scored.outputs)
-    outputs_ok = not any(o.diverged for o in scored.outputs)
+    flips = len(opened.summary.flips_top1) if opened.summary is not None else 0
+    # Class answers that flip over many samples are outputs disagreeing, whatever the examined sample's error.
+    outputs_ok = not any(o.diverged for o in scored.outputs) and not flips
     if outputs_ok:
         absorbed = set(diverged)
         worst = max(scored.outputs, key=lambda o: o.error / o.tolerance if o.tolerance else math.inf)

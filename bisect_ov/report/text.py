@@ -122,7 +122,9 @@ def verdict_lines(report: "Report") -> list[str]:
         lines.append(f"Absorbed: {len(absorbed)} node(s) over their tolerance whose error the network takes out again "
                      "(not first divergences): " + ", ".join(f"'{n.label}'" for n in absorbed[:3])
                      + (" ..." if len(absorbed) > 3 else "") + ".")
-    layers = {k: v for k, v in report.by_layer().items() if len(v) > 1 or "*" in k or "." in k}
+    from bisect_ov.analysis.names import layer_of
+
+    layers = {k: v for k, v in report.by_layer().items() if layer_of(v[0].name) is not None}
     if len(layers) > 1 and len(report.culprits) > 3:
         lines.append("By layer: " + "; ".join(f"{k}: {len(v)}" for k, v in list(layers.items())[:6])
                      + (f"; ... ({len(layers)} groups)" if len(layers) > 6 else "") + ".")

@@ -61,7 +61,10 @@ ABSORBED = ("issue 13: DIVERGES while every final output is within tolerance and
             "(nodes over their tolerance whose error the network absorbs)")
 # Keyed by (model, target). "CPU" runs bf16 only where the CPU has it; elsewhere both sides are f32 and agree.
 KNOWN = {
-    ("mobilenetv3", "CPU"): _xfail(ABSORBED, BF16),
+    # The final output is over its tolerance here (rel_l2 5.5e-2 > 3.1e-2 in bf16): error accumulated through
+    # depth, no single node a source, so DIVERGES comes without a first divergence.
+    ("mobilenetv3", "CPU"): _xfail("DIVERGES without a first divergence: the output is over tolerance by error "
+                                   "accumulated through depth", BF16),
     ("resnet50", "EMU:f16"): _xfail(ABSORBED),
     ("efficientnet", "EMU:f16"): _xfail(ABSORBED),
     ("mobilenetv3", "EMU:f16"): _xfail(ABSORBED),
