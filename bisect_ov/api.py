@@ -17,7 +17,7 @@ from bisect_ov.options import DEFAULT_MAX_TAP_BYTES, BisectOptions
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device
 from bisect_ov.session import Clock
-from bisect_ov.stages import capture, experiments, open_comparison, plain_run, score
+from bisect_ov.stages import absorb, capture, experiments, generate, open_comparison, plain_run, score
 
 __all__ = ["bisect", "run"]
 
@@ -53,6 +53,8 @@ def bisect(
     executor: Any = None,
     samples_per_unit: int = 16,
     unit_retries: int = 2,
+    prompt_length: int = 16,
+    steps: int = 0,
 ) -> Report:
     """Find where `target` starts to disagree with `ref` on `model`.
 
@@ -137,6 +139,13 @@ def bisect(
     unit_retries
         Times a unit that raised (or whose worker died) runs again; what still fails is reported with its
         sample indices and the run is marked partial (`SamplesSummary.partial`).
+    prompt_length
+        Tokens of the generated prompt when `inputs` is None and the model takes LLM inputs (``input_ids``,
+        ``attention_mask``, ``position_ids``, ``beam_idx``) with a dynamic sequence length.
+    steps
+        For a stateful LLM (KV-cache variables): after the prefill, run this many decode steps on both sides,
+        each side on its own cache, both fed the reference's next token; the report gives each step's
+        final-output error, token flips, and the first step and node where divergence starts.
 
     Returns
     -------
@@ -155,7 +164,8 @@ def bisect(
         ref_config=ref_config, target_config=target_config, metric=metric, tolerance=tolerance, seed=seed,
         strategy=strategy, budget=budget, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
         sensitivity=sensitivity, noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes,
-        progress=progress, executor=executor, samples_per_unit=samples_per_unit, unit_retries=unit_retries)
+        progress=progress, executor=executor, samples_per_unit=samples_per_unit, unit_retries=unit_retries,
+        prompt_length=prompt_length, steps=steps)
     return run(model, ref, target, inputs, options, target_model=target_model)
 
 
@@ -169,15 +179,18 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
     try:
         with clock.stage("plain"):
             plain = plain_run(opened)
+        with clock.stage("generate"):
+            generation = generate(opened, plain)
         with clock.stage("capture"):
             measurement = capture(opened, plain)
         with clock.stage("score"):
             scored = score(opened, plain, measurement)
         with clock.stage("experiments"):
             findings = experiments(opened, measurement, scored)
+            scored = absorb(opened, plain, scored, findings)
         with clock.stage("assemble"):
             return assemble(opened, plain, measurement, scored, findings, model_source=model,
-                            target_source=target_model)
+                            target_source=target_model, generation=generation)
     finally:
         if opened.samples is not None:  # an executor opened from a name, a generator's spill folder
             opened.samples.close()

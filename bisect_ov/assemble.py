@@ -28,7 +28,7 @@ __all__ = ["assemble", "run_notes", "rank_by_impact"]
 
 
 def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored, findings: Findings,
-             *, model_source: Any, target_source: Any = None) -> Report:
+             *, model_source: Any, target_source: Any = None, generation: Any = None) -> Report:
     """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
     session, options = opened.session, opened.options
     with opened.clock("score"):
@@ -53,10 +53,17 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
                      for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
         samples=opened.summary.to_record() if opened.summary is not None else None,
-        openvino_version=ov.get_version(), notes=tuple(run_notes(opened, measurement, scored)),
+        openvino_version=ov.get_version(),
+        notes=tuple(run_notes(opened, measurement, scored)) + ((f"Generation: {generation.why}"
+                                                                 + (f"; the nodes below are measured on step "
+                                                                    f"{generation.examined_step}."
+                                                                    if generation.examined_step else "."),)
+                                                                if generation is not None else ()),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
         sensitivity=tuple(findings.sensitivity),
+        steps=generation.steps if generation is not None else (),
+        examined_step=generation.examined_step if generation is not None else None,
     )
     return report
 
@@ -65,6 +72,14 @@ def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = opened.session
     notes = list(opened.notes)
+    if scored.absorbed_why:
+        notes.append(scored.absorbed_why)
+    saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
+    if saturated:
+        notes.append(f"{sum(n for _, n in saturated):,} values in {len(saturated)} tensor(s) (e.g. "
+                     f"'{session.graph[saturated[0][0].key].name}') are at float32's extremes on the reference (masks "
+                     "of float32's lowest value) and infinite or at the limit of its range on the target: they mean the "
+                     "same (a masked position) and are compared as equal, saturated by design.")
     if scored.floor:
         notes.append(f"The target is not deterministic: its outputs differ by up to {scored.floor / 2:.2e} between "
                      "runs or compiles; errors below twice that are not counted.")
@@ -150,7 +165,8 @@ def node_results(session: Session, measurement: Measurement, scored: Scored, pre
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.
             judged = "quantization" if node.name in tolerance_quantized else precision
-            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, judged)
+            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, judged,
+                               node.op_type)
         results.append(NodeResult(
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,

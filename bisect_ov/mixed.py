@@ -196,8 +196,7 @@ def mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Seq
         segment = order[start:end + 1]
         produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
         outputs = [t for t in cut_after(graph, order, end) if t in produced]
-        piece = extract(graph, segment, outputs)
-        got = session.run_piece(side, piece, values, final)
+        got = session.run_segment(side, segment, outputs, lambda: extract(graph, segment, outputs), values, final)
         values.update(zip(outputs, got))
         start = end + 1
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
@@ -250,36 +249,69 @@ def impact(runs: MixedRuns, units: Mapping[str, Sequence[str]]) -> dict[str, flo
     return {uid: runs.error(set(members) | {uid}) for uid, members in units.items()}
 
 
-def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: float, *, max_units: int = 8,
-             max_single: int = 16) -> Fix:
-    """Greedy over ranked suspect units, then drop units and single nodes that are not needed.
+def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: float, *,
+             pattern_of: Mapping[str, str] | None = None, max_single: int = 16) -> Fix:
+    """Greedy over ranked suspect units (and their patterns), then drop what is not needed.
 
-    Every step is a real partitioned run. `max_single` bounds the node-by-node pass (one run per node tried).
+    With `pattern_of` (node key -> its role in the model's repeated blocks, `bisect_ov.analysis.names.pattern`),
+    each suspect is first tried as its whole pattern ("this op in every layer") when the pattern holds several
+    nodes, then alone: a problem that repeats in every block is then one candidate, whatever the depth. The
+    greedy pass goes through every candidate until the error is within `tolerance` (no cap on units). The
+    result is minimised by dropping kept candidates, then whole patterns, then single nodes (at most
+    `max_single` runs); every step is a real partitioned run.
     """
     everything = set(runs.order)
     before = runs.error(everything)
+    pattern_of = dict(pattern_of or {})
+    members: dict[str, list[str]] = {}
+    for key in runs.order:
+        if key in pattern_of:
+            members.setdefault(pattern_of[key], []).append(key)
+    candidates: list[tuple[str, ...]] = []
+    for unit in suspects:
+        group = members.get(pattern_of.get(unit[0], ""), [])
+        if len(group) > 1:
+            expanded = tuple(dict.fromkeys([*group, *unit]))
+            if expanded not in candidates:
+                candidates.append(expanded)
+        if tuple(unit) not in candidates:
+            candidates.append(tuple(unit))
     kept: list[Sequence[str]] = []
     error = before
-    for unit in suspects[:max_units]:
+    for unit in candidates:
         if error <= tolerance:
             break
+        if set(unit) <= _union(kept):
+            continue
         kept.append(unit)
         error = runs.error(everything - _union(kept))
     keep = _union(kept)
     if error <= tolerance:
-        # Delta debugging: drop whole units that are not needed, then single nodes (a unit can be a large
-        # fusion group of which one op matters).
+        # Delta debugging: drop whole candidates that are not needed, then whole patterns, then single nodes
+        # (a candidate can be a large fusion group of which one op matters).
         for unit in list(kept):
             trial = [u for u in kept if u is not unit]
             if trial and runs.error(everything - _union(trial)) <= tolerance:
                 kept = trial
         keep = _union(kept)
+        by_pattern: dict[str, set[str]] = {}
+        for key in keep:
+            by_pattern.setdefault(pattern_of.get(key, key), set()).add(key)
+        for nodes in sorted(by_pattern.values(), key=len):
+            if len(nodes) > 1 and len(keep) > len(nodes) and runs.error(everything - (keep - nodes)) <= tolerance:
+                keep = keep - nodes
         for key in [k for k in runs.order if k in keep][:max_single]:
             if len(keep) > 1 and runs.error(everything - (keep - {key})) <= tolerance:
                 keep = keep - {key}
         error = runs.error(everything - keep)
     ordered = tuple(k for k in runs.order if k in keep)
-    return Fix(ordered, before, error, tolerance, True, runs.runs, tuple(u[0] for u in suspects[:max_units]))
+    counts: dict[str, int] = {}
+    for key in ordered:
+        if key in pattern_of and len(members.get(pattern_of[key], ())) > 1:
+            counts[pattern_of[key]] = counts.get(pattern_of[key], 0) + 1
+    patterns = tuple(f"{p} ({n} of {len(members[p])})" for p, n in counts.items() if n > 1)
+    return Fix(ordered, before, error, tolerance, True, runs.runs, tuple(u[0] for u in candidates[:16]),
+               patterns=patterns)
 
 
 def _union(units: Sequence[Sequence[str]]) -> set[str]:

@@ -93,6 +93,10 @@ class BisectOptions:
         metavar="WHERE", cli_help="where many samples run: processes:N, threads:N or dask://HOST:PORT (default: here)")
     samples_per_unit: int = _opt(16, "samples per work unit when many samples run", kind=int, metavar="N")
     unit_retries: int = _opt(2, "times a failed unit of samples runs again before it is reported", cli=None)
+    prompt_length: int = _opt(16, "tokens of the generated prompt for LLM inputs with a dynamic sequence length",
+                              kind=int, metavar="N")
+    steps: int = _opt(0, "decode steps after the prefill of a stateful LLM, each side on its own KV cache "
+                      "(0: the prefill only)", kind=int, metavar="N")
 
     def __post_init__(self) -> None:
         for name in ("ref_config", "target_config"):
@@ -136,6 +140,12 @@ class BisectOptions:
             raise InputError(f"progress must be True, False or None; got {self.progress!r}.")
         if not _integer(self.impact) or self.impact < 0:
             raise InputError(f"impact must be an integer >= 0 (suspects to measure; 0 for none); got {self.impact!r}.")
+        if not _integer(self.prompt_length) or self.prompt_length < 1:
+            raise InputError(f"prompt_length must be an integer >= 1 (tokens of the generated prompt); "
+                             f"got {self.prompt_length!r}.")
+        if not _integer(self.steps) or self.steps < 0:
+            raise InputError(f"steps must be an integer >= 0 (decode steps after the prefill; 0 for none); "
+                             f"got {self.steps!r}.")
         if not _integer(self.curve) or self.curve < 0:
             raise InputError(f"curve must be an integer >= 0 (points of the contribution curve; 0 for none); "
                              f"got {self.curve!r}.")

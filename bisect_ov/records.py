@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary"]
+__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary",
+           "Step"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class Fix:
     runs: int
     tried: tuple[str, ...] = ()
     patched_model: str | None = None
+    # The repeated-block roles the kept nodes make up ("<pattern> (kept of all)"), when several nodes share one.
+    patterns: tuple[str, ...] = ()
 
     @property
     def solved(self) -> bool:
@@ -168,3 +171,26 @@ class SamplesSummary:
     def partial(self) -> bool:
         """True when some samples were not measured (``missing`` or ``spread_missing``): never silently short."""
         return bool(self.missing or self.spread_missing)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generation step of a stateful LLM (step 0 is the prefill), both sides fed the reference's token.
+
+    ``error``: final-output error with each side on its own KV cache; ``local_error``: with the target fed
+    the reference's cache (the step's own computation); ``cache_error``: error of the cache the target
+    inherited; ``token``/``target_token``: each side's next token (greedy), ``flipped`` when they differ.
+    """
+
+    step: int
+    token: int
+    target_token: int
+    error: float
+    local_error: float
+    cache_error: float
+    tolerance: float
+    flipped: bool
+
+    @property
+    def diverged(self) -> bool:
+        return self.error > self.tolerance

@@ -27,7 +27,9 @@ from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, plan_chunks, tap_model
 from bisect_ov.run.devices import Device, DeviceInfo
 
-__all__ = ["Session", "Clock"]
+__all__ = ["Session", "Clock", "PIECE_CACHE"]
+
+PIECE_CACHE = 256  # compiled segments kept for reuse by partitioned runs
 
 
 class Clock:
@@ -111,6 +113,7 @@ class Session:
         self._precompiled: dict[tuple, Any] = {}  # background compiles of pieces, by what they compute
         self._target_output = _target_output_positions(graph, target_graph, self.target_of)
         self._untappable: frozenset[Tap] = frozenset()
+        self._pieces: dict[tuple, tuple[Any, Any]] = {}  # (side, segment, outputs) -> (piece, compiled)
 
     # ----- state, read-only from outside ------------------------------------------------------------
     @property
@@ -149,8 +152,9 @@ class Session:
         return dict(self._exact)
 
     def select_sample(self, ref_arrays: Sequence[np.ndarray], target_arrays: Sequence[np.ndarray]) -> None:
-        """Examine another sample from now on (the worst of many)."""
+        """Examine another sample from now on (the worst of many, or a generation step)."""
         self._ref_arrays, self._target_arrays = list(ref_arrays), list(target_arrays)
+        self._pieces.clear()  # compiled for the previous sample's shapes
 
     def forget_tapped_runs(self) -> None:
         """Drop the fidelity history (a strategy that is abandoned does not speak for the next one)."""
@@ -321,6 +325,30 @@ class Session:
         device = self.target if side == "target" else self.ref
         typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
         return device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
+    def run_segment(self, side: str, segment: Sequence[str], outputs: Sequence[Tap], make_piece: Callable[[], Any],
+                    values: dict[Tap, np.ndarray], final: frozenset[Tap] = frozenset()) -> list[np.ndarray]:
+        """`run_piece` for a segment of the graph, compiled once per side and reused by later partitioned runs.
+
+        A fix search or a delegation search runs the same segments again and again (everything between two
+        kept nodes); compiling each once keeps a search over a deep model affordable. At most `PIECE_CACHE`
+        compiled pieces are kept, the oldest dropped first.
+        """
+        key = (side, tuple(segment), tuple(outputs))
+        if key not in self._pieces:
+            piece = make_piece()
+            device = self.target if side == "target" else self.ref
+            typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
+            with self.clock("compile"):
+                compiled = device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
+            self._compiles[side] += 1
+            if len(self._pieces) >= PIECE_CACHE:
+                self._pieces.pop(next(iter(self._pieces)))
+            self._pieces[key] = (piece, compiled)
+        piece, compiled = self._pieces[key]
+        arrays = self._target_arrays if side == "target" else self._ref_arrays
+        feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
+        with self.clock("infer"):
+            return compiled.infer(feed, share_outputs=False)
 
     def measure(self, taps: Sequence[Tap], *, bar: tqdm | None = None) -> dict[Tap, TensorStats]:
         """Expose `taps` (reference-side taps; matched target taps are found) in one compile per side."""

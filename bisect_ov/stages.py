@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 from functools import partial
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 
 from bisect_ov.analysis.diagnosis import diagnose
 from bisect_ov.analysis.metrics import TensorStats, metric_value
+from bisect_ov.analysis.names import pattern
 from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
 from bisect_ov.capture.device import plan_recorded
@@ -34,6 +35,7 @@ from bisect_ov.mixed import impact as impact_of
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
+from bisect_ov.model.state import Stateless, initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, plan_chunks
 from bisect_ov.options import BisectOptions
 from bisect_ov.records import Fidelity, Noise
@@ -43,11 +45,12 @@ from bisect_ov.distributed import SampleRun, node_spread, prepare_pair, run_samp
 from bisect_ov.samples import Samples, SampleSummary, as_samples
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.session import Clock, Session
+from bisect_ov.steps import Generation, run_steps
 from bisect_ov.strategies import run_bisection, run_full, run_fusion
 from bisect_ov.twin import layer_sensitivity, quantized_units, twin_tolerance
 
-__all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "capture", "score",
-           "experiments", "FIDELITY_RANGE", "fidelity"]
+__all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "generate", "capture", "score",
+           "experiments", "absorb", "FIDELITY_RANGE", "fidelity"]
 
 FIDELITY_RANGE = (0.5, 2.0)
 
@@ -64,6 +67,10 @@ class Opened:
     summary: SampleSummary | None
     notes: tuple[str, ...]
     clock: Clock
+    # A stateful model's variables as inputs and outputs (`bisect_ov.model.state`); `model` is then its
+    # stateless form, and `state_of_target` the target model's when it is stateful too.
+    state: Stateless | None = None
+    state_of_target: Stateless | None = None
 
     def error_of(self, stats: TensorStats) -> float:
         """The options' metric on one tensor pair's statistics."""
@@ -98,6 +105,8 @@ class Scored:
     outputs: tuple[OutputResult, ...]
     noise: Noise | None
     fidelity: Fidelity | None
+    absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (`absorb`)
+    absorbed_why: str = ""
 
     @property
     def floor(self) -> float:
@@ -117,6 +126,13 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         if m is not None and not m.outputs:
             raise InputError(f"The {which} '{m.get_friendly_name()}' has no outputs: there is nothing to compare. "
                              "Give a model with at least one Result.")
+    state = make_stateless(ov_model) if is_stateful(ov_model) else None
+    target_state = make_stateless(ov_target) if ov_target is not None and is_stateful(ov_target) else None
+    user_model = ov_model
+    if state is not None:
+        ov_model = state.model
+    if target_state is not None:
+        ov_target = target_state.model
     with clock("graph"):
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
@@ -134,8 +150,13 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         run = SampleRun(many, options.executor, samples_per_unit=options.samples_per_unit,
                         unit_retries=options.unit_retries, progress=show, owned=not isinstance(plan.inputs, Samples))
     if many is None:
-        ref_arrays = prepare_inputs(ov_model, plan.inputs, seed=options.seed)
+        ref_arrays = prepare_inputs(user_model, plan.inputs, seed=options.seed, prompt_length=options.prompt_length)
+        if state is not None:  # the variables as `reset_state()` leaves them
+            ref_arrays = ref_arrays + initial_states(state, ref_arrays)
         first = (ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays)
+    elif state is not None:
+        raise InputError("Many samples with a stateful model (KV-cache variables) are not supported: pass one "
+                         "sample (inputs=dict), or compare the samples one by one.")
     else:
         try:
             sample = many.load(0)
@@ -160,7 +181,22 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             run.close()
             raise
         why = why + tuple(run.notes)
-    return Opened(session, resolved, ov_model, ov_target, run, summary, tuple(plan.notes) + why, clock)
+    notes = tuple(plan.notes) + why
+    for param, array in zip(graph.parameters(), first[0]):
+        if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
+            nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+            notes += (f"Input '{param.name}' holds {nan:,} NaN and {inf:,} Inf value(s) of {np.asarray(array).size:,}: "
+                      "non-finite values in the inputs propagate on both sides, and positions where both sides "
+                      "agree on them are compared as equal.",)
+    if options.steps and state is None:
+        notes += (f"steps={options.steps} was asked for, but the model has no variables (KV cache): generation "
+                  "steps need a stateful LLM, so only one run was compared.",)
+    if state is not None:
+        notes += (f"Stateful model: its {len(state.variables)} variables (ReadValue/Assign, e.g. a KV cache) are "
+                  "compared with the states reset before each run; each is an input holding its initial value and "
+                  f"an output '{state.model.outputs[state.n_outputs].get_any_name()}', ... compared like any "
+                  "output.",)
+    return Opened(session, resolved, ov_model, ov_target, run, summary, notes, clock, state, target_state)
 
 
 def plain_run(opened: Opened) -> Plain:
@@ -182,6 +218,38 @@ def plain_run(opened: Opened) -> Plain:
     if opened.target_model is not None and session.match.quantized:
         tolerance = twin_tolerance(tolerance, session.graph, session.target_graph, session.match)
     return Plain(tolerance)
+
+
+def generate(opened: Opened, plain: Plain) -> Generation | None:
+    """With ``steps``: the prefill and decode steps on both sides (`bisect_ov.steps`); None without them.
+
+    When a decode step is where divergence starts, the session examines that step's inputs from now on (its
+    plain run is repeated), so the node results explain that step.
+    """
+    session, options, state = opened.session, opened.options, opened.state
+    if not options.steps or state is None:
+        return None
+    if opened.target_model is not None and (opened.state_of_target is None
+                                            or opened.state_of_target.variables != state.variables):
+        return None
+    graph = session.graph
+    result = graph.results()[0]
+    producer, port = result.inputs[0]
+    tolerance = plain.tolerance.for_node(graph[producer], port)
+    names = []
+    for param in state.model.get_parameters()[: state.n_inputs]:
+        found = set(param.output(0).get_names()) | {param.get_friendly_name()}
+        names.append(next((n for n in ("input_ids", "attention_mask", "position_ids", "beam_idx") if n in found),
+                          param.get_friendly_name()))
+    arrays = session.ref_arrays
+    with opened.clock("steps"):
+        generation = run_steps(state, names, session.ref, session.target, arrays[: state.n_inputs],
+                               arrays[state.n_inputs:], options.steps, opened.error_of, tolerance,
+                               target_stateless=opened.state_of_target)
+    if generation.examine is not None:
+        session.select_sample(*generation.examine)
+        session.plain()
+    return generation
 
 
 def capture(opened: Opened, plain: Plain) -> Measurement:
@@ -283,11 +351,13 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
                          else min(o.tolerance for o in scored.outputs))
                 if twin and session.match.quantized:
                     candidates = twin_fix_candidates(session, sensitivity, local)
+                    fix = find_fix(runs, candidates, limit)
                 else:
                     causes = {k: tuple(first_causes(session.graph, stats, scores, k)) for k in scores.first}
                     candidates = suspects_for_fix(session.graph, scores.ranking, scores.first, units, local,
                                                   scored.tolerances, causes, delegation)
-                fix = find_fix(runs, candidates, limit, max_units=len(candidates) if twin else 8)
+                    pattern_of = {n.key: pattern(n.name) for n in session.graph.candidates()}
+                    fix = find_fix(runs, candidates, limit, pattern_of=pattern_of)
         finally:
             runs.close()
     return Findings(local=local, impact=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
@@ -305,13 +375,65 @@ def twin_fix_candidates(session: Session, sensitivity, local: dict[str, float]) 
     return [(k,) for k in keys]
 
 
+def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> Scored:
+    """Nodes over their tolerance whose error the network absorbs: not first divergences, not culprits.
+
+    A diverged node is absorbed when its measured consumers (the next measured nodes downstream) come back
+    within their tolerance and its impact on the final outputs (the final error when only it runs on the
+    target, `Findings.impact`) is below the outputs' tolerance. When every final output is within its
+    tolerance (and, over many samples, no top-1 answer flips), the plain run (every node on the target) is that measurement for all of them at once: a verdict
+    must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
+    """
+    scores, graph = scored.scores, opened.session.graph
+    diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
+    if not diverged or not scored.outputs:
+        return scored
+    limit = min(o.tolerance for o in scored.outputs)
+    flips = len(opened.summary.flips_top1) if opened.summary is not None else 0
+    # Class answers that flip over many samples are outputs disagreeing, whatever the examined sample's error.
+    outputs_ok = not any(o.diverged for o in scored.outputs) and not flips
+    if outputs_ok:
+        absorbed = set(diverged)
+        worst = max(scored.outputs, key=lambda o: o.error / o.tolerance if o.tolerance else math.inf)
+        why = (f"{len(absorbed)} node(s) exceed their tolerance but the network absorbs their error: every final "
+               f"output is within its tolerance (worst '{worst.name}' {worst.error:.1e} <= {worst.tolerance:.1e}) "
+               "with all of them on the target")
+        measured = {k: v for k, v in findings.impact.items() if k in absorbed}
+        if measured:
+            why += "; alone on the target, " + ", ".join(f"'{graph[k].name}' moves them by {v:.1e}"
+                                                         for k, v in list(measured.items())[:3])
+        why += "."
+    else:
+        measured_keys = {k for k, s in scores.nodes.items()}
+        absorbed = set()
+        for key in diverged:
+            impact = findings.impact.get(key)
+            if impact is None or impact >= limit:
+                continue
+            consumers = [c for c in graph.downstream(key, include_self=False, stop=lambda c: c in measured_keys)
+                         if c in measured_keys]
+            if consumers and all(scores.nodes[c].error <= scores.nodes[c].tolerance for c in consumers):
+                absorbed.add(key)
+        if not absorbed:
+            return scored
+        why = (f"{len(absorbed)} node(s) exceed their tolerance, but their consumers come back within tolerance and "
+               f"each alone on the target moves the final outputs by less than their tolerance ({limit:.1e}): "
+               + ", ".join(f"'{graph[k].name}' {findings.impact[k]:.1e}" for k in sorted(absorbed)[:3])
+               + "; they are absorbed, not first divergences.")
+    tol = plain.tolerance
+    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed)
+    return replace(scored, scores=rescored, absorbed=tuple(sorted(absorbed, key=lambda k: graph[k].index)),
+                   absorbed_why=why)
+
+
 # ----- helpers shared by the stages -------------------------------------------------------------------------
 def first_causes(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Scores, key: str) -> list[str]:
     """The diagnosis of one scored node from its own and its inputs' statistics (precision-agnostic)."""
     node, s = graph[key], scores.nodes[key]
     taps = [t for t in stats if t.key == key]
     inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
-    return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "")
+    return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "",
+                    node.op_type)
 
 
 def fidelity(session: Session, metric: str | Callable[[TensorStats], float]) -> Fidelity | None:

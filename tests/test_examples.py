@@ -208,3 +208,35 @@ def test_case4_script_prints_the_exact_answer():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "179,209,319" in proc.stdout
+
+
+# ----- case 5: massive activations overflow f16 in every layer's RMSNorm (needs the zoo extra to build) -----
+@pytest.fixture(scope="module")
+def case5():
+    from bisect_ov.zoo import cache
+
+    if cache.missing_packages():
+        pytest.skip(f"building the LLM needs the zoo extra (missing {cache.missing_packages()})")
+    from examples import case5_llm_overflow
+
+    return case5_llm_overflow.run()
+
+
+def test_case5_overflow_is_named_at_the_first_rmsnorm_with_its_magnitudes(case5):
+    report = case5["f16"]
+    first = report.first_divergence
+    assert first is not None and first.op_type == "Power", report.to_text()
+    assert first.label == "model.layers.0.input_layernorm (aten::pow -> Power)"
+    cause = " ".join(first.causes)
+    assert "overflow" in cause and "x*x" in cause and "65,504" in cause, cause
+
+
+def test_case5_fix_covers_every_layer_as_a_pattern_and_is_verified(case5):
+    from examples.case5_llm_overflow import LAYERS
+
+    fix = case5["f16"].fix
+    assert fix is not None and fix.solved and fix.error_before > fix.tolerance
+    squares = [k for k in fix.keep if k.endswith("input_layernorm/aten::pow/Power")]
+    assert len(squares) == LAYERS, fix.keep
+    assert any(p.startswith("__module.model.layers.*.input_layernorm/aten::pow/Power") and f"({LAYERS} of {LAYERS})" in p
+               for p in fix.patterns), fix.patterns

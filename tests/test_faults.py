@@ -95,4 +95,7 @@ def test_fusion_strategy_without_refinement_names_the_group(shape):
     report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=inject_fault(model, node, "offset"),
                     strategy="fusion", refine=False, **FAST)
     first = report.first_divergence
+    if first is None and not any(o.diverged for o in report.outputs):
+        # An offset the network takes out again (a key offset before softmax): named as absorbed, not a divergence.
+        first = next(n for n in report.nodes if n.absorbed)
     assert first.name == node or node in first.group, report.to_text()

@@ -32,6 +32,8 @@ BAD_OPTIONS = [
     ("strategy", ["full"], "Available"),
     ("budget", "cheap", "Unknown budget"),
     ("budget", None, "Unknown budget"),
+    ("prompt_length", 0, "prompt_length"),
+    ("steps", -1, "steps"),
     ("sensitivity", "yes", "sensitivity must be True or False"),
     ("executor", 3, "executor must be None"),
     ("samples_per_unit", 0, "samples_per_unit must be an integer >= 1"),

@@ -11,7 +11,7 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "bisect_ov"
 ORCHESTRATION = {"bisect_ov.api", "bisect_ov.session", "bisect_ov.strategies", "bisect_ov.mixed", "bisect_ov.samples",
                  "bisect_ov.distributed", "bisect_ov.twin",
-                 "bisect_ov.options", "bisect_ov.stages", "bisect_ov.assemble", "bisect_ov.cli"}
+                 "bisect_ov.options", "bisect_ov.stages", "bisect_ov.steps", "bisect_ov.assemble", "bisect_ov.cli"}
 LOWER = ("bisect_ov.model", "bisect_ov.run", "bisect_ov.analysis", "bisect_ov.capture", "bisect_ov.report",
          "bisect_ov.records", "bisect_ov.codec", "bisect_ov.fileio", "bisect_ov.errors", "bisect_ov.numeric")
 # Which areas each area may import, besides itself and the shared leaves: arrows point down.

@@ -4,7 +4,12 @@ Pure functions over `TensorStats`. Observations (always reported when present): 
 the target, values at the f16 limit (±65504, overflow or saturation), values at an integer type's limits,
 shape mismatches. Diagnoses (for nodes where error starts or is amplified):
 
-* cancellation: the output is much smaller than the inputs it was computed from (x - mean on data with a
+* overflow: the reference's values (or those of an intermediate square, exponential, sum or product) leave
+  the target precision's range (f16's 65,504, bf16's 3.4e38, an integer type's limits), with the input
+  magnitude that explains it ("inputs reach 400: x*x = 1.6e+05 > 65,504");
+* underflow: the reference's values stay below the smallest normal number of the target precision (f16:
+  6.1e-5, as after a multiply by a tiny scale), where it keeps fewer significant bits or flushes to zero;
+* cancellation (subtractions and sums only): the output is much smaller than the inputs it was computed from (x - mean on data with a
   large offset, a difference of nearly equal values), so the inputs' rounding errors, small relative to the
   inputs, are large relative to the output;
 * long reduction: the node sums many values (its reduction length K) and its error exceeds what the
@@ -18,8 +23,19 @@ import math
 from typing import Sequence
 
 from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
 
-__all__ = ["observations", "diagnose", "CANCELLATION_RATIO", "LONG_REDUCTION"]
+__all__ = ["observations", "diagnose", "overflow", "underflow", "CANCELLATION_RATIO", "LONG_REDUCTION",
+           "CANCELLING_OPS"]
+
+# Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
+CANCELLING_OPS = frozenset({"Subtract", "Add", "MVN", "ReduceSum", "ReduceMean", "MatMul", "Convolution",
+                            "GroupConvolution", "Einsum", "FullyConnected"})
+_RANGE = {"f16": F16_MAX, "bf16": BF16_MAX}
+_MIN_NORMAL = {"f16": F16_MIN_NORMAL}
+_SQUARING = frozenset({"Power", "SquaredDifference", "MVN", "NormalizeL2", "ReduceL2", "ReduceSumSquare"})
+_SUMMING = frozenset({"ReduceSum", "ReduceMean", "MatMul", "Convolution", "GroupConvolution", "Einsum",
+                      "FullyConnected", "Add", "ScaledDotProductAttention", "Softmax"})
 
 CANCELLATION_RATIO = 10.0  # inputs this many times larger than the output
 LONG_REDUCTION = 64
@@ -49,8 +65,13 @@ def diagnose(
     output: TensorStats | None,
     inputs: Sequence[TensorStats],
     precision: str,
+    op_type: str = "",
 ) -> list[str]:
     """A sentence on the likely mechanism, for sources and amplifiers; empty for other roles.
+
+    `op_type` (the node's operation) keeps each diagnosis to the ops it fits: overflow names the square,
+    exponential or sum that left the range, underflow a multiply by a tiny scale, cancellation only ops that
+    subtract or sum (a multiply cannot cancel).
 
     Examples
     --------
@@ -61,10 +82,17 @@ def diagnose(
     >>> diagnose("source", 0.2, 0.01, 1, out, [compare(x, x)], "bf16")[0].split(":")[0]
     'cancellation'
     """
-    if role not in ("source", "amplifier") or output is None or output.new_nonfinite:
+    if role not in ("source", "amplifier") or output is None:
         return []
+    found = overflow(op_type, output, inputs, precision)
+    if found or output.new_nonfinite:
+        return found
+    found = underflow(op_type, output, precision)
+    if found:
+        return found
     scale_in = max((s.ref_absmax for s in inputs), default=0.0)
-    if output.ref_absmax > 0 and scale_in > CANCELLATION_RATIO * output.ref_absmax:
+    cancelling = not op_type or op_type in CANCELLING_OPS
+    if cancelling and output.ref_absmax > 0 and scale_in > CANCELLATION_RATIO * output.ref_absmax:
         ratio = scale_in / output.ref_absmax
         return [
             f"cancellation: its inputs reach {scale_in:.3g} but its output only {output.ref_absmax:.3g} "
@@ -80,3 +108,41 @@ def diagnose(
     if math.isfinite(over) and tolerance > 0:
         return [f"error {over:.1f}x the tolerance of {precision} rounding for this op"]
     return []
+
+
+def overflow(op_type: str, output: TensorStats, inputs: Sequence[TensorStats], precision: str) -> list[str]:
+    """The overflow that explains NaN/Inf (or values at the limit) on the target, with the magnitudes, if any."""
+    limit = _RANGE.get(precision)
+    if limit is None and precision in ("", None) and (output.new_nonfinite or output.at_f16_limit):
+        limit = F16_MAX  # precision unknown here: the f16 limit is the one values hit
+    if limit is None or not (output.new_nonfinite or output.at_f16_limit or output.target_inf):
+        return []
+    out, scale_in = output.ref_absmax, max((s.ref_absmax for s in inputs), default=0.0)
+    name = f"{limit:,.0f}" if limit < 1e6 else f"{limit:.2g}"
+    if op_type in _SQUARING and scale_in * scale_in > limit:
+        return [f"overflow: inputs reach {scale_in:.3g}: x*x = {scale_in * scale_in:.2g} > {name}, "
+                f"{precision or 'f16'} overflows in the square (the reference's output reaches {out:.3g}); "
+                "keep the square and its mean in f32"]
+    if out > limit:
+        return [f"overflow: its values reach {out:.3g} on the reference, beyond {precision or 'f16'}'s largest "
+                f"value {name}, so the target holds inf there (inputs reach {scale_in:.3g}); keep it in f32 or "
+                "scale its inputs down"]
+    if op_type in ("Exp", "Softmax", "SoftPlus", "Swish", "Sigmoid", "Gelu") and scale_in > math.log(limit):
+        return [f"overflow: inputs reach {scale_in:.3g}: exp({scale_in:.3g}) > {name}, {precision or 'f16'} "
+                "overflows in the exponential; subtract the maximum first or keep it in f32"]
+    if op_type in _SUMMING or op_type == "Multiply":
+        what = "product" if op_type == "Multiply" else "sum"
+        return [f"overflow: an intermediate {what} leaves {precision or 'f16'}'s range {name} (inputs reach "
+                f"{scale_in:.3g}, the reference's output {out:.3g}); accumulate it in f32"]
+    return []
+
+
+def underflow(op_type: str, output: TensorStats, precision: str) -> list[str]:
+    """Values below the target precision's smallest normal number (subnormals lose bits, or flush to zero)."""
+    tiny = _MIN_NORMAL.get(precision)
+    if tiny is None or not 0 < output.ref_absmax < tiny:
+        return []
+    how = "a multiply by a tiny scale" if op_type == "Multiply" else f"its {op_type or 'op'}"
+    return [f"underflow: its values reach only {output.ref_absmax:.2g}, below {precision}'s smallest normal number "
+            f"{tiny:.2g} (after {how}), where {precision} keeps fewer significant bits or flushes to zero; keep it "
+            "in f32 or rescale"]

@@ -6,7 +6,12 @@ counts. Large tensors are processed in flat chunks so the temporary memory stays
 the tensor size. Integer and boolean tensors are compared exactly (int64 arithmetic).
 
 Positions where both sides hold the same non-finite value (NaN and NaN, +inf and +inf) agree; a value that is
-finite on the reference side and not on the target side makes the tensor's error infinite.
+finite on the reference side and not on the target side makes the tensor's error infinite, except a sentinel:
+a reference value at float32's extremes (beyond `SENTINEL`, as the additive attention masks of float32's
+lowest value) whose target value has the same sign and is infinite or at the limit of the target's range
+(bf16 and f16 cannot hold -3.4e38: the same mask is -inf there, and Softmax gives 0 for both). Such
+positions are compared as equal and counted as ``saturated``. Sums of huge values are accumulated so that
+no numpy overflow warning reaches the user.
 
 A metric is a name in `METRICS` or a callable ``f(stats) -> float`` (larger is worse).
 """
@@ -20,6 +25,10 @@ from typing import Callable, Union
 import numpy as np
 
 from bisect_ov.numeric import F16_MAX
+
+# Reference values this large are sentinels by design (float32's lowest, 3.4e38, in masks): no activation
+# reaches them, and no lower precision can hold them.
+SENTINEL = 1e38
 
 __all__ = ["TensorStats", "compare", "METRICS", "metric_value", "F16_MAX"]
 
@@ -51,6 +60,7 @@ class TensorStats:
     at_int_limit: int
     integer: bool
     note: str = ""
+    saturated: int = 0  # sentinel positions (float32's extremes on the reference, at the limit on the target)
 
     @property
     def exact(self) -> bool:
@@ -151,6 +161,7 @@ class _Accumulator:
         self.new_nonfinite = 0
         self.at_f16 = 0
         self.at_int = 0
+        self.saturated = 0
 
     def add(self, r: np.ndarray, t: np.ndarray) -> None:
         self.n += r.size
@@ -163,7 +174,10 @@ class _Accumulator:
             rf, tf = ri.astype(np.float64), ti.astype(np.float64)
             self._accumulate(rf, tf)
             return
-        if r.dtype == np.float32 and t.dtype == np.float32 and np.isfinite(r.sum()) and np.isfinite(t.sum()):
+        with np.errstate(all="ignore"):  # a float32 sum of huge values overflows: that only means "slow path"
+            fast = (r.dtype == np.float32 and t.dtype == np.float32 and abs(float(r.sum())) < SENTINEL
+                    and abs(float(t.sum())) < SENTINEL)
+        if fast:
             # Fast path, the common case: all finite. float32 differences of close values are exact
             # (Sterbenz), and the sums below are accumulated in float64.
             self.at_f16 += int(np.count_nonzero((np.abs(t) >= F16_MAX) & (np.abs(r) < F16_MAX)))
@@ -176,12 +190,17 @@ class _Accumulator:
         self.ref_inf += int(np.count_nonzero(np.isinf(rf)))
         self.target_nan += int(np.count_nonzero(np.isnan(tf)))
         self.target_inf += int(np.count_nonzero(np.isinf(tf)))
-        both = r_fin & t_fin
+        sentinel = ((np.abs(rf) >= SENTINEL) & r_fin & (np.sign(tf) == np.sign(rf))
+                    & (np.abs(tf) >= min(F16_MAX, SENTINEL)))
+        self.saturated += int(np.count_nonzero(sentinel))
+        both = r_fin & t_fin & ~sentinel
         # Same non-finite value on both sides agrees; anything else non-finite is a mismatch.
-        same_special = ~both & ((np.isnan(rf) & np.isnan(tf)) | (rf == tf))
-        self.new_nonfinite += int(np.count_nonzero(r_fin & ~t_fin))
+        same_special = ~both & ((np.isnan(rf) & np.isnan(tf)) | (rf == tf) | sentinel)
+        self.new_nonfinite += int(np.count_nonzero(r_fin & ~t_fin & ~sentinel))
         self.mismatches += int(np.count_nonzero(~both & ~same_special))
         self.at_f16 += int(np.count_nonzero((np.abs(tf) >= F16_MAX) & (np.abs(rf) < F16_MAX)))
+        if r_fin.any():  # the reference's magnitude where the target overflowed is what explains it
+            self.ref_absmax = max(self.ref_absmax, float(np.abs(rf[r_fin & ~sentinel]).max(initial=0.0)))
         if not both.all():
             rf, tf = rf[both], tf[both]
         self.mismatches += int(np.count_nonzero(rf != tf))
@@ -224,7 +243,7 @@ class _Accumulator:
             mismatches=self.mismatches,
             ref_nan=self.ref_nan, ref_inf=self.ref_inf, target_nan=self.target_nan, target_inf=self.target_inf,
             new_nonfinite=self.new_nonfinite, at_f16_limit=self.at_f16, at_int_limit=self.at_int,
-            integer=self.integer,
+            integer=self.integer, saturated=self.saturated,
         )
 
 
@@ -234,7 +253,11 @@ def _sum_sq(x: np.ndarray) -> float:
     converting every value to float64."""
     if x.dtype != np.float32:
         return float(np.einsum("i,i->", x, x, dtype=np.float64))
-    return float(sum(float(np.dot(b, b)) for b in (x[i:i + 65536] for i in range(0, x.size, 65536))))
+    with np.errstate(all="ignore"):
+        total = float(sum(float(np.dot(b, b)) for b in (x[i:i + 65536] for i in range(0, x.size, 65536))))
+    if not math.isfinite(total):  # squares beyond float32's range (values above 1.8e19): sum in float64
+        total = float(np.einsum("i,i->", x, x, dtype=np.float64))
+    return total
 
 
 def _is_integer(dtype: np.dtype) -> bool:

@@ -17,7 +17,10 @@ among the tensors it reads):
   ``amplifier``: diverged and ``growth >= min_growth`` but its inputs had diverged already;
   ``inherits``: diverged with ``growth < min_growth``: it passes on what it was given (this also covers
   rounding that slowly drifts over the tolerance through depth: no single node is to blame);
-  ``ok``: within tolerance.
+  ``ok``: within tolerance; ``absorbed``: over its tolerance, but its consumers come back within tolerance
+  and its measured impact on the final outputs is below theirs (decided by the caller, passed as
+  `absorbed`): the network takes its error out again, so it is neither blamed nor ranked, and its consumers
+  count as reading clean inputs.
 * first divergence: the sources and amplifiers with no source or amplifier upstream (several when
   independent branches start diverging).
 * ranking of the diverged nodes: first divergences, then the other sources and amplifiers by growth, then
@@ -31,13 +34,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Collection, Mapping
 
 from bisect_ov.model.graph import ModelGraph
 
 __all__ = ["NodeScore", "Scores", "score_graph", "ROLES"]
 
-ROLES = ("source", "amplifier", "inherits", "ok")
+ROLES = ("source", "amplifier", "inherits", "absorbed", "ok")
 _GROWTH_FLOOR = 0.1
 
 
@@ -54,7 +57,7 @@ class NodeScore:
 
     @property
     def diverged(self) -> bool:
-        return self.role != "ok"
+        return self.role not in ("ok", "absorbed")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ def score_graph(
     tolerances: Mapping[str, float],
     *,
     min_growth: float = 2.0,
+    absorbed: Collection[str] = (),
 ) -> Scores:
     """Score every measured node of `graph`.
 
@@ -83,6 +87,8 @@ def score_graph(
         Threshold of each measured node (by key).
     min_growth
         Growth a diverged node needs to be a source or an amplifier.
+    absorbed
+        Keys of nodes over their tolerance whose error the network absorbs (see the module docstring).
     """
     effective: dict[tuple[str, int], float] = {}
     over: dict[tuple[str, int], bool] = {}
@@ -112,6 +118,13 @@ def score_graph(
             over[(node.key, t.port)] = e > tol
         error = max(effective[(node.key, p)] for p in measured)
         growth = _growth(error, inherited, tol)
+        if error > tol and node.key in absorbed:
+            for t in node.outputs:  # what it hands on comes back within tolerance downstream
+                effective[(node.key, t.port)] = min(effective[(node.key, t.port)], tol)
+                over[(node.key, t.port)] = False
+            blamed_upstream[node.key] = upstream
+            results[node.key] = NodeScore(node.key, error, inherited, tol, growth, "absorbed", False, None)
+            continue
         if error <= tol:
             role = "ok"
         elif growth >= min_growth:

@@ -69,7 +69,7 @@ def inject_fault(
     Raises
     ------
     InputError
-        Unknown node or kind, a node that is not a compute node, or ``noise`` on a dynamic shape.
+        Unknown node or kind, or a node that is not a compute node.
 
     Examples
     --------
@@ -134,7 +134,16 @@ def _perturb(out, dtype_name: str, shape, kind: str, magnitude: float | None, se
         raise InputError(f"Fault kind '{kind}' needs a floating-point tensor; this one is {dtype_name}.")
     if kind == "noise":
         if shape is None:
-            raise InputError("Fault kind 'noise' needs a static shape; use 'scale' or 'offset' on dynamic tensors.")
+            # A dynamic tensor (a stateful LLM's, whose cache length is known only at run time): seeded uniform
+            # noise drawn in the graph with the same standard deviation, the same on every run.
+            from openvino import opset8
+
+            half = np.float32(m * np.sqrt(3.0))
+            noise = opset8.random_uniform(ops.shape_of(out), ops.constant(-half), ops.constant(half), "f32",
+                                          global_seed=int(seed) + 1, op_seed=int(seed) + 2)
+            if out.get_element_type() != ov.Type.f32:
+                noise = ops.convert(noise, out.get_element_type())
+            return ops.add(out, noise).output(0)
         noise = np.random.default_rng(seed).standard_normal(shape) * m
         return ops.add(out, const(noise)).output(0)
     # kind == "nan": one NaN element, so the test sees exactly where NaN starts.

@@ -237,7 +237,9 @@ def _card(n: "NodeResult") -> str:
         ran_line += (f'<div class="causes">Measured as one with {len(group)} node(s) the target fused or folded into '
                      f"it: {shown}.</div>")
     return (
-        f'<div class="card {role}"><div class="name"><code>{e(n.name)}</code> '
+        f'<div class="card {role}"><div class="name">'
+        + (f'<code>{e(n.name)}</code>' if n.label == n.name else f'<code title="{e(n.name)}">{e(n.label)}</code>')
+        + ' '
         f'<span class="pill {role}">{e(n.role)}</span> <span class="pill first">first divergence</span></div>'
         f'<div class="op">{e(n.op_type)} \u00b7 node #{e(n.index)}' + (f" \u00b7 {e(shape)}" if shape else "")
         + f'</div><dl class="metrics">{dl}</dl>{causes}{ran_line}</div>'

@@ -28,7 +28,7 @@ from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.errors import InputError
 from bisect_ov.fileio import write_text_atomic
 from bisect_ov.records import (CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, LayerSensitivity, Noise,
-                               SamplesSummary)
+                               SamplesSummary, Step)
 
 __all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
 
@@ -41,7 +41,8 @@ class NodeResult:
 
     ``error`` is the node's output error under the report's metric (the worst of its outputs),
     ``input_error`` the largest error among the tensors it reads, ``growth`` their ratio (see
-    `bisect_ov.analysis.scoring`), ``role`` one of source / amplifier / inherits / ok.
+    `bisect_ov.analysis.scoring`), ``role`` one of source / amplifier / inherits / absorbed / ok (absorbed:
+    over its tolerance, but the network takes the error out again before the final outputs).
     """
 
     name: str
@@ -68,7 +69,18 @@ class NodeResult:
 
     @property
     def diverged(self) -> bool:
-        return self.role != "ok"
+        return self.role not in ("ok", "absorbed")
+
+    @property
+    def label(self) -> str:
+        """The name as the user knows it: module path and operation for PyTorch-frontend names, else the name."""
+        from bisect_ov.analysis.names import module_label
+
+        return module_label(self.name, self.op_type)
+
+    @property
+    def absorbed(self) -> bool:
+        return self.role == "absorbed"
 
     @property
     def shapes(self) -> tuple[tuple[int, ...], ...]:
@@ -159,6 +171,9 @@ class Report:
     coverage: float | None = None
     # A quantized twin's layers, the most harmful first (bisect(..., sensitivity=True)).
     sensitivity: tuple[LayerSensitivity, ...] = ()
+    # Generation steps of a stateful LLM (`bisect(..., steps=N)`): step 0 is the prefill.
+    steps: tuple[Step, ...] = ()
+    examined_step: int | None = None  # the step whose inputs the node results are measured on
     schema_version: int = SCHEMA_VERSION
     # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
     kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,
@@ -205,7 +220,8 @@ class Report:
         return [self.node(k) for k in self.ranking]
 
     def node(self, name: str | int) -> NodeResult:
-        """A compared node by key, friendly name, output tensor name, or topological index."""
+        """A compared node by key, friendly name, output tensor name, topological index, or PyTorch module path
+        (``model.layers.3.self_attn``: the node of that module furthest over its tolerance)."""
         index = self._index()
         if isinstance(name, int):
             for n in self.nodes:
@@ -217,6 +233,9 @@ class Report:
         for n in self.nodes:
             if name in n.tensor_names:
                 return n
+        by_module = self.nodes_in(name)
+        if by_module:
+            return max(by_module, key=lambda n: (n.error / n.tolerance if n.tolerance else n.error, -n.index))
         holders = [n.name for n in self.nodes if name in n.group]
         if holders:
             raise InputError(
@@ -225,6 +244,27 @@ class Report:
             )
         close = [n.name for n in self.nodes if name.lower() in n.name.lower()][:8]
         raise InputError(f"No compared node named '{name}'." + (f" Similar: {close}." if close else ""))
+
+    def nodes_in(self, module: str) -> list[NodeResult]:
+        """Compared nodes of a PyTorch module path (``model.layers.3.self_attn``), from traced op names."""
+        from bisect_ov.analysis.names import parse_name
+
+        found = []
+        for n in self.nodes:
+            parsed = parse_name(n.name)
+            if parsed is not None and parsed.module is not None and (
+                    parsed.module == module or parsed.module.startswith(module + ".")):
+                found.append(n)
+        return found
+
+    def by_layer(self) -> dict[str, list[NodeResult]]:
+        """Culprits grouped by the repeated block (``model.layers.3``) or, without one, their name's pattern."""
+        from bisect_ov.analysis.names import layer_of, pattern
+
+        groups: dict[str, list[NodeResult]] = {}
+        for n in self.culprits:
+            groups.setdefault(layer_of(n.name) or pattern(n.name), []).append(n)
+        return groups
 
     def __iter__(self) -> Iterator[NodeResult]:
         return iter(self.nodes)

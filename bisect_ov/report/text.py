@@ -93,7 +93,7 @@ def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
         shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
         dtypes = ",".join(sorted({_SHORT_DTYPES.get(d, d) for d in n.dtypes}))
         rows.append((
-            str(n.rank), n.name, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
+            str(n.rank), n.label, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
             fmt_growth(n.growth), fmt(getattr(n, "local_error", None)), fmt(getattr(n, "impact", None)),
             n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime_str(n),
         ))
@@ -111,7 +111,14 @@ def verdict_lines(report: "Report") -> list[str]:
     lines = []
     worst = max(report.outputs, key=lambda o: o.error, default=None)
     first = report.first_divergences
-    if not report.diverges:
+    absorbed = [n for n in report.nodes if n.absorbed]
+    if not report.diverges and absorbed:
+        worst_absorbed = max(absorbed, key=lambda n: n.error / n.tolerance if n.tolerance else math.inf)
+        lines.append(f"Verdict: no divergence. Every final output is within its tolerance; {len(absorbed)} node(s) "
+                     f"exceed theirs but the network absorbs the error (the largest, '{worst_absorbed.label}' "
+                     f"({worst_absorbed.op_type}), at {report.metric} {fmt(worst_absorbed.error)} > "
+                     f"{fmt(worst_absorbed.tolerance)}): absorbed, not culprits.")
+    elif not report.diverges:
         precision = report.tolerance.get("precision") or "f32"
         line = f"Verdict: no divergence. Every compared node is within what {precision} rounding predicts"
         closest = max((n for n in report.nodes if n.tolerance > 0), key=lambda n: n.error / n.tolerance, default=None)
@@ -120,13 +127,13 @@ def verdict_lines(report: "Report") -> list[str]:
                      f"({report.metric} {fmt(closest.error)} at '{closest.name}'): expected rounding, not a culprit")
         lines.append(line + ".")
     elif first:
-        names = ", ".join(f"'{n.name}' ({n.op_type}, #{n.index})" for n in first[:3])
+        names = ", ".join(f"'{n.label}' ({n.op_type}, #{n.index})" for n in first[:3])
         more = f" and {len(first) - 3} more" if len(first) > 3 else ""
         lines.append(f"Verdict: DIVERGES. Error starts at {names}{more}.")
         for n in first[:3]:
             why = f"; {'; '.join(n.causes)}" if n.causes else ""
             lines.append(
-                f"  '{n.name}': {report.metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, "
+                f"  '{n.label}': {report.metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, "
                 f"its inputs carry {fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}."
             )
     else:
@@ -140,6 +147,16 @@ def verdict_lines(report: "Report") -> list[str]:
             f"Final output '{worst.name}': {report.metric} {fmt(worst.error)} ({state} tolerance {fmt(worst.tolerance)}), "
             f"max abs {fmt(worst.stats.max_abs)}, cosine {worst.stats.cosine:.6f}."
         )
+    if report.diverges and absorbed:
+        lines.append(f"Absorbed: {len(absorbed)} node(s) over their tolerance whose error the network takes out again "
+                     "(not first divergences): " + ", ".join(f"'{n.label}'" for n in absorbed[:3])
+                     + (" ..." if len(absorbed) > 3 else "") + ".")
+    from bisect_ov.analysis.names import layer_of
+
+    layers = {k: v for k, v in report.by_layer().items() if layer_of(v[0].name) is not None}
+    if len(layers) > 1 and len(report.culprits) > 3:
+        lines.append("By layer: " + "; ".join(f"{k}: {len(v)}" for k, v in list(layers.items())[:6])
+                     + (f"; ... ({len(layers)} groups)" if len(layers) > 6 else "") + ".")
     amplifiers = [n for n in report.culprits if n.role == "amplifier"]
     inheritors = [n for n in report.culprits if n.role == "inherits"]
     if amplifiers or inheritors:
@@ -149,9 +166,25 @@ def verdict_lines(report: "Report") -> list[str]:
     return lines
 
 
+def step_lines(report: "Report") -> list[str]:
+    """Generation steps: per-step error with each side's own cache, with the reference's cache, token flips."""
+    if not report.steps:
+        return []
+    flips = sum(s.flipped for s in report.steps)
+    lines = ["", f"Generation: prefill + {len(report.steps) - 1} decode step(s), both sides fed the reference's token; "
+                 f"{flips} token flip(s)."]
+    lines.append("  step  token  target   error  own-step  cache     tol")
+    for s in report.steps:
+        mark = " flip" if s.flipped else ""
+        over = "*" if s.diverged else " "
+        lines.append(f"  {s.step:>4}  {s.token:>5}  {s.target_token:>6}  {fmt(s.error)}{over} {fmt(s.local_error):>8}"
+                     f"  {fmt(s.cache_error)} {fmt(s.tolerance)}{mark}")
+    return lines
+
+
 def experiment_lines(report: "Report") -> list[str]:
     """The fix, the delegation range, the contribution curve and the noise floor, when they were run."""
-    lines: list[str] = []
+    lines: list[str] = step_lines(report)
     fix = report.fix
     if fix is not None:
         keep = fix.keep
@@ -159,6 +192,8 @@ def experiment_lines(report: "Report") -> list[str]:
         lines += ["", f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {verdict} the final error "
                       f"from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance {fmt(fix.tolerance)}), "
                       f"verified by partitioned runs ({fix.runs} in all):"]
+        if fix.patterns:
+            lines.append("  as patterns (the same op in each repeated block): " + "; ".join(fix.patterns))
         lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))
         if fix.patched_model:
             lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")

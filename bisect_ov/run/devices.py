@@ -111,6 +111,9 @@ class OpenVINOCompiled:
         # numpy has no bfloat16: OpenVINO hands bf16 outputs over as float16-labelled bits.
         self._bf16 = {i for i, out in enumerate(compiled.outputs) if out.get_element_type() == ov.Type.bf16}
         self._input_types = [inp.get_element_type() for inp in compiled.inputs]
+        # A stateful model (ReadValue/Assign) is run with its variables reset: every run starts from the
+        # same state, so runs compare and repeat.
+        self._stateful = bool(self._request.query_state())
 
     def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
         """Run once. With `share_outputs`, arrays are views valid until the next call (no output copies).
@@ -122,6 +125,8 @@ class OpenVINOCompiled:
         """
         inputs = [_as_input(a, t) for a, t in zip(inputs, self._input_types)]
         try:
+            if self._stateful:
+                self._request.reset_state()
             result = self._request.infer(inputs, share_outputs=share_outputs)
         except Exception as err:
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err

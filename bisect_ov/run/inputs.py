@@ -19,7 +19,11 @@ import openvino as ov
 from bisect_ov.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
-__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "random_inputs", "align_inputs"]
+__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "random_inputs", "align_inputs", "LLM_INPUTS",
+           "vocabulary_size"]
+
+# The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers.
+LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx", "token_type_ids")
 
 
 class ParameterSpec:
@@ -43,8 +47,53 @@ def parameter_specs(model: ov.Model) -> list[ParameterSpec]:
     return [ParameterSpec(p, i) for i, p in enumerate(model.get_parameters())]
 
 
-def random_inputs(model: ov.Model, seed: int = 0) -> list[np.ndarray]:
+def vocabulary_size(model: ov.Model, name: str = "input_ids") -> int | None:
+    """Rows of the embedding table that the token input `name` indexes (a Gather on a constant), if found."""
+    params = [p for p in model.get_parameters() if name in p.output(0).get_names() or p.get_friendly_name() == name]
+    if not params:
+        return None
+    frontier = [params[0].output(0)]
+    for _ in range(4):  # through a Convert or two to the Gather
+        following = []
+        for out in frontier:
+            for target in out.get_target_inputs():
+                node = target.get_node()
+                if node.get_type_name() == "Gather" and target.get_index() == 1:
+                    rows = node.get_input_partial_shape(0)
+                    if rows.rank.is_static and rows[0].is_static:
+                        return int(rows[0].get_length())
+                elif node.get_type_name() in ("Convert", "Reshape", "Unsqueeze", "Squeeze"):
+                    following.append(node.output(0))
+        frontier = following
+    return None
+
+
+def _llm_input(spec: ParameterSpec, model: ov.Model, prompt_length: int, rng: np.random.Generator) -> np.ndarray | None:
+    """The usual value of an LLM input: token ids within the vocabulary, a full attention mask, consecutive
+    positions, a zero beam index; batch 1 and `prompt_length` tokens where the shape is dynamic."""
+    name = next((n for n in LLM_INPUTS if n in spec.names), None)
+    if name is None or not spec.pshape.rank.is_static:
+        return None
+    dims = [d.get_length() if d.is_static else (1 if i == 0 else prompt_length) for i, d in enumerate(spec.pshape)]
+    shape = tuple(int(d) for d in dims)
+    if name == "input_ids":
+        vocab = vocabulary_size(model, next(iter(spec.names & {"input_ids"}))) or 10
+        value = rng.integers(0, vocab, size=shape)
+    elif name == "attention_mask":
+        value = np.ones(shape)
+    elif name == "position_ids":
+        value = np.broadcast_to(np.arange(shape[-1]), shape) if shape else np.zeros(shape)
+    else:  # beam_idx, token_type_ids
+        value = np.zeros(shape)
+    return np.ascontiguousarray(value, dtype=spec.dtype)
+
+
+def random_inputs(model: ov.Model, seed: int = 0, *, prompt_length: int = 16) -> list[np.ndarray]:
     """Seeded random inputs: standard normal floats, small non-negative integers (0..9), random booleans.
+
+    LLM inputs (`LLM_INPUTS`, by name) get their usual values instead: token ids drawn within the vocabulary
+    (the embedding table's rows), a full attention mask, consecutive positions from 0, a zero beam index; a
+    dynamic batch dimension is 1 and a dynamic sequence dimension `prompt_length`.
 
     Raises
     ------
@@ -54,6 +103,10 @@ def random_inputs(model: ov.Model, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     arrays = []
     for spec in parameter_specs(model):
+        llm = _llm_input(spec, model, prompt_length, rng)
+        if llm is not None:
+            arrays.append(llm)
+            continue
         if not spec.pshape.is_static:
             raise InputError(
                 f"Input {spec.describe()} has a dynamic shape, so random inputs cannot be made. "
@@ -69,7 +122,7 @@ def random_inputs(model: ov.Model, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def prepare_inputs(model: ov.Model, inputs: Any = None, *, seed: int = 0) -> list[np.ndarray]:
+def prepare_inputs(model: ov.Model, inputs: Any = None, *, seed: int = 0, prompt_length: int = 16) -> list[np.ndarray]:
     """Return one checked array per parameter of `model`, in parameter order.
 
     Raises
@@ -79,7 +132,7 @@ def prepare_inputs(model: ov.Model, inputs: Any = None, *, seed: int = 0) -> lis
     """
     specs = parameter_specs(model)
     if inputs is None:
-        return random_inputs(model, seed)
+        return random_inputs(model, seed, prompt_length=prompt_length)
     if isinstance(inputs, (str, os.PathLike)):
         inputs = _read_file(pathlib.Path(inputs), specs)
     if isinstance(inputs, np.ndarray):

@@ -57,29 +57,26 @@ def _xfail(reason: str, condition: bool = True):
     return pytest.mark.xfail(condition, strict=True, reason=reason)
 
 
-STATEFUL = _xfail("issue 13: the stateful IR fails: DeviceError 'Inference failed on CPU: ReadValue node with name "
-                  "... doesn't have sibling output' (CPU), 'Compiling ... failed: Incorrect output port number for "
-                  "node Assign_...' (EMU:f16); states are not handled when taps are added")
 ABSORBED = ("issue 13: DIVERGES while every final output is within tolerance and no first divergence is named "
             "(nodes over their tolerance whose error the network absorbs)")
 # Keyed by (model, target). "CPU" runs bf16 only where the CPU has it; elsewhere both sides are f32 and agree.
 KNOWN = {
-    ("llama_stateful", "CPU"): STATEFUL,
-    ("llama_stateful", "EMU:f16"): STATEFUL,
-    ("resnet50", "CPU"): _xfail(ABSORBED, BF16),
-    ("mobilenetv3", "CPU"): _xfail(ABSORBED, BF16),
+    # The final output is over its tolerance here (rel_l2 5.5e-2 > 3.1e-2 in bf16): error accumulated through
+    # depth, no single node a source, so DIVERGES comes without a first divergence.
+    ("mobilenetv3", "CPU"): _xfail("DIVERGES without a first divergence: the output is over tolerance by error "
+                                   "accumulated through depth", BF16),
     ("resnet50", "EMU:f16"): _xfail(ABSORBED),
     ("efficientnet", "EMU:f16"): _xfail(ABSORBED),
     ("mobilenetv3", "EMU:f16"): _xfail(ABSORBED),
-    ("convnext", "EMU:f16"): _xfail(
-        "issue 13: the layer-scale Multiply (x 1e-6, outputs ~2e-8, below f16's normal range) is the first "
-        "divergence, diagnosed as 'cancellation' instead of underflow, and the verdict is DIVERGES while the "
-        "final output is within tolerance"),
 }
 # The NNCF twins (issue 14) run clean: no known defects left.
 KNOWN_TWINS: dict = {}
 KNOWN_FAULTS = {
-    "llama_stateful": STATEFUL,
+    # The stateful IR runs now (faults on its dynamic tensors are seeded in-graph noise); the site search finds
+    # only 2 nodes whose noise moves the logits by 10% among those it scans (tests/zoo/test_llm.py names a fault
+    # after the first attention block of this model).
+    "llama_stateful": _xfail("site search: only 2 of the scanned nodes of the stateful Llama change its outputs "
+                             "by 10% when faulty"),
     "efficientnet": _xfail("issue 13: a benign node, 'blocks.3.0.se.act1' (Swish) at 1.1x its bf16 tolerance, is "
                            "named first ahead of faults injected later (2 of 4 sites); its error is absorbed"),
 }
@@ -110,7 +107,7 @@ def _check(report, model: ov.Model) -> list[str]:
     compared, coverage = _coverage(report, model)
     if coverage < COVERAGE:
         problems.append(f"coverage {coverage:.0%} ({compared} nodes compared of {_compute_nodes(model)})")
-    ratio = (report.fidelity.ratio if report.fidelity else None)
+    ratio = (report.fidelity.ratio if report.fidelity is not None else None)
     if ratio is not None and not FIDELITY[0] <= ratio <= FIDELITY[1]:
         problems.append(f"fidelity ratio {ratio:.2f} outside {FIDELITY}")
     over = [o.name for o in report.outputs if o.diverged]
@@ -137,7 +134,7 @@ def _run(kind: str, name: str, target: str, model: ov.Model, inputs, **kwargs):
     compared, coverage = _coverage(report, model)
     problems = _check(report, model)
     records.record(kind, name, **fields, seconds=time.perf_counter() - start, compared=compared,
-                   coverage=coverage, fidelity=(report.fidelity.ratio if report.fidelity else None), verdict=_verdict(report),
+                   coverage=coverage, fidelity=(report.fidelity.ratio if report.fidelity is not None else None), verdict=_verdict(report),
                    first=report.first_divergence.name if report.first_divergence else None,
                    output_error=max((o.error for o in report.outputs), default=None), problems=problems)
     return report, problems

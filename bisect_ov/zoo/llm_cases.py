@@ -1,0 +1,102 @@
+"""LLM cases built from the zoo's Llama: "massive activations" that overflow f16 in every layer's RMSNorm.
+
+Trained LLMs carry a few hidden channels whose activations reach 1e3-1e5 (the "massive activations" of
+Sun et al., 2024); random-init models do not. `massive_llama` makes them: a random-init ``LlamaForCausalLM``
+(`bisect_ov.zoo.hf.llama_config`, with `layers` layers) whose embedding table is scaled in a few channels so
+that the residual stream holds values near `peak` in those channels in every layer. In f32 the RMSNorms handle
+them; in f16, ``x.pow(2)`` of values above 256 is beyond 65,504 and becomes inf, and the norm's output is lost
+in every layer. The model is exported by optimum-intel, as users export LLMs (the stateful IR, with module
+names such as ``__module.model.layers.3.input_layernorm/aten::pow/Power``).
+
+Built once per library versions into ``<zoo cache>/<version key>/llm_cases/`` (`bisect_ov.zoo.cache`), as IR
+with f32 weights. Assumptions: the ``zoo`` extra (torch, transformers, optimum-intel) is installed to build;
+reading a built case needs only OpenVINO. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+import warnings
+
+import openvino as ov
+
+from bisect_ov.zoo import cache, hf
+
+__all__ = ["massive_llama", "deep_llama", "MASSIVE_CHANNELS", "DEEP"]
+
+# A full-depth decoder for the benchmark: 24 layers (as many 1-3B LLMs), narrow enough for a shared machine.
+DEEP = dict(num_hidden_layers=24, hidden_size=512, num_attention_heads=8, num_key_value_heads=4,
+            intermediate_size=1408, vocab_size=32000)
+
+MASSIVE_CHANNELS = (7, 41)  # hidden channels that carry the massive activations
+
+
+def _build(layers: int, peak: float | None, seed: int, path: pathlib.Path, **config_kwargs) -> None:
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    config = hf.llama_config("small")
+    config.num_hidden_layers = layers
+    for key, value in config_kwargs.items():
+        setattr(config, key, value)
+    model = transformers.LlamaForCausalLM(config).eval()
+    table = model.model.embed_tokens.weight
+    for channel in MASSIVE_CHANNELS if peak is not None else ():
+        # Every token's value in this channel near +-peak: the residual stream keeps it through each layer.
+        with torch.no_grad():
+            sign = torch.sign(table[:, channel]).clamp(min=0) * 2 - 1
+            table[:, channel] = sign * peak * (0.8 + 0.2 * torch.rand(table.shape[0]))
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update({k: "1" for k in saved})
+    try:
+        from optimum.intel import OVModelForCausalLM
+
+        with tempfile.TemporaryDirectory(prefix="bisect_ov_massive_") as tmp:
+            model.save_pretrained(pathlib.Path(tmp) / "hf")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exported = OVModelForCausalLM.from_pretrained(pathlib.Path(tmp) / "hf", export=True, compile=False,
+                                                              load_in_8bit=False)
+                exported.save_pretrained(pathlib.Path(tmp) / "ov")
+            built = ov.Core().read_model(pathlib.Path(tmp) / "ov" / "openvino_model.xml")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{path.stem}-{os.getpid()}.xml")
+            ov.save_model(built, str(partial), compress_to_fp16=False)
+            os.replace(partial.with_suffix(".bin"), path.with_suffix(".bin"))
+            os.replace(partial, path)  # the .xml last: it says the model is complete
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def massive_llama(layers: int = 4, peak: float = 400.0, seed: int = 0) -> ov.Model:
+    """The optimum-intel export of a small Llama whose activations reach about `peak` in a few channels.
+
+    Parameters
+    ----------
+    layers
+        Decoder layers (each has two RMSNorms that overflow in f16, plus the final norm).
+    peak
+        Magnitude of the massive activations; above 256, their square is beyond f16's 65,504.
+    seed
+        Seed of the random initialisation.
+    """
+    path = cache.cache_root() / cache.version_key() / "llm_cases" / f"massive_llama-{layers}-{peak:g}-{seed}.xml"
+    if not path.is_file():
+        _build(layers, peak, seed, path)
+    return ov.Core().read_model(path)
+
+
+def deep_llama(seed: int = 0) -> ov.Model:
+    """The optimum-intel export of a 24-layer random-init Llama (`DEEP`), for the benchmark of the default job."""
+    path = cache.cache_root() / cache.version_key() / "llm_cases" / f"deep_llama-{seed}.xml"
+    if not path.is_file():
+        _build(DEEP["num_hidden_layers"], None, seed, path, **{k: v for k, v in DEEP.items()
+                                                                if k != "num_hidden_layers"})
+    return ov.Core().read_model(path)
