@@ -163,7 +163,8 @@ def bisect(
     options = BisectOptions.from_keywords(
         ref_config=ref_config, target_config=target_config, metric=metric, tolerance=tolerance, seed=seed,
         strategy=strategy, budget=budget, refine=refine, local=local, impact=impact, fix=fix, delegation=delegation, curve=curve,
-        sensitivity=sensitivity, noise=noise, patched_model=patched_model, keep=keep, classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes,
+        sensitivity=sensitivity, noise=noise, patched_model=patched_model, keep=keep,
+        classifier_outputs=classifier_outputs, max_tap_bytes=max_tap_bytes,
         progress=progress, executor=executor, samples_per_unit=samples_per_unit, unit_retries=unit_retries,
         prompt_length=prompt_length, steps=steps)
     return run(model, ref, target, inputs, options, target_model=target_model)

@@ -43,7 +43,8 @@ def _twin_mixed_run(session, on_target, order):
 
     return twin_mixed_run(session, on_target, order)
 
-__all__ = ["local_errors", "local_pieces", "precompile_local", "mixed_run", "contribution_curve", "smallest_range", "impact", "find_fix", "Fix",
+__all__ = ["local_errors", "local_pieces", "precompile_local", "mixed_run", "contribution_curve", "smallest_range",
+           "impact", "find_fix", "Fix",
            "patch_model"]
 
 ErrorOf = Callable[[TensorStats], float]
@@ -196,7 +197,8 @@ def mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Seq
         segment = order[start:end + 1]
         produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
         outputs = [t for t in cut_after(graph, order, end) if t in produced]
-        got = session.run_segment(side, segment, outputs, lambda: extract(graph, segment, outputs), values, final)
+        got = session.run_segment(side, segment, outputs, lambda s=segment, o=outputs: extract(graph, s, o),
+                                  values, final)
         values.update(zip(outputs, got))
         start = end + 1
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]

@@ -11,8 +11,8 @@ Search strategies (`bisect_ov.strategies`) decide which taps to measure.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from bisect_ov.analysis.exactness import EXACT_OPS, ExactCheck, check_node, exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.fusion import int8_internal
+from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, plan_chunks, tap_model

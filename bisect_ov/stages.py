@@ -15,9 +15,9 @@ the compile counts); none assigns to another object's fields. The options arrive
 from __future__ import annotations
 
 import math
-from functools import partial
 import sys
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Callable
 
 import numpy as np
@@ -28,9 +28,18 @@ from bisect_ov.analysis.names import pattern
 from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
 from bisect_ov.capture.device import plan_recorded
+from bisect_ov.distributed import SampleRun, node_spread, prepare_pair, run_samples
 from bisect_ov.errors import InputError
-from bisect_ov.mixed import (Findings, MixedRuns, contribution_curve, find_fix, local_errors, precompile_local,
-                             smallest_range, suspects_for_fix)
+from bisect_ov.mixed import (
+    Findings,
+    MixedRuns,
+    contribution_curve,
+    find_fix,
+    local_errors,
+    precompile_local,
+    smallest_range,
+    suspects_for_fix,
+)
 from bisect_ov.mixed import impact as impact_of
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
@@ -41,9 +50,8 @@ from bisect_ov.options import BisectOptions
 from bisect_ov.records import Fidelity, Noise
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import DeviceInfo, make_device
-from bisect_ov.distributed import SampleRun, node_spread, prepare_pair, run_samples
-from bisect_ov.samples import Samples, SampleSummary, as_samples
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
+from bisect_ov.samples import Samples, SampleSummary, as_samples
 from bisect_ov.session import Clock, Session
 from bisect_ov.steps import Generation, run_steps
 from bisect_ov.strategies import run_bisection, run_full, run_fusion
@@ -381,8 +389,8 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
     A diverged node is absorbed when its measured consumers (the next measured nodes downstream) come back
     within their tolerance and its impact on the final outputs (the final error when only it runs on the
     target, `Findings.impact`) is below the outputs' tolerance. When every final output is within its
-    tolerance (and, over many samples, no top-1 answer flips), the plain run (every node on the target) is that measurement for all of them at once: a verdict
-    must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
+    tolerance (and, over many samples, no top-1 answer flips), the plain run (every node on the target) is that
+    measurement for all of them at once: a verdict must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
     """
     scores, graph = scored.scores, opened.session.graph
     diverged = [k for k in scores.ranking if scores.nodes[k].diverged]

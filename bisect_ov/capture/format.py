@@ -58,10 +58,10 @@ import numpy as np
 
 from bisect_ov.errors import CaptureError, CaptureWriteError, InputError
 from bisect_ov.fileio import atomic_file
-
-log = logging.getLogger(__name__)
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.runtime import RuntimeGraph, RuntimeLayer
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "FORMAT", "SCHEMA_VERSION", "MODES", "CPU_FLAGS", "HEADER", "sample_positions", "sample_array", "inputs_hash",

@@ -8,7 +8,8 @@ The file format is described in `bisect_ov.capture.format`.
 Assumptions: the format constants (`FORMAT`, `SCHEMA_VERSION`, `MODES`, `HEADER`) and the writer
 (`NpzWriter`, `header_array`) come from `bisect_ov.capture.format`. A header is checked when the file is opened
 (`load_capture`): every field a reader relies on is there with the right type, so a malformed file is refused
-with a `CaptureError` instead of failing later. Files are read with ``np.load(path, allow_pickle=False)``; reads of one open file are serialized by a
+with a `CaptureError` instead of failing later. Files are read with ``np.load(path, allow_pickle=False)``;
+reads of one open file are serialized by a
 lock shared between the `Capture.select` views of it.
 """
 

@@ -42,9 +42,23 @@ import numpy as np
 import openvino as ov
 
 from bisect_ov import codec
-from bisect_ov.capture.format import (FORMAT, MODES, SCHEMA_VERSION, HEADER, NpzWriter, check_sample, check_seed,
-                                      header_array, host_info, input_names, inputs_hash, playback_hash,
-                                      runtime_to_header, sample_array, tensor_summary)
+from bisect_ov.capture.format import (
+    FORMAT,
+    HEADER,
+    MODES,
+    SCHEMA_VERSION,
+    NpzWriter,
+    check_sample,
+    check_seed,
+    header_array,
+    host_info,
+    input_names,
+    inputs_hash,
+    playback_hash,
+    runtime_to_header,
+    sample_array,
+    tensor_summary,
+)
 from bisect_ov.errors import CaptureError, InputError
 from bisect_ov.model.fusion import fusion_boundaries
 from bisect_ov.model.graph import ModelGraph

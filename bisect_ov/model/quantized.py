@@ -121,7 +121,7 @@ def _is_weight_type(dtype: str) -> bool:
 def _weights(graph: ModelGraph, node_key: str) -> Quantization | None:
     """The quantization of an op's weight input, if one of its inputs is a quantized or f16 constant."""
     node = graph[node_key]
-    for slot, (producer, _) in enumerate(node.inputs):
+    for producer, _ in node.inputs:
         if graph[producer].kind != "static":
             continue
         chain, origin = _weight_chain(graph, producer)

@@ -122,7 +122,7 @@ def read_runtime_graph(compiled) -> RuntimeGraph:
     for op in ops:
         rt = op.get_rt_info()
 
-        def get(key: str, default: str = "") -> str:
+        def get(key: str, default: str = "", rt=rt) -> str:
             return rt[key].astype(str) if key in rt else default
 
         originals = tuple(n for n in get("originalLayersNames").split(",") if n)

@@ -26,8 +26,8 @@ from bisect_ov.report.text import COLUMNS, culprit_rows, experiment_lines, fmt, 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from bisect_ov.report.report import NodeResult, Report
     from bisect_ov.records import DeviceInfo
+    from bisect_ov.report.report import NodeResult, Report
 
 __all__ = ["render_page", "save_html"]
 

@@ -27,8 +27,17 @@ from bisect_ov import codec
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.errors import InputError
 from bisect_ov.fileio import write_text_atomic
-from bisect_ov.records import (CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, LayerSensitivity, Noise,
-                               SamplesSummary, Step)
+from bisect_ov.records import (
+    CurvePoint,
+    Delegation,
+    DeviceInfo,
+    Fidelity,
+    Fix,
+    LayerSensitivity,
+    Noise,
+    SamplesSummary,
+    Step,
+)
 
 __all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
 

@@ -18,7 +18,8 @@ Builders of one model each are listed in `BUILDERS`. Besides them:
 `face_resnet` and `demo` contain, on purpose, a hand-built instance norm whose input carries a large constant
 offset ("inorm/offset"). In f32 that is harmless; once the offset tensor is stored in f16 or bf16 its
 rounding step (0.5..1 in f16, 4..8 in bf16) is as large as or larger than its spread (about 0.5), so
-``x - mean`` ("inorm/sub") cancels catastrophically and the model visibly diverges there. Pass ``inorm_offset=0.0`` to build the numerically benign variant.
+``x - mean`` ("inorm/sub") cancels catastrophically and the model visibly diverges there. Pass
+``inorm_offset=0.0`` to build the numerically benign variant.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import openvino as ov
-from openvino import Node
-from openvino import opset1
+from openvino import Node, opset1
 from openvino import opset13 as ops
 
 from bisect_ov.errors import InputError
