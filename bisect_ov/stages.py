@@ -390,7 +390,8 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
     within their tolerance and its impact on the final outputs (the final error when only it runs on the
     target, `Findings.impact`) is below the outputs' tolerance. When every final output is within its
     tolerance (and, over many samples, no top-1 answer flips), the plain run (every node on the target) is that
-    measurement for all of them at once: a verdict must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
+    measurement for all of them at once: a verdict
+    must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
     """
     scores, graph = scored.scores, opened.session.graph
     diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
