@@ -30,7 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.model.partition import cut_after, extract
+from bisect_ov.model.partition import extract, segments
 from bisect_ov.model.taps import Tap, plan_chunks
 from bisect_ov.records import CurvePoint, Delegation, Fix, LayerSensitivity
 from bisect_ov.session import Session
@@ -188,19 +188,10 @@ def mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Seq
     values: dict[Tap, np.ndarray] = {}
     for p in graph.parameters():
         values[Tap(p.key, 0)] = session.ref_arrays[graph.parameter_position[p.key]]
-    start = 0
-    while start < len(order):
-        side = "target" if order[start] in on_target else "ref"
-        end = start
-        while end + 1 < len(order) and (order[end + 1] in on_target) == (side == "target"):
-            end += 1
-        segment = order[start:end + 1]
-        produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
-        outputs = [t for t in cut_after(graph, order, end) if t in produced]
+    for side, segment, outputs in segments(graph, order, on_target):
         got = session.run_segment(side, segment, outputs, lambda s=segment, o=outputs: extract(graph, s, o),
                                   values, final)
         values.update(zip(outputs, got))
-        start = end + 1
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
 
 

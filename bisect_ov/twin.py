@@ -30,7 +30,7 @@ from bisect_ov.analysis.tolerance import Tolerance, expected_quantization_errors
 from bisect_ov.errors import CaptureError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
-from bisect_ov.model.partition import cut_after, extract
+from bisect_ov.model.partition import extract, segments
 from bisect_ov.model.taps import Tap
 from bisect_ov.records import LayerSensitivity
 from bisect_ov.session import Session
@@ -94,15 +94,7 @@ def twin_mixed_run(session: Session, on_target: frozenset[str] | set[str], order
     final = frozenset(Tap(*r.inputs[0]) for r in results)
     values: dict[Tap, object] = {Tap(p.key, 0): session.ref_arrays[graph.parameter_position[p.key]]
                                  for p in graph.parameters()}
-    start = 0
-    while start < len(order):
-        side = "target" if order[start] in on_target else "ref"
-        end = start
-        while end + 1 < len(order) and (order[end + 1] in on_target) == (side == "target"):
-            end += 1
-        segment = order[start:end + 1]
-        produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
-        outputs = [t for t in cut_after(graph, order, end) if t in produced]
+    for side, segment, outputs in segments(graph, order, on_target):
         if side == "ref":
             piece = extract(graph, segment, outputs)
             got = session.run_piece("ref", piece, values, final)
@@ -125,7 +117,6 @@ def twin_mixed_run(session: Session, on_target: frozenset[str] | set[str], order
             final_t = frozenset(Tap(op_of[t.key], t.port) for t in final if t.key in op_of)
             got = session.run_piece("target", piece, feed, final_t)
         values.update(zip(outputs, got))
-        start = end + 1
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
 
 

@@ -18,7 +18,7 @@ which the caller feeds with the model's own input (`Extracted.model_inputs`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import openvino as ov
 from openvino import opset13 as ops
@@ -70,6 +70,23 @@ def extract(graph: ModelGraph, keys: Sequence[str], outputs: Sequence[Tap],
     model_inputs = tuple(i for i, p in enumerate(original) if p.get_name() in needed)
     piece = ov.Model(results, [params[t] for t in fed] + [original[i] for i in model_inputs], "piece")
     return Extracted(piece, tuple(fed), model_inputs, tuple(outputs))
+
+
+def segments(graph: ModelGraph, order: Sequence[str], on_target) -> Iterator[tuple[str, list[str], list[Tap]]]:
+    """The runs of consecutive nodes of `order` on one side: (side, segment keys, tensors it hands on).
+
+    A segment's outputs are what it produces and later nodes (or the model's outputs) read: the cut after it.
+    """
+    start = 0
+    while start < len(order):
+        side = "target" if order[start] in on_target else "ref"
+        end = start
+        while end + 1 < len(order) and (order[end + 1] in on_target) == (side == "target"):
+            end += 1
+        segment = list(order[start:end + 1])
+        produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
+        yield side, segment, [t for t in cut_after(graph, order, end) if t in produced]
+        start = end + 1
 
 
 def cut_after(graph: ModelGraph, order: Sequence[str], i: int) -> list[Tap]:
