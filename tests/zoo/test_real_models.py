@@ -42,7 +42,10 @@ FAULT_SITES = 4
 # Seeded N(0, 0.3) noise: unlike a scale or an offset, no LayerNorm or softmax takes it out again.
 FAULT = {"kind": "noise", "magnitude": 0.3, "seed": 7}
 # A fault counts as visible when it changes the final outputs by this much (rel L2), 3x bf16's tolerance.
-VISIBLE = 0.1
+# A fault must move the outputs well beyond their bf16 tolerance (8 x 2^-8 x (1 + log2(K)/4): 0.11 for a
+# 1280-wide classifier) for "the fault is named" to be the right answer; below it the tool rightly calls the
+# fault absorbed.
+VISIBLE = 0.25
 # Ops that only move or select values (and the masks built from them): faults go on arithmetic.
 VIEWS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Broadcast", "Gather", "Select",
                    "Convert", "Slice", "StridedSlice", "Split", "VariadicSplit", "ShapeOf", "Tile"})
@@ -73,7 +76,7 @@ KNOWN = {
 KNOWN_TWINS: dict = {}
 KNOWN_FAULTS = {
     # The stateful IR runs now (faults on its dynamic tensors are seeded in-graph noise); the site search finds
-    # only 2 nodes whose noise moves the logits by 10% among those it scans (tests/zoo/test_llm.py names a fault
+    # only 2 nodes whose noise moves the logits by 25% among those it scans (tests/zoo/test_llm.py names a fault
     # after the first attention block of this model).
     "llama_stateful": _xfail("site search: only 2 of the scanned nodes of the stateful Llama change its outputs "
                              "by 10% when faulty"),
