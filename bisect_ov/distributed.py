@@ -499,16 +499,9 @@ def run_samples(session: Session, run: SampleRun, error_of: Callable[[TensorStat
                 class_positions=class_positions, k=k, metric=error_of, seed=seed, jobs=jobs,
                 **_plan_models(session, session.graph.model, session.target_graph.model, remote))
     with session.clock("samples"):
-        if remote:
-            pool, shared = run.executor, run.share(plan)
-            assert pool is not None
-            results, lost = run.drive(lambda u: pool.submit(run_unit, shared, u), "samples",
-                                      run.log.unit_seconds)
-        else:
-            compiled = session.compile_untouched()  # `Session.plain` reuses them for the worst sample
-            inline = _Inline()
-            results, lost = run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), "samples",
-                                      run.log.unit_seconds)
+        # Compiled here, `Session.plain` reuses them for the worst sample.
+        results, lost = _run_units(run, plan, remote, session.compile_untouched, models, "samples",
+                                   run.log.unit_seconds)
     flat = [s for r in results for s in r.samples]
     if not flat:
         raise DeviceError("No sample could be measured: " + "; ".join(run.log.failures[:3]))
@@ -534,19 +527,13 @@ def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
                 tap_keys=tuple(t.key for t in taps), ref_tap_outputs=tuple(ref_tapped.tap_outputs),
                 target_tap_outputs=tuple(target_tapped.tap_outputs),
                 **_plan_models(session, ref_tapped.model, target_tapped.model, remote))
+    models = (session.graph.model, session.target_graph.model if twin else None)
     with session.clock("samples"):
-        if remote:
-            pool, shared = run.executor, run.share(plan)
-            assert pool is not None
-            results, lost = run.drive(lambda u: pool.submit(run_unit, shared, u), "samples over nodes",
-                                      run.log.spread_unit_seconds)
-        else:
-            compiled = session.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
-                                            target_taps=target_tapped.added_outputs)
-            models = (session.graph.model, session.target_graph.model if twin else None)
-            inline = _Inline()
-            results, lost = run.drive(lambda u: inline.submit(execute, plan, u, compiled, models),
-                                      "samples over nodes", run.log.spread_unit_seconds)
+        results, lost = _run_units(
+            run, plan, remote,
+            lambda: session.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
+                                         target_taps=target_tapped.added_outputs),
+            models, "samples over nodes", run.log.spread_unit_seconds)
     if lost:
         run.log.spread_missing.extend(lost)
     merged: dict[str, Distribution] = {}
@@ -554,6 +541,19 @@ def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
         for key, dist in result.spread.items():
             merged[key] = merged[key].merge(dist) if key in merged else dist
     return {key: dist.summary() for key, dist in merged.items()}
+
+
+def _run_units(run: SampleRun, plan: Plan, remote: bool, compile_here: Callable[[], Any],
+               models: tuple[ov.Model, ov.Model | None], label: str, times: list[float]):
+    """Every unit of `plan`: on the run's executor when `remote`, else in this process with the (ref, target)
+    compiles `compile_here()` makes. Returns the unit results and the sample indices lost."""
+    if remote:
+        pool, shared = run.executor, run.share(plan)
+        assert pool is not None
+        return run.drive(lambda u: pool.submit(run_unit, shared, u), label, times)
+    compiled = compile_here()
+    inline = _Inline()
+    return run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), label, times)
 
 
 def _listed(indices: Sequence[int], most: int = 20) -> str:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import pathlib
 import tempfile
-import warnings
 
 import openvino as ov
 
 from bisect_ov.zoo import cache, hf
+from bisect_ov.zoo.optimum import export_pretrained
 
 __all__ = ["massive_llama", "deep_llama", "MASSIVE_CHANNELS", "DEEP"]
 
@@ -49,30 +49,13 @@ def _build(layers: int, peak: float | None, seed: int, path: pathlib.Path, **con
         with torch.no_grad():
             sign = torch.sign(table[:, channel]).clamp(min=0) * 2 - 1
             table[:, channel] = sign * peak * (0.8 + 0.2 * torch.rand(table.shape[0]))
-    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    os.environ.update({k: "1" for k in saved})
-    try:
-        from optimum.intel import OVModelForCausalLM
-
-        with tempfile.TemporaryDirectory(prefix="bisect_ov_massive_") as tmp:
-            model.save_pretrained(pathlib.Path(tmp) / "hf")
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                exported = OVModelForCausalLM.from_pretrained(pathlib.Path(tmp) / "hf", export=True, compile=False,
-                                                              load_in_8bit=False)
-                exported.save_pretrained(pathlib.Path(tmp) / "ov")
-            built = ov.Core().read_model(pathlib.Path(tmp) / "ov" / "openvino_model.xml")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f".{path.stem}-{os.getpid()}.xml")
-            ov.save_model(built, str(partial), compress_to_fp16=False)
-            os.replace(partial.with_suffix(".bin"), path.with_suffix(".bin"))
-            os.replace(partial, path)  # the .xml last: it says the model is complete
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with tempfile.TemporaryDirectory(prefix="bisect_ov_massive_") as tmp:
+        built = ov.Core().read_model(export_pretrained(model, pathlib.Path(tmp)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.stem}-{os.getpid()}.xml")
+        ov.save_model(built, str(partial), compress_to_fp16=False)
+        os.replace(partial.with_suffix(".bin"), path.with_suffix(".bin"))
+        os.replace(partial, path)  # the .xml last: it says the model is complete
 
 
 def massive_llama(layers: int = 4, peak: float = 400.0, seed: int = 0) -> ov.Model:

@@ -20,14 +20,20 @@ import openvino as ov
 
 from bisect_ov.zoo import hf
 
-__all__ = ["BUILDERS", "export_folder", "llama_stateful"]
+__all__ = ["BUILDERS", "export_folder", "export_pretrained", "llama_stateful"]
 
 
 def export_folder(size: str, folder: pathlib.Path, seed: int = 0) -> pathlib.Path:
     """Save the random-init Llama to `folder`/hf and its optimum-intel export to `folder`/ov; the IR's path."""
+    return export_pretrained(hf.llama_model(size, seed), folder)
+
+
+def export_pretrained(model, folder: pathlib.Path) -> pathlib.Path:
+    """Save a transformers causal LM to `folder`/hf and export it with optimum-intel, hub switched off, to
+    `folder`/ov, as users do (``OVModelForCausalLM.from_pretrained(dir, export=True)``); the IR's path."""
     folder = pathlib.Path(folder)
     source, exported = folder / "hf", folder / "ov"
-    hf.llama_model(size, seed).save_pretrained(source)
+    model.save_pretrained(source)
     saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     os.environ.update({k: "1" for k in saved})
     try:
