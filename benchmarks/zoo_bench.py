@@ -86,7 +86,8 @@ def run_one(name: str, job: str, target: str, size: str) -> dict:
         row.update(compared=len(report.nodes), fidelity=report.fidelity.ratio if report.fidelity else None,
                    verdict="DIVERGES" if report.diverges else "no divergence", first=first.name if first else None,
                    final_error=max((o.error for o in report.outputs), default=None),
-                   target_precision=report.target.precision, compiles=report.compiles.get("target"))
+                   target_precision=report.target.precision, compiles=report.compiles.get("target"),
+                   costs=report.costs)
     row["seconds"] = round(time.perf_counter() - start, 2)
     row["peak_rss_mb"] = round(_peak_rss_mb(), 0)
     return row

@@ -43,7 +43,7 @@ def _twin_mixed_run(session, on_target, order):
 
     return twin_mixed_run(session, on_target, order)
 
-__all__ = ["local_errors", "local_pieces", "precompile_local", "mixed_run", "contribution_curve", "smallest_range",
+__all__ = ["local_errors", "mixed_run", "contribution_curve", "smallest_range",
            "impact", "find_fix", "Fix",
            "patch_model"]
 
@@ -127,21 +127,6 @@ class _UnitBuilder:
         outputs = [t for uid in uids for t in self.outputs_of[uid]]
         target_of = self.session.target_of
         return extract(self.session.target_graph, list(unit_of), [target_of[t] for t in outputs], unit_of), outputs
-
-
-def local_pieces(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20):
-    """The isolated-units models `local_errors` runs first, one per memory chunk: (piece, reference taps)."""
-    builder = _UnitBuilder(session, units)
-    for chunk in builder.chunks(max_bytes):
-        yield builder.piece(list(dict.fromkeys(t.key for t in chunk)))
-
-
-def precompile_local(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20
-                     ) -> None:
-    """Start compiling the target's isolated-units models in the background, while the measurements run;
-    `local_errors` with the same units then finds them compiled."""
-    for piece, _ in local_pieces(session, units, max_bytes=max_bytes):
-        session.precompile_piece("target", piece)
 
 
 @dataclass

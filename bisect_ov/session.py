@@ -106,11 +106,9 @@ class Session:
         self._exact_checks = exact_checks
         self._ref_ready = None  # a reference compile with taps, made by `plain` for the next `measure`
         self._untouched = None  # (ref, target) compiles of the untouched model, when made before `plain`
-        self._plain_target = None
         self._plain_target_final: list[np.ndarray] = []
         self._reproduced = False  # an instrumented target compile gave the plain run's outputs bit for bit
-        self._recompile = None  # a background compile of the untouched target, for `noise`
-        self._precompiled: dict[tuple, Any] = {}  # background compiles of pieces, by what they compute
+        self._run_to_run: float | None = None  # the plain target compile run twice (`plain(repeat=True)`)
         self._target_output = _target_output_positions(graph, target_graph, self.target_of)
         self._untappable: frozenset[Tap] = frozenset()
         self._pieces: dict[tuple, tuple[Any, Any]] = {}  # (side, segment, outputs) -> (piece, compiled)
@@ -174,90 +172,106 @@ class Session:
         return self._untouched
 
     # ----- running ------------------------------------------------------------------------------------
-    def plain(self, ref_taps: Sequence[Tap] = ()) -> list[tuple[str, str, TensorStats]]:
+    def plain(self, ref_taps: Sequence[Tap] = (), *, repeat: bool = False) -> list[tuple[str, str, TensorStats]]:
         """Run the untouched model on both sides; returns (name, result key, stats) per final output.
 
         `ref_taps`: taps later measurements may ask for. An f32 reference then compiles with them at once and
-        keeps that run: `measure` and `ref_values` take the
-        reference's side of any of these taps from it, without compiling the reference again. The target always
-        runs untouched here: its fidelity is what the plain run is for.
+        keeps the values of that run: `measure` and `ref_values` take the reference's side of any of these
+        taps from it, without compiling the reference again. The target always runs untouched here: its
+        fidelity is what the plain run is for. `repeat`: run the target's compile a second time, for the run-to-
+        run noise (`noise`), so that compile need not be kept.
+
+        The sides run one after the other and each compile is released once it has run: two compiles of the
+        whole model never live at once, so memory stays near what one plain compile takes (on 2 cores, running
+        both sides at once saved under 5% of the time: OpenVINO already spreads one compile and one inference
+        over the cores).
         """
         ref_taps = [t for t in ref_taps if t in self.target_of]
         compiled, self._untouched = self._untouched, None
         # With many samples the untouched compiles exist already; reusing them beats a tapped recompile.
         reuse = bool(ref_taps) and self.ref.activation_precision == "f32" and compiled is None
         ref_model = tap_model(self.graph, ref_taps) if reuse else None
+        self._ref_ready = None
+        n = len(self.graph.model.outputs)
         with self.clock("plain run"):
             if compiled is not None and ref_model is None:  # compiled already, to run many samples
                 ref_c, target_c = compiled
-                ref_out, target_out = run_both(lambda: ref_c.infer(self._ref_arrays),
-                                               lambda: target_c.infer(self._target_arrays))
+                ref_out, target_out = run_both(lambda: ref_c.infer(self._ref_arrays, share_outputs=False),
+                                               lambda: target_c.infer(self._target_arrays, share_outputs=False))
                 self._ran_both()
-                self._note(ref_c, target_c)
+                self._note_side("ref", ref_c)
             else:
-                (ref_c, ref_out), (target_c, target_out) = run_both(
-                    lambda: _compile_and_run(self.ref, ref_model.model if ref_model else self.graph.model,
-                                             self._ref_arrays, ref_model.added_outputs if ref_model else ()),
-                    lambda: _compile_and_run(self.target, self.target_graph.model, self._target_arrays))
-                self._count(ref_c, target_c)
-                self._ran_both()
+                ref_c = self.ref.compile(ref_model.model if ref_model else self.graph.model,
+                                         taps=ref_model.added_outputs if ref_model else ())
+                self._compiled_one("ref")
+                # The outputs are views on the request's tensors, which they keep alive: nothing is copied,
+                # and no later call on this compile can overwrite them, as it is released here.
+                ref_out = ref_c.infer(self._ref_arrays)
+                self.ran("ref")
+                self._note_side("ref", ref_c)
+                ref_c = None  # released before the target compiles
+                target_c = self.target.compile(self.target_graph.model)
+                self._compiled_one("target")
+                target_out = [np.array(a) for a in target_c.infer(self._target_arrays)]  # copies: `repeat` reruns
+                self.ran("target")
+            self._note_side("target", target_c)
+            self._run_to_run = None
+            if repeat:
+                again = target_c.infer(self._target_arrays)
+                self.ran("target")
+                self._run_to_run = max((compare(a, b).rel_l2 for a, b in zip(target_out[:n], again[:n])), default=0.0)
             if ref_model is not None:
-                self._ref_ready = _ReadyRun(ref_model, ref_c, ref_out, dict(zip(ref_taps, ref_model.tap_outputs)))
+                for array in ref_out:
+                    array.flags.writeable = False  # handed out by `ref_values` without copies
+                self._ref_ready = _ReadyRun(ref_model, ref_out, dict(zip(ref_taps, ref_model.tap_outputs)))
             # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
             # groups and kernels say nothing about the emulated device, so they are not used.
             self.target_runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
             if self.target_graph is not self.graph:
                 inside = int8_internal(self.target_graph, self.target_runtime)
                 self._untappable = frozenset(r for r, t in self.target_of.items() if t.key in inside)
-            n = len(self.graph.model.outputs)
             self.outputs = self._final_outputs(ref_out, target_out, n)
             # Kept for partitioned runs, which compare their final outputs with the reference's.
             self.ref_final = [np.array(a) for a in ref_out[:n]]
-            self._plain_target = target_c
             # Kept to tell noise: a later compile of the target (with taps) that reproduces these bits shows that
             # compiling again does not change the answer.
             self._plain_target_final = [np.array(a) for a in target_out[:n]]
+            self._reproduced = False
         return self.outputs
 
     def noise(self, *, extra_work: bool = True) -> dict[str, float]:
-        """Run the target against itself: the plain compile once more, and another compile.
+        """The target against itself: two runs of the plain compile, and another compile.
 
         Returns the largest relative L2 difference of the final outputs between two runs of one compile and
         between two compiles (0.0 when bit-identical). Differences below this floor are not the model's doing.
-        The instrumented target compiles already made count as the second compile when one of them reproduced
-        the plain run's outputs bit for bit; only otherwise is the untouched model compiled again. With
-        ``extra_work=False`` nothing more is run: only what those compiles showed is reported.
+        The run-to-run figure is the plain run's second run (`plain(repeat=True)`). The instrumented target
+        compiles already made count as the second compile when one of them reproduced the plain run's
+        outputs bit for bit; only otherwise is the untouched model compiled again. With ``extra_work=False``
+        nothing more is run: only what those runs showed is reported (an unmeasured figure as 0.0).
         """
         with self.clock("noise"):
             plain = self._plain_target_final
             result: dict[str, float] = {}
-            if extra_work:
-                again = self._plain_target.infer(self._target_arrays)
-                self.ran("target")
-                result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(plain, again)), default=0.0)
+            if self._run_to_run is not None:
+                result["run_to_run"] = self._run_to_run
             if self.target_info is not None and self.target_info.emulated:
                 # An emulated device is the CPU in f32 running fixed arithmetic: recompiling it proves nothing.
                 return result if result else {"run_to_run": 0.0}
-            pending, self._recompile = self._recompile, None
             if self._reproduced or not extra_work:
                 result.setdefault("run_to_run", 0.0)
                 if self._reproduced:
                     result["compile_to_compile"] = 0.0
-                if pending is not None:
-                    pending.cancel()
                 return result
-            recompiled = pending.result() if pending is not None else self.target.compile(self.target_graph.model)
+            recompiled = self.target.compile(self.target_graph.model)
             self._compiled_one("target")
-            other = recompiled.infer(self._target_arrays)
+            other = recompiled.infer(self._target_arrays, share_outputs=False)
             self.ran("target")
             result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)
+            if "run_to_run" not in result:
+                again = recompiled.infer(self._target_arrays)
+                self.ran("target")
+                result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(other, again)), default=0.0)
         return result
-
-    def prepare_noise(self) -> None:
-        """Start compiling the untouched target again in the background, for `noise`: it overlaps the
-        measurements (which run one target compile at a time) instead of adding to them."""
-        if self._recompile is None and not (self.target_info is not None and self.target_info.emulated):
-            self._recompile = _BACKGROUND.submit(self.target.compile, self.target_graph.model)
 
     def fetch(self, taps: Sequence[Tap]) -> dict[Tap, tuple[np.ndarray, np.ndarray]]:
         """The reference's and the target's values of `taps` (copies), in one compile per side."""
@@ -284,7 +298,7 @@ class Session:
             values[t] = self._ref_arrays[self.graph.parameter_position[t.key]]
         ready = self._ref_ready
         if ready is not None:
-            values.update({t: np.array(ready.outputs[ready.index[t]]) for t in taps
+            values.update({t: ready.outputs[ready.index[t]] for t in taps
                            if t not in values and t in ready.index})
         rest = [t for t in taps if t not in values]
         if rest:
@@ -306,20 +320,13 @@ class Session:
         model's own outputs (`final`), which the plugin produces as the plain model would.
         """
         arrays = self._target_arrays if side == "target" else self._ref_arrays
-        pending = self._precompiled.pop(_piece_key(side, piece, final), None)
         with self.clock("compile"):
-            compiled = pending.result() if pending is not None else self._compile_piece(side, piece, final)
+            compiled = self._compile_piece(side, piece, final)
         self._compiled_one(side)
         feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
         self.ran(side)
         with self.clock("infer"):
             return compiled.infer(feed, share_outputs=False)
-
-    def precompile_piece(self, side: str, piece, final: frozenset[Tap] = frozenset()) -> None:
-        """Compile a piece in the background; `run_piece` of an identical piece takes that compile."""
-        key = _piece_key(side, piece, final)
-        if key not in self._precompiled:
-            self._precompiled[key] = _BACKGROUND.submit(self._compile_piece, side, piece, final)
 
     def _compile_piece(self, side: str, piece, final: frozenset[Tap]):
         device = self.target if side == "target" else self.ref
@@ -425,13 +432,17 @@ class Session:
         self._note(ref_c, target_c)
 
     def _note(self, ref_c, target_c) -> None:
-        """Remember what each side ran with: device facts and per-layer runtime info."""
-        self.ref_info = self.ref_info or ref_c.info
-        self.target_info = self.target_info or target_c.info
-        if not ref_c.info.emulated:
-            _collect_runtime(self.runtime_ref, ref_c.runtime)
-        if not target_c.info.emulated:
-            _collect_runtime(self.runtime_target, target_c.runtime)
+        self._note_side("ref", ref_c)
+        self._note_side("target", target_c)
+
+    def _note_side(self, side: str, compiled) -> None:
+        """Remember what a side ran with: device facts and per-layer runtime info."""
+        if side == "ref":
+            self.ref_info = self.ref_info or compiled.info
+        else:
+            self.target_info = self.target_info or compiled.info
+        if not compiled.info.emulated:
+            _collect_runtime(self.runtime_ref if side == "ref" else self.runtime_target, compiled.runtime)
 
     def _final_outputs(self, ref_out, target_out, n: int) -> list[tuple[str, str, TensorStats]]:
         outputs = []
@@ -462,19 +473,11 @@ class Session:
         return exact_candidates(self.graph) if self._exact_checks else []
 
 
-_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bisect_ov-compile")
-
-
-def _piece_key(side: str, piece, final: frozenset[Tap]) -> tuple:
-    """What identifies a piece's compile: the side, the tensors fed and produced, the model inputs it reads."""
-    return side, tuple(piece.fed), tuple(piece.outputs), tuple(piece.model_inputs), final
-
-
 class _ReadyRun:
-    """A reference run made with taps by `plain`: its outputs (views valid while the compile lives) by tap."""
+    """A reference run made with taps by `plain`: its tapped model, its outputs (read-only copies) by tap."""
 
-    def __init__(self, model, compiled, outputs, index: dict[Tap, int]):
-        self.model, self.compiled, self.outputs, self.index = model, compiled, outputs, index
+    def __init__(self, model, outputs, index: dict[Tap, int]):
+        self.model, self.outputs, self.index = model, outputs, index
 
 
 def _target_output_positions(graph: ModelGraph, target_graph: ModelGraph, target_of: dict[Tap, Tap]) -> list[int]:

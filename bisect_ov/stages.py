@@ -36,7 +36,6 @@ from bisect_ov.mixed import (
     contribution_curve,
     find_fix,
     local_errors,
-    precompile_local,
     smallest_range,
     suspects_for_fix,
 )
@@ -219,7 +218,7 @@ def plain_run(opened: Opened) -> Plain:
     target = session.target
     lower = target.emulated or target.activation_precision not in ("f32", "")
     ref_taps = (chunks[0] if chunks and (options.strategy == "full" or (lower and len(chunks) == 1)) else [])
-    session.plain(ref_taps=ref_taps)
+    session.plain(ref_taps=ref_taps, repeat=options.noise and options.budget != "fast")
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
     tolerance = options.tolerance_model().with_precision(precision)
@@ -268,8 +267,6 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     def diverged(tap: Tap, stats: TensorStats) -> bool:
         return opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
 
-    if options.noise and options.budget != "fast":
-        session.prepare_noise()
     strategy, fell_back = options.strategy, False
     groups: dict[str, tuple[str, ...]] = {}
     if strategy == "full":
@@ -277,8 +274,7 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     elif strategy == "bisection":
         stats = run_bisection(session, diverged)
     else:
-        stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine,
-                                   planned=lambda taps, groups: _prepare_local(opened, taps, groups))
+        stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine)
         faithful = fidelity(session, options.metric)
         if strategy == "auto" and faithful is not None and faithful.warning:
             session.forget_tapped_runs()
@@ -295,14 +291,6 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
                           seed=options.seed)
               if opened.samples is not None and opened.summary is not None else {})
     return Measurement(stats, groups, strategy, fell_back, spread)
-
-
-def _prepare_local(opened: Opened, taps: list[Tap], groups: dict[str, tuple[str, ...]]) -> None:
-    """Compile the local-error models for these fusion taps in the background while they are measured."""
-    if opened.options.local and opened.session.target.can_run_pieces:
-        keys = list(dict.fromkeys(t.key for t in taps))
-        units = {k: tuple(dict.fromkeys([k, *groups.get(k, ())])) for k in keys}
-        precompile_local(opened.session, units, max_bytes=opened.options.max_tap_bytes)
 
 
 def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:

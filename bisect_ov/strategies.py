@@ -40,14 +40,9 @@ def run_full(session: Session, max_bytes: int | None) -> dict[Tap, TensorStats]:
     return session.measure_chunked([r for r, _ in session.match.pairs], max_bytes)
 
 
-def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, refine: bool = True,
-               planned: Callable[[list[Tap], dict[str, tuple[str, ...]]], None] | None = None
+def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, refine: bool = True
                ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
-    """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups.
-
-    `planned(taps, groups)` is called once the taps are known, before anything is measured (a later stage can
-    start preparing work that depends only on them).
-    """
+    """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups."""
     taps, groups = fusion_boundaries(session.graph, session.target_graph, session.match, session.target_runtime)
     if session.untappable:
         # Tensors inside a twin's int8 computation are not exposed: their nodes belong to the next tap's group.
@@ -55,8 +50,6 @@ def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, r
         kept = {t.key for t in taps}
         groups = {k: tuple(sorted(_unmeasured_ancestors(session.graph, k, kept) - {k},
                                   key=lambda m: session.graph[m].index)) for k in kept}
-    if planned is not None:
-        planned([t for t in taps if t in session.target_of], groups)
     stats = session.measure_chunked(taps, max_bytes, desc="compare groups")
     if not refine:
         return stats, groups
