@@ -22,7 +22,7 @@ from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
 from bisect_ov.session import Session
-from bisect_ov.stages import Measurement, Opened, Plain, Scored
+from bisect_ov.stages import LOCAL_SHARE, Measurement, Opened, Plain, Scored
 
 __all__ = ["assemble", "run_notes", "rank_by_impact"]
 
@@ -54,7 +54,7 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
                      for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
         samples=opened.summary.to_record() if opened.summary is not None else None,
         openvino_version=ov.get_version(),
-        notes=tuple(run_notes(opened, measurement, scored)) + ((f"Generation: {generation.why}"
+        notes=tuple(run_notes(opened, measurement, scored)) + _local_note(opened, measurement, findings) + ((f"Generation: {generation.why}"
                                                                  + (f"; the nodes below are measured on step "
                                                                     f"{generation.examined_step}."
                                                                     if generation.examined_step else "."),)
@@ -66,6 +66,20 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         examined_step=generation.examined_step if generation is not None else None,
     )
     return report
+
+
+def _local_note(opened: Opened, measurement: Measurement, findings: Findings) -> tuple[str, ...]:
+    """Which nodes' local errors were measured, when the options asked for them and some were not."""
+    session = opened.session
+    if not opened.options.local or not session.target.can_run_pieces or session.target_graph is not session.graph:
+        return ()
+    measured = list(dict.fromkeys(t.key for t in measurement.stats))
+    left = [k for k in measured if k not in findings.local]
+    if not left:
+        return ()
+    return (f"Local errors (each node alone on the target, fed with the reference's inputs) were measured for the "
+            f"{len(measured) - len(left):,} node(s) whose error reached {LOCAL_SHARE:g} of their tolerance; the other "
+            f"{len(left):,} stay under it, so their own error was not isolated.",)
 
 
 def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[str]:

@@ -57,9 +57,10 @@ from bisect_ov.strategies import run_bisection, run_full, run_fusion
 from bisect_ov.twin import layer_sensitivity, quantized_units, twin_tolerance
 
 __all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "generate", "capture", "score",
-           "experiments", "absorb", "FIDELITY_RANGE", "fidelity"]
+           "experiments", "absorb", "FIDELITY_RANGE", "LOCAL_SHARE", "fidelity"]
 
 FIDELITY_RANGE = (0.5, 2.0)
+LOCAL_SHARE = 0.5  # local errors are measured for nodes whose error reaches this share of their tolerance
 
 
 @dataclass(frozen=True)
@@ -326,9 +327,19 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
         measured = list(dict.fromkeys(t.key for t in stats))
         units = {k: tuple(dict.fromkeys([k, *measurement.groups.get(k, ())])) for k in measured}
         local: dict[str, float] = {}
+        twin = session.target_graph is not session.graph
         if options.local and measured:
-            for tap, s in local_errors(session, units, max_bytes=options.max_tap_bytes).items():
-                local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(s))
+            # A node whose error stays under half its tolerance, fed with the target's own inputs, does not make
+            # error of its own worth isolating (its local error would have to cancel what it inherits): only the
+            # others run alone. A twin's layers all run, as layer sensitivity ranks them by local error.
+            worst: dict[str, float] = {}
+            for (key, _), error in scored.errors.items():
+                worst[key] = max(worst.get(key, 0.0), error)
+            isolated = {k: u for k, u in units.items()
+                        if twin or worst.get(k, 0.0) >= LOCAL_SHARE * scored.tolerances.get(k, 0.0)}
+            if isolated:
+                for tap, s in local_errors(session, isolated, max_bytes=options.max_tap_bytes).items():
+                    local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(s))
         runs = MixedRuns(session, opened.error_of)
         try:
             curve = contribution_curve(runs, options.curve) if options.curve else []
@@ -339,7 +350,6 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
                 by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)), key=lambda k: -local[k])
                 chosen = list(dict.fromkeys(suspects + by_local))[:options.impact]
                 impact = impact_of(runs, {k: units.get(k, (k,)) for k in chosen})
-            twin = session.target_graph is not session.graph
             sensitivity = layer_sensitivity(session, runs.error, local) if twin and options.sensitivity else ()
             fix = None
             if options.fix:

@@ -20,7 +20,10 @@ def test_no_divergence_is_an_answer():
     assert report.first_divergence is None and report.culprits == [] and not report.diverges
     assert "no divergence" in repr(report)
     assert report.ref.precision == "f32" and report.target.precision == "f32"
-    assert {"plain run", "compile", "infer", "compare", "score"} <= set(report.timings)
+    assert {"plain run", "compile and infer", "compare", "score"} <= set(report.timings)
+    # Nothing reached half its tolerance: no node was run alone, and the report says so.
+    assert not any(n.local_error is not None for n in report.nodes)
+    assert any("Local errors" in note and "not isolated" in note for note in report.notes)
 
 
 def test_fault_is_named_with_its_contract_fields():
