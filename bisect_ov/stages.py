@@ -101,6 +101,9 @@ class Measurement:
     strategy: str
     fell_back: bool = False
     spread: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Local errors measured while capturing (to decide which fusion groups to refine), by unit key: the
+    # unit's members and its outputs' statistics; `experiments` reuses those whose unit did not change.
+    local: dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -270,16 +273,32 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
 
     strategy, fell_back = options.strategy, False
     groups: dict[str, tuple[str, ...]] = {}
+    local: dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]] = {}
     if strategy == "full":
         stats = run_full(session, options.max_tap_bytes)
     elif strategy == "bisection":
         stats = run_bisection(session, diverged)
     else:
-        stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine)
+        def own_error(stats: dict[Tap, TensorStats], groups: dict[str, tuple[str, ...]]) -> dict[str, bool]:
+            # The local errors the experiments need anyway, measured now: they tell which groups make error.
+            faithful = fidelity(session, options.metric)
+            if not (options.local and session.target.can_run_pieces) or (faithful is not None and faithful.warning):
+                return {}
+            errors = {(t.key, t.port): opened.error_of(st) for t, st in stats.items()}
+            limits = {t.key: tol.for_node(graph[t.key]) for t in stats}
+            units = local_units(session, stats, groups, errors, limits)
+            found = local_errors(session, units, max_bytes=options.max_tap_bytes)
+            for key, members in units.items():
+                local[key] = (members, {t: st for t, st in found.items() if t.key == key})
+            return {key: any(diverged(t, st) for t, st in got.items()) for key, (_, got) in local.items() if got}
+
+        stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine,
+                                   own_error=own_error)
         faithful = fidelity(session, options.metric)
         if strategy == "auto" and faithful is not None and faithful.warning:
             session.forget_tapped_runs()
             stats, groups, fell_back = run_bisection(session, diverged), {}, True
+            local = {}
         strategy = "bisection" if fell_back else "fusion"
     stats = dict(stats)
     pending = [k for k in session.exact_candidates() if k not in session.exact]
@@ -291,7 +310,7 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     spread = (node_spread(session, list(stats), opened.samples, partial(metric_value, metric=options.metric),
                           seed=options.seed)
               if opened.samples is not None and opened.summary is not None else {})
-    return Measurement(stats, groups, strategy, fell_back, spread)
+    return Measurement(stats, groups, strategy, fell_back, spread, local if strategy == "fusion" else {})
 
 
 def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
@@ -329,17 +348,14 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
         local: dict[str, float] = {}
         twin = session.target_graph is not session.graph
         if options.local and measured:
-            # A node whose error stays under half its tolerance, fed with the target's own inputs, does not make
-            # error of its own worth isolating (its local error would have to cancel what it inherits): only the
-            # others run alone. A twin's layers all run, as layer sensitivity ranks them by local error.
-            worst: dict[str, float] = {}
-            for (key, _), error in scored.errors.items():
-                worst[key] = max(worst.get(key, 0.0), error)
-            isolated = {k: u for k, u in units.items()
-                        if twin or worst.get(k, 0.0) >= LOCAL_SHARE * scored.tolerances.get(k, 0.0)}
-            if isolated:
-                for tap, s in local_errors(session, isolated, max_bytes=options.max_tap_bytes).items():
-                    local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(s))
+            isolated = local_units(session, stats, measurement.groups, scored.errors, scored.tolerances)
+            known = measurement.local
+            found = {t: st for k, u in isolated.items() if k in known and known[k][0] == u for t, st in known[k][1].items()}
+            todo = {k: u for k, u in isolated.items() if not (k in known and known[k][0] == u)}
+            if todo:
+                found.update(local_errors(session, todo, max_bytes=options.max_tap_bytes))
+            for tap, st in found.items():
+                local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(st))
         runs = MixedRuns(session, opened.error_of)
         try:
             curve = contribution_curve(runs, options.curve) if options.curve else []
@@ -368,6 +384,23 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
             runs.close()
     return Findings(local=local, impact=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
                     sensitivity=sensitivity)
+
+
+def local_units(session: Session, stats: dict[Tap, TensorStats], groups: dict[str, tuple[str, ...]],
+                errors: dict[tuple[str, int], float], tolerances: dict[str, float]) -> dict[str, tuple[str, ...]]:
+    """The units whose local error is measured: each measured node with its group's members, by node key.
+
+    A node whose error stays under `LOCAL_SHARE` of its tolerance, fed with the target's own inputs, makes no
+    error of its own worth isolating (its local error would have to cancel what it inherits): only the others
+    run alone. A twin's layers all run, as layer sensitivity ranks them by local error.
+    """
+    twin = session.target_graph is not session.graph
+    worst: dict[str, float] = {}
+    for (key, _), error in errors.items():
+        worst[key] = max(worst.get(key, 0.0), error)
+    keys = list(dict.fromkeys(t.key for t in stats))
+    return {k: tuple(dict.fromkeys([k, *groups.get(k, ())])) for k in keys
+            if twin or worst.get(k, 0.0) >= LOCAL_SHARE * tolerances.get(k, 0.0)}
 
 
 def twin_fix_candidates(session: Session, sensitivity, local: dict[str, float]) -> list[tuple[str, ...]]:

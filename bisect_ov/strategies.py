@@ -33,6 +33,7 @@ from bisect_ov.session import Session
 __all__ = ["STRATEGIES", "run_full", "run_fusion", "run_bisection", "fusion_boundaries"]
 
 Diverged = Callable[[Tap, TensorStats], bool]
+OwnError = Callable[[dict[Tap, TensorStats], dict[str, tuple[str, ...]]], dict[str, bool]]
 
 
 def run_full(session: Session, max_bytes: int | None) -> dict[Tap, TensorStats]:
@@ -40,9 +41,15 @@ def run_full(session: Session, max_bytes: int | None) -> dict[Tap, TensorStats]:
     return session.measure_chunked([r for r, _ in session.match.pairs], max_bytes)
 
 
-def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, refine: bool = True
-               ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
-    """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups."""
+def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, refine: bool = True,
+               own_error: OwnError | None = None) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
+    """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups.
+
+    `own_error(stats, groups)`, when given, tells for groups it can measure whether the group makes error of
+    its own (its members alone on the target, fed with the reference's values, over tolerance): only those
+    are refined, as a group within its tolerance when isolated only passes on what it inherits. Groups it
+    does not answer for are refined when one of their members reads only clean tensors from outside.
+    """
     taps, groups = fusion_boundaries(session.graph, session.target_graph, session.match, session.target_runtime)
     if session.untappable:
         # Tensors inside a twin's int8 computation are not exposed: their nodes belong to the next tap's group.
@@ -55,7 +62,7 @@ def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, r
         return stats, groups
     graph = session.graph
     measured = {t.key for t in stats}
-    to_refine: set[str] = set()
+    candidates: dict[str, set[str]] = {}
     for tap, s in stats.items():
         if not diverged(tap, s):
             continue
@@ -64,8 +71,13 @@ def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, r
         inside = _unmeasured_ancestors(graph, tap.key, measured)
         if len(inside) < 2:
             continue
-        # Refine when some member reads only clean tensors from outside: error may start inside.
+        # A candidate when some member reads only clean tensors from outside: error may start inside.
         if any(_reads_clean(graph, m, inside, stats, diverged) for m in inside):
+            candidates.setdefault(tap.key, set()).update(inside)
+    creates = own_error(stats, groups) if own_error is not None and candidates else {}
+    to_refine: set[str] = set()
+    for key, inside in candidates.items():
+        if creates.get(key, True):
             to_refine.update(inside)
     extra = [r for r, _ in session.match.pairs if r.key in to_refine and r not in stats]
     if extra:

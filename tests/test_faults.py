@@ -99,3 +99,17 @@ def test_fusion_strategy_without_refinement_names_the_group(shape):
         # An offset the network takes out again (a key offset before softmax): named as absorbed, not a divergence.
         first = next(n for n in report.nodes if n.absorbed)
     assert first.name == node or node in first.group, report.to_text()
+
+
+LOCAL_CASES = [(shape, name) for shape in ("conv_bn_net", "attention_block") for name in _float_sites(shape)]
+
+
+@pytest.mark.parametrize("shape, node", LOCAL_CASES, ids=[f"{s}:{n}" for s, n in LOCAL_CASES])
+def test_with_local_errors_the_fault_is_still_named_inside_its_fusion_group(shape, node):
+    # With local errors on, a fusion group is refined only when it makes error of its own: the faulty one must be.
+    model = _model(shape)
+    faulty = inject_fault(model, node, "noise", 0.05, seed=7)
+    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=faulty, noise=False, impact=0,
+                    progress=False)
+    assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
+    assert report.first_divergence.role == "source" and report.first_divergence.local_error is not None

@@ -166,3 +166,39 @@ def test_stages_by_hand_match_bisect():
     direct = bisect(model, "CPU", "CPU:f32", target_model=twin, progress=False)
     assert report.first_divergence.name == direct.first_divergence.name == "mm3"
     assert [n.name for n in report.culprits] == [n.name for n in direct.culprits]
+
+
+# ----- fusion groups are refined where error starts -----------------------------------------------------------
+def _fusion_session(node: str):
+    from bisect_ov.zoo import synthetic
+
+    model = synthetic.conv_bn_net()
+    options = BisectOptions(progress=False, noise=False)
+    opened = open_comparison(model, "CPU:f32", "CPU:f32", synthetic.sample_inputs(model, seed=1),
+                             inject_fault(model, node, "noise", 0.05, seed=7), options)
+    plain = plain_run(opened)
+    graph, tol = opened.session.graph, plain.tolerance
+    return opened, lambda tap, stats: opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
+
+
+@pytest.mark.parametrize("makes_error, refined", [(None, True), (True, True), (False, False)])
+def test_a_group_is_refined_only_when_it_makes_error_of_its_own(monkeypatch, makes_error, refined):
+    from bisect_ov.strategies import run_fusion
+
+    opened, diverged = _fusion_session("res/bn_a")
+    session = opened.session
+    descs: list[str] = []
+    measure = session.measure_chunked
+    monkeypatch.setattr(session, "measure_chunked", lambda taps, max_bytes, desc="compare":
+                        descs.append(desc) or measure(taps, max_bytes, desc=desc))
+    asked: list[set[str]] = []
+
+    def own_error(stats, groups):
+        asked.append({t.key for t in stats})
+        return {t.key: makes_error for t in stats}
+
+    stats, _ = run_fusion(session, None, diverged, own_error=None if makes_error is None else own_error)
+    assert ("refine" in descs) == refined
+    assert makes_error is None or asked  # consulted once the groups were measured
+    if refined:
+        assert Tap("res/bn_a", 0) in stats  # the faulty member itself was measured
