@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.partition import extract, segments
-from bisect_ov.model.taps import Tap, plan_chunks
+from bisect_ov.model.taps import Tap
 from bisect_ov.records import CurvePoint, Delegation, Fix, LayerSensitivity
 from bisect_ov.session import Session
 
@@ -110,7 +110,7 @@ class _UnitBuilder:
 
     def chunks(self, max_bytes: int | None) -> list[list[Tap]]:
         flat = [t for uid in self.units for t in self.outputs_of[uid]]
-        return plan_chunks(self.session.graph, flat, max_bytes)
+        return self.session.chunks(flat, max_bytes)
 
     def _target_unit(self, members: set[str]) -> set[str]:
         target, target_of = self.session.target_graph, self.session.target_of

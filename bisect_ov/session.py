@@ -24,7 +24,7 @@ from bisect_ov.model.fusion import int8_internal
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
 from bisect_ov.model.runtime import RuntimeGraph
-from bisect_ov.model.taps import Tap, plan_chunks, tap_model
+from bisect_ov.model.taps import Tap, plan_chunks, tap_model, tensor_sizes
 from bisect_ov.run.devices import Device, DeviceInfo
 
 __all__ = ["Session", "Clock", "PIECE_CACHE"]
@@ -109,6 +109,7 @@ class Session:
         self._plain_target_final: list[np.ndarray] = []
         self._reproduced = False  # an instrumented target compile gave the plain run's outputs bit for bit
         self._run_to_run: float | None = None  # the plain target compile run twice (`plain(repeat=True)`)
+        self._sizes: dict[Tap, int] | None = None  # bytes of each reference tensor for these inputs
         self._target_output = _target_output_positions(graph, target_graph, self.target_of)
         self._untappable: frozenset[Tap] = frozenset()
         self._pieces: dict[tuple, tuple[Any, Any]] = {}  # (side, segment, outputs) -> (piece, compiled)
@@ -149,9 +150,22 @@ class Session:
         """Integer Conv/MatMul nodes checked against their exact result, by node key (a copy)."""
         return dict(self._exact)
 
+    @property
+    def tensor_sizes(self) -> dict[Tap, int]:
+        """Bytes of each reference tensor for the inputs being examined (`model.taps.tensor_sizes`)."""
+        if self._sizes is None:
+            self._sizes = tensor_sizes(self.graph, self._ref_arrays)
+        return self._sizes
+
+    def chunks(self, taps: Sequence[Tap], max_bytes: int | None) -> list[list[Tap]]:
+        """`taps` in chunks whose tensors fit `max_bytes` for the inputs being examined."""
+        sizes = self.tensor_sizes
+        return plan_chunks(self.graph, taps, max_bytes, sizes or None)
+
     def select_sample(self, ref_arrays: Sequence[np.ndarray], target_arrays: Sequence[np.ndarray]) -> None:
         """Examine another sample from now on (the worst of many, or a generation step)."""
         self._ref_arrays, self._target_arrays = list(ref_arrays), list(target_arrays)
+        self._sizes = None
         self._pieces.clear()  # compiled for the previous sample's shapes
 
     def forget_tapped_runs(self) -> None:
@@ -172,44 +186,34 @@ class Session:
         return self._untouched
 
     # ----- running ------------------------------------------------------------------------------------
-    def plain(self, ref_taps: Sequence[Tap] = (), *, repeat: bool = False) -> list[tuple[str, str, TensorStats]]:
+    def plain(self, ref_taps: Sequence[Tap] | Callable[[], Sequence[Tap]] = (), *,
+              repeat: bool = False) -> list[tuple[str, str, TensorStats]]:
         """Run the untouched model on both sides; returns (name, result key, stats) per final output.
 
-        `ref_taps`: taps later measurements may ask for. An f32 reference then compiles with them at once and
-        keeps the values of that run: `measure` and `ref_values` take the reference's side of any of these
-        taps from it, without compiling the reference again. The target always runs untouched here: its
-        fidelity is what the plain run is for. `repeat`: run the target's compile a second time, for the run-to-
-        run noise (`noise`), so that compile need not be kept.
+        `ref_taps`: taps later measurements may ask for, or a function that names them once the target has
+        compiled (its runtime graph and fusion groups are then known). An f32 reference then compiles with
+        them at once and keeps the values of that run: `measure` and `ref_values` take the reference's side of
+        any of these taps from it, without compiling the reference again. The target always runs untouched:
+        its fidelity is what the plain run is for. `repeat`: run the target's compile a second time, for the
+        run-to-run noise (`noise`), so that compile need not be kept.
 
-        The sides run one after the other and each compile is released once it has run: two compiles of the
-        whole model never live at once, so memory stays near what one plain compile takes (on 2 cores, running
-        both sides at once saved under 5% of the time: OpenVINO already spreads one compile and one inference
-        over the cores).
+        The sides run one after the other, the target first, and each compile is released once it has run:
+        two compiles of the whole model never live at once, so memory stays near what one plain compile takes
+        (on 2 cores, running both sides at once saved under 5% of the time: OpenVINO already spreads one
+        compile and one inference over the cores).
         """
-        ref_taps = [t for t in ref_taps if t in self.target_of]
         compiled, self._untouched = self._untouched, None
-        # With many samples the untouched compiles exist already; reusing them beats a tapped recompile.
-        reuse = bool(ref_taps) and self.ref.activation_precision == "f32" and compiled is None
-        ref_model = tap_model(self.graph, ref_taps) if reuse else None
         self._ref_ready = None
         n = len(self.graph.model.outputs)
+        ref_model = None
         with self.clock("plain run"):
-            if compiled is not None and ref_model is None:  # compiled already, to run many samples
+            if compiled is not None:  # compiled already, to run many samples: reusing them beats a recompile
                 ref_c, target_c = compiled
                 ref_out, target_out = run_both(lambda: ref_c.infer(self._ref_arrays, share_outputs=False),
                                                lambda: target_c.infer(self._target_arrays, share_outputs=False))
                 self._ran_both()
                 self._note_side("ref", ref_c)
             else:
-                ref_c = self.ref.compile(ref_model.model if ref_model else self.graph.model,
-                                         taps=ref_model.added_outputs if ref_model else ())
-                self._compiled_one("ref")
-                # The outputs are views on the request's tensors, which they keep alive: nothing is copied,
-                # and no later call on this compile can overwrite them, as it is released here.
-                ref_out = ref_c.infer(self._ref_arrays)
-                self.ran("ref")
-                self._note_side("ref", ref_c)
-                ref_c = None  # released before the target compiles
                 target_c = self.target.compile(self.target_graph.model)
                 self._compiled_one("target")
                 target_out = [np.array(a) for a in target_c.infer(self._target_arrays)]  # copies: `repeat` reruns
@@ -220,16 +224,31 @@ class Session:
                 again = target_c.infer(self._target_arrays)
                 self.ran("target")
                 self._run_to_run = max((compare(a, b).rel_l2 for a, b in zip(target_out[:n], again[:n])), default=0.0)
-            if ref_model is not None:
-                for array in ref_out:
-                    array.flags.writeable = False  # handed out by `ref_values` without copies
-                self._ref_ready = _ReadyRun(ref_model, ref_out, dict(zip(ref_taps, ref_model.tap_outputs)))
             # An emulated device's runtime graph is the CPU's f32 graph of the rewritten model: its fusion
             # groups and kernels say nothing about the emulated device, so they are not used.
             self.target_runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
             if self.target_graph is not self.graph:
                 inside = int8_internal(self.target_graph, self.target_runtime)
                 self._untappable = frozenset(r for r, t in self.target_of.items() if t.key in inside)
+            target_c = None  # released before the reference compiles
+            if compiled is None:
+                wanted = ref_taps() if callable(ref_taps) else ref_taps
+                wanted = [t for t in dict.fromkeys(wanted) if t in self.target_of]
+                if wanted and self.ref.activation_precision == "f32":
+                    ref_model = tap_model(self.graph, wanted)
+                ref_c = self.ref.compile(ref_model.model if ref_model else self.graph.model,
+                                         taps=ref_model.added_outputs if ref_model else ())
+                self._compiled_one("ref")
+                # The outputs are views on the request's tensors, which they keep alive: nothing is copied,
+                # and no later call on this compile can overwrite them, as it is released here.
+                ref_out = ref_c.infer(self._ref_arrays)
+                self.ran("ref")
+                self._note_side("ref", ref_c)
+                ref_c = None
+                if ref_model is not None:
+                    for array in ref_out:
+                        array.flags.writeable = False  # handed out by `ref_values` without copies
+                    self._ref_ready = _ReadyRun(ref_model, ref_out, dict(zip(wanted, ref_model.tap_outputs)))
             self.outputs = self._final_outputs(ref_out, target_out, n)
             # Kept for partitioned runs, which compare their final outputs with the reference's.
             self.ref_final = [np.array(a) for a in ref_out[:n]]
@@ -404,8 +423,7 @@ class Session:
 
     def measure_chunked(self, taps: Sequence[Tap], max_bytes: int | None, *, desc: str = "compare") -> dict[Tap, TensorStats]:
         """`measure` in as many compiles as the byte budget needs, with a progress bar over tensors."""
-        chunks = plan_chunks(self.graph, [t for t in taps if t in self.target_of and t not in self._untappable],
-                             max_bytes)
+        chunks = self.chunks([t for t in taps if t in self.target_of and t not in self._untappable], max_bytes)
         stats: dict[Tap, TensorStats] = {}
         with tqdm(total=sum(map(len, chunks)), desc=desc, unit="tensor", disable=not self.progress, leave=False) as bar:
             for i, chunk in enumerate(chunks):

@@ -44,7 +44,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import Stateless, initial_states, is_stateful, make_stateless
-from bisect_ov.model.taps import Tap, plan_chunks
+from bisect_ov.model.taps import Tap
 from bisect_ov.options import BisectOptions
 from bisect_ov.records import Fidelity, Noise
 from bisect_ov.report.report import OutputResult
@@ -53,11 +53,11 @@ from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.samples import Samples, SampleSummary, as_samples
 from bisect_ov.session import Clock, Session
 from bisect_ov.steps import Generation, run_steps
-from bisect_ov.strategies import run_bisection, run_full, run_fusion
+from bisect_ov.strategies import fusion_taps, run_bisection, run_full, run_fusion
 from bisect_ov.twin import layer_sensitivity, quantized_units, twin_tolerance
 
 __all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "generate", "capture", "score",
-           "experiments", "absorb", "FIDELITY_RANGE", "LOCAL_SHARE", "fidelity"]
+           "experiments", "absorb", "FIDELITY_RANGE", "LOCAL_SHARE", "fidelity", "local_units", "owned_units"]
 
 FIDELITY_RANGE = (0.5, 2.0)
 LOCAL_SHARE = 0.5  # local errors are measured for nodes whose error reaches this share of their tolerance
@@ -215,13 +215,34 @@ def plain_run(opened: Opened) -> Plain:
     session, options = opened.session, opened.options
     # An f32 reference's plain run can expose the tensors later stages measure, so it need not compile again:
     # with `full`, the first chunk (both sides then tap the same tensors); against a lower-precision target,
-    # every tensor when they fit one compile's budget. Not against an f32 target: exposing other tensors than
-    # the target does moves f32 results by ~1e-5 where ops cancel (measured on the demo's instance norm),
-    # which is noise against bf16 or f16 rounding but a false divergence between two f32 runs.
-    chunks = plan_chunks(session.graph, [r for r, _ in session.match.pairs], options.max_tap_bytes)
+    # the fusion-group boundaries (or every tensor, for bisection) and the integer nodes' operands, when they
+    # fit one compile's budget. Not against an f32 target: exposing other tensors than the target does moves
+    # f32 results by ~1e-5 where ops cancel (measured on the demo's instance norm), which is noise against bf16
+    # or f16 rounding but a false divergence between two f32 runs.
     target = session.target
     lower = target.emulated or target.activation_precision not in ("f32", "")
-    ref_taps = (chunks[0] if chunks and (options.strategy == "full" or (lower and len(chunks) == 1)) else [])
+    pairs = [r for r, _ in session.match.pairs]
+
+    def ref_taps() -> list[Tap]:
+        if options.strategy == "full":
+            return session.chunks(pairs, options.max_tap_bytes)[0] if pairs else []
+        if not lower:
+            return []
+        if options.strategy == "bisection":
+            wanted = pairs
+        else:
+            # The boundaries, and every tensor a group reads from outside what it computes (`owned_units`):
+            # the values the local-error runs feed in.
+            wanted, groups = fusion_taps(session)
+            graph = session.graph
+            for unit in owned_units(graph, [t.key for t in wanted], groups).values():
+                wanted = wanted + [Tap(i, p) for m in unit for i, p in graph.data_inputs(m)
+                                   if i not in unit and graph[i].kind != "parameter"]
+        exact = session.exact_candidates()
+        wanted = list(dict.fromkeys([*wanted, *(Tap(k, 0) for k in exact),
+                                     *(Tap(i, p) for k in exact for i, p in session.graph.data_inputs(k))]))
+        return wanted if len(session.chunks(wanted, options.max_tap_bytes)) == 1 else []
+
     session.plain(ref_taps=ref_taps, repeat=options.noise and options.budget != "fast")
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
@@ -398,9 +419,26 @@ def local_units(session: Session, stats: dict[Tap, TensorStats], groups: dict[st
     worst: dict[str, float] = {}
     for (key, _), error in errors.items():
         worst[key] = max(worst.get(key, 0.0), error)
-    keys = list(dict.fromkeys(t.key for t in stats))
-    return {k: tuple(dict.fromkeys([k, *groups.get(k, ())])) for k in keys
-            if twin or worst.get(k, 0.0) >= LOCAL_SHARE * tolerances.get(k, 0.0)}
+    units = owned_units(session.graph, list(dict.fromkeys(t.key for t in stats)), groups)
+    return {k: u for k, u in units.items() if twin or worst.get(k, 0.0) >= LOCAL_SHARE * tolerances.get(k, 0.0)}
+
+
+def owned_units(graph: ModelGraph, keys: list[str], groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Each measured node with the members of its group it computes when run alone.
+
+    Groups can share members: a residual that another group reads as a post-op operand is not a boundary, so
+    the unmeasured ops feeding it belong to both groups. A shared member is computed by the later group (in
+    topological order); the earlier one is fed its reference value. Which group owns a member depends only on
+    the measured nodes, so the tensors every unit is fed are known as soon as the fusion groups are.
+    """
+    keys = sorted(dict.fromkeys(keys), key=lambda k: graph[k].index)
+    owner: dict[str, str] = {}
+    for key in keys:
+        for member in groups.get(key, ()):
+            owner[member] = key
+    for key in keys:
+        owner[key] = key
+    return {k: tuple(m for m in dict.fromkeys([k, *groups.get(k, ())]) if owner[m] == k) for k in keys}
 
 
 def twin_fix_candidates(session: Session, sensitivity, local: dict[str, float]) -> list[tuple[str, ...]]:

@@ -30,7 +30,7 @@ from bisect_ov.model.taps import Tap
 from bisect_ov.options import STRATEGIES
 from bisect_ov.session import Session
 
-__all__ = ["STRATEGIES", "run_full", "run_fusion", "run_bisection", "fusion_boundaries"]
+__all__ = ["STRATEGIES", "run_full", "run_fusion", "run_bisection", "fusion_boundaries", "fusion_taps"]
 
 Diverged = Callable[[Tap, TensorStats], bool]
 OwnError = Callable[[dict[Tap, TensorStats], dict[str, tuple[str, ...]]], dict[str, bool]]
@@ -50,13 +50,7 @@ def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, r
     are refined, as a group within its tolerance when isolated only passes on what it inherits. Groups it
     does not answer for are refined when one of their members reads only clean tensors from outside.
     """
-    taps, groups = fusion_boundaries(session.graph, session.target_graph, session.match, session.target_runtime)
-    if session.untappable:
-        # Tensors inside a twin's int8 computation are not exposed: their nodes belong to the next tap's group.
-        taps = [t for t in taps if t not in session.untappable]
-        kept = {t.key for t in taps}
-        groups = {k: tuple(sorted(_unmeasured_ancestors(session.graph, k, kept) - {k},
-                                  key=lambda m: session.graph[m].index)) for k in kept}
+    taps, groups = fusion_taps(session)
     stats = session.measure_chunked(taps, max_bytes, desc="compare groups")
     if not refine:
         return stats, groups
@@ -86,6 +80,19 @@ def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, r
         groups = {k: tuple(sorted(_unmeasured_ancestors(graph, k, measured) - {k}, key=lambda m: graph[m].index))
                   for k in measured}
     return stats, groups
+
+
+def fusion_taps(session: Session) -> tuple[list[Tap], dict[str, tuple[str, ...]]]:
+    """The taps `run_fusion` measures first (the boundaries of the untouched target's fusion groups) and the
+    group each stands for; known once the plain run has compiled the target."""
+    taps, groups = fusion_boundaries(session.graph, session.target_graph, session.match, session.target_runtime)
+    if session.untappable:
+        # Tensors inside a twin's int8 computation are not exposed: their nodes belong to the next tap's group.
+        taps = [t for t in taps if t not in session.untappable]
+        kept = {t.key for t in taps}
+        groups = {k: tuple(sorted(_unmeasured_ancestors(session.graph, k, kept) - {k},
+                                  key=lambda m: session.graph[m].index)) for k in kept}
+    return taps, groups
 
 
 def _reads_clean(graph, member: str, inside: set[str], stats, diverged: Diverged) -> bool:

@@ -202,3 +202,18 @@ def test_a_group_is_refined_only_when_it_makes_error_of_its_own(monkeypatch, mak
     assert makes_error is None or asked  # consulted once the groups were measured
     if refined:
         assert Tap("res/bn_a", 0) in stats  # the faulty member itself was measured
+
+
+# ----- no work done twice -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("node", ["attn/q/transpose", "attn/context", "mlp/fc2/matmul"])
+def test_a_lower_precision_target_never_compiles_the_reference_twice(node):
+    # The f32 reference exposes, in its plain run, every tensor the fusion taps and the local-error runs need.
+    from bisect_ov.zoo import synthetic
+
+    model = synthetic.attention_block()
+    report = bisect(model, "CPU:f32", "EMU:f16", synthetic.sample_inputs(model, seed=1),
+                    target_model=inject_fault(model, node, "noise", 0.05, seed=7), impact=0, progress=False)
+    assert report.first_divergence is not None and report.first_divergence.name == node
+    assert report.first_divergence.local_error is not None  # the local-error runs took place
+    assert sum(c["ref_compiles"] for c in report.costs.values()) == 1
+    assert report.costs["plain"]["ref_compiles"] == 1

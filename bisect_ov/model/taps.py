@@ -8,13 +8,13 @@ tensors fit a byte budget, so one compile never has to hold every intermediate t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import openvino as ov
 
 from bisect_ov.model.graph import ModelGraph
 
-__all__ = ["Tap", "TappedModel", "default_taps", "tap_model", "plan_chunks"]
+__all__ = ["Tap", "TappedModel", "default_taps", "tap_model", "plan_chunks", "tensor_sizes"]
 
 
 @dataclass(frozen=True, order=True)
@@ -70,21 +70,49 @@ def tap_model(graph: ModelGraph, taps: Sequence[Tap], model: ov.Model | None = N
     return TappedModel(clone, tuple(taps), indices, n_original)
 
 
-def plan_chunks(graph: ModelGraph, taps: Sequence[Tap], max_bytes: int | None) -> list[list[Tap]]:
+def plan_chunks(graph: ModelGraph, taps: Sequence[Tap], max_bytes: int | None,
+                sizes: Mapping[Tap, int] | None = None) -> list[list[Tap]]:
     """Split `taps` (kept in order) into chunks whose tensors add up to at most `max_bytes`.
 
-    Taps of unknown size (dynamic shapes) count as zero; a single tap larger than the budget gets a chunk of
-    its own. `max_bytes=None` means one chunk.
+    `sizes` gives each tensor's bytes for the inputs in use (`tensor_sizes`); without it, the model's static
+    shapes do, and taps of unknown size (dynamic shapes) count as zero. A single tap larger than the budget
+    gets a chunk of its own. `max_bytes=None` means one chunk.
     """
     if max_bytes is None or not taps:
         return [list(taps)]
     chunks: list[list[Tap]] = [[]]
     used = 0
     for tap in taps:
-        size = graph[tap.key].outputs[tap.port].nbytes or 0
+        size = sizes.get(tap, 0) if sizes is not None else graph[tap.key].outputs[tap.port].nbytes or 0
         if chunks[-1] and used + size > max_bytes:
             chunks.append([])
             used = 0
         chunks[-1].append(tap)
         used += size
     return chunks
+
+
+def tensor_sizes(graph: ModelGraph, arrays: Sequence) -> dict[Tap, int]:
+    """Bytes of every tensor of the model when its inputs are `arrays` (shapes propagated on a clone).
+
+    A model with dynamic dimensions (a sequence length, a batch) has no sizes until its inputs are known; a
+    clone reshaped to the inputs' shapes shares the weights and infers every shape in milliseconds. Returns
+    {} when the model cannot be reshaped to them (the caller then falls back to the static shapes).
+    """
+    clone = graph.model.clone()
+    params = clone.get_parameters()
+    try:
+        clone.reshape({p.output(0): ov.PartialShape([int(d) for d in getattr(a, "shape", ())])
+                       for p, a in zip(params, arrays)})
+    except Exception:  # a model whose shapes do not follow its inputs' alone
+        return {}
+    sizes: dict[Tap, int] = {}
+    for key, op in zip(graph.order, clone.get_ordered_ops()):
+        for port, out in enumerate(op.outputs()):
+            shape = out.get_partial_shape()
+            if shape.is_static:
+                n = 1
+                for d in shape.to_shape():
+                    n *= int(d)
+                sizes[Tap(key, port)] = n * out.get_element_type().size
+    return sizes
