@@ -160,13 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Machine: {platform.machine()}, {ov.Core().get_property('CPU', 'FULL_DEVICE_NAME')}, "
           f"OpenVINO {ov.get_version().split('-')[0]}; ref CPU:f32, size {args.size}\n")
     print(_table(rows) + "\n")
-    plain = {r["model"]: r["seconds"] for r in rows if r.get("job") == "plain" and "error" not in r}
+    plain = {r["model"]: r for r in rows if r.get("job") == "plain" and "error" not in r}
     for job in ("default", "fast", "naive"):
-        ratios = sorted(r["seconds"] / plain[r["model"]] for r in rows if r.get("job") == job and "error" not in r
-                        and r.get("target") == args.target and plain.get(r["model"]))
-        if ratios:
-            print(f"{job} job / plain job: median {ratios[len(ratios) // 2]:.2f}x, worst {ratios[-1]:.2f}x "
-                  f"over {len(ratios)} models")
+        done = [r for r in rows if r.get("job") == job and "error" not in r and r.get("target") == args.target
+                and r["model"] in plain]
+        for what, field in (("time", "seconds"), ("peak RSS", "peak_rss_mb")):
+            ratios = sorted(r[field] / plain[r["model"]][field] for r in done if plain[r["model"]][field])
+            if ratios:
+                print(f"{job} job / plain job, {what}: median {ratios[len(ratios) // 2]:.2f}x, "
+                      f"worst {ratios[-1]:.2f}x over {len(ratios)} models")
     return 0
 
 

@@ -50,9 +50,11 @@ __all__ = ["local_errors", "mixed_run", "contribution_curve", "smallest_range",
 ErrorOf = Callable[[TensorStats], float]
 
 
-def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20
-                 ) -> dict[Tap, TensorStats]:
+def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20,
+                 values: Mapping[Tap, np.ndarray] | None = None) -> dict[Tap, TensorStats]:
     """Each unit (key of its output node -> member keys) on the target, fed with reference inputs.
+
+    `values`: reference values already at hand (a streamed measurement's); the others are computed.
 
     Units are given in the reference model's keys. With a twin target model, each unit runs the twin's
     matched ops, plus the twin's own ops feeding them that the reference lacks (a FakeQuantize, an injected
@@ -79,16 +81,18 @@ def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_by
                          "lacks.", uids[0], foreign[0])
             continue
         fed_ref = [ref_of[t] for t in piece.fed if t in ref_of]
-        values = session.ref_values(fed_ref + outputs)
+        given = {t: values[t] for t in fed_ref + outputs if values is not None and t in values}
+        missing = [t for t in fed_ref + outputs if t not in given]
+        got_ref = {**given, **(session.ref_values(missing) if missing else {})}
         feed = {}
         for t in piece.fed:
             if target[t.key].kind == "parameter":
                 feed[t] = session.target_arrays[target.parameter_position[t.key]]
             else:
-                feed[t] = values[ref_of[t]]
+                feed[t] = got_ref[ref_of[t]]
         got = session.run_piece("target", piece, feed)
         for t, arr in zip(outputs, got):
-            stats[t] = compare(values[t], arr)
+            stats[t] = compare(got_ref[t], arr)
     return stats
 
 

@@ -23,6 +23,7 @@ from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.fusion import int8_internal
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
+from bisect_ov.model.partition import extract, plan_segments
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, plan_chunks, tap_model, tensor_sizes
 from bisect_ov.run.devices import Device, DeviceInfo
@@ -352,29 +353,141 @@ class Session:
         typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
         return device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
     def run_segment(self, side: str, segment: Sequence[str], outputs: Sequence[Tap], make_piece: Callable[[], Any],
-                    values: dict[Tap, np.ndarray], final: frozenset[Tap] = frozenset()) -> list[np.ndarray]:
+                    values: dict[Tap, np.ndarray], final: frozenset[Tap] = frozenset(), *, keep: bool = True
+                    ) -> list[np.ndarray]:
         """`run_piece` for a segment of the graph, compiled once per side and reused by later partitioned runs.
 
         A fix search or a delegation search runs the same segments again and again (everything between two
         kept nodes); compiling each once keeps a search over a deep model affordable. At most `PIECE_CACHE`
-        compiled pieces are kept, the oldest dropped first.
+        compiled pieces are kept, the oldest dropped first; with ``keep=False`` the compile is released after
+        its run (a segment run once).
         """
         key = (side, tuple(segment), tuple(outputs))
-        if key not in self._pieces:
+        found = self._pieces.get(key)
+        if found is None:
             piece = make_piece()
-            device = self.target if side == "target" else self.ref
-            typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
             with self.clock("compile"):
-                compiled = device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
-            self._compiles[side] += 1
-            if len(self._pieces) >= PIECE_CACHE:
-                self._pieces.pop(next(iter(self._pieces)))
-            self._pieces[key] = (piece, compiled)
-        piece, compiled = self._pieces[key]
+                found = (piece, self._compile_segment(side, piece, final))
+            if keep:
+                if len(self._pieces) >= PIECE_CACHE:
+                    self._pieces.pop(next(iter(self._pieces)))
+                self._pieces[key] = found
+        return self._run_segment_compiled(side, *found, values)
+
+    def _compile_segment(self, side: str, piece, final: frozenset[Tap]):
+        """Compile a segment's piece (counted): values cross its cuts in the precision the target stored them."""
+        device = self.target if side == "target" else self.ref
+        low = self._stored_low if side == "target" else (lambda t: True)
+        typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final and low(t))
+        fed = tuple(i for i, t in enumerate(piece.fed) if low(t))
+        compiled = device.compile(piece.model, taps=typed, fed=fed)
+        self._compiled_one(side)
+        return compiled
+
+    def _run_segment_compiled(self, side: str, piece, compiled, values: dict[Tap, np.ndarray]) -> list[np.ndarray]:
         arrays = self._target_arrays if side == "target" else self._ref_arrays
         feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
+        self.ran(side)
         with self.clock("infer"):
             return compiled.infer(feed, share_outputs=False)
+
+    def _stored_low(self, tap: Tap) -> bool:
+        """Whether the untouched target stored this tensor (a target-graph tap) in its activation precision.
+
+        The CPU plugin in bf16 keeps some tensors in f32 (residual sums, some convolutions' outputs): a value
+        handed between pieces must keep that precision, or rounding it adds error the whole model never had
+        (it doubled a Whisper encoder's final-output error). Without a runtime graph (emulated devices, which
+        round every tensor), every tensor is taken as stored in the activation precision.
+        """
+        layer = self.target_runtime.by_original.get(tap.key)
+        if layer is None or not layer.output_precisions:
+            return True
+        precision = layer.output_precisions[min(tap.port, len(layer.output_precisions) - 1)]
+        return precision not in ("f32", "f64", "fp32")
+
+    @property
+    def can_stream(self) -> bool:
+        """Whether `measure_chunked` may run the model segment by segment (`measure_streamed`): one model on
+        both sides, and devices that run pieces fed with values."""
+        return (self.target_graph is self.graph and self.ref.can_run_pieces and self.target.can_run_pieces
+                and not self._untappable)
+
+    def measure_streamed(self, taps: Sequence[Tap], max_bytes: int, *, desc: str = "compare",
+                         on_segment: Callable[[dict[Tap, np.ndarray], dict[Tap, TensorStats]], None] | None = None
+                         ) -> dict[Tap, TensorStats]:
+        """Measure `taps` running the model segment by segment on each side, each fed its own side's values.
+
+        The segments (`model.partition.plan_segments`) end where every floating-point tensor crossing the cut
+        is a tap, so each side computes what one compile exposing `taps` would, while only one segment's
+        tensors and the values crossing into later segments are held at once: memory stays bounded by
+        `max_bytes` instead of growing with the model. Compiles cost about one whole-model compile per side in
+        all. `on_segment(ref_values, stats)` is called after each segment with the reference's values of its
+        taps and of the tensors it reads, while they are still held (local errors run there).
+        """
+        graph = self.graph
+        order = [n.key for n in graph.candidates()]
+        wanted = [t for t in dict.fromkeys(taps) if t in self.target_of]
+        tapped = set(wanted)
+        parts = plan_segments(graph, order, tapped, self.tensor_sizes, max_bytes)
+        position = {k: i for i, k in enumerate(order)}
+        results = graph.results()
+        final_taps = [Tap(*r.inputs[0]) for r in results]
+        final = frozenset(final_taps)
+        last_use: dict[Tap, int] = {}
+        for key in order:
+            for reader in graph.consumers(key):
+                for port, _ in graph.graph.edges[key, reader]["ports"]:
+                    at = len(order) if graph[reader].kind == "result" else position.get(reader, 0)
+                    last_use[Tap(key, port)] = max(last_use.get(Tap(key, port), 0), at)
+        values = {"ref": {}, "target": {}}
+        for p in graph.parameters():
+            values["ref"][Tap(p.key, 0)] = self._ref_arrays[graph.parameter_position[p.key]]
+            values["target"][Tap(p.key, 0)] = self._target_arrays[graph.parameter_position[p.key]]
+        stats: dict[Tap, TensorStats] = {}
+        plan = []
+        for segment in parts:
+            end = position[segment[-1]]
+            produced = [Tap(k, t.port) for k in segment for t in graph[k].outputs]
+            outputs = [t for t in produced if t in tapped or last_use.get(t, 0) > end or t in final]
+            if outputs:
+                plan.append((segment, end, outputs, extract(graph, segment, outputs)))
+
+        with tqdm(total=len(wanted), desc=f"{desc} (streamed)", unit="tensor", disable=not self.progress,
+                  leave=False) as bar:
+            for _, end, outputs, piece in plan:
+                with self.clock("compile and infer"):
+                    for side in ("ref", "target"):
+                        compiled = self._compile_segment(side, piece, final)
+                        got = self._run_segment_compiled(side, piece, compiled, values[side])
+                        values[side].update(zip(outputs, got))
+                    compiled = None
+                with self.clock("compare"):
+                    here = [t for t in outputs if t in tapped]
+                    ref_list = list(values["ref"].values())
+                    ref_of = {t: j for j, t in enumerate(values["ref"])}
+                    target_list = list(values["target"].values())
+                    target_of = {t: j for j, t in enumerate(values["target"])}
+                    found = {}
+                    for tap in here:
+                        found[tap] = compare(values["ref"][tap], values["target"][tap])
+                        self._check_exact(tap, ref_list, target_list, ref_of[tap], target_of[tap], ref_of)
+                    stats.update(found)
+                    bar.update(len(here))
+                if on_segment is not None:
+                    needed = {t: values["ref"][t] for t in values["ref"]}
+                    on_segment(needed, found)
+                # What no later segment reads is dropped: memory holds one segment and what crosses its cut.
+                for side in ("ref", "target"):
+                    for t in [t for t in values[side] if last_use.get(t, len(order)) <= end and t not in final
+                              and graph[t.key].kind != "parameter"]:
+                        del values[side][t]
+        ref_final = [values["ref"][t] for t in final_taps]
+        target_final = [values["target"][t] for t in final_taps]
+        self._tapped_runs.append(self._final_outputs(ref_final, target_final, len(final_taps)))
+        if not self._reproduced and self._plain_target_final:
+            self._reproduced = all(np.array_equal(a, b, equal_nan=True)
+                                   for a, b in zip(self._plain_target_final, target_final))
+        return stats
 
     def measure(self, taps: Sequence[Tap], *, bar: tqdm | None = None) -> dict[Tap, TensorStats]:
         """Expose `taps` (reference-side taps; matched target taps are found) in one compile per side."""
@@ -421,9 +534,17 @@ class Session:
                         bar.update(1)
         return stats
 
-    def measure_chunked(self, taps: Sequence[Tap], max_bytes: int | None, *, desc: str = "compare") -> dict[Tap, TensorStats]:
-        """`measure` in as many compiles as the byte budget needs, with a progress bar over tensors."""
+    def measure_chunked(self, taps: Sequence[Tap], max_bytes: int | None, *, desc: str = "compare",
+                        on_segment: Callable[[dict[Tap, np.ndarray], dict[Tap, TensorStats]], None] | None = None
+                        ) -> dict[Tap, TensorStats]:
+        """`measure` in as many compiles as the byte budget needs, with a progress bar over tensors.
+
+        When the taps do not fit one compile and the model can run in pieces, it is measured segment by
+        segment instead (`measure_streamed`), which compiles each op once per side rather than once per chunk.
+        """
         chunks = self.chunks([t for t in taps if t in self.target_of and t not in self._untappable], max_bytes)
+        if len(chunks) > 1 and max_bytes is not None and self.can_stream:
+            return self.measure_streamed([t for c in chunks for t in c], max_bytes, desc=desc, on_segment=on_segment)
         stats: dict[Tap, TensorStats] = {}
         with tqdm(total=sum(map(len, chunks)), desc=desc, unit="tensor", disable=not self.progress, leave=False) as bar:
             for i, chunk in enumerate(chunks):

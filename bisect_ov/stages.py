@@ -300,21 +300,42 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     elif strategy == "bisection":
         stats = run_bisection(session, diverged)
     else:
+        can_local = options.local and session.target.can_run_pieces
+        planned, planned_groups = fusion_taps(session)
+        planned_units = owned_units(graph, [t.key for t in planned], planned_groups)
+
+        def keep_local(units: dict[str, tuple[str, ...]], found: dict[Tap, TensorStats]) -> None:
+            for key, members in units.items():
+                local[key] = (members, {t: st for t, st in found.items() if t.key == key})
+
+        def on_segment(values: dict[Tap, np.ndarray], found: dict[Tap, TensorStats]) -> None:
+            # The model measured segment by segment: each unit's local error runs while the reference's values
+            # it reads are held, so no reference compile is needed for them later.
+            if not can_local or session.target_graph is not graph:
+                return
+            worst: dict[str, float] = {}
+            for t, st in found.items():
+                worst[t.key] = max(worst.get(t.key, 0.0), opened.error_of(st))
+            units = {k: planned_units[k] for k, e in worst.items()
+                     if k in planned_units and e >= LOCAL_SHARE * tol.for_node(graph[k])}
+            if units:
+                keep_local(units, local_errors(session, units, max_bytes=options.max_tap_bytes, values=values))
+
         def own_error(stats: dict[Tap, TensorStats], groups: dict[str, tuple[str, ...]]) -> dict[str, bool]:
             # The local errors the experiments need anyway, measured now: they tell which groups make error.
             faithful = fidelity(session, options.metric)
-            if not (options.local and session.target.can_run_pieces) or (faithful is not None and faithful.warning):
+            if not can_local or (faithful is not None and faithful.warning):
                 return {}
             errors = {(t.key, t.port): opened.error_of(st) for t, st in stats.items()}
             limits = {t.key: tol.for_node(graph[t.key]) for t in stats}
             units = local_units(session, stats, groups, errors, limits)
-            found = local_errors(session, units, max_bytes=options.max_tap_bytes)
-            for key, members in units.items():
-                local[key] = (members, {t: st for t, st in found.items() if t.key == key})
+            todo = {k: u for k, u in units.items() if not (k in local and local[k][0] == u)}
+            if todo:
+                keep_local(todo, local_errors(session, todo, max_bytes=options.max_tap_bytes))
             return {key: any(diverged(t, st) for t, st in got.items()) for key, (_, got) in local.items() if got}
 
         stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine,
-                                   own_error=own_error)
+                                   own_error=own_error, on_segment=on_segment)
         faithful = fidelity(session, options.metric)
         if strategy == "auto" and faithful is not None and faithful.warning:
             session.forget_tapped_runs()

@@ -42,16 +42,18 @@ def run_full(session: Session, max_bytes: int | None) -> dict[Tap, TensorStats]:
 
 
 def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, refine: bool = True,
-               own_error: OwnError | None = None) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
+               own_error: OwnError | None = None, on_segment: Callable | None = None
+               ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
     """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups.
 
     `own_error(stats, groups)`, when given, tells for groups it can measure whether the group makes error of
     its own (its members alone on the target, fed with the reference's values, over tolerance): only those
     are refined, as a group within its tolerance when isolated only passes on what it inherits. Groups it
     does not answer for are refined when one of their members reads only clean tensors from outside.
+    `on_segment` is handed to `Session.measure_chunked` (called per segment when the model is streamed).
     """
     taps, groups = fusion_taps(session)
-    stats = session.measure_chunked(taps, max_bytes, desc="compare groups")
+    stats = session.measure_chunked(taps, max_bytes, desc="compare groups", on_segment=on_segment)
     if not refine:
         return stats, groups
     graph = session.graph

@@ -189,8 +189,8 @@ def test_a_group_is_refined_only_when_it_makes_error_of_its_own(monkeypatch, mak
     session = opened.session
     descs: list[str] = []
     measure = session.measure_chunked
-    monkeypatch.setattr(session, "measure_chunked", lambda taps, max_bytes, desc="compare":
-                        descs.append(desc) or measure(taps, max_bytes, desc=desc))
+    monkeypatch.setattr(session, "measure_chunked", lambda taps, max_bytes, desc="compare", **kw:
+                        descs.append(desc) or measure(taps, max_bytes, desc=desc, **kw))
     asked: list[set[str]] = []
 
     def own_error(stats, groups):

@@ -18,7 +18,7 @@ which the caller feeds with the model's own input (`Extracted.model_inputs`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Collection, Iterator, Mapping, Sequence
 
 import openvino as ov
 from openvino import opset13 as ops
@@ -26,7 +26,7 @@ from openvino import opset13 as ops
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap
 
-__all__ = ["Extracted", "extract", "cut_after"]
+__all__ = ["Extracted", "extract", "cut_after", "plan_segments"]
 
 
 @dataclass(frozen=True)
@@ -115,3 +115,47 @@ def _reachable_parameters(results: list, names: set[str]) -> set[str]:
             found.add(name)
         stack.extend(v.get_node() for v in node.input_values())
     return found
+
+
+def plan_segments(graph: ModelGraph, order: Sequence[str], taps: Collection[Tap], sizes: Mapping[Tap, int],
+                  max_bytes: int) -> list[list[str]]:
+    """Cut `order` (candidate keys, topological) into consecutive segments whose `taps` fit `max_bytes` each.
+
+    A segment ends only where every floating-point tensor crossing the cut (produced up to it, read after it)
+    is one of `taps`: those are exposed anyway, so running the model segment by segment, each fed the
+    previous ones' outputs, computes what one compile exposing `taps` computes (integer tensors, exact, may
+    cross). Where no such cut lies within the budget, a segment grows past it until the next one does.
+    """
+    n = len(order)
+    position = {k: i for i, k in enumerate(order)}
+    tapped = set(taps)
+    # dirty[j]: floating-point tensors not in `taps` that cross the cut after position j.
+    dirty = [0] * (n + 1)
+    for key in order:
+        start = position[key]
+        for t in graph[key].outputs:
+            if not t.is_float or Tap(key, t.port) in tapped:
+                continue
+            readers = [c for c in graph.consumers(key)
+                       if any(pp == t.port for pp, _ in graph.graph.edges[key, c]["ports"])]
+            last = max((n if graph[c].kind == "result" else position.get(c, start) for c in readers), default=start)
+            if last > start:
+                dirty[start] += 1
+                dirty[last] -= 1
+    clean, running = [], 0
+    for j in range(n):
+        running += dirty[j]
+        clean.append(running == 0)
+    weight = [sum(sizes.get(Tap(k, t.port), 0) for t in graph[k].outputs if Tap(k, t.port) in tapped) for k in order]
+    segments: list[list[str]] = []
+    start, used, last_clean = 0, 0, None
+    for i in range(n):
+        if used + weight[i] > max_bytes and last_clean is not None:
+            segments.append(list(order[start:last_clean + 1]))
+            start, last_clean = last_clean + 1, None
+            used = sum(weight[start:i])
+        used += weight[i]
+        if clean[i] and i < n - 1:
+            last_clean = i
+    segments.append(list(order[start:]))
+    return [s for s in segments if s]
