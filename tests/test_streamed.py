@@ -1,0 +1,153 @@
+"""Streamed measurement: a model whose taps exceed `max_tap_bytes` runs segment by segment on each side.
+
+The fault is made by the target device itself (a CPU device that perturbs one node of whatever it compiles,
+whole model or segment), so one model runs on both sides and the streamed path is the one taken: the tool
+must name the node, measure what one compile measures, and hold only one segment's tensors at a time.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from openvino import opset13 as ops
+
+from bisect_ov import bisect
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.partition import plan_segments
+from bisect_ov.model.taps import Tap, default_taps, tensor_sizes
+from bisect_ov.options import BisectOptions
+from bisect_ov.run.devices import OpenVINODevice
+from bisect_ov.stages import open_comparison, plain_run
+from bisect_ov.zoo import synthetic
+
+SHAPES = ("chain", "diamond", "multi_io", "attention_block", "conv_bn_net")
+
+
+class FaultyCPU(OpenVINODevice):
+    """The CPU in f32 with one node perturbed in every model it compiles that holds that node: its output
+    gets seeded relative noise (5%), the same array whether the whole model or a segment is compiled."""
+
+    def __init__(self, node: str):
+        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": "f32"}, name=f"CPU:f32 with '{node}' faulty")
+        self.node = node
+
+    def _compile(self, model, taps=(), fed=()):
+        found = [op for op in model.get_ops() if op.get_friendly_name() == self.node]
+        if found:  # a segment without the node compiles as it is
+            model = model.clone()
+            (op,) = [o for o in model.get_ops() if o.get_friendly_name() == self.node]
+            out = op.output(0)
+            consumers = list(out.get_target_inputs())
+            shape = [int(d) for d in out.get_shape()]
+            noise = np.random.default_rng(7).standard_normal(shape).astype(np.float32) * 0.05
+            faulty = ops.multiply(out, ops.constant(1.0 + noise))
+            for inp in consumers:
+                inp.replace_source_output(faulty.output(0))
+            model.validate_nodes_and_infer_types()
+        return super()._compile(model, taps, fed)
+
+
+@functools.lru_cache(maxsize=None)
+def _model(shape: str):
+    return synthetic.BUILDERS[shape]()
+
+
+@functools.lru_cache(maxsize=None)
+def _inputs(shape: str):
+    return synthetic.sample_inputs(_model(shape), seed=1)
+
+
+def _budget(shape: str) -> int:
+    """A third of the model's tensors: the streamed path with a few segments."""
+    graph = ModelGraph(_model(shape))
+    sizes = tensor_sizes(graph, list(_inputs(shape).values()))
+    return max(1, sum(sizes.get(t, 0) for t in default_taps(graph)) // 3)
+
+
+def _sites(shape: str) -> list[str]:
+    graph = ModelGraph(_model(shape))
+    return [n.name for n in graph.candidates() if n.outputs[0].is_float][::3]
+
+
+CASES = [(shape, node) for shape in SHAPES for node in _sites(shape)]
+
+
+@pytest.mark.parametrize("shape, node", CASES, ids=[f"{s}:{n}" for s, n in CASES])
+def test_a_streamed_run_names_the_fault(shape, node):
+    report = bisect(_model(shape), "CPU:f32", FaultyCPU(node), _inputs(shape), max_tap_bytes=_budget(shape),
+                    strategy="full", noise=False, impact=0, progress=False)
+    assert report.costs["capture"]["ref_compiles"] >= 2  # it was streamed: one compile per segment and side
+    first = report.first_divergence
+    if first is None:  # a fault the network takes out again must then leave the outputs within tolerance
+        assert not report.diverges, report.to_text()
+        return
+    assert first.name == node, report.to_text()
+    assert first.role == "source" and first.local_error is not None
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_streaming_measures_what_one_compile_measures(shape):
+    node = _sites(shape)[len(_sites(shape)) // 2]
+    common = {"strategy": "full", "noise": False, "impact": 0, "local": False, "progress": False}
+    whole = bisect(_model(shape), "CPU:f32", FaultyCPU(node), _inputs(shape), **common)
+    streamed = bisect(_model(shape), "CPU:f32", FaultyCPU(node), _inputs(shape), max_tap_bytes=_budget(shape),
+                      **common)
+    assert whole.costs["capture"]["target_compiles"] == 1 < streamed.costs["capture"]["target_compiles"]
+    assert [n.name for n in streamed.nodes] == [n.name for n in whole.nodes]
+    for a, b in zip(whole.nodes, streamed.nodes):
+        assert b.error == pytest.approx(a.error, rel=1e-3, abs=1e-7), a.name
+    assert streamed.fidelity is not None and not streamed.fidelity.warning
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_segments_end_only_where_every_float_tensor_crossing_is_a_tap(shape):
+    graph = ModelGraph(_model(shape))
+    order = [n.key for n in graph.candidates()]
+    sizes = tensor_sizes(graph, list(_inputs(shape).values()))
+    taps = set(default_taps(graph)[::2])  # half the tensors: some cuts are not allowed
+    parts = plan_segments(graph, order, taps, sizes, max_bytes=1)
+    assert [k for p in parts for k in p] == order
+    position = {k: i for i, k in enumerate(order)}
+    for part in parts[:-1]:
+        end = position[part[-1]]
+        for key in order[: end + 1]:
+            for t in graph[key].outputs:
+                readers = [c for c in graph.consumers(key)
+                           if any(pp == t.port for pp, _ in graph.graph.edges[key, c]["ports"])]
+                crosses = any(graph[c].kind == "result" or position.get(c, -1) > end for c in readers)
+                if crosses and t.is_float:
+                    assert Tap(key, t.port) in taps, (part[-1], key)
+    assert len(plan_segments(graph, order, taps, sizes, max_bytes=1 << 40)) == 1
+
+
+def test_a_streamed_run_holds_one_segment_at_a_time():
+    shape = "chain"
+    graph = ModelGraph(_model(shape))
+    sizes = tensor_sizes(graph, list(_inputs(shape).values()))
+    taps = default_taps(graph)
+    total = sum(sizes[t] for t in taps)
+    budget = total // 6
+    options = BisectOptions(progress=False, noise=False)
+    opened = open_comparison(_model(shape), "CPU:f32", "CPU:f32", _inputs(shape), None, options)
+    plain_run(opened)
+    held: list[int] = []
+    stats = opened.session.measure_streamed(taps, budget, on_segment=lambda values, found: held.append(
+        sum(np.asarray(v).nbytes for v in values.values())))
+    assert len(stats) == len(taps) and len(held) >= 5
+    largest = max(sizes[t] for t in taps)
+    assert max(held) <= budget + 2 * largest + sum(np.asarray(a).nbytes for a in _inputs(shape).values())
+    assert max(held) < total / 2
+
+
+FUSION_CASES = [(shape, node) for shape in ("conv_bn_net", "attention_block") for node in _sites(shape)]
+
+
+@pytest.mark.parametrize("shape, node", FUSION_CASES, ids=[f"{s}:{n}" for s, n in FUSION_CASES])
+def test_a_streamed_run_of_fusion_taps_names_the_fault(shape, node):
+    # The default strategy: segments end only at fusion-group boundaries; groups are refined where they make error.
+    report = bisect(_model(shape), "CPU:f32", FaultyCPU(node), _inputs(shape), max_tap_bytes=_budget(shape) // 2,
+                    noise=False, impact=0, progress=False)
+    assert report.strategy == "fusion" and report.costs["capture"]["ref_compiles"] >= 2
+    assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
