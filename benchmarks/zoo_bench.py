@@ -54,7 +54,7 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
-def run_one(name: str, job: str, target: str, size: str) -> dict:
+def run_one(name: str, job: str, target: str, size: str, max_tap_mb: float | None = None) -> dict:
     """Measure one (model, job) in this process."""
     from bisect_ov import bisect, make_device
     from bisect_ov.model.graph import ModelGraph
@@ -80,8 +80,10 @@ def run_one(name: str, job: str, target: str, size: str) -> dict:
                 for role, device in (("ref", "CPU:f32"), ("target", target))]
         row["compared"] = len([compare(outs[0][i], outs[1][i]) for i in tapped.tap_outputs])
     else:
-        report = bisect(model, "CPU:f32", target, inputs, progress=False,
-                        **({"budget": "fast"} if job == "fast" else {}))
+        extra = {"budget": "fast"} if job == "fast" else {}
+        if max_tap_mb is not None:
+            extra["max_tap_bytes"] = int(max_tap_mb * 2**20)
+        report = bisect(model, "CPU:f32", target, inputs, progress=False, **extra)
         first = report.first_divergence
         row.update(compared=len(report.nodes), fidelity=report.fidelity.ratio if report.fidelity else None,
                    verdict="DIVERGES" if report.diverges else "no divergence", first=first.name if first else None,
@@ -93,8 +95,10 @@ def run_one(name: str, job: str, target: str, size: str) -> dict:
     return row
 
 
-def _subprocess(name: str, job: str, target: str, size: str, timeout: float) -> dict:
+def _subprocess(name: str, job: str, target: str, size: str, timeout: float, max_tap_mb: float | None = None) -> dict:
     cmd = [sys.executable, __file__, "--one", name, job, "--target", target, "--size", size]
+    if max_tap_mb is not None:
+        cmd += ["--max-tap-mb", str(max_tap_mb)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -133,10 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="full", choices=("small", "full"))
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per job")
     parser.add_argument("--json", help="also write the rows as JSON here")
+    parser.add_argument("--max-tap-mb", type=float, help="max_tap_bytes of the default and fast jobs, in MB "
+                        "(default: bisect()'s)")
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "JOB"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args.one[0], args.one[1], args.target, args.size)))
+        print(json.dumps(run_one(args.one[0], args.one[1], args.target, args.size, args.max_tap_mb)))
         return 0
     from bisect_ov.zoo import cache
 
@@ -148,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.emulated:
             jobs.append(("default", "EMU:f16"))
         for job, target in jobs:
-            row = _subprocess(name, job, target, args.size, args.timeout)
+            row = _subprocess(name, job, target, args.size, args.timeout,
+                              args.max_tap_mb if job in ("default", "fast") else None)
             rows.append(row)
             print(f"{name:>16} {job:>8} {target:>8}: {row.get('seconds', row.get('error'))}", file=sys.stderr,
                   flush=True)

@@ -48,7 +48,7 @@ def bisect(
     patched_model: str | os.PathLike | None = None,
     keep: Sequence[str] = (),
     classifier_outputs: Sequence[str] | None = None,
-    max_tap_bytes: int | None = DEFAULT_MAX_TAP_BYTES,
+    max_tap_bytes: int | str | None = DEFAULT_MAX_TAP_BYTES,
     progress: bool | None = None,
     executor: Any = None,
     samples_per_unit: int = 16,
@@ -126,7 +126,9 @@ def bisect(
         With many samples: the outputs holding class scores, whose top-1 and top-5 answers are compared. None
         takes ``[batch, classes]`` outputs and outputs named like logits (``[batch, seq, vocab]``).
     max_tap_bytes
-        Most bytes of exposed tensors per compile; more taps are split into several compiles. None: one.
+        Most bytes of exposed tensors per compile; more taps are measured segment by segment (one model on
+        both sides) or split into several compiles. ``"auto"`` (the default): half the model's weight bytes,
+        at least 64 MB (`bisect_ov.options.auto_tap_bytes`). None: no limit.
     progress
         Show progress bars; None shows them when stderr is a terminal.
     executor

@@ -80,7 +80,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=pathlib.Path, help="write the report as JSON to this path")
     parser.add_argument("--width", type=int, default=120, help="text width of the printed report")
     parser.add_argument("--html", type=pathlib.Path, help="write a standalone HTML report to this path")
-    parser.add_argument("--max-tap-mb", type=float, default=512.0, help="most MB of exposed tensors per compile (default 512)")
+    parser.add_argument("--max-tap-mb", type=float, default=None,
+                        help="most MB of exposed tensors per compile or segment, 0 for no limit (default: half the "
+                             "weights' size, at least 64)")
     parser.add_argument("--fix", nargs="?", const=True, default=False, type=float, metavar="TOL",
                         help="search the smallest set of nodes to keep on the reference (optionally under TOL)")
     parser.add_argument("--patched-model", type=pathlib.Path, metavar="OUT.xml",
@@ -194,7 +196,8 @@ def _options(args) -> "BisectOptions":
     mb = args.max_tap_mb
     return BisectOptions.from_keywords(
         **values, ref_config=dict(args.ref_config), target_config=dict(args.target_config), fix=args.fix,
-        patched_model=args.patched_model, max_tap_bytes=int(mb * (1 << 20)) if mb > 0 else None,
+        patched_model=args.patched_model,
+        max_tap_bytes="auto" if mb is None else int(mb * (1 << 20)) if mb > 0 else None,
         progress=False if args.quiet else None,
     )
 
@@ -217,7 +220,7 @@ def _check_display(args) -> None:
         raise InputError(f"--top must be 0 or more; got {args.top}.")
     if args.width < 40:
         raise InputError(f"--width must be at least 40 columns; got {args.width}.")
-    if not math.isfinite(args.max_tap_mb):
+    if args.max_tap_mb is not None and not math.isfinite(args.max_tap_mb):
         raise InputError(f"--max-tap-mb must be a finite number of MB (0 or less: no limit); got {args.max_tap_mb}.")
     for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model),
                        ("--ignored-scope", getattr(args, "ignored_scope", None))):

@@ -20,11 +20,23 @@ from bisect_ov.analysis.metrics import METRICS, TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.errors import InputError
 
-__all__ = ["BisectOptions", "STRATEGIES", "BUDGETS", "DEFAULT_MAX_TAP_BYTES"]
+__all__ = ["BisectOptions", "STRATEGIES", "BUDGETS", "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "auto_tap_bytes"]
 
 STRATEGIES = ("auto", "fusion", "full", "bisection")
 BUDGETS = ("default", "fast")
-DEFAULT_MAX_TAP_BYTES = 512 << 20
+DEFAULT_MAX_TAP_BYTES = "auto"
+AUTO_MIN_TAP_BYTES = 64 << 20
+
+
+def auto_tap_bytes(weight_bytes: int) -> int:
+    """The ``"auto"`` tap budget: half the model's weight bytes, at least `AUTO_MIN_TAP_BYTES` (64 MB).
+
+    A plain job holds the weights about twice (the file mapped, the plugin's compiled copy); taps up to half
+    of them, held by both sides, keep the default job near 1.5x of its memory, and a model whose tensors
+    are larger than that (a long-sequence encoder, a small convolutional net at a high resolution) is
+    measured segment by segment instead (`Session.measure_streamed`).
+    """
+    return max(AUTO_MIN_TAP_BYTES, int(weight_bytes) // 2)
 
 
 def _opt(default: Any = None, doc: str = "", *, factory: Callable[[], Any] | None = None, cli: str | None = "auto",
@@ -84,8 +96,9 @@ class BisectOptions:
         "(None: [batch, classes] outputs and logits)", cli=None)
     keep: tuple[str, ...] = _opt((), "node names whose tensors the report keeps ('culprits': the top five)",
                                  cli="--keep", kind=str, metavar="NAME")
-    max_tap_bytes: int | None = _opt(DEFAULT_MAX_TAP_BYTES, "most bytes of exposed tensors per compile (None: no limit)",
-                                     cli=None)
+    max_tap_bytes: int | str | None = _opt(
+        DEFAULT_MAX_TAP_BYTES, "most bytes of exposed tensors per compile or segment ('auto': half the weights' "
+        "bytes, at least 64 MB; None: no limit)", cli=None)
     progress: bool | None = _opt(None, "progress bars; None: when stderr is a terminal", cli=None)
     executor: Any = _opt(
         None, "where many samples run: None (this process), a concurrent.futures.Executor (Dask's "
@@ -152,8 +165,10 @@ class BisectOptions:
         if self.fix_tolerance is not None and (not _number(self.fix_tolerance)
                                                or not 0 <= self.fix_tolerance < math.inf):
             raise InputError(f"The fix tolerance must be a finite number >= 0; got {self.fix_tolerance!r}.")
-        if self.max_tap_bytes is not None and (not _integer(self.max_tap_bytes) or self.max_tap_bytes <= 0):
-            raise InputError(f"max_tap_bytes must be a positive integer or None (no limit); got {self.max_tap_bytes!r}.")
+        if self.max_tap_bytes is not None and self.max_tap_bytes != "auto" and (
+                not _integer(self.max_tap_bytes) or self.max_tap_bytes <= 0):
+            raise InputError(f"max_tap_bytes must be a positive integer, 'auto' or None (no limit); "
+                             f"got {self.max_tap_bytes!r}.")
         keep = (self.keep,) if isinstance(self.keep, str) else self.keep
         try:
             keep = tuple(keep)

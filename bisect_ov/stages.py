@@ -45,7 +45,7 @@ from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import Stateless, initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap
-from bisect_ov.options import BisectOptions
+from bisect_ov.options import BisectOptions, auto_tap_bytes
 from bisect_ov.records import Fidelity, Noise
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import DeviceInfo, make_device
@@ -153,6 +153,9 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                          make_device(target, dict(options.target_config), role="target"), inputs,
                          twin=ov_target is not None)
     resolved, why = options.resolve(local_possible=plan.local, pieces_possible=plan.pieces, twin=ov_target is not None)
+    if resolved.max_tap_bytes == "auto":
+        weights = sum(op.get_byte_size() for op in ov_model.get_ops() if op.get_type_name() == "Constant")
+        resolved = replace(resolved, max_tap_bytes=auto_tap_bytes(weights))
     many = as_samples(plan.inputs)
     show = sys.stderr.isatty() if options.progress is None else options.progress
     run = None

@@ -57,10 +57,10 @@ BAD_OPTIONS = [
     ("keep", [1], "node names (strings)"),
     ("classifier_outputs", 3, "output name or a list of output names"),
     ("classifier_outputs", [0], "output name or a list of output names"),
-    ("max_tap_bytes", "big", "positive integer or None"),
-    ("max_tap_bytes", -1, "positive integer or None"),
-    ("max_tap_bytes", math.nan, "positive integer or None"),
-    ("max_tap_bytes", 1.5, "positive integer or None"),
+    ("max_tap_bytes", "big", "positive integer, 'auto' or None"),
+    ("max_tap_bytes", -1, "positive integer, 'auto' or None"),
+    ("max_tap_bytes", math.nan, "positive integer, 'auto' or None"),
+    ("max_tap_bytes", 1.5, "positive integer, 'auto' or None"),
     ("progress", "x", "True, False or None"),
 ]
 

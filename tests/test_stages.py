@@ -32,8 +32,8 @@ from tests.conftest import tiny_chain
     ({"ref_config": "str"}, "ref_config must be a dict"),
     ({"fix": -1}, "fix tolerance must be a finite number >= 0"),
     ({"fix": float("nan")}, "fix must be True, False or a tolerance"),
-    ({"max_tap_bytes": -5}, "max_tap_bytes must be a positive integer or None"),
-    ({"max_tap_bytes": float("nan")}, "max_tap_bytes must be a positive integer or None"),
+    ({"max_tap_bytes": -5}, "max_tap_bytes must be a positive integer, 'auto' or None"),
+    ({"max_tap_bytes": float("nan")}, "max_tap_bytes must be a positive integer, 'auto' or None"),
     ({"strategy": "smart"}, "Unknown strategy 'smart'"),
     ({"metric": "l3"}, "Unknown metric 'l3'"),
     ({"tolerance": -0.1}, "tolerance must be None"),
@@ -217,3 +217,12 @@ def test_a_lower_precision_target_never_compiles_the_reference_twice(node):
     assert report.first_divergence.local_error is not None  # the local-error runs took place
     assert sum(c["ref_compiles"] for c in report.costs.values()) == 1
     assert report.costs["plain"]["ref_compiles"] == 1
+
+
+def test_the_auto_tap_budget_is_half_the_weights_and_at_least_64_mb():
+    from bisect_ov.options import auto_tap_bytes
+
+    report = bisect(tiny_chain(), "CPU", "CPU:f32", progress=False)
+    assert report.options["max_tap_bytes"] == 64 << 20  # resolved, and recorded as a number
+    assert auto_tap_bytes(1 << 30) == 512 << 20 and auto_tap_bytes(0) == 64 << 20
+    assert bisect(tiny_chain(), "CPU", "CPU:f32", progress=False, max_tap_bytes=None).options["max_tap_bytes"] is None
