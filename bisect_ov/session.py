@@ -350,8 +350,10 @@ class Session:
 
     def _compile_piece(self, side: str, piece, final: frozenset[Tap]):
         device = self.target if side == "target" else self.ref
-        typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final)
-        return device.compile(piece.model, taps=typed, fed=tuple(range(len(piece.fed))))
+        low = self._stored_low if side == "target" else (lambda t: True)
+        typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final and low(t))
+        return device.compile(piece.model, taps=typed, fed=tuple(i for i, t in enumerate(piece.fed) if low(t)))
+
     def run_segment(self, side: str, segment: Sequence[str], outputs: Sequence[Tap], make_piece: Callable[[], Any],
                     values: dict[Tap, np.ndarray], final: frozenset[Tap] = frozenset(), *, keep: bool = True
                     ) -> list[np.ndarray]:
@@ -408,9 +410,12 @@ class Session:
     @property
     def can_stream(self) -> bool:
         """Whether `measure_chunked` may run the model segment by segment (`measure_streamed`): one model on
-        both sides, and devices that run pieces fed with values."""
-        return (self.target_graph is self.graph and self.ref.can_run_pieces and self.target.can_run_pieces
-                and not self._untappable)
+        both sides, devices that run pieces fed with values, an f32 reference (whose values cross cuts as
+        they are), and model outputs that compute nodes or inputs produce."""
+        graph = self.graph
+        return (self.target_graph is graph and self.ref.can_run_pieces and self.target.can_run_pieces
+                and not self._untappable and self.ref.activation_precision in ("f32", "")
+                and all(graph[r.inputs[0][0]].kind in ("compute", "parameter") for r in graph.results()))
 
     def measure_streamed(self, taps: Sequence[Tap], max_bytes: int, *, desc: str = "compare",
                          on_segment: Callable[[dict[Tap, np.ndarray], dict[Tap, TensorStats]], None] | None = None
@@ -444,17 +449,15 @@ class Session:
             values["ref"][Tap(p.key, 0)] = self._ref_arrays[graph.parameter_position[p.key]]
             values["target"][Tap(p.key, 0)] = self._target_arrays[graph.parameter_position[p.key]]
         stats: dict[Tap, TensorStats] = {}
-        plan = []
-        for segment in parts:
-            end = position[segment[-1]]
-            produced = [Tap(k, t.port) for k in segment for t in graph[k].outputs]
-            outputs = [t for t in produced if t in tapped or last_use.get(t, 0) > end or t in final]
-            if outputs:
-                plan.append((segment, end, outputs, extract(graph, segment, outputs)))
-
         with tqdm(total=len(wanted), desc=f"{desc} (streamed)", unit="tensor", disable=not self.progress,
                   leave=False) as bar:
-            for _, end, outputs, piece in plan:
+            for segment in parts:
+                end = position[segment[-1]]
+                produced = [Tap(k, t.port) for k in segment for t in graph[k].outputs]
+                outputs = [t for t in produced if t in tapped or last_use.get(t, 0) > end or t in final]
+                if not outputs:
+                    continue
+                piece = extract(graph, segment, outputs)
                 with self.clock("compile and infer"):
                     for side in ("ref", "target"):
                         compiled = self._compile_segment(side, piece, final)
@@ -474,8 +477,7 @@ class Session:
                     stats.update(found)
                     bar.update(len(here))
                 if on_segment is not None:
-                    needed = {t: values["ref"][t] for t in values["ref"]}
-                    on_segment(needed, found)
+                    on_segment(dict(values["ref"]), found)
                 # What no later segment reads is dropped: memory holds one segment and what crosses its cut.
                 for side in ("ref", "target"):
                     for t in [t for t in values[side] if last_use.get(t, len(order)) <= end and t not in final
