@@ -26,12 +26,14 @@ SHAPES = ("chain", "diamond", "multi_io", "attention_block", "conv_bn_net")
 
 
 class FaultyCPU(OpenVINODevice):
-    """The CPU in f32 with one node perturbed in every model it compiles that holds that node: its output
-    gets seeded relative noise (5%), the same array whether the whole model or a segment is compiled."""
+    """The CPU (f32, or `precision`) with one node perturbed in every model it compiles that holds that node:
+    seeded noise of standard deviation `magnitude` is added to its output, the same array whether the whole
+    model or a segment is compiled."""
 
-    def __init__(self, node: str):
-        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": "f32"}, name=f"CPU:f32 with '{node}' faulty")
-        self.node = node
+    def __init__(self, node: str, precision: str = "f32", magnitude: float = 0.05):
+        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": precision},
+                         name=f"CPU:{precision} with '{node}' faulty")
+        self.node, self.magnitude = node, magnitude
 
     def _compile(self, model, taps=(), fed=()):
         found = [op for op in model.get_ops() if op.get_friendly_name() == self.node]
@@ -41,8 +43,8 @@ class FaultyCPU(OpenVINODevice):
             out = op.output(0)
             consumers = list(out.get_target_inputs())
             shape = [int(d) for d in out.get_shape()]
-            noise = np.random.default_rng(7).standard_normal(shape).astype(np.float32) * 0.05
-            faulty = ops.multiply(out, ops.constant(1.0 + noise))
+            noise = (np.random.default_rng(7).standard_normal(shape) * self.magnitude).astype(np.float32)
+            faulty = ops.add(out, ops.constant(noise))  # what inject_fault(kind="noise", seed=7) adds
             for inp in consumers:
                 inp.replace_source_output(faulty.output(0))
             model.validate_nodes_and_infer_types()

@@ -26,6 +26,7 @@ import pytest
 
 from bisect_ov import bisect, inject_fault
 from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.taps import default_taps, tensor_sizes
 from bisect_ov.run.devices import cpu_supports_bf16
 from bisect_ov.zoo import cache
 from tests.zoo import records
@@ -244,6 +245,36 @@ def test_injected_faults_are_named_with_bf16_rounding_everywhere(name):
                    seconds=time.perf_counter() - start, misses=misses)
     print(f"{name}: fault hit rate {hits}/{len(sites)}")
     assert not misses, f"{name}: {hits}/{len(sites)} faults named first; missed: {misses}"
+
+
+STREAMED = ("bert", "gpt2", "llama", "whisper_encoder", "vit", "resnet50", "convnext", "mobilenetv3")
+
+
+@pytest.mark.skipif(not BF16, reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
+@pytest.mark.parametrize("name", STREAMED)
+def test_a_streamed_run_names_a_fault_the_bf16_target_makes(name):
+    """A budget of an eighth of the model's tensors: the model runs segment by segment on both sides, the target
+    in bf16 with one node's output perturbed by the device itself (the same model on both sides, so the streamed
+    path is the one taken). The faulty node must be named first, and the streamed target must be faithful."""
+    from tests.test_streamed import FaultyCPU
+
+    inputs = zoo_inputs(name)
+    model = zoo_model(name).clone()
+    model.reshape({key: list(value.shape) for key, value in inputs.items()})
+    site = _fault_sites(model, inputs, count=2)[-1]
+    graph = ModelGraph(model)
+    sizes = tensor_sizes(graph, list(inputs.values()))
+    budget = max(1, sum(sizes.get(t, 0) for t in default_taps(graph)) // 8)
+    start = time.perf_counter()
+    report = bisect(model, "CPU:f32", FaultyCPU(site, "bf16", FAULT["magnitude"]), inputs, max_tap_bytes=budget,
+                    progress=False)
+    first = report.first_divergence
+    records.record("streamed", name, site=site, named=first.name if first else None,
+                   ref_compiles=report.costs["capture"]["ref_compiles"],
+                   fidelity=report.fidelity.ratio if report.fidelity else None, seconds=time.perf_counter() - start)
+    assert report.costs["capture"]["ref_compiles"] >= 2, "not streamed"
+    assert report.fidelity is not None and FIDELITY[0] <= report.fidelity.ratio <= FIDELITY[1], report.fidelity
+    assert first is not None and first.name == site, f"{site} -> {first.name if first else None}"
 
 
 # ----- what the zoo builds ---------------------------------------------------------------------------------
