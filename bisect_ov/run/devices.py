@@ -29,6 +29,7 @@ plugin otherwise runs bf16 silently.
 from __future__ import annotations
 
 import logging
+from collections import abc
 from dataclasses import replace
 from typing import Any, Callable, Protocol, Sequence
 
@@ -130,7 +131,12 @@ class OpenVINOCompiled:
             result = self._request.infer(inputs, share_outputs=share_outputs)
         except Exception as err:
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
-        return [bf16_to_f32(result[i]) if i in self._bf16 else result[i] for i in range(self.n_outputs)]
+        arrays = [result[i] for i in range(self.n_outputs)]
+        if share_outputs and self._bf16:
+            # Views: each bf16 output is widened to float32 when read, so a run with many bf16 taps does not
+            # hold a float32 copy of all of them at once (they are compared one by one).
+            return _Widened(arrays, self._bf16)  # type: ignore[return-value]
+        return [bf16_to_f32(a) if i in self._bf16 else a for i, a in enumerate(arrays)]
 
     def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
         """Every input set through an asynchronous infer queue of `jobs` requests; outputs copied out.
@@ -158,6 +164,23 @@ class OpenVINOCompiled:
         except Exception as err:
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
         return results  # type: ignore[return-value]
+
+
+class _Widened(abc.Sequence):
+    """Outputs whose bf16 members (float16-labelled bits) read as float32, converted on each access."""
+
+    def __init__(self, arrays: list[np.ndarray], bf16: set[int]):
+        self._arrays, self._bf16 = arrays, bf16
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._arrays)))]
+        index = range(len(self._arrays))[index]
+        array = self._arrays[index]
+        return bf16_to_f32(array) if index in self._bf16 else array
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:

@@ -106,3 +106,22 @@ def test_registered_device_names_resolve_through_make_device():
 def test_a_recorded_run_takes_no_compile_properties(tmp_path):
     with pytest.raises(InputError, match="takes no compile properties"):
         make_device("capture:x.npz", {"INFERENCE_PRECISION_HINT": "f32"})
+
+
+@needs_bf16
+def test_bf16_taps_read_as_float32_when_read_and_match_the_copies():
+    from bisect_ov.model.graph import ModelGraph
+    from bisect_ov.model.taps import default_taps, tap_model
+
+    model = tiny_chain(depth=3)
+    tapped = tap_model(ModelGraph(model), default_taps(ModelGraph(model)))
+    compiled = make_device("CPU:bf16").compile(tapped.model, taps=tapped.added_outputs)
+    x = [np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)]
+    copies = [np.array(a) for a in compiled.infer(x, share_outputs=False)]
+    views = compiled.infer(x)
+    assert not isinstance(views, list)  # bf16 taps: widened when read, not all at once
+    assert len(views) == len(copies) == len(tapped.model.outputs)
+    for view, copy in zip(views, copies):
+        assert view.dtype == np.float32 and np.array_equal(view, copy)
+    assert [np.array_equal(a, b) for a, b in zip(views[1:3], copies[1:3])] == [True, True]
+    assert np.array_equal(views[-1], copies[-1])
