@@ -11,8 +11,10 @@ Search strategies (`bisect_ov.strategies`) decide which taps to measure.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -111,6 +113,8 @@ class Session:
         self._reproduced = False  # an instrumented target compile gave the plain run's outputs bit for bit
         self._run_to_run: float | None = None  # the plain target compile run twice (`plain(repeat=True)`)
         self._sizes: dict[Tap, int] | None = None  # bytes of each reference tensor for these inputs
+        self._streamed: tuple[frozenset[Tap], dict[Tap, TensorStats]] | None = None  # measured by `plain`
+        self._streamed_ref_final: list[np.ndarray] = []
         self._target_output = _target_output_positions(graph, target_graph, self.target_of)
         self._untappable: frozenset[Tap] = frozenset()
         self._pieces: dict[tuple, tuple[Any, Any]] = {}  # (side, segment, outputs) -> (piece, compiled)
@@ -188,7 +192,7 @@ class Session:
 
     # ----- running ------------------------------------------------------------------------------------
     def plain(self, ref_taps: Sequence[Tap] | Callable[[], Sequence[Tap]] = (), *,
-              repeat: bool = False) -> list[tuple[str, str, TensorStats]]:
+              repeat: bool = False, stream_bytes: int | None = None) -> list[tuple[str, str, TensorStats]]:
         """Run the untouched model on both sides; returns (name, result key, stats) per final output.
 
         `ref_taps`: taps later measurements may ask for, or a function that names them once the target has
@@ -197,6 +201,10 @@ class Session:
         any of these taps from it, without compiling the reference again. The target always runs untouched:
         its fidelity is what the plain run is for. `repeat`: run the target's compile a second time, for the
         run-to-run noise (`noise`), so that compile need not be kept.
+
+        `stream_bytes`: when `ref_taps` do not fit that budget and the model can be streamed, the reference's
+        plain run is the streamed measurement of them (`measure_streamed`): its segments give the reference's
+        final outputs, and `measure_chunked` of those taps returns what it measured instead of running again.
 
         The sides run one after the other, the target first, and each compile is released once it has run:
         two compiles of the whole model never live at once, so memory stays near what one plain compile takes
@@ -232,10 +240,21 @@ class Session:
                 inside = int8_internal(self.target_graph, self.target_runtime)
                 self._untappable = frozenset(r for r, t in self.target_of.items() if t.key in inside)
             target_c = None  # released before the reference compiles
+            self._streamed = None
             if compiled is None:
                 wanted = ref_taps() if callable(ref_taps) else ref_taps
-                wanted = [t for t in dict.fromkeys(wanted) if t in self.target_of]
-                if wanted and self.ref.activation_precision == "f32":
+                wanted = [t for t in dict.fromkeys(wanted) if t in self.target_of and t not in self._untappable]
+                fits = len(self.chunks(wanted, stream_bytes)) == 1
+                if wanted and not fits and stream_bytes is not None and self.can_stream:
+                    self._plain_target_final = [np.array(a) for a in target_out[:n]]
+                    self._reproduced = False
+                    stats = self.measure_streamed(wanted, stream_bytes, desc="plain run")
+                    self._streamed = (frozenset(wanted), stats)
+                    ref_out = self._streamed_ref_final
+                    self.outputs = self._final_outputs(ref_out, target_out, n)
+                    self.ref_final = [np.array(a) for a in ref_out[:n]]
+                    return self.outputs
+                if wanted and fits and self.ref.activation_precision == "f32":
                     ref_model = tap_model(self.graph, wanted)
                 ref_c = self.ref.compile(ref_model.model if ref_model else self.graph.model,
                                          taps=ref_model.added_outputs if ref_model else ())
@@ -449,6 +468,8 @@ class Session:
             values["ref"][Tap(p.key, 0)] = self._ref_arrays[graph.parameter_position[p.key]]
             values["target"][Tap(p.key, 0)] = self._target_arrays[graph.parameter_position[p.key]]
         stats: dict[Tap, TensorStats] = {}
+        counts: Counter = Counter()
+        first_info = self.ref_info is None
         with tqdm(total=len(wanted), desc=f"{desc} (streamed)", unit="tensor", disable=not self.progress,
                   leave=False) as bar:
             for segment in parts:
@@ -461,6 +482,9 @@ class Session:
                 with self.clock("compile and infer"):
                     for side in ("ref", "target"):
                         compiled = self._compile_segment(side, piece, final)
+                        if side == "ref":
+                            counts.update(compiled.info.precision_counts)
+                            self.ref_info = self.ref_info or compiled.info
                         got = self._run_segment_compiled(side, piece, compiled, values[side])
                         values[side].update(zip(outputs, got))
                     compiled = None
@@ -485,6 +509,9 @@ class Session:
                         del values[side][t]
         ref_final = [values["ref"][t] for t in final_taps]
         target_final = [values["target"][t] for t in final_taps]
+        self._streamed_ref_final = ref_final
+        if first_info and self.ref_info is not None:  # what the reference ran with, over all its segments
+            self.ref_info = replace(self.ref_info, precision_counts=dict(counts))
         self._tapped_runs.append(self._final_outputs(ref_final, target_final, len(final_taps)))
         if not self._reproduced and self._plain_target_final:
             self._reproduced = all(np.array_equal(a, b, equal_nan=True)
@@ -544,7 +571,11 @@ class Session:
         When the taps do not fit one compile and the model can run in pieces, it is measured segment by
         segment instead (`measure_streamed`), which compiles each op once per side rather than once per chunk.
         """
-        chunks = self.chunks([t for t in taps if t in self.target_of and t not in self._untappable], max_bytes)
+        wanted = [t for t in taps if t in self.target_of and t not in self._untappable]
+        measured, self._streamed = self._streamed, None
+        if measured is not None and set(wanted) <= measured[0]:  # streamed by `plain` already
+            return {t: measured[1][t] for t in wanted if t in measured[1]}
+        chunks = self.chunks(wanted, max_bytes)
         if len(chunks) > 1 and max_bytes is not None and self.can_stream:
             return self.measure_streamed([t for c in chunks for t in c], max_bytes, desc=desc, on_segment=on_segment)
         stats: dict[Tap, TensorStats] = {}

@@ -244,9 +244,13 @@ def plain_run(opened: Opened) -> Plain:
         exact = session.exact_candidates()
         wanted = list(dict.fromkeys([*wanted, *(Tap(k, 0) for k in exact),
                                      *(Tap(i, p) for k in exact for i, p in session.graph.data_inputs(k))]))
-        return wanted if len(session.chunks(wanted, options.max_tap_bytes)) == 1 else []
+        if options.strategy == "bisection":
+            return wanted if len(session.chunks(wanted, options.max_tap_bytes)) == 1 else []
+        return wanted
 
-    session.plain(ref_taps=ref_taps, repeat=options.noise and options.budget != "fast")
+    # With fusion taps beyond the budget, the plain run's reference is the streamed measurement itself.
+    stream = options.max_tap_bytes if lower and options.strategy in ("auto", "fusion") else None
+    session.plain(ref_taps=ref_taps, repeat=options.noise and options.budget != "fast", stream_bytes=stream)
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
     tolerance = options.tolerance_model().with_precision(precision)

@@ -153,3 +153,21 @@ def test_a_streamed_run_of_fusion_taps_names_the_fault(shape, node):
                     noise=False, impact=0, progress=False)
     assert report.strategy == "fusion" and report.costs["capture"]["ref_compiles"] >= 2
     assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
+
+
+@pytest.mark.parametrize("shape", ["attention_block", "conv_bn_net"])
+def test_against_a_lower_precision_target_the_streamed_run_is_the_plain_run_of_the_reference(shape):
+    # The reference's whole model never compiles: its plain run is the streamed measurement, whose segments
+    # give its final outputs, and the capture stage takes what was measured there.
+    model = _model(shape)
+    whole = bisect(model, "CPU:f32", "EMU:f16", _inputs(shape), progress=False)
+    streamed = bisect(model, "CPU:f32", "EMU:f16", _inputs(shape), max_tap_bytes=_budget(shape) // 2,
+                      progress=False)
+    assert streamed.costs["plain"]["ref_compiles"] >= 2 and streamed.costs["capture"]["ref_compiles"] == 0
+    assert streamed.costs["capture"]["target_compiles"] == 0
+    assert [n.name for n in streamed.nodes] == [n.name for n in whole.nodes]
+    for a, b in zip(whole.nodes, streamed.nodes):
+        assert b.error == pytest.approx(a.error, rel=1e-3, abs=1e-7), a.name
+    for a, b in zip(whole.outputs, streamed.outputs):
+        assert b.error == pytest.approx(a.error, rel=1e-6, abs=1e-9)
+    assert streamed.ref.precision == "f32" and sum(streamed.ref.precision_counts.values()) > 0

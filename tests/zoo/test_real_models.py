@@ -269,10 +269,11 @@ def test_a_streamed_run_names_a_fault_the_bf16_target_makes(name):
     report = bisect(model, "CPU:f32", FaultyCPU(site, "bf16", FAULT["magnitude"]), inputs, max_tap_bytes=budget,
                     progress=False)
     first = report.first_divergence
-    records.record("streamed", name, site=site, named=first.name if first else None,
-                   ref_compiles=report.costs["capture"]["ref_compiles"],
+    # Streamed in the plain run (the reference's plain run is the streamed measurement) or in the capture.
+    segments = max(report.costs["plain"]["ref_compiles"], report.costs["capture"]["ref_compiles"])
+    records.record("streamed", name, site=site, named=first.name if first else None, ref_compiles=segments,
                    fidelity=report.fidelity.ratio if report.fidelity else None, seconds=time.perf_counter() - start)
-    assert report.costs["capture"]["ref_compiles"] >= 2, "not streamed"
+    assert segments >= 2, "not streamed"
     assert report.fidelity is not None and FIDELITY[0] <= report.fidelity.ratio <= FIDELITY[1], report.fidelity
     assert first is not None and first.name == site, f"{site} -> {first.name if first else None}"
 
