@@ -157,8 +157,8 @@ def test_a_streamed_run_of_fusion_taps_names_the_fault(shape, node):
 
 @pytest.mark.parametrize("shape", ["attention_block", "conv_bn_net"])
 def test_against_a_lower_precision_target_the_streamed_run_is_the_plain_run_of_the_reference(shape):
-    # The reference's whole model never compiles: its plain run is the streamed measurement, whose segments
-    # give its final outputs, and the capture stage takes what was measured there.
+    # No node diverges here, so the reference's whole model never compiles: its plain run is the streamed
+    # measurement, whose segments give its final outputs, and the capture stage takes what was measured there.
     model = _model(shape)
     whole = bisect(model, "CPU:f32", "EMU:f16", _inputs(shape), progress=False)
     streamed = bisect(model, "CPU:f32", "EMU:f16", _inputs(shape), max_tap_bytes=_budget(shape) // 2,
