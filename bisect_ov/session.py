@@ -358,20 +358,9 @@ class Session:
         Outputs hand values on like taps, in the precision the device stores activations in, except the
         model's own outputs (`final`), which the plugin produces as the plain model would.
         """
-        arrays = self._target_arrays if side == "target" else self._ref_arrays
         with self.clock("compile"):
             compiled = self._compile_piece(side, piece, final)
-        self._compiled_one(side)
-        feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
-        self.ran(side)
-        with self.clock("infer"):
-            return compiled.infer(feed, share_outputs=False)
-
-    def _compile_piece(self, side: str, piece, final: frozenset[Tap]):
-        device = self.target if side == "target" else self.ref
-        low = self._stored_low if side == "target" else (lambda t: True)
-        typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final and low(t))
-        return device.compile(piece.model, taps=typed, fed=tuple(i for i, t in enumerate(piece.fed) if low(t)))
+        return self._run_compiled_piece(side, piece, compiled, values)
 
     def run_segment(self, side: str, segment: Sequence[str], outputs: Sequence[Tap], make_piece: Callable[[], Any],
                     values: dict[Tap, np.ndarray], final: frozenset[Tap] = frozenset(), *, keep: bool = True
@@ -388,15 +377,15 @@ class Session:
         if found is None:
             piece = make_piece()
             with self.clock("compile"):
-                found = (piece, self._compile_segment(side, piece, final))
+                found = (piece, self._compile_piece(side, piece, final))
             if keep:
                 if len(self._pieces) >= PIECE_CACHE:
                     self._pieces.pop(next(iter(self._pieces)))
                 self._pieces[key] = found
-        return self._run_segment_compiled(side, *found, values)
+        return self._run_compiled_piece(side, *found, values)
 
-    def _compile_segment(self, side: str, piece, final: frozenset[Tap]):
-        """Compile a segment's piece (counted): values cross its cuts in the precision the target stored them."""
+    def _compile_piece(self, side: str, piece, final: frozenset[Tap]):
+        """Compile an extracted piece (counted): values cross its cuts in the precision the target stored them."""
         device = self.target if side == "target" else self.ref
         low = self._stored_low if side == "target" else (lambda t: True)
         typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final and low(t))
@@ -405,7 +394,7 @@ class Session:
         self._compiled_one(side)
         return compiled
 
-    def _run_segment_compiled(self, side: str, piece, compiled, values: dict[Tap, np.ndarray]) -> list[np.ndarray]:
+    def _run_compiled_piece(self, side: str, piece, compiled, values: dict[Tap, np.ndarray]) -> list[np.ndarray]:
         arrays = self._target_arrays if side == "target" else self._ref_arrays
         feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
         self.ran(side)
@@ -481,11 +470,11 @@ class Session:
                 piece = extract(graph, segment, outputs)
                 with self.clock("compile and infer"):
                     for side in ("ref", "target"):
-                        compiled = self._compile_segment(side, piece, final)
+                        compiled = self._compile_piece(side, piece, final)
                         if side == "ref":
                             counts.update(compiled.info.precision_counts)
                             self.ref_info = self.ref_info or compiled.info
-                        got = self._run_segment_compiled(side, piece, compiled, values[side])
+                        got = self._run_compiled_piece(side, piece, compiled, values[side])
                         values[side].update(zip(outputs, got))
                     compiled = None
                 with self.clock("compare"):
