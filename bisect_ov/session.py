@@ -25,7 +25,7 @@ from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.model.fusion import int8_internal
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
-from bisect_ov.model.partition import extract, plan_segments
+from bisect_ov.model.partition import extract, last_uses, plan_segments
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, plan_chunks, tap_model, tensor_sizes
 from bisect_ov.run.devices import Device, DeviceInfo
@@ -446,12 +446,7 @@ class Session:
         results = graph.results()
         final_taps = [Tap(*r.inputs[0]) for r in results]
         final = frozenset(final_taps)
-        last_use: dict[Tap, int] = {}
-        for key in order:
-            for reader in graph.consumers(key):
-                for port, _ in graph.graph.edges[key, reader]["ports"]:
-                    at = len(order) if graph[reader].kind == "result" else position.get(reader, 0)
-                    last_use[Tap(key, port)] = max(last_use.get(Tap(key, port), 0), at)
+        last_use = last_uses(graph, order)
         values = {"ref": {}, "target": {}}
         for p in graph.parameters():
             values["ref"][Tap(p.key, 0)] = self._ref_arrays[graph.parameter_position[p.key]]

@@ -26,7 +26,7 @@ from openvino import opset13 as ops
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap
 
-__all__ = ["Extracted", "extract", "cut_after", "plan_segments"]
+__all__ = ["Extracted", "extract", "cut_after", "last_uses", "plan_segments"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,24 @@ def _reachable_parameters(results: list, names: set[str]) -> set[str]:
     return found
 
 
+def last_uses(graph: ModelGraph, order: Sequence[str]) -> dict[Tap, int]:
+    """For each output of the nodes of `order`, the last position in `order` that reads it: ``len(order)``
+    when a model output reads it, its producer's own position when no node of `order` does."""
+    n = len(order)
+    position = {k: i for i, k in enumerate(order)}
+    last: dict[Tap, int] = {}
+    for key in order:
+        for t in graph[key].outputs:
+            last[Tap(key, t.port)] = position[key]
+        for reader in graph.consumers(key):
+            at = n if graph[reader].kind == "result" else position.get(reader)
+            if at is None:
+                continue
+            for port, _ in graph.graph.edges[key, reader]["ports"]:
+                last[Tap(key, port)] = max(last.get(Tap(key, port), at), at)
+    return last
+
+
 def plan_segments(graph: ModelGraph, order: Sequence[str], taps: Collection[Tap], sizes: Mapping[Tap, int],
                   max_bytes: int) -> list[list[str]]:
     """Cut `order` (candidate keys, topological) into consecutive segments whose `taps` fit `max_bytes` each.
@@ -129,6 +147,7 @@ def plan_segments(graph: ModelGraph, order: Sequence[str], taps: Collection[Tap]
     n = len(order)
     position = {k: i for i, k in enumerate(order)}
     tapped = set(taps)
+    uses = last_uses(graph, order)
     # dirty[j]: floating-point tensors not in `taps` that cross the cut after position j.
     dirty = [0] * (n + 1)
     for key in order:
@@ -136,9 +155,7 @@ def plan_segments(graph: ModelGraph, order: Sequence[str], taps: Collection[Tap]
         for t in graph[key].outputs:
             if not t.is_float or Tap(key, t.port) in tapped:
                 continue
-            readers = [c for c in graph.consumers(key)
-                       if any(pp == t.port for pp, _ in graph.graph.edges[key, c]["ports"])]
-            last = max((n if graph[c].kind == "result" else position.get(c, start) for c in readers), default=start)
+            last = uses[Tap(key, t.port)]
             if last > start:
                 dirty[start] += 1
                 dirty[last] -= 1
