@@ -335,8 +335,7 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
                 return {}
             errors = {(t.key, t.port): opened.error_of(st) for t, st in stats.items()}
             limits = {t.key: tol.for_node(graph[t.key]) for t in stats}
-            units = local_units(session, stats, groups, errors, limits)
-            todo = {k: u for k, u in units.items() if not (k in local and local[k][0] == u)}
+            _, todo = _known_local(local_units(session, stats, groups, errors, limits), local)
             if todo:
                 keep_local(todo, local_errors(session, todo, max_bytes=options.max_tap_bytes))
             return {key: any(diverged(t, st) for t, st in got.items()) for key, (_, got) in local.items() if got}
@@ -397,10 +396,8 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
         local: dict[str, float] = {}
         twin = session.target_graph is not session.graph
         if options.local and measured:
-            isolated = local_units(session, stats, measurement.groups, scored.errors, scored.tolerances)
-            known = measurement.local
-            found = {t: st for k, u in isolated.items() if k in known and known[k][0] == u for t, st in known[k][1].items()}
-            todo = {k: u for k, u in isolated.items() if not (k in known and known[k][0] == u)}
+            found, todo = _known_local(local_units(session, stats, measurement.groups, scored.errors,
+                                                   scored.tolerances), measurement.local)
             if todo:
                 found.update(local_errors(session, todo, max_bytes=options.max_tap_bytes))
             for tap, st in found.items():
@@ -449,6 +446,19 @@ def local_units(session: Session, stats: dict[Tap, TensorStats], groups: dict[st
         worst[key] = max(worst.get(key, 0.0), error)
     units = owned_units(session.graph, list(dict.fromkeys(t.key for t in stats)), groups)
     return {k: u for k, u in units.items() if twin or worst.get(k, 0.0) >= LOCAL_SHARE * tolerances.get(k, 0.0)}
+
+
+def _known_local(units: dict[str, tuple[str, ...]], known: dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]]
+                 ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
+    """The local-error statistics already measured for `units` (same members), and the units still to run."""
+    found: dict[Tap, TensorStats] = {}
+    todo: dict[str, tuple[str, ...]] = {}
+    for key, members in units.items():
+        if key in known and known[key][0] == members:
+            found.update(known[key][1])
+        else:
+            todo[key] = members
+    return found, todo
 
 
 def owned_units(graph: ModelGraph, keys: list[str], groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
