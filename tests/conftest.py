@@ -6,6 +6,8 @@ reason elsewhere; everything else runs on any x86 CPU.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import openvino as ov
 import pytest
@@ -48,3 +50,30 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     from tests.zoo import records
 
     records.summary(terminalreporter)
+
+
+# ----- the synthetic graph shapes faults are injected into (tests/test_faults.py, tests/test_streamed.py) -----
+FAULT_SHAPES = ("chain", "diamond", "multi_io", "attention_block", "conv_bn_net")
+
+
+@functools.lru_cache(maxsize=None)
+def shape_model(shape: str) -> ov.Model:
+    """A synthetic model of one graph shape (`bisect_ov.zoo.synthetic.BUILDERS`), built once per process."""
+    from bisect_ov.zoo import synthetic
+
+    return synthetic.BUILDERS[shape]()
+
+
+@functools.lru_cache(maxsize=None)
+def shape_inputs(shape: str) -> dict:
+    """Seeded inputs of `shape_model(shape)`."""
+    from bisect_ov.zoo import synthetic
+
+    return synthetic.sample_inputs(shape_model(shape), seed=1)
+
+
+def float_sites(shape: str) -> list[str]:
+    """The compute nodes of `shape_model(shape)` with a floating-point output, in topological order."""
+    from bisect_ov.model.graph import ModelGraph
+
+    return [n.name for n in ModelGraph(shape_model(shape)).candidates() if n.outputs[0].is_float]

@@ -8,44 +8,28 @@ multiple inputs and outputs, attention block, conv net with batch norm).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
 
 from bisect_ov import bisect, inject_fault
 from bisect_ov.model.graph import ModelGraph
-from bisect_ov.zoo import synthetic
+from tests.conftest import FAULT_SHAPES, float_sites, shape_inputs, shape_model
 
 # These tests are about naming the node; local errors and the noise check are covered elsewhere.
 FAST = {"local": False, "noise": False, "progress": False}
 
-SHAPES = ("chain", "diamond", "multi_io", "attention_block", "conv_bn_net")
+SHAPES = FAULT_SHAPES
 
 
-@functools.lru_cache(maxsize=None)
-def _model(shape: str):
-    return synthetic.BUILDERS[shape]()
-
-
-@functools.lru_cache(maxsize=None)
-def _inputs(shape: str):
-    return synthetic.sample_inputs(_model(shape), seed=1)
-
-
-def _float_sites(shape: str) -> list[str]:
-    graph = ModelGraph(_model(shape))
-    return [n.name for n in graph.candidates() if n.outputs[0].is_float]
-
-
-CASES = [(shape, name) for shape in SHAPES for name in _float_sites(shape)]
+CASES = [(shape, name) for shape in SHAPES for name in float_sites(shape)]
 
 
 @pytest.mark.parametrize("shape, node", CASES, ids=[f"{s}:{n}" for s, n in CASES])
 def test_injected_fault_is_first_divergence_and_top_culprit(shape, node):
-    model = _model(shape)
+    model = shape_model(shape)
     faulty = inject_fault(model, node, "noise", 0.05, seed=7)
-    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=faulty, **FAST)
+    report = bisect(model, "CPU:f32", "CPU:f32", shape_inputs(shape), target_model=faulty, **FAST)
     assert report.first_divergence is not None, report.to_text()
     assert report.first_divergence.name == node, report.to_text()
     assert report.culprits[0].name == node
@@ -56,10 +40,10 @@ def test_injected_fault_is_first_divergence_and_top_culprit(shape, node):
 @pytest.mark.parametrize("kind", ["scale", "offset", "saturate", "zero", "nan"])
 @pytest.mark.parametrize("shape, node", [("conv_bn_net", None), ("attention_block", None)])
 def test_every_fault_kind_is_found_mid_graph(shape, node, kind):
-    sites = _float_sites(shape)
+    sites = float_sites(shape)
     node = sites[len(sites) // 2]
-    model = _model(shape)
-    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=inject_fault(model, node, kind),
+    model = shape_model(shape)
+    report = bisect(model, "CPU:f32", "CPU:f32", shape_inputs(shape), target_model=inject_fault(model, node, kind),
                     **FAST)
     if report.first_divergence is None:
         # A fault can be invisible (zeroing a tensor that is already zero): then the output must agree too.
@@ -71,14 +55,14 @@ def test_every_fault_kind_is_found_mid_graph(shape, node, kind):
         assert any("NaN" in c for c in report.first_divergence.causes)
 
 
-BISECT_CASES = [(shape, name) for shape in ("chain", "diamond", "conv_bn_net", "multi_io") for name in _float_sites(shape)]
+BISECT_CASES = [(shape, name) for shape in ("chain", "diamond", "conv_bn_net", "multi_io") for name in float_sites(shape)]
 
 
 @pytest.mark.parametrize("shape, node", BISECT_CASES, ids=[f"{s}:{n}" for s, n in BISECT_CASES])
 def test_bisection_strategy_finds_the_fault_in_few_compiles(shape, node):
-    model = _model(shape)
+    model = shape_model(shape)
     faulty = inject_fault(model, node, "noise", 0.05, seed=7)
-    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=faulty, strategy="bisection",
+    report = bisect(model, "CPU:f32", "CPU:f32", shape_inputs(shape), target_model=faulty, strategy="bisection",
                     **FAST)
     assert report.strategy == "bisection"
     assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
@@ -89,10 +73,10 @@ def test_bisection_strategy_finds_the_fault_in_few_compiles(shape, node):
 
 @pytest.mark.parametrize("shape", ["chain", "conv_bn_net", "attention_block"])
 def test_fusion_strategy_without_refinement_names_the_group(shape):
-    sites = _float_sites(shape)
+    sites = float_sites(shape)
     node = sites[len(sites) // 3]
-    model = _model(shape)
-    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=inject_fault(model, node, "offset"),
+    model = shape_model(shape)
+    report = bisect(model, "CPU:f32", "CPU:f32", shape_inputs(shape), target_model=inject_fault(model, node, "offset"),
                     strategy="fusion", refine=False, **FAST)
     first = report.first_divergence
     if first is None and not any(o.diverged for o in report.outputs):
@@ -101,15 +85,15 @@ def test_fusion_strategy_without_refinement_names_the_group(shape):
     assert first.name == node or node in first.group, report.to_text()
 
 
-LOCAL_CASES = [(shape, name) for shape in ("conv_bn_net", "attention_block") for name in _float_sites(shape)]
+LOCAL_CASES = [(shape, name) for shape in ("conv_bn_net", "attention_block") for name in float_sites(shape)]
 
 
 @pytest.mark.parametrize("shape, node", LOCAL_CASES, ids=[f"{s}:{n}" for s, n in LOCAL_CASES])
 def test_with_local_errors_the_fault_is_still_named_inside_its_fusion_group(shape, node):
     # With local errors on, a fusion group is refined only when it makes error of its own: the faulty one must be.
-    model = _model(shape)
+    model = shape_model(shape)
     faulty = inject_fault(model, node, "noise", 0.05, seed=7)
-    report = bisect(model, "CPU:f32", "CPU:f32", _inputs(shape), target_model=faulty, noise=False, impact=0,
+    report = bisect(model, "CPU:f32", "CPU:f32", shape_inputs(shape), target_model=faulty, noise=False, impact=0,
                     progress=False)
     assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
     assert report.first_divergence.role == "source" and report.first_divergence.local_error is not None

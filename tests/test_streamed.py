@@ -7,8 +7,6 @@ must name the node, measure what one compile measures, and hold only one segment
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 from openvino import opset13 as ops
@@ -20,9 +18,9 @@ from bisect_ov.model.taps import Tap, default_taps, tensor_sizes
 from bisect_ov.options import BisectOptions
 from bisect_ov.run.devices import OpenVINODevice
 from bisect_ov.stages import open_comparison, plain_run
-from bisect_ov.zoo import synthetic
+from tests.conftest import FAULT_SHAPES, float_sites, shape_inputs, shape_model
 
-SHAPES = ("chain", "diamond", "multi_io", "attention_block", "conv_bn_net")
+SHAPES = FAULT_SHAPES
 
 
 class FaultyCPU(OpenVINODevice):
@@ -51,26 +49,17 @@ class FaultyCPU(OpenVINODevice):
         return super()._compile(model, taps, fed)
 
 
-@functools.lru_cache(maxsize=None)
-def _model(shape: str):
-    return synthetic.BUILDERS[shape]()
-
-
-@functools.lru_cache(maxsize=None)
-def _inputs(shape: str):
-    return synthetic.sample_inputs(_model(shape), seed=1)
 
 
 def _budget(shape: str) -> int:
     """A third of the model's tensors: the streamed path with a few segments."""
-    graph = ModelGraph(_model(shape))
-    sizes = tensor_sizes(graph, list(_inputs(shape).values()))
+    graph = ModelGraph(shape_model(shape))
+    sizes = tensor_sizes(graph, list(shape_inputs(shape).values()))
     return max(1, sum(sizes.get(t, 0) for t in default_taps(graph)) // 3)
 
 
 def _sites(shape: str) -> list[str]:
-    graph = ModelGraph(_model(shape))
-    return [n.name for n in graph.candidates() if n.outputs[0].is_float][::3]
+    return float_sites(shape)[::3]
 
 
 CASES = [(shape, node) for shape in SHAPES for node in _sites(shape)]
@@ -78,7 +67,7 @@ CASES = [(shape, node) for shape in SHAPES for node in _sites(shape)]
 
 @pytest.mark.parametrize("shape, node", CASES, ids=[f"{s}:{n}" for s, n in CASES])
 def test_a_streamed_run_names_the_fault(shape, node):
-    report = bisect(_model(shape), "CPU:f32", FaultyCPU(node), _inputs(shape), max_tap_bytes=_budget(shape),
+    report = bisect(shape_model(shape), "CPU:f32", FaultyCPU(node), shape_inputs(shape), max_tap_bytes=_budget(shape),
                     strategy="full", noise=False, impact=0, progress=False)
     assert report.costs["capture"]["ref_compiles"] >= 2  # it was streamed: one compile per segment and side
     first = report.first_divergence
@@ -93,8 +82,8 @@ def test_a_streamed_run_names_the_fault(shape, node):
 def test_streaming_measures_what_one_compile_measures(shape):
     node = _sites(shape)[len(_sites(shape)) // 2]
     common = {"strategy": "full", "noise": False, "impact": 0, "local": False, "progress": False}
-    whole = bisect(_model(shape), "CPU:f32", FaultyCPU(node), _inputs(shape), **common)
-    streamed = bisect(_model(shape), "CPU:f32", FaultyCPU(node), _inputs(shape), max_tap_bytes=_budget(shape),
+    whole = bisect(shape_model(shape), "CPU:f32", FaultyCPU(node), shape_inputs(shape), **common)
+    streamed = bisect(shape_model(shape), "CPU:f32", FaultyCPU(node), shape_inputs(shape), max_tap_bytes=_budget(shape),
                       **common)
     assert whole.costs["capture"]["target_compiles"] == 1 < streamed.costs["capture"]["target_compiles"]
     assert [n.name for n in streamed.nodes] == [n.name for n in whole.nodes]
@@ -105,9 +94,9 @@ def test_streaming_measures_what_one_compile_measures(shape):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_segments_end_only_where_every_float_tensor_crossing_is_a_tap(shape):
-    graph = ModelGraph(_model(shape))
+    graph = ModelGraph(shape_model(shape))
     order = [n.key for n in graph.candidates()]
-    sizes = tensor_sizes(graph, list(_inputs(shape).values()))
+    sizes = tensor_sizes(graph, list(shape_inputs(shape).values()))
     taps = set(default_taps(graph)[::2])  # half the tensors: some cuts are not allowed
     parts = plan_segments(graph, order, taps, sizes, max_bytes=1)
     assert [k for p in parts for k in p] == order
@@ -126,20 +115,20 @@ def test_segments_end_only_where_every_float_tensor_crossing_is_a_tap(shape):
 
 def test_a_streamed_run_holds_one_segment_at_a_time():
     shape = "chain"
-    graph = ModelGraph(_model(shape))
-    sizes = tensor_sizes(graph, list(_inputs(shape).values()))
+    graph = ModelGraph(shape_model(shape))
+    sizes = tensor_sizes(graph, list(shape_inputs(shape).values()))
     taps = default_taps(graph)
     total = sum(sizes[t] for t in taps)
     budget = total // 6
     options = BisectOptions(progress=False, noise=False)
-    opened = open_comparison(_model(shape), "CPU:f32", "CPU:f32", _inputs(shape), None, options)
+    opened = open_comparison(shape_model(shape), "CPU:f32", "CPU:f32", shape_inputs(shape), None, options)
     plain_run(opened)
     held: list[int] = []
     stats = opened.session.measure_streamed(taps, budget, on_segment=lambda values, found: held.append(
         sum(np.asarray(v).nbytes for v in values.values())))
     assert len(stats) == len(taps) and len(held) >= 5
     largest = max(sizes[t] for t in taps)
-    assert max(held) <= budget + 2 * largest + sum(np.asarray(a).nbytes for a in _inputs(shape).values())
+    assert max(held) <= budget + 2 * largest + sum(np.asarray(a).nbytes for a in shape_inputs(shape).values())
     assert max(held) < total / 2
 
 
@@ -149,7 +138,7 @@ FUSION_CASES = [(shape, node) for shape in ("conv_bn_net", "attention_block") fo
 @pytest.mark.parametrize("shape, node", FUSION_CASES, ids=[f"{s}:{n}" for s, n in FUSION_CASES])
 def test_a_streamed_run_of_fusion_taps_names_the_fault(shape, node):
     # The default strategy: segments end only at fusion-group boundaries; groups are refined where they make error.
-    report = bisect(_model(shape), "CPU:f32", FaultyCPU(node), _inputs(shape), max_tap_bytes=_budget(shape) // 2,
+    report = bisect(shape_model(shape), "CPU:f32", FaultyCPU(node), shape_inputs(shape), max_tap_bytes=_budget(shape) // 2,
                     noise=False, impact=0, progress=False)
     assert report.strategy == "fusion" and report.costs["capture"]["ref_compiles"] >= 2
     assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
@@ -159,9 +148,9 @@ def test_a_streamed_run_of_fusion_taps_names_the_fault(shape, node):
 def test_against_a_lower_precision_target_the_streamed_run_is_the_plain_run_of_the_reference(shape):
     # No node diverges here, so the reference's whole model never compiles: its plain run is the streamed
     # measurement, whose segments give its final outputs, and the capture stage takes what was measured there.
-    model = _model(shape)
-    whole = bisect(model, "CPU:f32", "EMU:f16", _inputs(shape), progress=False)
-    streamed = bisect(model, "CPU:f32", "EMU:f16", _inputs(shape), max_tap_bytes=_budget(shape) // 2,
+    model = shape_model(shape)
+    whole = bisect(model, "CPU:f32", "EMU:f16", shape_inputs(shape), progress=False)
+    streamed = bisect(model, "CPU:f32", "EMU:f16", shape_inputs(shape), max_tap_bytes=_budget(shape) // 2,
                       progress=False)
     assert streamed.costs["plain"]["ref_compiles"] >= 2 and streamed.costs["capture"]["ref_compiles"] == 0
     assert streamed.costs["capture"]["target_compiles"] == 0
