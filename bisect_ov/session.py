@@ -486,6 +486,9 @@ class Session:
                     bar.update(len(here))
                 if on_segment is not None:
                     on_segment(dict(values["ref"]), found)
+                # Nothing of this segment outlives it but the values later segments read: the next compile and
+                # inference must not run beside its outputs (they were a Whisper encoder's peak).
+                del got, ref_list, target_list, found
                 # What no later segment reads is dropped: memory holds one segment and what crosses its cut.
                 for side in ("ref", "target"):
                     for t in [t for t in values[side] if last_use.get(t, len(order)) <= end and t not in final
