@@ -73,8 +73,8 @@ class BisectOptions:
         cli_help="one error threshold for every node (default: precision-aware)")
     seed: int = _opt(0, "seed of the random inputs", kind=int)
     strategy: str = _opt("auto", "which tensors to expose: " + ", ".join(STRATEGIES), kind=str)
-    budget: str = _opt("default", "default: every experiment asked for; fast: no local errors, no impact runs and "
-                       "no extra noise runs (about 2x the plain compile-and-run of both sides)", kind=str)
+    budget: str = _opt("default", "default: every experiment asked for; fast: no local errors, no impact runs, fusion "
+                       "groups not refined and no extra noise runs (about 2x the plain compile-and-run of both sides)", kind=str)
     refine: bool = _opt(True, "with fusion taps, re-measure the members of groups where error starts",
                         cli_help="keep fusion-group granularity (no re-measuring of the groups where error starts)")
     local: bool = _opt(True, "run each measured node alone on the target fed with reference inputs",
@@ -219,7 +219,9 @@ class BisectOptions:
         notes: list[str] = []
         if self.budget == "fast":
             # What the fast budget leaves out; noise is read from the compiles made anyway (see Session.noise).
-            resolved = replace(resolved, local=False, impact=0)
+            # Without local errors, refining would re-measure every diverged group's members (one more compile
+            # per side): the report names fusion groups instead.
+            resolved = replace(resolved, local=False, impact=0, refine=False)
         if not local_possible and self.local:
             resolved = replace(resolved, local=False)
         if not twin and self.sensitivity:

@@ -13,7 +13,7 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from bisect_ov.run.devices import cpu_supports_bf16
+from bisect_ov.run.devices import OpenVINODevice, cpu_supports_bf16
 
 needs_bf16 = pytest.mark.skipif(not cpu_supports_bf16(), reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
 
@@ -52,7 +52,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     records.summary(terminalreporter)
 
 
-# ----- the synthetic graph shapes faults are injected into (tests/test_faults.py, tests/test_streamed.py) -----
+# ----- the synthetic graph shapes faults are injected into, and a device that makes one (tests/test_faults.py,
+# tests/test_streamed.py, tests/test_budget.py) -----
 FAULT_SHAPES = ("chain", "diamond", "multi_io", "attention_block", "conv_bn_net")
 
 
@@ -77,3 +78,29 @@ def float_sites(shape: str) -> list[str]:
     from bisect_ov.model.graph import ModelGraph
 
     return [n.name for n in ModelGraph(shape_model(shape)).candidates() if n.outputs[0].is_float]
+
+
+class FaultyCPU(OpenVINODevice):
+    """The CPU (f32, or `precision`) with one node perturbed in every model it compiles that holds that node:
+    seeded noise of standard deviation `magnitude` is added to its output, the same array whether the whole
+    model or a segment is compiled."""
+
+    def __init__(self, node: str, precision: str = "f32", magnitude: float = 0.05):
+        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": precision},
+                         name=f"CPU:{precision} with '{node}' faulty")
+        self.node, self.magnitude = node, magnitude
+
+    def _compile(self, model, taps=(), fed=()):
+        found = [op for op in model.get_ops() if op.get_friendly_name() == self.node]
+        if found:  # a segment without the node compiles as it is
+            model = model.clone()
+            (op,) = [o for o in model.get_ops() if o.get_friendly_name() == self.node]
+            out = op.output(0)
+            consumers = list(out.get_target_inputs())
+            shape = [int(d) for d in out.get_shape()]
+            noise = (np.random.default_rng(7).standard_normal(shape) * self.magnitude).astype(np.float32)
+            faulty = ops.add(out, ops.constant(noise))  # what inject_fault(kind="noise", seed=7) adds
+            for inp in consumers:
+                inp.replace_source_output(faulty.output(0))
+            model.validate_nodes_and_infer_types()
+        return super()._compile(model, taps, fed)

@@ -16,39 +16,10 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import plan_segments
 from bisect_ov.model.taps import Tap, default_taps, tensor_sizes
 from bisect_ov.options import BisectOptions
-from bisect_ov.run.devices import OpenVINODevice
 from bisect_ov.stages import open_comparison, plain_run
-from tests.conftest import FAULT_SHAPES, float_sites, shape_inputs, shape_model
+from tests.conftest import FAULT_SHAPES, FaultyCPU, float_sites, shape_inputs, shape_model
 
 SHAPES = FAULT_SHAPES
-
-
-class FaultyCPU(OpenVINODevice):
-    """The CPU (f32, or `precision`) with one node perturbed in every model it compiles that holds that node:
-    seeded noise of standard deviation `magnitude` is added to its output, the same array whether the whole
-    model or a segment is compiled."""
-
-    def __init__(self, node: str, precision: str = "f32", magnitude: float = 0.05):
-        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": precision},
-                         name=f"CPU:{precision} with '{node}' faulty")
-        self.node, self.magnitude = node, magnitude
-
-    def _compile(self, model, taps=(), fed=()):
-        found = [op for op in model.get_ops() if op.get_friendly_name() == self.node]
-        if found:  # a segment without the node compiles as it is
-            model = model.clone()
-            (op,) = [o for o in model.get_ops() if o.get_friendly_name() == self.node]
-            out = op.output(0)
-            consumers = list(out.get_target_inputs())
-            shape = [int(d) for d in out.get_shape()]
-            noise = (np.random.default_rng(7).standard_normal(shape) * self.magnitude).astype(np.float32)
-            faulty = ops.add(out, ops.constant(noise))  # what inject_fault(kind="noise", seed=7) adds
-            for inp in consumers:
-                inp.replace_source_output(faulty.output(0))
-            model.validate_nodes_and_infer_types()
-        return super()._compile(model, taps, fed)
-
-
 
 
 def _budget(shape: str) -> int:

@@ -256,7 +256,7 @@ def test_a_streamed_run_names_a_fault_the_bf16_target_makes(name):
     """A budget of an eighth of the model's tensors: the model runs segment by segment on both sides, the target
     in bf16 with one node's output perturbed by the device itself (the same model on both sides, so the streamed
     path is the one taken). The faulty node must be named first, and the streamed target must be faithful."""
-    from tests.test_streamed import FaultyCPU
+    from tests.conftest import FaultyCPU
 
     inputs = zoo_inputs(name)
     model = zoo_model(name).clone()
