@@ -8,6 +8,8 @@ For each model, fresh processes (so peak RSS is that job's own) measure:
 * ``fast``: `bisect(..., budget="fast")` (no local errors, no impact runs, noise from the compiles made);
 * ``naive``: what a script that exposes every output and compares does: both sides compiled with every
   compute node's outputs exposed, one inference, every pair compared (it answers far less);
+* with ``--samples N``, ``samples:N``: the default job over N seeded inputs given as a generator (its peak RSS
+  should be the one-sample default job's: only statistics are kept per sample);
 * with ``--emulated``, the default job against ``EMU:f16`` as well (slow on large models: the emulated
   device rounds every tensor with extra ops).
 
@@ -21,6 +23,7 @@ Usage::
     python benchmarks/zoo_bench.py            # BERT-base, ViT-B/16, ConvNeXt-T, ResNet-50, GPT-2, BERT-large
     python benchmarks/zoo_bench.py --models bert llama --emulated --json out.json
     python benchmarks/zoo_bench.py --repeat 3          # each job 3 times: fastest time, largest peak RSS
+    python benchmarks/zoo_bench.py --models resnet50 bert --jobs --samples 8 64    # memory over many samples
 
 This is a measuring script, not a test: nothing here passes or fails.
 """
@@ -81,9 +84,15 @@ def run_one(name: str, job: str, target: str, size: str, max_tap_mb: float | Non
                 for role, device in (("ref", "CPU:f32"), ("target", target))]
         row["compared"] = len([compare(outs[0][i], outs[1][i]) for i in tapped.tap_outputs])
     else:
+        from bisect_ov import Samples
+
         extra = {"budget": "fast"} if job == "fast" else {}
         if max_tap_mb is not None:
             extra["max_tap_bytes"] = int(max_tap_mb * 2**20)
+        if job.startswith("samples:"):
+            count = int(job.split(":")[1])
+            inputs = Samples(cache.sample_inputs(name, size, seed=1 + i, model=model) for i in range(count))
+            row["samples"] = count
         report = bisect(model, "CPU:f32", target, inputs, progress=False, **extra)
         first = report.first_divergence
         row.update(compared=len(report.nodes), fidelity=report.fidelity.ratio if report.fidelity else None,
@@ -142,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: bisect()'s)")
     parser.add_argument("--repeat", type=int, default=1, help="run each job this many times, each in a fresh "
                         "process, and keep its fastest time and its largest peak RSS (default 1)")
+    parser.add_argument("--samples", type=int, nargs="*", default=[], metavar="N",
+                        help="also run the default job over N seeded samples, for each N given")
     parser.add_argument("--one", nargs=2, metavar=("MODEL", "JOB"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -154,11 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         cache.model_path(name, args.size)  # build outside the timed jobs
         jobs = [("plain", args.target), ("default", args.target)]
         jobs += [(job, args.target) for job in args.jobs]
+        jobs += [(f"samples:{n}", args.target) for n in args.samples]
         if args.emulated:
             jobs.append(("default", "EMU:f16"))
         for job, target in jobs:
             runs = [_subprocess(name, job, target, args.size, args.timeout,
-                                args.max_tap_mb if job in ("default", "fast") else None) for _ in range(args.repeat)]
+                                args.max_tap_mb if job not in ("plain", "naive") else None)
+                    for _ in range(args.repeat)]
             good = [r for r in runs if "error" not in r]
             row = min(good, key=lambda r: r["seconds"]) if good else runs[0]
             if good:
@@ -175,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
           f"OpenVINO {ov.get_version().split('-')[0]}; ref CPU:f32, size {args.size}\n")
     print(_table(rows) + "\n")
     plain = {r["model"]: r for r in rows if r.get("job") == "plain" and "error" not in r}
-    for job in ("default", "fast", "naive"):
+    for job in ("default", "fast", "naive", *(f"samples:{n}" for n in args.samples)):
         done = [r for r in rows if r.get("job") == job and "error" not in r and r.get("target") == args.target
                 and r["model"] in plain]
         for what, field in (("time", "seconds"), ("peak RSS", "peak_rss_mb")):

@@ -502,6 +502,7 @@ def run_samples(session: Session, run: SampleRun, error_of: Callable[[TensorStat
         # Compiled here, `Session.plain` reuses them for the worst sample.
         results, lost = _run_units(run, plan, remote, session.compile_untouched, models, "samples",
                                    run.log.unit_seconds)
+    _count_runs(session, len(run.samples) - len(lost))
     flat = [s for r in results for s in r.samples]
     if not flat:
         raise DeviceError("No sample could be measured: " + "; ".join(run.log.failures[:3]))
@@ -534,6 +535,7 @@ def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
             lambda: session.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
                                          target_taps=target_tapped.added_outputs),
             models, "samples over nodes", run.log.spread_unit_seconds)
+    _count_runs(session, len(run.samples) - len(lost))
     if lost:
         run.log.spread_missing.extend(lost)
     merged: dict[str, Distribution] = {}
@@ -541,6 +543,13 @@ def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
         for key, dist in result.spread.items():
             merged[key] = merged[key].merge(dist) if key in merged else dist
     return {key: dist.summary() for key, dist in merged.items()}
+
+
+def _count_runs(session: Session, samples: int) -> None:
+    """The samples' inferences, one per side each, in the stage's cost (on workers too; their compiles, one
+    per worker process, are not counted)."""
+    for side in ("ref", "target"):
+        session.ran(side, samples)
 
 
 def _run_units(run: SampleRun, plan: Plan, remote: bool, compile_here: Callable[[], Any],

@@ -107,3 +107,14 @@ def test_explicit_class_outputs_are_used_and_named():
     assert report.samples.classifier and report.samples.class_outputs == ("tanh3",)
     with pytest.raises(InputError, match="not outputs of the model"):
         bisect(model, "CPU", "CPU:f32", Samples(samples), classifier_outputs=["nope"], progress=False)
+
+
+def test_the_cost_per_stage_counts_every_samples_run():
+    # Each sample runs once per side untouched (the outputs pass) and once tapped (each node over the samples).
+    model = tiny_chain()
+    samples = [{"x": np.random.default_rng(i).standard_normal((1, 8)).astype(np.float32)} for i in range(7)]
+    one = bisect(model, "CPU:f32", "CPU:f32", samples[0], local=False, impact=0, noise=False, progress=False)
+    many = bisect(model, "CPU:f32", "CPU:f32", samples, local=False, impact=0, noise=False, progress=False)
+    for side in ("ref", "target"):
+        runs = sum(c[f"{side}_infers"] for c in many.costs.values())
+        assert runs == sum(c[f"{side}_infers"] for c in one.costs.values()) + 2 * 7, many.costs
