@@ -65,7 +65,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model, model_label
 from bisect_ov.model.match import identity_match
 from bisect_ov.model.runtime import RuntimeGraph
-from bisect_ov.model.taps import Tap, default_taps, plan_chunks, tap_model
+from bisect_ov.model.taps import Tap, default_taps, plan_chunks, tap_model, tensor_sizes
 from bisect_ov.run.devices import Device, OpenVINODevice, capabilities, make_device
 from bisect_ov.run.inputs import prepare_inputs
 
@@ -187,7 +187,10 @@ def capture(
         # Tensors that leave a fusion group first, in compiles that keep the plain run's fusions; then the rest.
         boundaries = set() if info.emulated else set(_fusion_taps(graph, runtime))
         passes = [("fusion", [t for t in taps if t in boundaries]), ("full", [t for t in taps if t not in boundaries])]
-        chunks = [(name, c) for name, group in passes for c in plan_chunks(graph, group, max_tap_bytes) if c]
+        # Sized for these inputs: a dynamic-shape export has no static sizes, and would be recorded in one compile.
+        sizes = tensor_sizes(graph, arrays) if max_tap_bytes is not None else {}
+        chunks = [(name, c) for name, group in passes
+                  for c in plan_chunks(graph, group, max_tap_bytes, sizes or None) if c]
         with tqdm(total=len(taps), desc="capture", unit="tensor", disable=not progress, leave=False) as bar:
             for n, (kind, chunk) in enumerate(chunks):
                 if len(chunks) > 1:

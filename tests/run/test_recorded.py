@@ -371,6 +371,22 @@ def test_dynamic_shapes(tmp_path):
     np.testing.assert_allclose(out[0], np.tanh(data), rtol=1e-6)
 
 
+def test_a_dynamic_shape_model_is_recorded_in_compiles_that_fit_the_budget(tmp_path):
+    import openvino as ov
+
+    model = tiny_chain(depth=6)
+    model.reshape({model.inputs[0]: ov.PartialShape([-1, 8])})  # a dynamic batch, as exports have
+    data = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    whole = load_capture(capture(model, "CPU:f32", [data], tmp_path / "w.npz"))
+    split = load_capture(capture(model, "CPU:f32", [data], tmp_path / "s.npz", max_tap_bytes=3 * 5 * 8 * 4))
+    # The plain run, then one compile per pass (fusion boundaries, the rest) without a budget; 12 tensors of
+    # 160 bytes in chunks of 3 with it.
+    assert whole.header["compiles"] <= 3 < split.header["compiles"]
+    assert split.taps == whole.taps
+    for tap in whole.taps:
+        np.testing.assert_array_equal(split.tensor(tap.key, tap.port), whole.tensor(tap.key, tap.port))
+
+
 def test_pieces_refused(chain_capture):
     model, path = chain_capture
     with pytest.raises(CaptureError, match="cannot run a piece of the model"):
