@@ -107,7 +107,7 @@ class Session:
         self._tapped_runs: list[list[tuple[str, str, TensorStats]]] = []
         self._exact: dict[str, ExactCheck] = {}
         self._exact_checks = exact_checks
-        self._ref_ready = None  # a reference compile with taps, made by `plain` for the next `measure`
+        self._ref_ready: _ReadyRun | None = None  # a reference compile with taps, made by `plain` for `measure`
         self._untouched = None  # (ref, target) compiles of the untouched model, when made before `plain`
         self._plain_target_final: list[np.ndarray] = []
         self._reproduced = False  # an instrumented target compile gave the plain run's outputs bit for bit
@@ -239,7 +239,7 @@ class Session:
             if self.target_graph is not self.graph:
                 inside = int8_internal(self.target_graph, self.target_runtime)
                 self._untappable = frozenset(r for r, t in self.target_of.items() if t.key in inside)
-            target_c = None  # released before the reference compiles
+            del target_c  # released before the reference compiles
             self._streamed = None
             if compiled is None:
                 wanted = ref_taps() if callable(ref_taps) else ref_taps
@@ -264,7 +264,7 @@ class Session:
                 ref_out = ref_c.infer(self._ref_arrays)
                 self.ran("ref")
                 self._note_side("ref", ref_c)
-                ref_c = None
+                del ref_c
                 if ref_model is not None:
                     for array in ref_out:
                         array.flags.writeable = False  # handed out by `ref_values` without copies
@@ -447,7 +447,7 @@ class Session:
         final_taps = [Tap(*r.inputs[0]) for r in results]
         final = frozenset(final_taps)
         last_use = last_uses(graph, order)
-        values = {"ref": {}, "target": {}}
+        values: dict[str, dict[Tap, np.ndarray]] = {"ref": {}, "target": {}}
         for p in graph.parameters():
             values["ref"][Tap(p.key, 0)] = self._ref_arrays[graph.parameter_position[p.key]]
             values["target"][Tap(p.key, 0)] = self._target_arrays[graph.parameter_position[p.key]]
