@@ -15,7 +15,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Sequence
+from functools import partial
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -192,7 +193,8 @@ class Session:
 
     # ----- running ------------------------------------------------------------------------------------
     def plain(self, ref_taps: Sequence[Tap] | Callable[[], Sequence[Tap]] = (), *,
-              repeat: bool = False, stream_bytes: int | None = None) -> list[tuple[str, str, TensorStats]]:
+              repeat: bool = False, stream_bytes: int | None = None,
+              streamed_taps: Callable[[], Sequence[Tap]] | None = None) -> list[tuple[str, str, TensorStats]]:
         """Run the untouched model on both sides; returns (name, result key, stats) per final output.
 
         `ref_taps`: taps later measurements may ask for, or a function that names them once the target has
@@ -205,6 +207,9 @@ class Session:
         `stream_bytes`: when `ref_taps` do not fit that budget and the model can be streamed, the reference's
         plain run is the streamed measurement of them (`measure_streamed`): its segments give the reference's
         final outputs, and `measure_chunked` of those taps returns what it measured instead of running again.
+        `streamed_taps()`, when given, names the ones to measure then (called after `ref_taps()`): the others
+        are values for local-error runs, which a streamed run does not keep, and exposing them on the target
+        too would change what it compiles.
 
         The sides run one after the other, the target first, and each compile is released once it has run:
         two compiles of the whole model never live at once, so memory stays near what one plain compile takes
@@ -218,8 +223,8 @@ class Session:
         with self.clock("plain run"):
             if compiled is not None:  # compiled already, to run many samples: reusing them beats a recompile
                 ref_c, target_c = compiled
-                ref_out, target_out = run_both(lambda: ref_c.infer(self._ref_arrays, share_outputs=False),
-                                               lambda: target_c.infer(self._target_arrays, share_outputs=False))
+                ref_out, target_out = run_both(partial(ref_c.infer, self._ref_arrays, share_outputs=False),
+                                               partial(target_c.infer, self._target_arrays, share_outputs=False))
                 self._ran_both()
                 self._note_side("ref", ref_c)
             else:
@@ -248,6 +253,9 @@ class Session:
                 if wanted and not fits and stream_bytes is not None and self.can_stream:
                     self._plain_target_final = [np.array(a) for a in target_out[:n]]
                     self._reproduced = False
+                    if streamed_taps is not None:
+                        kept = set(wanted)
+                        wanted = [t for t in dict.fromkeys(streamed_taps()) if t in kept]
                     stats = self.measure_streamed(wanted, stream_bytes, desc="plain run")
                     self._streamed = (frozenset(wanted), stats)
                     ref_out = self._streamed_ref_final
@@ -384,11 +392,18 @@ class Session:
                 self._pieces[key] = found
         return self._run_compiled_piece(side, *found, values)
 
-    def _compile_piece(self, side: str, piece, final: frozenset[Tap]):
-        """Compile an extracted piece (counted): values cross its cuts in the precision the target stored them."""
+    def _compile_piece(self, side: str, piece, final: frozenset[Tap], handed: Collection[Tap] | None = None):
+        """Compile an extracted piece (counted): values cross its cuts in the precision the target stored them.
+
+        `handed`: the outputs later pieces read (None: all of them). The others are only compared, and are typed
+        in the device's activation precision, as `measure` types its taps: an f32 output makes the CPU plugin
+        run the op before it in f32, and an EfficientNet-B0 streamed with its squeeze-and-excite means typed
+        as stored (f32) ran them, and the convolutions before them, in f32 (fidelity 0.78).
+        """
         device = self.target if side == "target" else self.ref
         low = self._stored_low if side == "target" else (lambda t: True)
-        typed = tuple(i for i, t in enumerate(piece.outputs) if t not in final and low(t))
+        typed = tuple(i for i, t in enumerate(piece.outputs)
+                      if t not in final and (low(t) or (handed is not None and t not in handed)))
         fed = tuple(i for i, t in enumerate(piece.fed) if low(t))
         compiled = device.compile(piece.model, taps=typed, fed=fed)
         self._compiled_one(side)
@@ -462,10 +477,11 @@ class Session:
                 outputs = [t for t in produced if t in tapped or last_use.get(t, 0) > end or t in final]
                 if not outputs:
                     continue
+                handed = {t for t in outputs if last_use.get(t, 0) > end}
                 piece = extract(graph, segment, outputs)
                 with self.clock("compile and infer"):
                     for side in ("ref", "target"):
-                        compiled = self._compile_piece(side, piece, final)
+                        compiled = self._compile_piece(side, piece, final, handed)
                         if side == "ref":
                             counts.update(compiled.info.precision_counts)
                             self.ref_info = self.ref_info or compiled.info
