@@ -31,9 +31,13 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
              *, model_source: Any, target_source: Any = None, generation: Any = None) -> Report:
     """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
     session, options = opened.session, opened.options
+    ref_info, target_info = session.ref_info, session.target_info
+    assert ref_info is not None and target_info is not None  # both sides ran in the plain run
+    precision = plain.tolerance.precision
+    assert precision is not None  # `plain_run` set it (`Tolerance.with_precision`)
     with opened.clock("score"):
         ranking = rank_by_impact(scored.scores.ranking, findings.impact)
-        nodes = node_results(session, measurement, scored, plain.tolerance.precision, findings, ranking,
+        nodes = node_results(session, measurement, scored, precision, findings, ranking,
                              frozenset(plain.tolerance.quantization))
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
@@ -43,7 +47,7 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
     match = session.match
     twin = opened.target_model is not None
     report = Report(
-        model=model_label(model_source), ref=session.ref_info, target=session.target_info, nodes=nodes,
+        model=model_label(model_source), ref=ref_info, target=target_info, nodes=nodes,
         outputs=scored.outputs, metric=options.metric_name, tolerance=plain.tolerance.to_dict(),
         first_keys=scored.scores.first, ranking=ranking, model_hash=session.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
@@ -149,6 +153,8 @@ def node_results(session: Session, measurement: Measurement, scored: Scored, pre
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.graph
     exact = session.exact
+    assert session.ref_info is not None and session.target_info is not None  # both sides ran in the plain run
+    same_precision = session.ref_info.precision == session.target_info.precision
     by_key: dict[str, list[Tap]] = {}
     for tap in stats:
         by_key.setdefault(tap.key, []).append(tap)
@@ -165,7 +171,7 @@ def node_results(session: Session, measurement: Measurement, scored: Scored, pre
         if target_key in session.runtime_target:
             runtime["target"] = session.runtime_target[target_key]
         causes = observations(node_stats)
-        differs = kernel_difference(runtime, session.ref_info.precision == session.target_info.precision)
+        differs = kernel_difference(runtime, same_precision)
         if differs and s.role != "ok":
             causes.append(differs)
         if session.target_graph is not graph:

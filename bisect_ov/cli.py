@@ -12,13 +12,14 @@ import math
 import os
 import pathlib
 import sys
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 from bisect_ov.errors import BisectError, InputError
 from bisect_ov.report.text import printable
 
 if TYPE_CHECKING:
     from bisect_ov.options import BisectOptions
+    from bisect_ov.report.report import Report
 
 __all__ = ["main", "build_parser"]
 
@@ -26,7 +27,7 @@ EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's own errors: one line, exit code 2
+    def error(self, message: str) -> NoReturn:  # argparse's own errors: one line, exit code 2
         self.exit(EXIT_USER_ERROR, f"bisect-ov: error: {message} (see bisect-ov --help)\n")
 
 
@@ -151,8 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parsers[command]().parse_args(argv[1:]) if command else build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed on one line
         return int(stop.code or 0)
+    commands: dict[str | None, Callable[[argparse.Namespace], int]] = {"demo": _demo, "capture": _capture}
     try:
-        return {"demo": _demo, "capture": _capture}.get(command, _compare)(args)
+        return commands.get(command, _compare)(args)
     except BisectError as err:
         print(f"bisect-ov: error: {printable(str(err), keep=chr(10))}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -229,7 +231,7 @@ def _check_display(args) -> None:
         raise InputError("--ignored-scope writes the nodes a fix keeps: add --fix (or --fix TOL).")
 
 
-def _run(args, model, target_model=None, inputs=None) -> object:
+def _run(args, model, target_model=None, inputs=None) -> Report:
     """Run the comparison and write what was asked; returns the report."""
     from bisect_ov.api import run
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -178,7 +179,7 @@ def mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Seq
     for p in graph.parameters():
         values[Tap(p.key, 0)] = session.ref_arrays[graph.parameter_position[p.key]]
     for side, segment, outputs in segments(graph, order, on_target):
-        got = session.run_segment(side, segment, outputs, lambda s=segment, o=outputs: extract(graph, s, o),
+        got = session.run_segment(side, segment, outputs, partial(extract, graph, segment, outputs),
                                   values, final)
         values.update(zip(outputs, got))
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
@@ -352,7 +353,7 @@ def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units:
         if any(c.startswith("cancellation") for c in causes.get(key, ())):
             for producer, _ in graph.data_inputs(key):
                 add(producer)
-    if delegation is not None and delegation.first is not None:
+    if delegation is not None and delegation.end is not None:
         order = [n.key for n in graph.candidates()]
         for key in order[delegation.start:delegation.end + 1]:
             add(key)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeGuard
 
 from bisect_ov.analysis.metrics import METRICS, TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
@@ -269,5 +269,5 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def _integer(value: Any) -> bool:
+def _integer(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

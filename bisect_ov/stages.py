@@ -18,7 +18,7 @@ import math
 import sys
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -228,7 +228,7 @@ def plain_run(opened: Opened) -> Plain:
 
     def ref_taps() -> list[Tap]:
         if options.strategy == "full":
-            return session.chunks(pairs, options.max_tap_bytes)[0] if pairs else []
+            return session.chunks(pairs, _tap_bytes(options))[0] if pairs else []
         if not lower:
             return []
         if options.strategy == "bisection":
@@ -245,11 +245,11 @@ def plain_run(opened: Opened) -> Plain:
         wanted = list(dict.fromkeys([*wanted, *(Tap(k, 0) for k in exact),
                                      *(Tap(i, p) for k in exact for i, p in session.graph.data_inputs(k))]))
         if options.strategy == "bisection":
-            return wanted if len(session.chunks(wanted, options.max_tap_bytes)) == 1 else []
+            return wanted if len(session.chunks(wanted, _tap_bytes(options))) == 1 else []
         return wanted
 
     # With fusion taps beyond the budget, the plain run's reference is the streamed measurement itself.
-    stream = options.max_tap_bytes if lower and options.strategy in ("auto", "fusion") else None
+    stream = _tap_bytes(options) if lower and options.strategy in ("auto", "fusion") else None
     session.plain(ref_taps=ref_taps, repeat=options.noise and options.budget != "fast", stream_bytes=stream)
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
@@ -303,7 +303,7 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
     groups: dict[str, tuple[str, ...]] = {}
     local: dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]] = {}
     if strategy == "full":
-        stats = run_full(session, options.max_tap_bytes)
+        stats = run_full(session, _tap_bytes(options))
     elif strategy == "bisection":
         stats = run_bisection(session, diverged)
     else:
@@ -326,7 +326,7 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
             units = {k: planned_units[k] for k, e in worst.items()
                      if k in planned_units and e >= LOCAL_SHARE * tol.for_node(graph[k])}
             if units:
-                keep_local(units, local_errors(session, units, max_bytes=options.max_tap_bytes, values=values))
+                keep_local(units, local_errors(session, units, max_bytes=_tap_bytes(options), values=values))
 
         def own_error(stats: dict[Tap, TensorStats], groups: dict[str, tuple[str, ...]]) -> dict[str, bool]:
             # The local errors the experiments need anyway, measured now: they tell which groups make error.
@@ -337,10 +337,10 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
             limits = {t.key: tol.for_node(graph[t.key]) for t in stats}
             _, todo = _known_local(local_units(session, stats, groups, errors, limits), local)
             if todo:
-                keep_local(todo, local_errors(session, todo, max_bytes=options.max_tap_bytes))
+                keep_local(todo, local_errors(session, todo, max_bytes=_tap_bytes(options)))
             return {key: any(diverged(t, st) for t, st in got.items()) for key, (_, got) in local.items() if got}
 
-        stats, groups = run_fusion(session, options.max_tap_bytes, diverged, refine=options.refine,
+        stats, groups = run_fusion(session, _tap_bytes(options), diverged, refine=options.refine,
                                    own_error=own_error, on_segment=on_segment)
         faithful = fidelity(session, options.metric)
         if strategy == "auto" and faithful is not None and faithful.warning:
@@ -399,7 +399,7 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
             found, todo = _known_local(local_units(session, stats, measurement.groups, scored.errors,
                                                    scored.tolerances), measurement.local)
             if todo:
-                found.update(local_errors(session, todo, max_bytes=options.max_tap_bytes))
+                found.update(local_errors(session, todo, max_bytes=_tap_bytes(options)))
             for tap, st in found.items():
                 local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(st))
         runs = MixedRuns(session, opened.error_of)
@@ -575,6 +575,11 @@ def fidelity(session: Session, metric: str | Callable[[TensorStats], float]) -> 
             "per-node errors may not explain the plain run. Try strategy='bisection' (few taps per compile)."
         )
     return Fidelity(plain_error=plain, tapped_error=tapped, ratio=ratio, warning=warning)
+
+
+def _tap_bytes(options: BisectOptions) -> int | None:
+    """The resolved options' `max_tap_bytes`: bytes or None (`open_comparison` has replaced "auto")."""
+    return cast("int | None", options.max_tap_bytes)
 
 
 def _ratio(tapped: float, plain: float) -> float:

@@ -22,6 +22,7 @@ Assumptions: the model takes ``input_ids`` (and optionally ``attention_mask``, `
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Sequence
 
 import numpy as np
@@ -30,7 +31,7 @@ from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.errors import InputError
 from bisect_ov.model.state import Stateless
 from bisect_ov.records import Step
-from bisect_ov.run.devices import Device
+from bisect_ov.run.devices import Compiled, Device
 from bisect_ov.session import run_both
 
 __all__ = ["Generation", "run_steps", "step_inputs"]
@@ -63,6 +64,11 @@ def step_inputs(stateless: Stateless, names: Sequence[str], prompt: Sequence[np.
     return arrays + list(states)
 
 
+def _infer(compiled: Compiled, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Run a compiled model on `arrays`; its outputs copied out."""
+    return [np.array(a) for a in compiled.infer(arrays)]
+
+
 def run_steps(stateless: Stateless, names: Sequence[str], ref: Device, target: Device, prompt: Sequence[np.ndarray],
               initial: Sequence[np.ndarray], steps: int, error_of: Callable[[TensorStats], float],
               tolerance: float, target_stateless: Stateless | None = None) -> Generation:
@@ -84,17 +90,17 @@ def run_steps(stateless: Stateless, names: Sequence[str], ref: Device, target: D
     ref_state, target_state = list(initial), list(initial)
     records: list[Step] = []
     step_arrays: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
-    token = None
+    token: int | None = None
     for step in range(steps + 1):
         if step == 0:
             own = list(prompt) + ref_state
             theirs = list(prompt) + target_state
         else:
+            assert token is not None  # the previous step's reference token
             own = step_inputs(stateless, names, prompt, token, step, ref_state)
             theirs = step_inputs(stateless, names, prompt, token, step, target_state)
         shared = own  # the target fed the reference's cache
-        ref_out, target_out = run_both(lambda own=own: [np.array(a) for a in ref_c.infer(own)],
-                                       lambda theirs=theirs: [np.array(a) for a in target_c.infer(theirs)])
+        ref_out, target_out = run_both(partial(_infer, ref_c, own), partial(_infer, target_c, theirs))
         local_out = [np.array(a) for a in target_c.infer(shared)]
         error = max(error_of(compare(r, t)) for r, t in zip(ref_out[:n], target_out[:n]))
         local = max(error_of(compare(r, t)) for r, t in zip(ref_out[:n], local_out[:n]))

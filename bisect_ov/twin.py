@@ -25,6 +25,8 @@ import logging
 import math
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.analysis.tolerance import Tolerance, expected_quantization_errors, quantization_error
 from bisect_ov.errors import CaptureError
@@ -92,8 +94,8 @@ def twin_mixed_run(session: Session, on_target: frozenset[str] | set[str], order
         return [compare(r, r) for r in session.ref_final]
     results = graph.results()
     final = frozenset(Tap(*r.inputs[0]) for r in results)
-    values: dict[Tap, object] = {Tap(p.key, 0): session.ref_arrays[graph.parameter_position[p.key]]
-                                 for p in graph.parameters()}
+    values: dict[Tap, np.ndarray] = {Tap(p.key, 0): session.ref_arrays[graph.parameter_position[p.key]]
+                                     for p in graph.parameters()}
     for side, segment, outputs in segments(graph, order, on_target):
         if side == "ref":
             piece = extract(graph, segment, outputs)
@@ -105,7 +107,7 @@ def twin_mixed_run(session: Session, on_target: frozenset[str] | set[str], order
                 own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
             outs = [Tap(op_of[t.key], t.port) for t in outputs]
             piece = extract(target, sorted(own, key=lambda k: target[k].index), outs)
-            feed = {}
+            feed: dict[Tap, np.ndarray] = {}
             for t in piece.fed:
                 if target[t.key].kind == "parameter":
                     feed[t] = session.target_arrays[target.parameter_position[t.key]]

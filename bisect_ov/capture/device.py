@@ -120,7 +120,7 @@ class RecordedDevice(Device):
             )
         key_of = {op.get_name(): key for key, op in zip(graph.order, view.get_ordered_ops())}
         original = [i for i in range(len(results)) if i not in added]
-        sources: list[tuple[str, str, tuple[int, ...] | None]] = []  # (kind, member, full shape)
+        sources: list[tuple[str, str, tuple[int, ...]]] = []  # (kind, member, full shape)
         missing: list[str] = []
         for i, out in enumerate(model.outputs):
             producer = out.get_node().input_value(0)

@@ -142,7 +142,7 @@ def inputs_hash(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
     for name, array in zip(names, arrays):
         a = np.ascontiguousarray(array)
         h.update(f"{name}|{list(a.shape)}|{a.dtype.str}|".encode())
-        h.update(memoryview(a).cast("B") if a.size else b"")
+        h.update(memoryview(a).cast("B") if a.size else b"")  # type: ignore[arg-type]  # numpy: __buffer__ in 3.12+
     return h.hexdigest()
 
 
@@ -156,7 +156,8 @@ def tensor_summary(array: np.ndarray) -> dict[str, Any]:
     floating = np.issubdtype(flat.dtype, np.floating)
     n = 0
     mean = m2 = 0.0
-    low = high = None
+    low: float | None = None
+    high: float | None = None
     nan = inf = 0
     for start in range(0, flat.size, _CHUNK):
         part = flat[start:start + _CHUNK]
@@ -183,6 +184,7 @@ def tensor_summary(array: np.ndarray) -> dict[str, Any]:
     if n == 0:
         return {"min": None, "max": None, "mean": None, "std": None, "absmax": None, "nan": nan, "inf": inf,
                 "numel": int(flat.size)}
+    assert low is not None and high is not None  # set by every non-empty chunk, and n > 0
     return {"min": low, "max": high, "mean": mean, "std": float(np.sqrt(max(m2 / n, 0.0))),
             "absmax": max(abs(low), abs(high)), "nan": nan, "inf": inf, "numel": int(flat.size)}
 
@@ -320,7 +322,8 @@ def runtime_to_header(runtime: RuntimeGraph) -> dict[str, Any]:
 
 def runtime_from_header(data: Mapping[str, Any] | None) -> RuntimeGraph:
     """The `RuntimeGraph` of a header's ``runtime`` entry (`runtime_to_header`)."""
-    layers, by_original = [], {}
+    layers: list[RuntimeLayer] = []
+    by_original: dict[str, RuntimeLayer] = {}
     for d in (data or {}).get("layers", []):
         layer = RuntimeLayer(
             name=str(d.get("layer", "")), layer_type=str(d.get("layer_type", "")),

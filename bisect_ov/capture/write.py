@@ -197,15 +197,15 @@ def capture(
                     bar.set_description(f"capture {n + 1}/{len(chunks)}")
                 tapped = tap_model(graph, chunk)
                 compiled = dev.compile(tapped.model, taps=tapped.added_outputs)
-                result = compiled.infer(arrays)  # views valid until the next infer: written before it
+                tap_values = compiled.infer(arrays)  # views valid until the next infer: written before it
                 for tap, index in zip(chunk, tapped.tap_outputs):
                     j = tap_index[tap]
-                    array = np.asarray(result[index])
+                    array = np.asarray(tap_values[index])
                     tap_entries[j] = {"index": j, **_tensor_entry(graph, tap, array), "pass": kind}
                     tap_stats[j] = tensor_summary(array)
                     out.add(f"{'s' if sampled else 't'}/{j}", keep(array))
                     bar.update(1)
-                del compiled, result
+                del compiled, tap_values
         clock["tapped runs"] = time.perf_counter() - t0
         clock["total"] = time.perf_counter() - start
         clock = {k: round(v, 4) for k, v in clock.items()}

@@ -140,9 +140,11 @@ def _weights(graph: ModelGraph, node_key: str) -> Quantization | None:
         if dtype not in WEIGHT_BITS:
             continue
         shape = graph[origin].outputs[0].shape
-        grouped = "Reshape" in types and shape is not None and len(shape) >= 3
-        group = shape[-1] if grouped else (node.reduction_length if node.reduction_length > 1 else
-                                           (shape[-1] if shape else None))
+        group: int | None
+        if "Reshape" in types and shape is not None and len(shape) >= 3:  # grouped: [out, groups, group size]
+            group = shape[-1]
+        else:
+            group = node.reduction_length if node.reduction_length > 1 else (shape[-1] if shape else None)
         return Quantization(dtype, WEIGHT_BITS[dtype], group, "Subtract" not in types, None, tuple(chain))
     return None
 

@@ -97,12 +97,12 @@ class RuntimeGraph:
         # Integer-only layers (indices, shapes) do not speak for the float precision.
         floats = {k: v for k, v in counts.items() if k in ("f32", "f16", "bf16", "f64", "i8", "u8")}
         pick = floats or counts
-        return max(pick, key=pick.get) if pick else None
+        return max(pick, key=pick.__getitem__) if pick else None
 
     def weight_precision(self) -> str | None:
         """The precision weights are stored in where kernels compute in f32 from lower-precision weights."""
         counts = Counter(layer.stored_weights for layer in self.layers if layer.is_compute and layer.stored_weights)
-        return max(counts, key=counts.get) if counts else None
+        return max(counts, key=counts.__getitem__) if counts else None
 
     def fusion_groups(self) -> list[tuple[str, ...]]:
         """The user's op names executed together in one layer, for every compute layer."""

@@ -319,18 +319,19 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
     errors = [n.error for n in report.nodes]
     floor, ceiling = _log_limits(errors)
     pos_err = _finite_positive(errors)
-    norm = LogNorm(vmin=min(pos_err) if pos_err else floor, vmax=max(pos_err) if pos_err else 1.0)
-    if norm.vmin == norm.vmax:
-        norm = LogNorm(vmin=norm.vmin / 10, vmax=norm.vmax * 10)
+    vmin, vmax = (min(pos_err), max(pos_err)) if pos_err else (floor, 1.0)
+    if vmin == vmax:
+        vmin, vmax = vmin / 10, vmax * 10
+    norm = LogNorm(vmin=vmin, vmax=vmax)
     cmap = colormaps["YlOrRd"]
 
     widest = max(len(layer) for layer in layers)
     fig = Figure(figsize=(max(5.0, 2.9 * widest + 1.2), max(2.6, 1.25 * len(layers) + 0.6)), layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
     xy = {}
-    for depth, layer in enumerate(layers):
+    for level, layer in enumerate(layers):
         for j, key in enumerate(layer):
-            xy[key] = (j - (len(layer) - 1) / 2, -depth)
+            xy[key] = (j - (len(layer) - 1) / 2, -level)
     for src, dst in sub.edges():
         # An edge that jumps layers is bent away from the boxes of the layers it crosses, so that it does not run
         # through them; arc3 with a positive rad bends left when going down.
@@ -342,6 +343,7 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
         ax.annotate("", xy=xy[dst], xytext=xy[src],
                     arrowprops={"arrowstyle": "-|>", "color": "#607d8b", "linewidth": 1.0, "shrinkA": 16,
                                 "shrinkB": 16, "connectionstyle": f"arc3,rad={rad}"})
+    face: str | tuple[float, float, float, float]  # a colour name, or the colour map's RGBA
     for key, (px, py) in xy.items():
         res: NodeResult | None = sub.nodes[key].get("result")
         if res is None:
@@ -353,7 +355,7 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
             if not math.isfinite(e):
                 face, etext = cmap(1.0), "inf" if e > 0 else "nan"
             else:
-                face, etext = cmap(norm(max(e, norm.vmin))), f"{e:.1e}"
+                face, etext = cmap(norm(max(e, vmin))), f"{e:.1e}"
             over = "" if not res.diverged else f" [{res.role}{'*' if res.first else ''}]"
             label = f"{_short(res.name, 28)}\n{res.op_type}  #{res.index}\nerr {etext}  tol {res.tolerance:.0e}{over}"
             edge = "#000000" if key == centre.key else ROLE_COLORS.get(res.role, "#607d8b")

@@ -12,7 +12,7 @@ import html
 import math
 import re
 import textwrap
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
@@ -88,7 +88,7 @@ def _nan_inf(n: "NodeResult") -> str:
 
 def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
     """One row of `COLUMNS` per ranked culprit."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for n in report.culprits[:top]:
         shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
         dtypes = ",".join(sorted({_SHORT_DTYPES.get(d, d) for d in n.dtypes}))
@@ -100,7 +100,8 @@ def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
     return rows
 
 
-def _drop_empty_columns(header: tuple[str, ...], rows: list[tuple[str, ...]]):
+def _drop_empty_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]
+                        ) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """Leave out the optional columns (local, impact, nan/inf, target ran) when no row has anything in them."""
     keep = [i for i, h in enumerate(header) if h not in _OPTIONAL or any(r[i] != "-" for r in rows)]
     return tuple(header[i] for i in keep), [tuple(r[i] for i in keep) for r in rows]
@@ -391,7 +392,7 @@ def render_html(report: "Report", *, top: int = 25) -> str:
               for note in report.notes]
     header, rows = _drop_empty_columns(COLUMNS, culprit_rows(report, top))
 
-    def table(head: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
+    def table(head: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
         cells = "".join(f"<th>{e(h)}</th>" for h in head)
         trs = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in body)
         return f"<table {small}><thead><tr>{cells}</tr></thead><tbody>{trs}</tbody></table>"

@@ -76,6 +76,7 @@ def _llm_input(spec: ParameterSpec, model: ov.Model, prompt_length: int, rng: np
         return None
     dims = [d.get_length() if d.is_static else (1 if i == 0 else prompt_length) for i, d in enumerate(spec.pshape)]
     shape = tuple(int(d) for d in dims)
+    value: np.ndarray
     if name == "input_ids":
         vocab = vocabulary_size(model, next(iter(spec.names & {"input_ids"}))) or 10
         value = rng.integers(0, vocab, size=shape)

@@ -233,6 +233,7 @@ def _inputs_from(meta: dict, model: ov.Model, seed: int) -> dict[str, np.ndarray
     for name, spec in meta["inputs"].items():
         shape = tuple(spec["shape"])
         dtype = types.get(name, np.float32)
+        value: np.ndarray
         if "vocab" in spec:
             value = rng.integers(0, spec["vocab"], shape)
         elif name == "attention_mask":

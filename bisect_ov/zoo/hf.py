@@ -71,6 +71,8 @@ MAX_POSITIONS = 512
 
 # {"inputs": {name: {"shape": [...], "vocab": V}}, "converter": how it was converted}; "vocab" for token ids.
 Meta = dict
+# The configs' call-arg ignores: transformers 5 makes each config class a dataclass of its fields at run time
+# (`__init_subclass__`), so mypy sees only `PreTrainedConfig.__init__`'s few keywords; 4.x declares them all.
 
 
 def _torch():
@@ -103,7 +105,7 @@ class _Plain:
 
     @staticmethod
     def make(model, key: str):
-        torch = _torch()
+        import torch  # by name, not `_torch()`: mypy resolves a base class only through a module name
 
         class Plain(torch.nn.Module):
             def __init__(self):
@@ -147,7 +149,8 @@ def _encoder(config_kwargs: dict, size: str, seed: int) -> tuple[ov.Model, Meta]
     import transformers
 
     _torch().manual_seed(seed)
-    config = transformers.BertConfig(max_position_embeddings=MAX_POSITIONS, **config_kwargs)
+    config = transformers.BertConfig(  # type: ignore[call-arg, unused-ignore]  # transformers 5 (note at Meta)
+        max_position_embeddings=MAX_POSITIONS, **config_kwargs)
     model = transformers.BertModel(config, add_pooling_layer=False).eval()
     return _convert_tokens(model, "last_hidden_state", config.vocab_size, size, trace=True)
 
@@ -167,7 +170,8 @@ def gpt2(size: str = "small", seed: int = 0) -> tuple[ov.Model, Meta]:
     import transformers
 
     _torch().manual_seed(seed)
-    config = transformers.GPT2Config(n_positions=MAX_POSITIONS, use_cache=False, **_size(_GPT2, size))
+    config = transformers.GPT2Config(  # type: ignore[call-arg, unused-ignore]  # transformers 5 (note at Meta)
+        n_positions=MAX_POSITIONS, use_cache=False, **_size(_GPT2, size))
     model = transformers.GPT2LMHeadModel(config).eval()
     return _convert_tokens(model, "logits", config.vocab_size, size, trace=False)
 
@@ -176,7 +180,8 @@ def llama_config(size: str = "small") -> Any:
     """The ``LlamaConfig`` of the zoo's Llama (shared with the optimum-intel export)."""
     import transformers
 
-    return transformers.LlamaConfig(max_position_embeddings=MAX_POSITIONS, **_size(_LLAMA, size))
+    return transformers.LlamaConfig(  # type: ignore[call-arg, unused-ignore]  # transformers 5 (note at Meta)
+        max_position_embeddings=MAX_POSITIONS, **_size(_LLAMA, size))
 
 
 def llama_model(size: str = "small", seed: int = 0) -> Any:
@@ -216,7 +221,8 @@ def whisper_encoder(size: str = "small", seed: int = 0) -> tuple[ov.Model, Meta]
 
     torch = _torch()
     torch.manual_seed(seed)
-    config = transformers.WhisperConfig(num_mel_bins=80, **_size(_WHISPER, size))
+    config = transformers.WhisperConfig(  # type: ignore[call-arg, unused-ignore]  # transformers 5 (note at Meta)
+        num_mel_bins=80, **_size(_WHISPER, size))
     model = WhisperEncoder(config).eval()
     shape = [1, 80, 2 * config.max_source_positions]
     with warnings.catch_warnings():

@@ -44,11 +44,12 @@ def _build(layers: int, peak: float | None, seed: int, path: pathlib.Path, **con
         setattr(config, key, value)
     model = transformers.LlamaForCausalLM(config).eval()
     table = model.model.embed_tokens.weight
-    for channel in MASSIVE_CHANNELS if peak is not None else ():
-        # Every token's value in this channel near +-peak: the residual stream keeps it through each layer.
-        with torch.no_grad():
-            sign = torch.sign(table[:, channel]).clamp(min=0) * 2 - 1
-            table[:, channel] = sign * peak * (0.8 + 0.2 * torch.rand(table.shape[0]))
+    if peak is not None:
+        for channel in MASSIVE_CHANNELS:
+            # Every token's value in this channel near +-peak: the residual stream keeps it through each layer.
+            with torch.no_grad():
+                sign = torch.sign(table[:, channel]).clamp(min=0) * 2 - 1
+                table[:, channel] = sign * peak * (0.8 + 0.2 * torch.rand(table.shape[0]))
     with tempfile.TemporaryDirectory(prefix="bisect_ov_massive_") as tmp:
         built = ov.Core().read_model(export_pretrained(model, pathlib.Path(tmp)))
         path.parent.mkdir(parents=True, exist_ok=True)
