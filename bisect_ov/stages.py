@@ -226,31 +226,31 @@ def plain_run(opened: Opened) -> Plain:
     lower = target.emulated or target.activation_precision not in ("f32", "")
     pairs = [r for r, _ in session.match.pairs]
 
+    compared: list[Tap] = []  # of the taps `ref_taps` names, those later stages compare (set by it)
+
     def ref_taps() -> list[Tap]:
         if options.strategy == "full":
             return session.chunks(pairs, _tap_bytes(options))[0] if pairs else []
         if not lower:
             return []
-        if options.strategy == "bisection":
-            wanted = pairs
-        else:
-            # The boundaries, and every tensor a group reads from outside what it computes (`owned_units`):
-            # the values the local-error runs feed in.
-            wanted, groups = fusion_taps(session)
-            graph = session.graph
-            for unit in owned_units(graph, [t.key for t in wanted], groups).values():
-                wanted = wanted + [Tap(i, p) for m in unit for i, p in graph.data_inputs(m)
-                                   if i not in unit and graph[i].kind != "parameter"]
         exact = session.exact_candidates()
-        wanted = list(dict.fromkeys([*wanted, *(Tap(k, 0) for k in exact),
-                                     *(Tap(i, p) for k in exact for i, p in session.graph.data_inputs(k))]))
+        exact_taps = [*(Tap(k, 0) for k in exact), *(Tap(i, p) for k in exact for i, p in session.graph.data_inputs(k))]
         if options.strategy == "bisection":
+            wanted = list(dict.fromkeys([*pairs, *exact_taps]))
             return wanted if len(session.chunks(wanted, _tap_bytes(options))) == 1 else []
-        return wanted
+        # The boundaries, and every tensor a group reads from outside what it computes (`owned_units`): the
+        # values the local-error runs feed in, which only the reference needs.
+        boundaries, groups = fusion_taps(session)
+        graph = session.graph
+        fed = [Tap(i, p) for unit in owned_units(graph, [t.key for t in boundaries], groups).values()
+               for m in unit for i, p in graph.data_inputs(m) if i not in unit and graph[i].kind != "parameter"]
+        compared[:] = dict.fromkeys([*boundaries, *exact_taps])
+        return list(dict.fromkeys([*boundaries, *fed, *exact_taps]))
 
     # With fusion taps beyond the budget, the plain run's reference is the streamed measurement itself.
     stream = _tap_bytes(options) if lower and options.strategy in ("auto", "fusion") else None
-    session.plain(ref_taps=ref_taps, repeat=options.noise and options.budget != "fast", stream_bytes=stream)
+    session.plain(ref_taps=ref_taps, repeat=options.noise and options.budget != "fast", stream_bytes=stream,
+                  streamed_taps=lambda: compared)
     precision = comparison_precision(session.ref_info, session.target_info,
                                      session.target_graph if opened.target_model is not None else None)
     tolerance = options.tolerance_model().with_precision(precision)

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from openvino import opset13 as ops
 
-from bisect_ov import bisect
+from bisect_ov import bisect, make_device
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import plan_segments
 from bisect_ov.model.taps import Tap, default_taps, tensor_sizes
 from bisect_ov.options import BisectOptions
 from bisect_ov.stages import open_comparison, plain_run
-from tests.conftest import FAULT_SHAPES, FaultyCPU, float_sites, shape_inputs, shape_model
+from tests.conftest import FAULT_SHAPES, FaultyCPU, float_sites, needs_bf16, shape_inputs, shape_model
 
 SHAPES = FAULT_SHAPES
 
@@ -132,3 +132,30 @@ def test_against_a_lower_precision_target_the_streamed_run_is_the_plain_run_of_t
     for a, b in zip(whole.outputs, streamed.outputs):
         assert b.error == pytest.approx(a.error, rel=1e-6, abs=1e-9)
     assert streamed.ref.precision == "f32" and sum(streamed.ref.precision_counts.values()) > 0
+
+
+@needs_bf16
+@pytest.mark.parametrize("shape", SHAPES)
+def test_against_bf16_the_streamed_run_measures_what_one_compile_measures(shape):
+    # The default strategy against the CPU's own bf16: each piece types what it only hands out for comparison
+    # in bf16, as one tapped compile does, and exposes only the tensors the target compares; then its kernels
+    # run in the precisions of the whole model's, and every measured error is the unstreamed run's. The one
+    # exception: a tensor the target stores in f32 (a residual sum) is handed to the next piece in f32, so the
+    # streamed run reports it unrounded, where one compile reports it rounded to bf16 like every tap.
+    model = shape_model(shape)
+    common = {"noise": False, "impact": 0, "local": False, "progress": False}
+    whole = bisect(model, "CPU:f32", "CPU:bf16", shape_inputs(shape), **common)
+    streamed = bisect(model, "CPU:f32", "CPU:bf16", shape_inputs(shape), max_tap_bytes=_budget(shape) // 2, **common)
+    assert streamed.costs["plain"]["target_compiles"] >= 3  # the untouched target, then one per segment
+    assert [n.name for n in streamed.nodes] == [n.name for n in whole.nodes]
+    stored = make_device("CPU:bf16").compile(model).runtime.by_original  # what the untouched target stores
+    exact = 0
+    for a, b in zip(whole.nodes, streamed.nodes):
+        if a.key in stored and "f32" in stored[a.key].output_precisions:
+            assert abs(b.error - a.error) <= 2**-8, a.name  # at most one bf16 rounding apart
+        else:
+            assert b.error == pytest.approx(a.error, rel=1e-6, abs=1e-9), a.name
+            exact += 1
+    assert exact >= len(whole.nodes) // 2
+    for a, b in zip(whole.outputs, streamed.outputs):
+        assert b.error == pytest.approx(a.error, rel=1e-6, abs=1e-9), a.name

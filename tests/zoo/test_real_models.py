@@ -278,6 +278,28 @@ def test_a_streamed_run_names_a_fault_the_bf16_target_makes(name):
     assert first is not None and first.name == site, f"{site} -> {first.name if first else None}"
 
 
+@pytest.mark.skipif(not BF16, reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
+@pytest.mark.parametrize("name", ["efficientnet", "mobilenetv3", "convnext", "resnet50", "whisper_encoder"])
+def test_a_streamed_default_job_is_as_faithful_as_one_compile(name):
+    """The default job against the CPU's bf16, whole and with an eighth of the tensors' bytes as budget: the
+    streamed target exposes what one tapped compile exposes (not the values only the reference's local-error
+    runs need), so its final outputs, and the fidelity ratio, are those of the unstreamed run."""
+    inputs = zoo_inputs(name)
+    model = zoo_model(name).clone()
+    model.reshape({key: list(value.shape) for key, value in inputs.items()})
+    graph = ModelGraph(model)
+    sizes = tensor_sizes(graph, list(inputs.values()))
+    budget = max(1, sum(sizes.get(t, 0) for t in default_taps(graph)) // 8)
+    common = {"noise": False, "impact": 0, "progress": False}
+    whole = bisect(model, "CPU:f32", "CPU", inputs, **common)
+    streamed = bisect(model, "CPU:f32", "CPU", inputs, max_tap_bytes=budget, **common)
+    assert streamed.costs["plain"]["ref_compiles"] >= 2, "not streamed"
+    assert whole.fidelity is not None and streamed.fidelity is not None
+    assert streamed.fidelity.ratio == pytest.approx(whole.fidelity.ratio, rel=0.01)
+    for a, b in zip(whole.outputs, streamed.outputs):
+        assert b.error == pytest.approx(a.error, rel=1e-3), a.name
+
+
 # ----- what the zoo builds ---------------------------------------------------------------------------------
 
 
