@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from examples import case1_softmax, case2_face_delegate, case3_int8_cpus, case4_int_conv
 from bisect_ov.run.devices import cpu_supports_bf16
+from examples import case1_softmax, case2_face_delegate, case3_int8_cpus, case4_int_conv
 from tests.conftest import needs_bf16
 from tests.zoo.conftest import needs_zoo
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from openvino import opset13 as ops
 
 from bisect_ov import bisect, make_device
 from bisect_ov.model.graph import ModelGraph

@@ -14,7 +14,12 @@ import pytest
 from bisect_ov import bisect, inject_fault
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.report.export import (
-    DATAFRAME_COLUMNS, ME_COLORS, ME_NONFINITE_VALUE, ME_ZERO_VALUE, to_dataframe, to_model_explorer,
+    DATAFRAME_COLUMNS,
+    ME_COLORS,
+    ME_NONFINITE_VALUE,
+    ME_ZERO_VALUE,
+    to_dataframe,
+    to_model_explorer,
 )
 from bisect_ov.zoo import synthetic
 

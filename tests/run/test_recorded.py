@@ -15,18 +15,23 @@ import pytest
 
 import bisect_ov
 from bisect_ov import bisect, inject_fault
+from bisect_ov.capture import format as recorded
+from bisect_ov.capture.device import RecordedDevice, SampledDevice, plan_recorded, sampled_like
+from bisect_ov.capture.format import (
+    CPU_FLAGS,
+    SCHEMA_VERSION,
+    inputs_hash,
+    sample_array,
+    sample_positions,
+    tensor_summary,
+)
+from bisect_ov.capture.read import load_capture, merge_captures
+from bisect_ov.capture.write import capture
 from bisect_ov.errors import CaptureError, InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap, default_taps, tap_model
-from bisect_ov.capture import format as recorded
-from bisect_ov.capture.read import load_capture, merge_captures
 from bisect_ov.run.devices import Device, make_device
 from bisect_ov.run.inputs import prepare_inputs
-from bisect_ov.capture.device import RecordedDevice, SampledDevice, plan_recorded, sampled_like
-from bisect_ov.capture.format import (
-    CPU_FLAGS, SCHEMA_VERSION, inputs_hash, sample_array, sample_positions, tensor_summary,
-)
-from bisect_ov.capture.write import capture
 from bisect_ov.zoo import synthetic
 from tests.conftest import tiny_chain
 

@@ -1,8 +1,9 @@
 from bisect_ov import bisect, inject_fault
-from bisect_ov.cli import main
 from bisect_ov.capture.device import RecordedDevice
 from bisect_ov.capture.write import capture
+from bisect_ov.cli import main
 from bisect_ov.zoo import synthetic
+
 
 def test_stats_defaults(tmp_path):
     model = synthetic.conv_bn_net()
