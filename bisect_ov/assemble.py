@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import openvino as ov
 
 from bisect_ov.analysis.diagnosis import diagnose, observations
+from bisect_ov.analysis.spread import Distribution
 from bisect_ov.mixed import Findings, patch_model
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
@@ -195,6 +196,13 @@ def node_results(session: Session, measurement: Measurement, scored: Scored, pre
             amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None,
             outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
             inputs=tuple(k for k, _ in graph.data_inputs(key)), causes=tuple(causes), runtime=runtime,
-            group=tuple(m for m in groups.get(key, ()) if m != key), over_samples=measurement.spread.get(key, {}),
+            group=tuple(m for m in groups.get(key, ()) if m != key), over_samples=_over_samples(measurement.spread.get(key), s.tolerance),
         ))
     return tuple(results)
+
+
+def _over_samples(spread: Distribution | None, tolerance: float) -> dict[str, float]:
+    """A node's error over the samples (`Distribution.summary`) and on how many it is over its tolerance."""
+    if spread is None or not spread.count:
+        return {}
+    return {**spread.summary(), "over_tolerance": spread.count_above(tolerance)}

@@ -514,8 +514,9 @@ def run_samples(session: Session, run: SampleRun, error_of: Callable[[TensorStat
 
 
 def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
-                error_of: Callable[[TensorStats], float], *, seed: int = 0) -> dict[str, dict[str, float]]:
-    """Error of each tapped node over all samples: mean, median, 90th percentile, max, the worst sample, count."""
+                error_of: Callable[[TensorStats], float], *, seed: int = 0) -> dict[str, Distribution]:
+    """Error of each tapped node over all samples, merged over the units (`Distribution.summary` gives mean,
+    median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit)."""
     taps = [t for t in taps if t in session.target_of]
     if not taps or len(run.samples) < 2:
         return {}
@@ -542,7 +543,7 @@ def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
     for result in results:  # in unit order; the merge is exact, so any order gives these figures
         for key, dist in result.spread.items():
             merged[key] = merged[key].merge(dist) if key in merged else dist
-    return {key: dist.summary() for key, dist in merged.items()}
+    return merged
 
 
 def _count_runs(session: Session, samples: int) -> None:

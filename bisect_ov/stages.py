@@ -26,6 +26,7 @@ from bisect_ov.analysis.diagnosis import diagnose
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.names import pattern
 from bisect_ov.analysis.scoring import Scores, score_graph
+from bisect_ov.analysis.spread import Distribution
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
 from bisect_ov.capture.device import plan_recorded
 from bisect_ov.distributed import SampleRun, node_spread, prepare_pair, run_samples
@@ -100,7 +101,7 @@ class Measurement:
     groups: dict[str, tuple[str, ...]]
     strategy: str
     fell_back: bool = False
-    spread: dict[str, dict[str, float]] = field(default_factory=dict)
+    spread: dict[str, Distribution] = field(default_factory=dict)  # each node's error over the samples
     # Local errors measured while capturing (to decide which fusion groups to refine), by unit key: the
     # unit's members and its outputs' statistics; `experiments` reuses those whose unit did not change.
     local: dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]] = field(default_factory=dict)

@@ -118,3 +118,29 @@ def test_the_cost_per_stage_counts_every_samples_run():
     for side in ("ref", "target"):
         runs = sum(c[f"{side}_infers"] for c in many.costs.values())
         assert runs == sum(c[f"{side}_infers"] for c in one.costs.values()) + 2 * 7, many.costs
+
+
+def test_the_report_says_on_how_many_samples_a_node_is_over_its_tolerance():
+    # Zeroing a ReLU's output is an error only on the samples where it had positive values: the report must
+    # count those, in the first divergence's sentence, the culprit table and the DataFrame.
+    import openvino as ov
+
+    from bisect_ov import inject_fault
+
+    x = ops.parameter([1, 8], np.float32, name="x")
+    relu = ops.relu(x, name="relu")
+    w = ops.constant(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), name="w")
+    model = ov.Model([ops.matmul(relu, w, False, False, name="head").output(0)], [x], "relu_head")
+    rng = np.random.default_rng(1)
+    positive = [i % 3 != 0 for i in range(12)]  # 8 of 12 samples reach the ReLU with positive values
+    samples = [{"x": (np.abs(rng.standard_normal((1, 8))) * (1 if p else -1)).astype(np.float32)} for p in positive]
+    report = bisect(model, "CPU:f32", "CPU:f32", samples, target_model=inject_fault(model, "relu", "zero"),
+                    local=False, impact=0, noise=False, progress=False)
+    assert report.first_divergence is not None and report.first_divergence.name == "relu"
+    spread = report.node("relu").over_samples
+    assert spread["count"] == 12 and spread["over_tolerance"] == sum(positive) == 8
+    text = " ".join(report.to_text().split())
+    assert "Over the 12 samples it is over its tolerance on 8" in text
+    assert "8/12" in text
+    df = report.to_dataframe().set_index("name")
+    assert df.loc["relu", "samples_over_tol"] == 8

@@ -133,6 +133,19 @@ class Distribution:
                 return value
         return _HUGE
 
+    def count_above(self, limit: float) -> int:
+        """How many samples' errors exceed `limit` (a NaN or an inf is above any finite limit): exact while
+        `exact`, else by the sketch's bins (a value within `ALPHA` of the limit may fall on either side).
+
+        >>> Distribution().extend([(0.1, 0), (0.5, 1), (float("nan"), 2)]).count_above(0.2)
+        2
+        """
+        nonfinite = self._nonfinite if math.isfinite(limit) else 0
+        if self._values is not None:
+            return sum(1 for v in self._values if v > limit) + nonfinite
+        finite = self._ordered()[: -1 if self._nonfinite else None]
+        return sum(n for value, n in finite if value > limit) + nonfinite
+
     def summary(self) -> dict[str, float]:
         """mean, p50, p90, max and the worst sample's index, as the report shows them."""
         if self.count == 0:

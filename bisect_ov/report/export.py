@@ -39,7 +39,7 @@ _KINDS: dict[str, str] = {
     "name": "string", "op_type": "string", "index": "int", "role": "string", "rank": "Int", "first": "bool",
     "diverged": "bool", "error": "float", "input_error": "float", "tolerance": "float", "over_tolerance": "float",
     "growth": "float", "local_error": "float", "amplification": "float", "impact": "float",
-    **{f"samples_{k}": "float" for k in SAMPLE_STATS},
+    **{f"samples_{k}": "float" for k in SAMPLE_STATS}, "samples_over_tol": "Int",
     "ref_nan": "int", "ref_inf": "int", "target_nan": "int", "target_inf": "int",
     "causes": "list", "shape": "list", "dtype": "list", "n_outputs": "int", "tensor_names": "list",
     "inputs": "list", "group": "list",
@@ -67,6 +67,7 @@ def to_dataframe(report: "Report") -> "pd.DataFrame":
       ``growth``, ``local_error`` (the node alone on the target, fed the reference's inputs),
       ``amplification``, ``impact`` (final-output error with only this node on the target),
       ``samples_mean``/``samples_p50``/``samples_p90``/``samples_max`` (error over many samples) as float64,
+      and ``samples_over_tol`` (on how many samples the node is over its tolerance) as nullable ``Int64``,
       ``NaN`` where the experiment did not run (``inf`` and ``nan`` errors stay as they are); ``index``
       (topological), ``n_outputs`` and the NaN/Inf counts summed over the outputs (``ref_nan``, ``ref_inf``,
       ``target_nan``, ``target_inf``) as int64; ``rank`` (culprit rank) as nullable ``Int64``, missing for
@@ -114,6 +115,7 @@ def _row(n: "NodeResult") -> dict[str, Any]:
         "tolerance": n.tolerance, "over_tolerance": ratio, "growth": n.growth, "local_error": n.local_error,
         "amplification": n.amplification, "impact": n.impact,
         **{f"samples_{k}": (n.over_samples or {}).get(k) for k in SAMPLE_STATS},
+        "samples_over_tol": (n.over_samples or {}).get("over_tolerance"),
         **counts,
         "causes": list(n.causes), "shape": [tuple(s.shape) if s.shape is not None else None for s in n.outputs],
         "dtype": [s.dtype for s in n.outputs], "n_outputs": len(n.outputs), "tensor_names": list(n.tensor_names),

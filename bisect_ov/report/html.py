@@ -21,7 +21,7 @@ import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
 from bisect_ov.fileio import write_text_atomic
-from bisect_ov.report.text import COLUMNS, culprit_rows, experiment_lines, fmt, fmt_growth, verdict_lines
+from bisect_ov.report.text import COLUMNS, OPTIONAL_COLUMNS, culprit_rows, experiment_lines, fmt, fmt_growth, verdict_lines
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["render_page", "save_html"]
 
 _VISIBLE_ROWS = 10
-_OPTIONAL_COLUMNS = ("local", "impact", "nan/inf", "target ran")  # left out when no culprit has a value
 
 
 def e(value: Any) -> str:
@@ -309,7 +308,7 @@ def _culprits(report: "Report", top: int) -> str:
     rows = culprit_rows(report, len(culprits))
     if not rows:
         return '<h2>Culprits</h2><p class="note">None: every compared node is within its tolerance.</p>'
-    keep = [i for i, h in enumerate(COLUMNS) if h not in _OPTIONAL_COLUMNS or any(r[i] != "-" for r in rows)]
+    keep = [i for i, h in enumerate(COLUMNS) if h not in OPTIONAL_COLUMNS or any(r[i] != "-" for r in rows)]
     header = [COLUMNS[i] for i in keep]
     left = {"node", "op", "role", "shape", "target ran"}
     head = "".join(f'<th class="{"l" if h in left else ""}">{e(h)}</th>' for h in header)

@@ -18,11 +18,12 @@ if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
 
 __all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "output_lines", "unmatched_lines",
-           "footer_lines", "printable", "COLUMNS"]
+           "footer_lines", "printable", "COLUMNS", "OPTIONAL_COLUMNS"]
 
-COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "role", "shape", "nan/inf",
-           "target ran")
-_OPTIONAL = ("local", "impact", "nan/inf", "target ran")
+COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "over tol", "role",
+           "shape", "nan/inf", "target ran")
+# Left out when no culprit has a value; "over tol": on how many of the samples the node is over its tolerance.
+OPTIONAL_COLUMNS = ("local", "impact", "over tol", "nan/inf", "target ran")
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
                  "uint8": "u8", "bool": "bool"}
 
@@ -95,15 +96,23 @@ def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
         rows.append((
             str(n.rank), n.label, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
             fmt_growth(n.growth), fmt(getattr(n, "local_error", None)), fmt(getattr(n, "impact", None)),
-            n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime_str(n),
+            _over_samples(n), n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime_str(n),
         ))
     return rows
 
 
+def _over_samples(n: "NodeResult") -> str:
+    """'k/N': over its tolerance on k of the N samples ('-' without samples)."""
+    spread = getattr(n, "over_samples", None) or {}
+    if "over_tolerance" not in spread or not spread.get("count"):
+        return "-"
+    return f"{int(spread['over_tolerance'])}/{int(spread['count'])}"
+
+
 def _drop_empty_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]
                         ) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
-    """Leave out the optional columns (local, impact, nan/inf, target ran) when no row has anything in them."""
-    keep = [i for i, h in enumerate(header) if h not in _OPTIONAL or any(r[i] != "-" for r in rows)]
+    """Leave out the `OPTIONAL_COLUMNS` when no row has anything in them."""
+    keep = [i for i, h in enumerate(header) if h not in OPTIONAL_COLUMNS or any(r[i] != "-" for r in rows)]
     return tuple(header[i] for i in keep), [tuple(r[i] for i in keep) for r in rows]
 
 
@@ -137,6 +146,13 @@ def verdict_lines(report: "Report") -> list[str]:
                 f"  '{n.label}': {report.metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, "
                 f"its inputs carry {fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}."
             )
+            spread = getattr(n, "over_samples", None) or {}
+            if spread.get("count") and "over_tolerance" in spread:
+                lines.append(
+                    f"    Over the {int(spread['count'])} samples it is over its tolerance on "
+                    f"{int(spread['over_tolerance'])}: {report.metric} p50 {fmt(spread['p50'])}, p90 "
+                    f"{fmt(spread['p90'])}, max {fmt(spread['max'])} (sample #{int(spread['worst_sample'])})."
+                )
     else:
         lines.append(
             "Verdict: DIVERGES, but no single node creates the error: it accumulates through depth "

@@ -54,3 +54,22 @@ def test_zeros_negatives_and_non_finite_errors():
     assert Distribution().summary() == {}
     ties = Distribution().extend([(0.5, 4), (0.5, 2)])
     assert ties.merge(Distribution().extend([(0.5, 9)])).summary()["worst_sample"] == 2
+
+
+@pytest.mark.parametrize("n", [50, EXACT + 1, 3000])
+def test_samples_over_a_limit_are_counted_exactly_while_small_and_by_the_bins_beyond(n):
+    rng = np.random.default_rng(n)
+    values = list(np.exp(rng.normal(-6, 2, n)))
+    values[3] = math.nan
+    values[5] = math.inf
+    limit = float(np.quantile(values[6:], 0.7))
+    truth = sum(1 for v in values if not v <= limit)  # NaN and inf count as above
+    parts = [Distribution().extend((v, i) for i, v in enumerate(values) if i % 3 == k) for k in range(3)]
+    merged = parts[0].merge(parts[1]).merge(parts[2])
+    got = merged.count_above(limit)
+    if merged.exact:
+        assert got == truth
+    else:  # values within ALPHA of the limit may fall on either side
+        near = sum(1 for v in values if math.isfinite(v) and abs(v - limit) <= 2 * ALPHA * limit)
+        assert abs(got - truth) <= near
+    assert merged.count_above(-1.0) == n and merged.count_above(math.inf) == 0
