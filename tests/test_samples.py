@@ -144,3 +144,4 @@ def test_the_report_says_on_how_many_samples_a_node_is_over_its_tolerance():
     assert "8/12" in text
     df = report.to_dataframe().set_index("name")
     assert df.loc["relu", "samples_over_tol"] == 8
+    assert "8 of 12 samples" in report._repr_html_()  # the first divergence's card

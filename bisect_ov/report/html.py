@@ -223,6 +223,12 @@ def _card(n: "NodeResult") -> str:
         ("its inputs carry", e(fmt(n.input_error)), ""),
         ("growth", e(fmt_growth(n.growth)), "bad" if n.growth >= 2 else ""),
     ]
+    spread = getattr(n, "over_samples", None) or {}
+    if spread.get("count") and "over_tolerance" in spread:
+        over_on = int(spread["over_tolerance"])
+        metrics.append(("over tolerance on", f"{over_on} of {int(spread['count'])} samples <small>p90 "
+                        f"{e(fmt(spread['p90']))}, max {e(fmt(spread['max']))} (#{int(spread['worst_sample'])})"
+                        "</small>", "bad" if over_on else ""))
     dl = "".join(f'<div><dt>{e(k)}</dt><dd class="{cls}">{v}</dd></div>' for k, v, cls in metrics)
     causes = ""
     if n.causes:
