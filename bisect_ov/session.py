@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import Any, Callable, Collection, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -29,7 +29,7 @@ from bisect_ov.model.match import Match
 from bisect_ov.model.partition import extract, last_uses, plan_segments
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, plan_chunks, tap_model, tensor_sizes
-from bisect_ov.run.devices import Device, DeviceInfo
+from bisect_ov.run.devices import Device, DeviceInfo, bf16_to_f32, kept_outputs
 
 __all__ = ["Session", "Clock", "PIECE_CACHE"]
 
@@ -409,12 +409,14 @@ class Session:
         self._compiled_one(side)
         return compiled
 
-    def _run_compiled_piece(self, side: str, piece, compiled, values: dict[Tap, np.ndarray]) -> list[np.ndarray]:
+    def _run_compiled_piece(self, side: str, piece, compiled, values: Mapping[Tap, np.ndarray], *,
+                            share: bool = False) -> list[np.ndarray]:
+        """Run a compiled piece fed with `values`; `share`: outputs as views valid until the next run."""
         arrays = self._target_arrays if side == "target" else self._ref_arrays
         feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
         self.ran(side)
         with self.clock("infer"):
-            return compiled.infer(feed, share_outputs=False)
+            return compiled.infer(feed, share_outputs=share)
 
     def _stored_low(self, tap: Tap) -> bool:
         """Whether the untouched target stored this tensor (a target-graph tap) in its activation precision.
@@ -463,6 +465,11 @@ class Session:
         final = frozenset(final_taps)
         last_use = last_uses(graph, order)
         values: dict[str, dict[Tap, np.ndarray]] = {"ref": {}, "target": {}}
+        bits: dict[str, set[Tap]] = {"ref": set(), "target": set()}  # values held as bf16 bits: half the bytes
+
+        def read(side: str, t: Tap) -> np.ndarray:
+            return bf16_to_f32(values[side][t]) if t in bits[side] else values[side][t]
+
         for p in graph.parameters():
             values["ref"][Tap(p.key, 0)] = self._ref_arrays[graph.parameter_position[p.key]]
             values["target"][Tap(p.key, 0)] = self._target_arrays[graph.parameter_position[p.key]]
@@ -485,33 +492,37 @@ class Session:
                         if side == "ref":
                             counts.update(compiled.info.precision_counts)
                             self.ref_info = self.ref_info or compiled.info
-                        got = self._run_compiled_piece(side, piece, compiled, values[side])
+                        fed = {t: read(side, t) for t in piece.fed}
+                        got, low = kept_outputs(self._run_compiled_piece(side, piece, compiled, fed, share=True))
                         values[side].update(zip(outputs, got))
+                        bits[side].update(outputs[i] for i in low)
+                        del fed
                     compiled = None
                 with self.clock("compare"):
                     here = [t for t in outputs if t in tapped]
                     ref_list = list(values["ref"].values())
                     ref_of = {t: j for j, t in enumerate(values["ref"])}
-                    target_list = list(values["target"].values())
-                    target_of = {t: j for j, t in enumerate(values["target"])}
                     found = {}
+                    target_value = None
                     for tap in here:
-                        found[tap] = compare(values["ref"][tap], values["target"][tap])
-                        self._check_exact(tap, ref_list, target_list, ref_of[tap], target_of[tap], ref_of)
+                        target_value = read("target", tap)  # widened one tensor at a time
+                        found[tap] = compare(values["ref"][tap], target_value)
+                        self._check_exact(tap, ref_list, [target_value], ref_of[tap], 0, ref_of)
                     stats.update(found)
                     bar.update(len(here))
                 if on_segment is not None:
                     on_segment(dict(values["ref"]), found)
                 # Nothing of this segment outlives it but the values later segments read: the next compile and
                 # inference must not run beside its outputs (they were a Whisper encoder's peak).
-                del got, ref_list, target_list, found
+                del got, ref_list, target_value, found
                 # What no later segment reads is dropped: memory holds one segment and what crosses its cut.
                 for side in ("ref", "target"):
                     for t in [t for t in values[side] if last_use.get(t, len(order)) <= end and t not in final
                               and graph[t.key].kind != "parameter"]:
                         del values[side][t]
-        ref_final = [values["ref"][t] for t in final_taps]
-        target_final = [values["target"][t] for t in final_taps]
+                        bits[side].discard(t)
+        ref_final = [read("ref", t) for t in final_taps]
+        target_final = [read("target", t) for t in final_taps]
         self._streamed_ref_final = ref_final
         if first_info and self.ref_info is not None:  # what the reference ran with, over all its segments
             self.ref_info = replace(self.ref_info, precision_counts=dict(counts))

@@ -183,6 +183,15 @@ class _Widened(abc.Sequence):
         return bf16_to_f32(array) if index in self._bf16 else array
 
 
+def kept_outputs(outputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], frozenset[int]]:
+    """Copies of `outputs` (as `Compiled.infer(..., share_outputs=True)` returns them) that outlive the next run
+    and the compile: bf16 outputs stay bf16 bits (float16-labelled, half the bytes of float32; read them with
+    `bf16_to_f32`). Returns the copies and the positions of those bf16 ones."""
+    if isinstance(outputs, _Widened):
+        return [np.array(a) for a in outputs._arrays], frozenset(outputs._bf16)
+    return [np.array(a) for a in outputs], frozenset()
+
+
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 

@@ -125,3 +125,27 @@ def test_bf16_taps_read_as_float32_when_read_and_match_the_copies():
         assert view.dtype == np.float32 and np.array_equal(view, copy)
     assert [np.array_equal(a, b) for a, b in zip(views[1:3], copies[1:3])] == [True, True]
     assert np.array_equal(views[-1], copies[-1])
+
+
+@needs_bf16
+def test_kept_outputs_hold_bf16_taps_as_bits_at_half_the_bytes():
+    from bisect_ov.model.graph import ModelGraph
+    from bisect_ov.model.taps import default_taps, tap_model
+    from bisect_ov.run.devices import bf16_to_f32, kept_outputs
+
+    model = tiny_chain(depth=3)
+    tapped = tap_model(ModelGraph(model), default_taps(ModelGraph(model)))
+    compiled = make_device("CPU:bf16").compile(tapped.model, taps=tapped.added_outputs)
+    x = [np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)]
+    copies = [np.array(a) for a in compiled.infer(x, share_outputs=False)]
+    kept, bf16 = kept_outputs(compiled.infer(x))
+    compiled.infer([np.zeros((1, 8), np.float32)])  # the next run overwrites the views, not the kept copies
+    assert bf16 and bf16 == {i for i, a in enumerate(kept) if a.dtype == np.float16}
+    for i, (held, copy) in enumerate(zip(kept, copies)):
+        if i in bf16:
+            assert held.nbytes * 2 == copy.nbytes and np.array_equal(bf16_to_f32(held), copy)
+        else:
+            assert np.array_equal(held, copy)
+    f32 = make_device("CPU:f32").compile(model)
+    plain, none = kept_outputs(f32.infer(x))
+    assert none == frozenset() and plain[0].dtype == np.float32
