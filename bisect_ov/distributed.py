@@ -52,11 +52,12 @@ from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.samples import RunLog, Samples, SampleSummary, sample_result
 from bisect_ov.session import Session, run_both
 
-__all__ = ["SampleRun", "open_executor", "run_samples", "node_spread", "ModelPayload", "Plan", "Unit", "UnitResult",
-           "run_unit", "prepare_pair"]
+__all__ = ["SampleRun", "open_executor", "RayExecutor", "run_samples", "node_spread", "ModelPayload", "Plan", "Unit",
+           "UnitResult", "run_unit", "prepare_pair"]
 
 log = logging.getLogger(__name__)
-EXECUTOR_FORMS = "None (in this process), 'processes:N', 'threads:N', 'dask://HOST:PORT' (or 'tcp://HOST:PORT')"
+EXECUTOR_FORMS = ("None (in this process), 'processes:N', 'threads:N', 'dask://HOST:PORT' (or 'tcp://HOST:PORT'), "
+                  "'ray' (a local Ray instance) or 'ray://HOST:PORT'")
 
 
 # ----- executors -------------------------------------------------------------------------------------------
@@ -72,6 +73,47 @@ class _Inline(Executor):
         return future
 
 
+class RayExecutor(Executor):
+    """Ray as a `concurrent.futures.Executor`: each `submit` is one Ray task, its result a standard future.
+
+    Uses the Ray instance this process is connected to, else connects with ``ray.init(address, **init)``
+    (``address=None``: a local instance; ``'ray://HOST:PORT'``: a cluster's client server) and disconnects
+    on `shutdown`. `share` puts an object in Ray's object store once, so the model's IR travels to each node
+    once per pass rather than with every unit. Ray schedules each task on a worker process it keeps, so a
+    worker compiles each plan once (`run_unit`).
+
+    >>> executor = RayExecutor()                                   # doctest: +SKIP
+    >>> bisect("model.xml", "CPU", "CPU:bf16", samples, executor=executor)  # doctest: +SKIP
+    """
+
+    def __init__(self, address: str | None = None, **init: Any):
+        import ray
+
+        self._ray = ray
+        self._connected_here = not ray.is_initialized()
+        if self._connected_here:
+            ray.init(address=address, **init)
+        self._tasks: dict[Any, Any] = {}  # fn -> its Ray remote function, made once
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        task = self._tasks.get(fn)
+        if task is None:
+            task = self._tasks[fn] = self._ray.remote(fn)
+        return task.remote(*args, **kwargs).future()
+
+    def share(self, obj: Any) -> Any:
+        """`obj` in the object store: tasks given the reference receive the object."""
+        return self._ray.put(obj)
+
+    @property
+    def _max_workers(self) -> int:  # read by `_width`: the cluster's CPUs, one task each
+        return max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if self._connected_here and self._ray.is_initialized():
+            self._ray.shutdown()
+
+
 def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
     """(executor, label for the report, close) from an `executor` option value.
 
@@ -80,7 +122,9 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
     spec
         None (in this process); a `concurrent.futures.Executor` (anything with ``submit``), used as given and
         left open; ``'processes:N'`` or ``'threads:N'`` (a local pool, closed afterwards);
-        ``'dask://HOST:PORT'`` or ``'tcp://HOST:PORT'`` (a Dask scheduler: needs ``bisect_ov[cluster]``).
+        ``'dask://HOST:PORT'`` or ``'tcp://HOST:PORT'`` (a Dask scheduler: needs ``bisect_ov[cluster]``);
+        ``'ray'`` (the Ray instance this process is connected to, or a local one) or ``'ray://HOST:PORT'``
+        (a Ray cluster's client server; both need ``bisect_ov[ray]``), through `RayExecutor`.
     """
     if spec is None or spec == "in-process":
         return None, "in-process", lambda: None
@@ -110,6 +154,19 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
             raise InputError(f"Cannot reach the Dask scheduler at {address}: {first_line(err)}. Start one with "
                              "'dask scheduler' and workers with 'dask worker ADDRESS'.") from err
         return client.get_executor(), f"dask {address}", client.close
+    if kind == "ray":
+        ray_address = spec if rest else None
+        try:
+            import ray  # noqa: F401 -- only to say what is missing
+        except ImportError as err:
+            raise InputError(f"executor '{spec}' needs Ray: pip install 'bisect_ov[ray]'.") from err
+        try:
+            ray_pool = RayExecutor(ray_address, **({} if ray_address else {"include_dashboard": False,
+                                                                             "log_to_driver": False}))
+        except Exception as err:
+            raise InputError(f"Cannot start or reach Ray at {ray_address or 'a local instance'}: "
+                             f"{first_line(err)}.") from err
+        return ray_pool, f"ray {ray_address or 'local'}", ray_pool.shutdown
     raise InputError(f"Unknown executor '{spec}'. Use {EXECUTOR_FORMS}, or pass an Executor object.")
 
 
@@ -330,7 +387,10 @@ class SampleRun:
 
     def share(self, plan: Plan) -> Any:
         """What the units refer to for `plan`: on Dask, the plan sent once to every worker (a future the
-        workers resolve), rather than the model's IR with every unit; elsewhere the plan itself."""
+        workers resolve), on Ray put once in its object store, rather than the model's IR with every unit;
+        elsewhere the plan itself."""
+        if isinstance(self.executor, RayExecutor):
+            return self.executor.share(plan)
         client = getattr(self.executor, "_client", None)  # Dask's executor wraps a Client
         if client is None or not callable(getattr(client, "scatter", None)):
             return plan

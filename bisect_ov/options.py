@@ -102,8 +102,10 @@ class BisectOptions:
     progress: bool | None = _opt(None, "progress bars; None: when stderr is a terminal", cli=None)
     executor: Any = _opt(
         None, "where many samples run: None (this process), a concurrent.futures.Executor (Dask's "
-        "Client.get_executor(), Ray's, a process pool), 'processes:N', 'threads:N' or 'dask://HOST:PORT'", kind=str,
-        metavar="WHERE", cli_help="where many samples run: processes:N, threads:N or dask://HOST:PORT (default: here)")
+        "Client.get_executor(), bisect_ov.distributed.RayExecutor, a process pool), 'processes:N', 'threads:N', "
+        "'dask://HOST:PORT', 'ray' or 'ray://HOST:PORT'", kind=str, metavar="WHERE",
+        cli_help="where many samples run: processes:N, threads:N, dask://HOST:PORT, ray or ray://HOST:PORT "
+        "(default: here)")
     samples_per_unit: int = _opt(16, "samples per work unit when many samples run", kind=int, metavar="N")
     unit_retries: int = _opt(2, "times a failed unit of samples runs again before it is reported", cli=None)
     prompt_length: int = _opt(16, "tokens of the generated prompt for LLM inputs with a dynamic sequence length",
@@ -143,8 +145,8 @@ class BisectOptions:
                 raise InputError(f"{name} must be True or False; got {getattr(self, name)!r}.")
         if self.executor is not None and not isinstance(self.executor, str) and not callable(
                 getattr(self.executor, "submit", None)):
-            raise InputError("executor must be None, a concurrent.futures.Executor, 'processes:N', 'threads:N' or "
-                             f"'dask://HOST:PORT'; got {self.executor!r}.")
+            raise InputError("executor must be None, a concurrent.futures.Executor, 'processes:N', 'threads:N', "
+                             f"'dask://HOST:PORT', 'ray' or 'ray://HOST:PORT'; got {self.executor!r}.")
         if not _integer(self.samples_per_unit) or self.samples_per_unit < 1:
             raise InputError(f"samples_per_unit must be an integer >= 1; got {self.samples_per_unit!r}.")
         if not _integer(self.unit_retries) or self.unit_retries < 0:

@@ -146,6 +146,45 @@ def _ir(tmp_path: pathlib.Path) -> pathlib.Path:
     return path
 
 
+# ----- Ray: a local instance with two CPUs (its worker processes are kept between tasks) -----------------------
+@pytest.fixture(scope="module")
+def ray_executor():
+    pytest.importorskip("ray")
+    from bisect_ov.distributed import RayExecutor
+
+    executor = RayExecutor(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield executor
+    executor.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_gives_the_in_process_figures(ray_executor):
+    here = _run(Samples(_data()))
+    there = _run(Samples(_data()), ray_executor)
+    assert there.samples.count == here.samples.count == N and not there.samples.partial
+    assert there.samples.executor == "RayExecutor" and there.samples.workers >= 1
+    assert _figures(there) == _figures(here)
+    assert there.first_divergence.name == here.first_divergence.name
+
+
+@pytest.mark.slow
+def test_the_executor_flag_uses_ray(ray_executor, tmp_path):
+    # 'ray' joins the instance this process is connected to (the fixture's) and leaves it running.
+    from bisect_ov.cli import main
+
+    folder = _folder(tmp_path, 12)
+    out = tmp_path / "r.json"
+    code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "CPU", "--inputs", str(folder), "--executor", "ray",
+                 "--samples-per-unit", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet", "--json", str(out)])
+    assert code in (0, 1)
+    samples = Report.load(out).samples
+    assert samples.count == 12 and samples.executor == "ray local" and len(samples.unit_seconds) == 3
+    assert _figures(Report.load(out)) == _figures(_run(str(folder), target="CPU"))
+    import ray
+
+    assert ray.is_initialized()
+
+
 # ----- a local process pool ------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_process_pool_by_name_gives_the_in_process_figures(tmp_path):
