@@ -23,6 +23,9 @@ from bisect_ov.zoo import synthetic
 from tests.conftest import tiny_chain
 
 N = 56
+# The Dask cluster and the Ray instance each start worker processes: their tests share one xdist worker
+# (`--dist loadgroup` in pyproject.toml), so the two never compete for this machine's cores at once.
+CLUSTERS = pytest.mark.xdist_group("clusters")
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,6 +91,7 @@ def cluster():
 
 
 @pytest.mark.slow
+@CLUSTERS
 def test_a_dask_cluster_gives_the_in_process_figures(cluster):
     here = _run(Samples(_data()))
     there = _run(Samples(_data()), cluster.get_executor())
@@ -101,6 +105,7 @@ def test_a_dask_cluster_gives_the_in_process_figures(cluster):
 
 
 @pytest.mark.slow
+@CLUSTERS
 def test_a_worker_killed_mid_run_loses_no_sample(cluster, tmp_path):
     folder = _folder(tmp_path)
     marker = tmp_path / "killed"
@@ -113,6 +118,7 @@ def test_a_worker_killed_mid_run_loses_no_sample(cluster, tmp_path):
 
 
 @pytest.mark.slow
+@CLUSTERS
 def test_a_unit_that_raises_on_a_worker_is_run_again(cluster, tmp_path):
     folder = _folder(tmp_path, 24)
     marker = tmp_path / "raised"
@@ -124,6 +130,7 @@ def test_a_unit_that_raises_on_a_worker_is_run_again(cluster, tmp_path):
 
 
 @pytest.mark.slow
+@CLUSTERS
 def test_the_executor_flag_reaches_a_scheduler(cluster, tmp_path):
     from bisect_ov.cli import main
 
@@ -158,6 +165,7 @@ def ray_executor():
 
 
 @pytest.mark.slow
+@CLUSTERS
 def test_ray_gives_the_in_process_figures(ray_executor):
     here = _run(Samples(_data()))
     there = _run(Samples(_data()), ray_executor)
@@ -168,6 +176,7 @@ def test_ray_gives_the_in_process_figures(ray_executor):
 
 
 @pytest.mark.slow
+@CLUSTERS
 def test_the_executor_flag_uses_ray(ray_executor, tmp_path):
     # 'ray' joins the instance this process is connected to (the fixture's) and leaves it running.
     from bisect_ov.cli import main
