@@ -196,7 +196,8 @@ def node_results(session: Session, measurement: Measurement, scored: Scored, pre
             amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None,
             outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
             inputs=tuple(k for k, _ in graph.data_inputs(key)), causes=tuple(causes), runtime=runtime,
-            group=tuple(m for m in groups.get(key, ()) if m != key), over_samples=_over_samples(measurement.spread.get(key), s.tolerance),
+            group=tuple(m for m in groups.get(key, ()) if m != key),
+            over_samples=_over_samples(measurement.spread.get(key), s.tolerance),
         ))
     return tuple(results)
 
