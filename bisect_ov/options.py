@@ -74,7 +74,8 @@ class BisectOptions:
     seed: int = _opt(0, "seed of the random inputs", kind=int)
     strategy: str = _opt("auto", "which tensors to expose: " + ", ".join(STRATEGIES), kind=str)
     budget: str = _opt("default", "default: every experiment asked for; fast: no local errors, no impact runs, fusion "
-                       "groups not refined and no extra noise runs (about 2x the plain compile-and-run of both sides)", kind=str)
+                       "groups not refined, no extra noise runs and, with many samples, no per-node pass over them "
+                       "(about 2x the plain compile-and-run of both sides)", kind=str)
     refine: bool = _opt(True, "with fusion taps, re-measure the members of groups where error starts",
                         cli_help="keep fusion-group granularity (no re-measuring of the groups where error starts)")
     local: bool = _opt(True, "run each measured node alone on the target fed with reference inputs",

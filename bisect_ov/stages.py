@@ -356,9 +356,11 @@ def capture(opened: Opened, plain: Plain) -> Measurement:
         taps = {Tap(k, 0) for k in pending} | {Tap(i, p) for k in pending for i, p in graph.data_inputs(k)}
         stats.update(session.measure(sorted(taps, key=lambda t: graph[t.key].index)))
     # The metric travels to workers as a partial of a module-level function: picklable.
+    # Each node over every sample runs each sample again with the measured tensors exposed: several plain
+    # inferences per sample, which the fast budget leaves out (the outputs' pass still ranks the samples).
     spread = (node_spread(session, list(stats), opened.samples, partial(metric_value, metric=options.metric),
                           seed=options.seed)
-              if opened.samples is not None and opened.summary is not None else {})
+              if opened.samples is not None and opened.summary is not None and options.budget != "fast" else {})
     return Measurement(stats, groups, strategy, fell_back, spread, local if strategy == "fusion" else {})
 
 

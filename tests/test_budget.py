@@ -49,3 +49,25 @@ def test_the_fast_budget_runs_less_than_the_default_and_no_extra_noise_run(shape
     assert fast.costs["plain"]["target_infers"] == 1 and fast.costs["plain"]["target_compiles"] == 1
     assert fast.noise is not None
     assert "experiments" not in fast.costs or fast.costs["experiments"]["target_compiles"] == 0
+
+
+def test_with_many_samples_the_fast_budget_runs_each_sample_once_per_side():
+    # The samples are run and ranked (the search runs on the worst), but not run again for each node's spread.
+    import numpy as np
+
+    from bisect_ov import inject_fault
+    from tests.conftest import tiny_chain
+
+    model = tiny_chain()
+    samples = [{"x": np.random.default_rng(i).standard_normal((1, 8)).astype(np.float32)} for i in range(9)]
+    faulty = inject_fault(model, "mm2", "noise", 0.05, seed=7)
+    fast = bisect(model, "CPU:f32", "CPU:f32", samples, target_model=faulty, budget="fast", progress=False)
+    default = bisect(model, "CPU:f32", "CPU:f32", samples, target_model=faulty, progress=False)
+    assert fast.samples.count == default.samples.count == 9 and fast.samples.worst == default.samples.worst
+    first = fast.first_divergence
+    assert first is not None and (first.name == "mm2" or "mm2" in first.group), fast.to_text()
+    assert all(not n.over_samples for n in fast.nodes) and any(n.over_samples for n in default.nodes)
+    for side in ("ref", "target"):
+        sample_runs = fast.costs["open"][f"{side}_infers"]  # the outputs' pass, in the opening stage
+        assert sample_runs == 9
+        assert _runs(fast)[1] < _runs(default)[1] - 2 * 9 + 1  # no second pass over the samples
