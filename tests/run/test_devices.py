@@ -108,8 +108,8 @@ def test_a_recorded_run_takes_no_compile_properties(tmp_path):
         make_device("capture:x.npz", {"INFERENCE_PRECISION_HINT": "f32"})
 
 
-@needs_bf16
-def test_bf16_taps_read_as_float32_when_read_and_match_the_copies():
+def _bf16_tapped_chain():
+    """A small chain with every tensor tapped, compiled on the CPU in bf16; its input, and copies of one run."""
     from bisect_ov.model.graph import ModelGraph
     from bisect_ov.model.taps import default_taps, tap_model
 
@@ -118,6 +118,12 @@ def test_bf16_taps_read_as_float32_when_read_and_match_the_copies():
     compiled = make_device("CPU:bf16").compile(tapped.model, taps=tapped.added_outputs)
     x = [np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)]
     copies = [np.array(a) for a in compiled.infer(x, share_outputs=False)]
+    return model, tapped, compiled, x, copies
+
+
+@needs_bf16
+def test_bf16_taps_read_as_float32_when_read_and_match_the_copies():
+    _, tapped, compiled, x, copies = _bf16_tapped_chain()
     views = compiled.infer(x)
     assert not isinstance(views, list)  # bf16 taps: widened when read, not all at once
     assert len(views) == len(copies) == len(tapped.model.outputs)
@@ -129,15 +135,9 @@ def test_bf16_taps_read_as_float32_when_read_and_match_the_copies():
 
 @needs_bf16
 def test_kept_outputs_hold_bf16_taps_as_bits_at_half_the_bytes():
-    from bisect_ov.model.graph import ModelGraph
-    from bisect_ov.model.taps import default_taps, tap_model
     from bisect_ov.run.devices import bf16_to_f32, kept_outputs
 
-    model = tiny_chain(depth=3)
-    tapped = tap_model(ModelGraph(model), default_taps(ModelGraph(model)))
-    compiled = make_device("CPU:bf16").compile(tapped.model, taps=tapped.added_outputs)
-    x = [np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)]
-    copies = [np.array(a) for a in compiled.infer(x, share_outputs=False)]
+    model, _, compiled, x, copies = _bf16_tapped_chain()
     kept, bf16 = kept_outputs(compiled.infer(x))
     compiled.infer([np.zeros((1, 8), np.float32)])  # the next run overwrites the views, not the kept copies
     assert bf16 and bf16 == {i for i, a in enumerate(kept) if a.dtype == np.float16}
