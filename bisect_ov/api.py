@@ -91,10 +91,10 @@ def bisect(
         is ``fusion``, falling back to ``bisection`` when the fidelity check fails.
     budget
         ``default``: every experiment asked for. ``fast``: no local errors, no impact runs, fusion groups not
-        refined (the report names a group by its output), no per-node pass over many samples (they are
-        still run and ranked by final-output error), and the noise floor read from the compiles made anyway (no
-        extra compile or run): about twice the plain compile-and-run of
-        both sides, for a first look at a big model.
+        refined (the report names a group by its output), no per-node pass over many samples (they are still
+        run and ranked by final-output error), and the noise floor read from the compiles made anyway (no
+        extra compile or run): about twice the plain compile-and-run of both sides, for a first look at a big
+        model.
     refine
         With ``fusion``: re-measure the members of the groups where error starts, to name the member node.
     local

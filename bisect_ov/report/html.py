@@ -21,7 +21,7 @@ import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
 from bisect_ov.fileio import write_text_atomic
-from bisect_ov.report.text import COLUMNS, OPTIONAL_COLUMNS, culprit_rows, experiment_lines, fmt, fmt_growth, verdict_lines
+from bisect_ov.report.text import COLUMNS, culprit_rows, experiment_lines, fmt, fmt_growth, kept_columns, samples_over, verdict_lines
 
 log = logging.getLogger(__name__)
 
@@ -223,12 +223,12 @@ def _card(n: "NodeResult") -> str:
         ("its inputs carry", e(fmt(n.input_error)), ""),
         ("growth", e(fmt_growth(n.growth)), "bad" if n.growth >= 2 else ""),
     ]
-    spread = getattr(n, "over_samples", None) or {}
-    if spread.get("count") and "over_tolerance" in spread:
-        over_on = int(spread["over_tolerance"])
-        metrics.append(("over tolerance on", f"{over_on} of {int(spread['count'])} samples <small>p90 "
+    counts = samples_over(n)
+    if counts is not None:
+        spread = n.over_samples
+        metrics.append(("over tolerance on", f"{counts[0]} of {counts[1]} samples <small>p90 "
                         f"{e(fmt(spread['p90']))}, max {e(fmt(spread['max']))} (#{int(spread['worst_sample'])})"
-                        "</small>", "bad" if over_on else ""))
+                        "</small>", "bad" if counts[0] else ""))
     dl = "".join(f'<div><dt>{e(k)}</dt><dd class="{cls}">{v}</dd></div>' for k, v, cls in metrics)
     causes = ""
     if n.causes:
@@ -314,7 +314,7 @@ def _culprits(report: "Report", top: int) -> str:
     rows = culprit_rows(report, len(culprits))
     if not rows:
         return '<h2>Culprits</h2><p class="note">None: every compared node is within its tolerance.</p>'
-    keep = [i for i, h in enumerate(COLUMNS) if h not in OPTIONAL_COLUMNS or any(r[i] != "-" for r in rows)]
+    keep = kept_columns(COLUMNS, rows)
     header = [COLUMNS[i] for i in keep]
     left = {"node", "op", "role", "shape", "target ran"}
     head = "".join(f'<th class="{"l" if h in left else ""}">{e(h)}</th>' for h in header)

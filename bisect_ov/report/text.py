@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, Report
 
 __all__ = ["render_text", "render_html", "verdict_lines", "culprit_rows", "output_lines", "unmatched_lines",
-           "footer_lines", "printable", "COLUMNS", "OPTIONAL_COLUMNS"]
+           "footer_lines", "printable", "samples_over", "kept_columns", "COLUMNS", "OPTIONAL_COLUMNS"]
 
 COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "over tol", "role",
            "shape", "nan/inf", "target ran")
@@ -101,18 +101,29 @@ def culprit_rows(report: "Report", top: int) -> list[tuple[str, ...]]:
     return rows
 
 
-def _over_samples(n: "NodeResult") -> str:
-    """'k/N': over its tolerance on k of the N samples ('-' without samples)."""
+def samples_over(n: "NodeResult") -> tuple[int, int] | None:
+    """(k, N): the node is over its tolerance on k of the N samples; None without a per-node pass over samples."""
     spread = getattr(n, "over_samples", None) or {}
     if "over_tolerance" not in spread or not spread.get("count"):
-        return "-"
-    return f"{int(spread['over_tolerance'])}/{int(spread['count'])}"
+        return None
+    return int(spread["over_tolerance"]), int(spread["count"])
+
+
+def _over_samples(n: "NodeResult") -> str:
+    """'k/N': over its tolerance on k of the N samples ('-' without samples)."""
+    counts = samples_over(n)
+    return "-" if counts is None else f"{counts[0]}/{counts[1]}"
+
+
+def kept_columns(header: Sequence[str], rows: Sequence[tuple[str, ...]]) -> list[int]:
+    """Positions of the columns to show: all but the `OPTIONAL_COLUMNS` no row has anything in."""
+    return [i for i, h in enumerate(header) if h not in OPTIONAL_COLUMNS or any(r[i] != "-" for r in rows)]
 
 
 def _drop_empty_columns(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]
                         ) -> tuple[tuple[str, ...], list[tuple[str, ...]]]:
     """Leave out the `OPTIONAL_COLUMNS` when no row has anything in them."""
-    keep = [i for i, h in enumerate(header) if h not in OPTIONAL_COLUMNS or any(r[i] != "-" for r in rows)]
+    keep = kept_columns(header, rows)
     return tuple(header[i] for i in keep), [tuple(r[i] for i in keep) for r in rows]
 
 
@@ -146,12 +157,13 @@ def verdict_lines(report: "Report") -> list[str]:
                 f"  '{n.label}': {report.metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, "
                 f"its inputs carry {fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}."
             )
-            spread = getattr(n, "over_samples", None) or {}
-            if spread.get("count") and "over_tolerance" in spread:
+            counts = samples_over(n)
+            if counts is not None:
+                spread = n.over_samples
                 lines.append(
-                    f"    Over the {int(spread['count'])} samples it is over its tolerance on "
-                    f"{int(spread['over_tolerance'])}: {report.metric} p50 {fmt(spread['p50'])}, p90 "
-                    f"{fmt(spread['p90'])}, max {fmt(spread['max'])} (sample #{int(spread['worst_sample'])})."
+                    f"    Over the {counts[1]} samples it is over its tolerance on {counts[0]}: {report.metric} p50 "
+                    f"{fmt(spread['p50'])}, p90 {fmt(spread['p90'])}, max {fmt(spread['max'])} "
+                    f"(sample #{int(spread['worst_sample'])})."
                 )
     else:
         lines.append(
