@@ -1,0 +1,78 @@
+"""Reports as comparable data: a saved report's dict with the timings taken out, the machine facts it depends
+on, and a field-by-field difference of two reports."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import re
+from typing import Any
+
+FOLDER = pathlib.Path(__file__).resolve().parent
+# What varies from run to run without changing what the tool found.
+TIMING_KEYS = {"timings", "seconds"}
+# Names OpenVINO makes up from a process-wide counter (`Multiply_272946`): they depend on what ran before.
+AUTO_NAME = re.compile(r"\b([A-Z][A-Za-z]*_?)\d{3,}\b")
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile", "avx_vnni")
+
+
+def machine() -> dict[str, Any]:
+    """What the saved numbers depend on: the OpenVINO build, the CPU plugin's capabilities, the ISA flags."""
+    import openvino as ov
+
+    core = ov.Core()
+    flags: set[str] = set()
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    return {"openvino": ov.get_version(),
+            "capabilities": sorted(str(c) for c in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")),
+            "isa": sorted(f for f in ISA_FLAGS if f in flags)}
+
+
+def normalized(report) -> dict[str, Any]:
+    """`report.to_dict()` without timings and counter-made names, as JSON would give it back."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            kept = {k: strip(v) for k, v in value.items() if k not in TIMING_KEYS and not k.endswith("_seconds")}
+            if "model_hash" in kept and AUTO_NAME.fullmatch(str(value.get("model", ""))):
+                kept["model_hash"] = "(of a model with a counter-made name)"
+            return kept
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        if isinstance(value, str):
+            return AUTO_NAME.sub(r"\1#", value)
+        return value
+
+    return strip(json.loads(json.dumps(report.to_dict())))
+
+
+def differences(saved: Any, new: Any, path: str = "", *, rtol: float = 1e-5, atol: float = 1e-9) -> list[str]:
+    """Where two normalized reports differ (numbers within `rtol`/`atol` count as equal)."""
+    if isinstance(saved, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(saved) | set(new)):
+            if key not in new:
+                out.append(f"{path}.{key}: missing from the new report")
+            elif key not in saved:
+                out.append(f"{path}.{key}: not in the saved report")
+            else:
+                out += differences(saved[key], new[key], f"{path}.{key}", rtol=rtol, atol=atol)
+        return out
+    if isinstance(saved, list) and isinstance(new, list):
+        if len(saved) != len(new):
+            return [f"{path}: {len(saved)} items saved, {len(new)} now"]
+        return [d for i, (a, b) in enumerate(zip(saved, new)) for d in differences(a, b, f"{path}[{i}]", rtol=rtol, atol=atol)]
+    if isinstance(saved, (int, float)) and isinstance(new, (int, float)) and not isinstance(saved, bool):
+        if isinstance(new, bool):
+            return [f"{path}: {saved!r} saved, {new!r} now"]
+        a, b = float(saved), float(new)
+        if a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=rtol, abs_tol=atol):
+            return []
+        return [f"{path}: {saved!r} saved, {new!r} now"]
+    return [] if saved == new else [f"{path}: {saved!r} saved, {new!r} now"]
