@@ -68,10 +68,10 @@ def run_one(model_name: str, strategy: str, ref: str, target: str) -> dict:
     if strategy.startswith("capture-"):
         import tempfile
 
-        from bisect_ov import capture
+        from bisect_ov import record
 
         with tempfile.TemporaryDirectory() as tmp:
-            path = capture(model, target, arrays, pathlib.Path(tmp) / "run.npz", mode=strategy.split("-")[1])
+            path = record(model, target, arrays, pathlib.Path(tmp) / "run.npz", mode=strategy.split("-")[1])
             row.update(compiles=None, fidelity=None, measured=None, first=None,
                        file_mb=round(path.stat().st_size / 1e6, 2))
     elif strategy == "plain":

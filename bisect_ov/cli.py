@@ -1,4 +1,4 @@
-"""The `bisect-ov` command line: argument parsing and printing only; the work is in `bisect_ov.api`.
+"""The `bisect-ov` command line: argument parsing and printing only; the work is in `bisect_ov.pipeline.api`.
 
 Exit codes: 0 nothing diverges, 1 something diverges, 2 a user error (printed on one line, no traceback).
 ``bisect-ov demo`` runs the whole job on a built-in example model and needs nothing else; it exits 0 when it
@@ -14,11 +14,11 @@ import pathlib
 import sys
 from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
-from bisect_ov.errors import BisectError, InputError
+from bisect_ov.core.errors import BisectError, InputError
 from bisect_ov.report.text import printable
 
 if TYPE_CHECKING:
-    from bisect_ov.options import BisectOptions
+    from bisect_ov.pipeline.options import BisectOptions
     from bisect_ov.report.report import Report
 
 __all__ = ["main", "build_parser"]
@@ -42,7 +42,7 @@ def _option_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per `BisectOptions` field that the command line spells plainly, from the field's own doc."""
     from dataclasses import MISSING, fields
 
-    from bisect_ov.options import BUDGETS, STRATEGIES, BisectOptions
+    from bisect_ov.pipeline.options import BUDGETS, STRATEGIES, BisectOptions
 
     for f in fields(BisectOptions):
         spec = f.metadata.get("cli")
@@ -191,7 +191,7 @@ def _options(args) -> "BisectOptions":
     """The `BisectOptions` the flags ask for."""
     from dataclasses import fields
 
-    from bisect_ov.options import BisectOptions
+    from bisect_ov.pipeline.options import BisectOptions
 
     values = {f.name: getattr(args, f.name) for f in fields(BisectOptions) if f.metadata.get("cli") is not None}
     values["keep"] = tuple(values.get("keep") or ())
@@ -233,7 +233,7 @@ def _check_display(args) -> None:
 
 def _run(args, model, target_model=None, inputs=None) -> Report:
     """Run the comparison and write what was asked; returns the report."""
-    from bisect_ov.api import run
+    from bisect_ov.pipeline.api import run
 
     _check_display(args)
     report = run(model, args.ref, args.target, inputs, _options(args), target_model=target_model)
@@ -248,7 +248,7 @@ def _run(args, model, target_model=None, inputs=None) -> Report:
         if getattr(args, "ignored_scope", None) is not None:
             import json
 
-            from bisect_ov.fileio import write_text_atomic
+            from bisect_ov.core.fileio import write_text_atomic
 
             write_text_atomic(args.ignored_scope, json.dumps({"names": report.ignored_scope()}, indent=1) + "\n")
             print(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "
@@ -266,9 +266,9 @@ def _compare(args) -> int:
 
 
 def _capture(args) -> int:
-    from bisect_ov.capture import capture, load_capture
+    from bisect_ov.capture import load_capture, record
 
-    path = capture(
+    path = record(
         args.model, args.device, _inputs(args), args.out, config=dict(args.config), mode=args.mode,
         sample=args.sample, seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
         max_tap_bytes=int(args.max_tap_mb * (1 << 20)) if args.max_tap_mb > 0 else None,

@@ -18,11 +18,9 @@ from __future__ import annotations
 import math
 import sys
 
-
 from bisect_ov import NodeResult, Report, bisect
 from bisect_ov.run.devices import cpu_supports_bf16
 from bisect_ov.zoo import synthetic
-
 
 
 def run(*, progress: bool = False) -> dict[str, Report]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 
-
 from bisect_ov import Report, bisect
 from bisect_ov.run.devices import cpu_supports_bf16
 from bisect_ov.zoo import synthetic

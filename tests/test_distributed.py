@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bisect_ov import BisectError, InputError, Report, Samples, bisect
-from bisect_ov.options import BisectOptions
+from bisect_ov.pipeline.options import BisectOptions
 from bisect_ov.zoo import synthetic
 from tests.conftest import tiny_chain
 
@@ -157,7 +157,7 @@ def _ir(tmp_path: pathlib.Path) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def ray_executor():
     pytest.importorskip("ray")
-    from bisect_ov.distributed import RayExecutor
+    from bisect_ov.samples.executors import RayExecutor
 
     executor = RayExecutor(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield executor

@@ -15,10 +15,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from bisect_ov import fileio
 from bisect_ov.capture.read import load_capture
-from bisect_ov.capture.write import capture
-from bisect_ov.errors import BisectError, CaptureError, WriteError
+from bisect_ov.capture.write import record
+from bisect_ov.core import fileio
+from bisect_ov.core.errors import BisectError, CaptureError, WriteError
 from bisect_ov.report.report import Report
 from tests.conftest import tiny_chain
 
@@ -107,16 +107,16 @@ def test_a_full_disk_keeps_the_old_file_and_leaves_no_temporary_file(report, tmp
 def test_capture_onto_a_full_disk_leaves_no_temporary_file(tmp_path, monkeypatch):
     """The zip's central directory and the file's close fail on the same full disk as the write."""
     model = tiny_chain()
-    path = capture(model, "CPU:f32", path=tmp_path / "c.npz")
+    path = record(model, "CPU:f32", path=tmp_path / "c.npz")
     before = path.read_bytes()
     _full_disk(monkeypatch, room=len(before) // 2)
     with pytest.raises(CaptureError, match="no space left on the device"):
-        capture(model, "CPU:f32", path=path)
+        record(model, "CPU:f32", path=path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]
     _full_disk(monkeypatch, room=len(before) - 200)  # fails only when the central directory is written
     with pytest.raises(CaptureError, match="no space left on the device"):
-        capture(model, "CPU:f32", path=tmp_path / "new.npz")
+        record(model, "CPU:f32", path=tmp_path / "new.npz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]
 
 
@@ -126,7 +126,7 @@ def test_sigterm_while_capturing_leaves_no_temporary_file(tmp_path, report):
         import os, signal, sys
         sys.path.insert(0, {str(ROOT)!r})
         import numpy as np
-        from bisect_ov.capture.write import capture
+        from bisect_ov.capture.write import record
         from tests.conftest import tiny_chain
         real = np.lib.format.write_array
         calls = []
@@ -136,7 +136,7 @@ def test_sigterm_while_capturing_leaves_no_temporary_file(tmp_path, report):
                 os.kill(os.getpid(), signal.SIGTERM)
             return real(*args, **kwargs)
         np.lib.format.write_array = write_then_terminate
-        capture(tiny_chain(), "CPU:f32", path={str(tmp_path / "c.npz")!r})
+        record(tiny_chain(), "CPU:f32", path={str(tmp_path / "c.npz")!r})
         print("not terminated")
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
@@ -155,7 +155,7 @@ def test_saved_reports_follow_the_umask(report, tmp_path, umask):
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask
         page = report.save_html(tmp_path / "r.html", plots=False)
         assert page.stat().st_mode & 0o777 == 0o666 & ~umask
-        cap = capture(tiny_chain(depth=1), "CPU:f32", path=tmp_path / "c.npz")
+        cap = record(tiny_chain(depth=1), "CPU:f32", path=tmp_path / "c.npz")
         assert cap.stat().st_mode & 0o777 == 0o666 & ~umask
     finally:
         os.umask(old)
@@ -193,6 +193,6 @@ def _with_header(src: pathlib.Path, out: pathlib.Path, change) -> pathlib.Path:
     (lambda h: h.update(seed="0"), r"seed is '0', not an integer"),
 ])
 def test_malformed_capture_headers_are_clear_refusals(tmp_path, change, message):
-    path = capture(tiny_chain(depth=1), "CPU:f32", path=tmp_path / "c.npz")
+    path = record(tiny_chain(depth=1), "CPU:f32", path=tmp_path / "c.npz")
     with pytest.raises(CaptureError, match="header is malformed .*" + message):
         load_capture(_with_header(path, tmp_path / "bad.npz", change))

@@ -7,10 +7,10 @@ import openvino as ov
 import pytest
 
 from bisect_ov import bisect, inject_fault
+from bisect_ov.core.records import Noise
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import extract
 from bisect_ov.model.taps import Tap, tap_model
-from bisect_ov.records import Noise
 from bisect_ov.zoo import synthetic
 from tests.conftest import needs_bf16
 

@@ -7,7 +7,7 @@ import pytest
 from openvino import opset13 as ops
 
 from bisect_ov import InputError, bisect
-from bisect_ov.samples import Samples, as_samples
+from bisect_ov.samples.sources import Samples, as_samples
 from bisect_ov.zoo import synthetic
 from tests.conftest import tiny_chain
 
@@ -71,11 +71,11 @@ def test_the_search_runs_on_the_worst_sample():
 
 def test_samples_recorded_on_several_machines_merge_and_replay(tmp_path):
     """Scale out: each machine records its shard, the captures are merged, one bisect compares them all."""
-    from bisect_ov import capture, merge_captures
+    from bisect_ov import merge_captures, record
 
     model = synthetic.demo()
     samples = [synthetic.sample_inputs(model, seed=s) for s in range(3)]
-    shards = [capture(model, "CPU:f32", s, tmp_path / f"machine{i}.npz") for i, s in enumerate(samples)]
+    shards = [record(model, "CPU:f32", s, tmp_path / f"machine{i}.npz") for i, s in enumerate(samples)]
     merged = merge_captures(shards, tmp_path / "all.npz")
     report = bisect(model, "CPU", f"capture:{merged}", Samples(samples), target_model=None,
                     fix=False, progress=False)
@@ -84,7 +84,7 @@ def test_samples_recorded_on_several_machines_merge_and_replay(tmp_path):
 
 
 def test_feature_maps_are_not_classifiers_and_ties_are_agreement():
-    from bisect_ov.samples import classifier_outputs, flips
+    from bisect_ov.samples.sources import classifier_outputs, flips
 
     f32 = np.dtype(np.float32)
     assert classifier_outputs([(1, 64, 32, 32), (1, 10), (1, 7, 100), (1, 7, 100)], [f32] * 4,

@@ -10,15 +10,15 @@ import pytest
 
 from bisect_ov import InputError, bisect, inject_fault
 from bisect_ov.analysis.metrics import compare
-from bisect_ov.assemble import assemble, rank_by_impact, run_notes
+from bisect_ov.core.records import Fidelity, Noise
+from bisect_ov.engine.session import Session
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import identity_match
 from bisect_ov.model.taps import Tap
-from bisect_ov.options import BisectOptions
-from bisect_ov.records import Fidelity, Noise
-from bisect_ov.session import Session
-from bisect_ov.stages import Measurement, Scored, capture, experiments, open_comparison, plain_run, score
-from bisect_ov.strategies import run_bisection
+from bisect_ov.pipeline.assemble import assemble, rank_by_impact, run_notes
+from bisect_ov.pipeline.options import BisectOptions
+from bisect_ov.pipeline.stages import Measurement, Scored, experiments, measure, open_comparison, plain_run, score
+from bisect_ov.search.strategies import run_bisection
 from tests.conftest import tiny_chain
 
 
@@ -156,7 +156,7 @@ def test_stages_by_hand_match_bisect():
     opened = open_comparison(model, "CPU", "CPU:f32", None, twin, options)
     assert opened.options.impact == 3  # twins get partitioned runs (segments cut from the twin)
     plain = plain_run(opened)
-    measured = capture(opened, plain)
+    measured = measure(opened, plain)
     assert measured.strategy == "fusion" and measured.stats
     scored = score(opened, plain, measured)
     assert scored.scores.first == ("mm3",)
@@ -183,7 +183,7 @@ def _fusion_session(node: str):
 
 @pytest.mark.parametrize("makes_error, refined", [(None, True), (True, True), (False, False)])
 def test_a_group_is_refined_only_when_it_makes_error_of_its_own(monkeypatch, makes_error, refined):
-    from bisect_ov.strategies import run_fusion
+    from bisect_ov.search.strategies import run_fusion
 
     opened, diverged = _fusion_session("res/bn_a")
     session = opened.session
@@ -220,7 +220,7 @@ def test_a_lower_precision_target_never_compiles_the_reference_twice(node):
 
 
 def test_the_auto_tap_budget_is_half_the_weights_and_at_least_64_mb():
-    from bisect_ov.options import auto_tap_bytes
+    from bisect_ov.pipeline.options import auto_tap_bytes
 
     report = bisect(tiny_chain(), "CPU", "CPU:f32", progress=False)
     assert report.options["max_tap_bytes"] == 64 << 20  # resolved, and recorded as a number

@@ -14,8 +14,8 @@ from bisect_ov import bisect, make_device
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import plan_segments
 from bisect_ov.model.taps import Tap, default_taps, tensor_sizes
-from bisect_ov.options import BisectOptions
-from bisect_ov.stages import open_comparison, plain_run
+from bisect_ov.pipeline.options import BisectOptions
+from bisect_ov.pipeline.stages import open_comparison, plain_run
 from tests.conftest import FAULT_SHAPES, FaultyCPU, float_sites, needs_bf16, shape_inputs, shape_model
 
 SHAPES = FAULT_SHAPES

@@ -23,7 +23,7 @@ import math
 from typing import Sequence
 
 from bisect_ov.analysis.metrics import TensorStats
-from bisect_ov.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
+from bisect_ov.core.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
 
 __all__ = ["observations", "diagnose", "overflow", "underflow", "CANCELLATION_RATIO", "LONG_REDUCTION",
            "CANCELLING_OPS"]

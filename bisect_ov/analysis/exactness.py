@@ -38,8 +38,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bisect_ov.errors import InputError
-from bisect_ov.numeric import F16_MAX
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.numeric import F16_MAX
 
 __all__ = [
     "SUPPORTED_OPS",

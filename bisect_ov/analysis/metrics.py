@@ -24,7 +24,7 @@ from typing import Callable, Union
 
 import numpy as np
 
-from bisect_ov.numeric import F16_MAX
+from bisect_ov.core.numeric import F16_MAX
 
 # Reference values this large are sentinels by design (float32's lowest, 3.4e38, in masks): no activation
 # reaches them, and no lower precision can hold them.
@@ -122,7 +122,7 @@ def metric_value(stats: TensorStats, metric: Union[str, Callable[[TensorStats], 
     try:
         return METRICS[metric](stats)
     except KeyError:
-        from bisect_ov.errors import InputError
+        from bisect_ov.core.errors import InputError
 
         raise InputError(f"Unknown metric '{metric}'. Available: {sorted(METRICS)}, or a callable f(TensorStats) -> float.") from None
 

@@ -47,9 +47,9 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.numeric import UNIT_ROUNDOFF
 from bisect_ov.model.graph import ModelGraph, NodeInfo
-from bisect_ov.numeric import UNIT_ROUNDOFF
 
 __all__ = ["UNIT_ROUNDOFF", "Tolerance", "unit_roundoff", "quantization_error", "expected_quantization_errors"]
 

@@ -29,12 +29,12 @@ import openvino as ov
 
 from bisect_ov.capture.format import check_sample, check_seed, inputs_hash, playback_hash, sample_array
 from bisect_ov.capture.read import Capture, load_capture
-from bisect_ov.errors import CaptureError, InputError
+from bisect_ov.core.errors import CaptureError, InputError
+from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
-from bisect_ov.records import DeviceInfo
 from bisect_ov.run.devices import Compiled, Device, infer_each, make_device, register_device
 
 __all__ = ["RecordedDevice", "RecordedCompiled", "SampledDevice", "SampledCompiled", "sampled_like", "RecordedPlan",

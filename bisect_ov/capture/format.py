@@ -38,7 +38,7 @@ compared with a live device needs the live side sampled at the same positions (`
 estimated from the sample; exact integer checks need ``mode="full"``.
 
 Assumptions: `sample_positions` depends only on (seed, size, sample) through numpy's fixed PCG64 raw stream, so
-every machine and numpy version picks the same positions. Writing goes through `bisect_ov.fileio.atomic_file`:
+every machine and numpy version picks the same positions. Writing goes through `bisect_ov.core.fileio.atomic_file`:
 a failed or interrupted write leaves neither a partial file nor a temporary one.
 """
 
@@ -56,8 +56,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from bisect_ov.errors import CaptureError, CaptureWriteError, InputError
-from bisect_ov.fileio import atomic_file
+from bisect_ov.core.errors import CaptureError, CaptureWriteError, InputError
+from bisect_ov.core.fileio import atomic_file
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.runtime import RuntimeGraph, RuntimeLayer
 

@@ -25,12 +25,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from bisect_ov import codec
 from bisect_ov.capture.format import FORMAT, HEADER, MODES, SCHEMA_VERSION, NpzWriter, header_array, runtime_from_header
-from bisect_ov.errors import CaptureError, InputError
+from bisect_ov.core import codec
+from bisect_ov.core.errors import CaptureError, InputError
+from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
-from bisect_ov.records import DeviceInfo
 
 __all__ = ["Capture", "load_capture", "merge_captures"]
 

@@ -4,7 +4,7 @@ One process cannot hold two CPU generations. `capture` runs a model on a device 
 candidate tensor and writes everything into ONE portable ``.npz`` file; on machine B,
 `bisect_ov.capture.device.RecordedDevice` plays that run back as the ``ref=`` or ``target=`` of `bisect()`:
 
->>> capture("model.xml", "CPU", path="epyc.npz")                             # doctest: +SKIP  (machine A)
+>>> record("model.xml", "CPU", path="epyc.npz")                             # doctest: +SKIP  (machine A)
 >>> bisect("model.xml", ref=RecordedDevice("epyc.npz"), target="CPU")         # doctest: +SKIP  (machine B)
 
 This module writes the file (`capture`); the format's constants and the helpers both machines compute
@@ -41,7 +41,6 @@ from typing import Any, Mapping
 import numpy as np
 import openvino as ov
 
-from bisect_ov import codec
 from bisect_ov.capture.format import (
     FORMAT,
     HEADER,
@@ -59,7 +58,8 @@ from bisect_ov.capture.format import (
     sample_array,
     tensor_summary,
 )
-from bisect_ov.errors import CaptureError, InputError
+from bisect_ov.core import codec
+from bisect_ov.core.errors import CaptureError, InputError
 from bisect_ov.model.fusion import fusion_boundaries
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model, model_label
@@ -69,7 +69,7 @@ from bisect_ov.model.taps import Tap, default_taps, plan_chunks, tap_model, tens
 from bisect_ov.run.devices import Device, OpenVINODevice, capabilities, make_device
 from bisect_ov.run.inputs import prepare_inputs
 
-__all__ = ["capture"]
+__all__ = ["record"]
 
 
 def _tensor_entry(graph: ModelGraph, tap: Tap, array: np.ndarray) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _tensor_entry(graph: ModelGraph, tap: Tap, array: np.ndarray) -> dict[str, A
 # ------------------------------------------------------------------------------------------------------------
 
 
-def capture(
+def record(
     model: Any,
     device: str | Device = "CPU",
     inputs: Any = None,

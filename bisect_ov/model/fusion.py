@@ -3,7 +3,7 @@
 `fusion_boundaries` reads the target's runtime graph (`bisect_ov.model.runtime`) and returns the tensors that
 leave one of its fusion groups, and what each such tap stands for. Exposing only those keeps the plain run's
 fusions, so the instrumented compile runs the same kernels: the default capture strategy of `bisect()`
-(`bisect_ov.strategies`) and the first pass of a recorded run (`bisect_ov.capture.write`) both use it.
+(`bisect_ov.search.strategies`) and the first pass of a recorded run (`bisect_ov.capture.write`) both use it.
 
 Assumptions: the runtime graph names the user's ops in each layer's ``originalLayersNames``; ops it does not
 name were folded or eliminated by the plugin. Works on graphs, a node matching and a runtime graph only: no

@@ -24,7 +24,7 @@ import networkx as nx
 import numpy as np
 import openvino as ov
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 
 __all__ = ["TensorInfo", "NodeInfo", "ModelGraph", "element_dtype"]
 

@@ -16,10 +16,10 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.numeric import F16_MAX
 from bisect_ov.model.graph import ModelGraph, element_dtype
 from bisect_ov.model.load import load_model
-from bisect_ov.numeric import F16_MAX
 
 __all__ = ["FAULT_KINDS", "inject_fault"]
 

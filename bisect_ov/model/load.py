@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import openvino as ov
 
-from bisect_ov.errors import InputError, first_line
+from bisect_ov.core.errors import InputError, first_line
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from bisect_ov.errors import InputError, first_line
+from bisect_ov.core.errors import InputError, first_line
 
 log = logging.getLogger(__name__)
 

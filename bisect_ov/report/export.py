@@ -16,8 +16,8 @@ import pathlib
 from typing import TYPE_CHECKING, Any
 
 from bisect_ov.analysis.metrics import TensorStats
-from bisect_ov.errors import InputError
-from bisect_ov.fileio import write_text_atomic
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.fileio import write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -20,13 +20,13 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
-from bisect_ov.fileio import write_text_atomic
+from bisect_ov.core.fileio import write_text_atomic
 from bisect_ov.report.text import COLUMNS, culprit_rows, experiment_lines, fmt, fmt_growth, kept_columns, samples_over, verdict_lines
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from bisect_ov.records import DeviceInfo
+    from bisect_ov.core.records import DeviceInfo
     from bisect_ov.report.report import NodeResult, Report
 
 __all__ = ["render_page", "save_html"]

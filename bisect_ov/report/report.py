@@ -2,8 +2,8 @@
 
 `Report` holds one `NodeResult` per compared node (topological order), the final outputs' errors, the first
 divergence(s) and the culprit ranking, what each side ran with (`DeviceInfo`), the experiments' records
-(`Fix`, `Delegation`, `CurvePoint`, `Fidelity`, `Noise`, `SamplesSummary` from `bisect_ov.records`), timings
-and settings. `to_dict`/`from_dict` round-trip exactly through `bisect_ov.codec`, driven by the fields;
+(`Fix`, `Delegation`, `CurvePoint`, `Fidelity`, `Noise`, `SamplesSummary` from `bisect_ov.core.records`), timings
+and settings. `to_dict`/`from_dict` round-trip exactly through `bisect_ov.core.codec`, driven by the fields;
 `save`/`load` write JSON with a ``schema_version``. Non-finite floats are written as the strings ``"inf"``,
 ``"-inf"`` and ``"nan"`` so that any JSON reader takes the file.
 
@@ -23,11 +23,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from bisect_ov import codec
 from bisect_ov.analysis.metrics import TensorStats
-from bisect_ov.errors import InputError
-from bisect_ov.fileio import write_text_atomic
-from bisect_ov.records import (
+from bisect_ov.core import codec
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.fileio import write_text_atomic
+from bisect_ov.core.records import (
     CurvePoint,
     Delegation,
     DeviceInfo,
@@ -391,7 +391,7 @@ class Report:
 
     # ----- serialisation ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (`bisect_ov.codec`): non-finite floats as ``"inf"``/``"-inf"``/``"nan"``."""
+        """Plain JSON values (`bisect_ov.core.codec`): non-finite floats as ``"inf"``/``"-inf"``/``"nan"``."""
         return codec.to_dict(self)
 
     @classmethod

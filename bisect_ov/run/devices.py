@@ -36,9 +36,9 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 import openvino as ov
 
-from bisect_ov.errors import DeviceError, InputError, first_line
+from bisect_ov.core.errors import DeviceError, InputError, first_line
+from bisect_ov.core.records import DeviceInfo  # re-exported: its home is the records module
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
-from bisect_ov.records import DeviceInfo  # re-exported: its home is the records module
 
 __all__ = ["cpu_supports_bf16", "DeviceInfo", "Compiled", "OpenVINOCompiled", "Device", "OpenVINODevice", "EmulatedDevice",
            "make_device", "register_device", "available_devices", "capabilities", "infer_each"]

@@ -65,7 +65,7 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.run import lowp
 from bisect_ov.run.lowp import PRECISIONS, round_array
 

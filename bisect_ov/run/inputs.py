@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import openvino as ov
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
 __all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "random_inputs", "align_inputs", "LLM_INPUTS",

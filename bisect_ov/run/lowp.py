@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 
 __all__ = ["PRECISIONS", "attention", "lane_sum", "matmul", "mvn", "reduce", "round_array", "rounder", "softmax"]
 

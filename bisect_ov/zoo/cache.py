@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import openvino as ov
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 
 __all__ = ["MODELS", "TWINS", "ZOO_PACKAGES", "Entry", "cache_root", "describe", "load", "missing_packages",
            "model_path", "sample_inputs", "version_key"]

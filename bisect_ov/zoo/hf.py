@@ -83,7 +83,7 @@ def _torch():
 
 def _size(table: dict, size: str) -> dict:
     if size not in table:
-        from bisect_ov.errors import InputError
+        from bisect_ov.core.errors import InputError
 
         raise InputError(f"Unknown zoo size '{size}'. Available: {sorted(table)}.")
     return table[size]

@@ -51,7 +51,7 @@ from onnx import helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import openvino as ov
 from openvino import Node, opset1
 from openvino import opset13 as ops
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 
 __all__ = [
     "BUILDERS",

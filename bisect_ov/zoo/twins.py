@@ -72,7 +72,7 @@ def int4_group_size(model: ov.Model, preferred: Sequence[int] = (128, 64, 32, 16
     for size in preferred:
         if all(c % size == 0 for c in channels):
             return size
-    from bisect_ov.errors import InputError
+    from bisect_ov.core.errors import InputError
 
     raise InputError(f"No group size in {list(preferred)} divides every weight's channel count {sorted(channels)}.")
 
@@ -101,7 +101,7 @@ def compress_weights(model: ov.Model, bits: int = 8, group_size: int | None = No
         skip = [name for name, c in _weight_channels(model).items() if c % group] + list(ignored)
         return nncf.compress_weights(model.clone(), mode=nncf.CompressWeightsMode.INT4_SYM, group_size=group,
                                      ratio=1.0, ignored_scope=nncf.IgnoredScope(names=skip) if skip else None)
-    from bisect_ov.errors import InputError
+    from bisect_ov.core.errors import InputError
 
     raise InputError(f"bits must be 8 or 4; got {bits!r}.")
 

@@ -32,7 +32,7 @@ _CALIBRATION_BATCHES = 4
 
 def _check(size: str) -> None:
     if size not in IMAGE_SIZE:
-        from bisect_ov.errors import InputError
+        from bisect_ov.core.errors import InputError
 
         raise InputError(f"Unknown zoo size '{size}'. Available: {sorted(IMAGE_SIZE)}.")
 

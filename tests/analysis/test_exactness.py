@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bisect_ov.analysis.exactness import ExactCheck, check_exact, exact_result, integer_valued
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 
 EXACT_CASE4 = 127 * 127 * 11111  # 179,209,319
 

@@ -1,7 +1,7 @@
 import pytest
 
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 
 
 def test_threshold_scales_with_precision():

@@ -152,7 +152,7 @@ def test_llm_inputs_get_their_usual_values_with_a_prompt_length():
 
 
 def test_fix_search_takes_a_pattern_for_every_layer():
-    from bisect_ov.mixed import find_fix
+    from bisect_ov.experiments.partitioned import find_fix
 
     class Runs:
         order = [f"layer{i}/{op}" for i in range(32) for op in ("square", "mean", "add")]
@@ -183,7 +183,7 @@ def test_generation_steps_survive_the_json_round_trip(tmp_path):
     import dataclasses
 
     from bisect_ov import Report
-    from bisect_ov.records import Step
+    from bisect_ov.core.records import Step
 
     report = bisect(_stateful_model(), "CPU:f32", "CPU:f32", {"x": np.ones((1, 3), np.float32)}, **FAST)
     steps = (Step(0, 5, 5, 1e-3, 1e-3, 0.0, 3e-2, False), Step(1, 7, 9, 4e-2, 1e-3, 2e-2, 3e-2, True))
@@ -195,7 +195,7 @@ def test_generation_steps_survive_the_json_round_trip(tmp_path):
 
 
 def test_steps_without_token_inputs_are_refused_with_what_the_model_takes():
-    from bisect_ov.errors import InputError
+    from bisect_ov.core.errors import InputError
 
     with pytest.raises(InputError, match="input_ids"):
         bisect(_stateful_model(), "CPU:f32", "CPU:f32", {"x": np.ones((1, 3), np.float32)}, steps=1, **FAST)

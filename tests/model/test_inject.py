@@ -2,7 +2,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.inject import FAULT_KINDS, inject_fault
 from tests.conftest import tiny_chain

@@ -4,7 +4,7 @@ import openvino as ov
 import pytest
 from onnx import TensorProto, helper
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from tests.conftest import tiny_chain

@@ -16,7 +16,7 @@ import pytest
 from openvino import opset13 as ops
 
 from bisect_ov import bisect, inject_fault
-from bisect_ov.records import Fidelity
+from bisect_ov.core.records import Fidelity
 from bisect_ov.report.html import render_page, save_html
 from bisect_ov.zoo import synthetic
 

@@ -14,7 +14,7 @@ pytest.importorskip("matplotlib")
 from matplotlib.figure import Figure  # noqa: E402
 
 from bisect_ov import bisect, inject_fault  # noqa: E402
-from bisect_ov.errors import InputError  # noqa: E402
+from bisect_ov.core.errors import InputError  # noqa: E402
 from bisect_ov.report.plots import figure_to_png_base64, plot_errors, plot_neighbourhood, plot_values  # noqa: E402
 from bisect_ov.zoo import synthetic  # noqa: E402
 

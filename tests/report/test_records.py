@@ -12,9 +12,9 @@ import textwrap
 
 import pytest
 
-from bisect_ov import codec
-from bisect_ov.errors import InputError
-from bisect_ov.records import CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, Noise, SamplesSummary
+from bisect_ov.core import codec
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.records import CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, Noise, SamplesSummary
 from bisect_ov.report.report import SCHEMA_VERSION, Report
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -133,7 +133,7 @@ def test_reading_a_report_does_not_import_openvino():
         package.__version__ = "0"  # the real one lives in the __init__ left out here
         sys.modules["bisect_ov"] = package
         from bisect_ov.report.report import Report
-        import bisect_ov.report.text, bisect_ov.report.html, bisect_ov.report.export, bisect_ov.codec
+        import bisect_ov.report.text, bisect_ov.report.html, bisect_ov.report.export, bisect_ov.core.codec
         report = Report.load({str(V1)!r})
         report.to_text()
         bisect_ov.report.html.render_page(report, plots=False)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from bisect_ov.errors import DeviceError, InputError
+from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.run.devices import EmulatedDevice, OpenVINODevice, make_device
 from tests.conftest import needs_bf16, tiny_chain
 
@@ -58,12 +58,12 @@ def test_default_cpu_target_runs_bf16_here():
 
 
 def test_devices_declare_their_capabilities(tmp_path):
-    from bisect_ov.capture import RecordedDevice, SampledDevice, capture
+    from bisect_ov.capture import RecordedDevice, SampledDevice, record
 
     f32, emu = make_device("CPU:f32"), make_device("EMU:f16")
     assert (f32.activation_precision, f32.can_run_pieces, f32.emulated, f32.recorded) == ("f32", True, False, False)
     assert (emu.activation_precision, emu.can_run_pieces, emu.emulated, emu.recorded) == ("f32", True, True, False)
-    recorded = make_device(f"capture:{capture(tiny_chain(), 'CPU:f32', path=tmp_path / 'c.npz')}")
+    recorded = make_device(f"capture:{record(tiny_chain(), 'CPU:f32', path=tmp_path / 'c.npz')}")
     assert isinstance(recorded, RecordedDevice)
     assert (recorded.activation_precision, recorded.can_run_pieces, recorded.emulated, recorded.recorded) == ("", False, False, True)
     sampled = SampledDevice("EMU:f16", 16)
@@ -78,7 +78,7 @@ def test_activation_precision_is_predicted_before_compiling():
 
 
 def test_infer_many_gives_what_infer_gives_one_by_one(tmp_path):
-    from bisect_ov.capture import RecordedDevice, capture
+    from bisect_ov.capture import RecordedDevice, record
 
     model = tiny_chain()
     rng = np.random.default_rng(0)
@@ -89,7 +89,7 @@ def test_infer_many_gives_what_infer_gives_one_by_one(tmp_path):
         assert len(many) == 5
         for arrays, outs in zip(samples, many):
             np.testing.assert_array_equal(outs[0], compiled.infer(arrays, share_outputs=False)[0])
-    played = RecordedDevice(capture(model, "CPU:f32", samples[0], tmp_path / "c.npz")).compile(model)
+    played = RecordedDevice(record(model, "CPU:f32", samples[0], tmp_path / "c.npz")).compile(model)
     np.testing.assert_array_equal(played.infer_many(samples[:1])[0][0], make_device("CPU:f32").compile(model).infer(samples[0])[0])
 
 

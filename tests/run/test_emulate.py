@@ -7,7 +7,7 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.run.emulate import emulate_precision, round_array, round_output
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}  # this CPU runs bf16 by default

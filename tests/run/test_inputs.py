@@ -3,7 +3,7 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
 
 

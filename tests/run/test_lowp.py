@@ -7,7 +7,7 @@ import doctest
 import numpy as np
 import pytest
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.run import lowp
 from tests.run.test_emulate import lane_sum as reference_lane_sum
 from tests.run.test_emulate import same_bits

@@ -26,8 +26,8 @@ from bisect_ov.capture.format import (
     tensor_summary,
 )
 from bisect_ov.capture.read import load_capture, merge_captures
-from bisect_ov.capture.write import capture
-from bisect_ov.errors import CaptureError, InputError
+from bisect_ov.capture.write import record
+from bisect_ov.core.errors import CaptureError, InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap, default_taps, tap_model
 from bisect_ov.run.devices import Device, make_device
@@ -39,7 +39,7 @@ from tests.conftest import tiny_chain
 @pytest.fixture
 def chain_capture(tmp_path) -> tuple[object, pathlib.Path]:
     model = tiny_chain()
-    return model, capture(model, "CPU:f32", path=tmp_path / "chain.npz")
+    return model, record(model, "CPU:f32", path=tmp_path / "chain.npz")
 
 
 def _live_taps(model, inputs):
@@ -97,13 +97,13 @@ def test_fusion_boundaries_recorded_in_their_own_pass(tmp_path):
     from bisect_ov.model.match import identity_match
 
     model = synthetic.conv_bn_net()
-    cap = load_capture(capture(model, "CPU:f32", path=tmp_path / "c.npz"))
+    cap = load_capture(record(model, "CPU:f32", path=tmp_path / "c.npz"))
     graph = ModelGraph(model)
     boundaries = {str(t) for t in fusion_boundaries(graph, graph, identity_match(graph), cap.runtime)[0]}
     assert 0 < cap.header["passes"]["fusion"] == len(boundaries) < len(cap.taps)
     assert {t["key"] for t in cap.header["taps"] if t["pass"] == "fusion"} == boundaries
     assert cap.header["compiles"] == 3
-    emulated = load_capture(capture(tiny_chain(), "EMU:f16", path=tmp_path / "e.npz"))
+    emulated = load_capture(record(tiny_chain(), "EMU:f16", path=tmp_path / "e.npz"))
     assert emulated.header["passes"] == {"fusion": 0, "full": 8}  # its runtime graph is the f32 rewrite's
 
 
@@ -118,7 +118,7 @@ def test_file_is_a_plain_npz_without_pickle(chain_capture):
 
 def test_capture_defaults_to_what_the_device_runs(tmp_path):
     """role="target": plain CPU runs the plugin's default precision, not the f32 a reference would get."""
-    path = capture(tiny_chain(), "CPU", path=tmp_path / "c.npz")
+    path = record(tiny_chain(), "CPU", path=tmp_path / "c.npz")
     default = make_device("CPU", role="target").compile(tiny_chain()).info.precision
     assert load_capture(path).device_info.precision == default
     assert "INFERENCE_PRECISION_HINT" not in load_capture(path).header["device"]["info"]["config"]
@@ -126,13 +126,13 @@ def test_capture_defaults_to_what_the_device_runs(tmp_path):
 
 def test_bad_options(tmp_path):
     with pytest.raises(InputError, match="Unknown capture mode"):
-        capture(tiny_chain(), "CPU:f32", path=tmp_path / "x.npz", mode="half")
+        record(tiny_chain(), "CPU:f32", path=tmp_path / "x.npz", mode="half")
     with pytest.raises(InputError, match="sample must be a positive integer"):
-        capture(tiny_chain(), "CPU:f32", path=tmp_path / "x.npz", mode="stats", sample=0)
+        record(tiny_chain(), "CPU:f32", path=tmp_path / "x.npz", mode="stats", sample=0)
     with pytest.raises(CaptureError, match="is a folder"):
-        capture(tiny_chain(), "CPU:f32", path=tmp_path)
+        record(tiny_chain(), "CPU:f32", path=tmp_path)
     with pytest.raises(CaptureError, match="does not exist"):
-        capture(tiny_chain(), "CPU:f32", path=tmp_path / "missing" / "x.npz")
+        record(tiny_chain(), "CPU:f32", path=tmp_path / "missing" / "x.npz")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -224,7 +224,7 @@ def test_newer_schema_refused(chain_capture, tmp_path):
 
 
 def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
-    path = capture(tiny_chain(), "CPU:f32", path=tmp_path / "c.npz")
+    path = record(tiny_chain(), "CPU:f32", path=tmp_path / "c.npz")
     before = path.read_bytes()
     real = np.lib.format.write_array
     calls = []
@@ -237,21 +237,21 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatc
 
     monkeypatch.setattr(np.lib.format, "write_array", failing)
     with pytest.raises(OSError, match="disk full"):
-        capture(tiny_chain(seed=1), "CPU:f32", path=path)
+        record(tiny_chain(seed=1), "CPU:f32", path=path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]
     # No old file: nothing is left either.
     with pytest.raises(OSError, match="disk full"):
         calls.clear()
-        capture(tiny_chain(), "CPU:f32", path=tmp_path / "new.npz")
+        record(tiny_chain(), "CPU:f32", path=tmp_path / "new.npz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]
 
 
 def test_written_file_is_shareable_and_replaces_atomically(tmp_path, monkeypatch):
-    path = capture(tiny_chain(), "CPU:f32", path=tmp_path / "c.npz")
+    path = record(tiny_chain(), "CPU:f32", path=tmp_path / "c.npz")
     assert path.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
     path.chmod(0o640)
-    capture(tiny_chain(seed=1), "CPU:f32", path=path)
+    record(tiny_chain(seed=1), "CPU:f32", path=path)
     assert path.stat().st_mode & 0o777 == 0o640  # an existing file keeps its mode
 
     def no_replace(src, dst):
@@ -259,7 +259,7 @@ def test_written_file_is_shareable_and_replaces_atomically(tmp_path, monkeypatch
 
     monkeypatch.setattr(os, "replace", no_replace)
     with pytest.raises(CaptureError, match="Cannot write the capture .*read-only folder"):
-        capture(tiny_chain(), "CPU:f32", path=tmp_path / "d.npz")
+        record(tiny_chain(), "CPU:f32", path=tmp_path / "d.npz")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.npz"]
 
 
@@ -271,7 +271,7 @@ def test_failed_run_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(devices.OpenVINOCompiled, "infer", boom)
     with pytest.raises(devices.DeviceError, match="plugin crashed"):
-        capture(tiny_chain(), "CPU:f32", path=tmp_path / "c.npz")
+        record(tiny_chain(), "CPU:f32", path=tmp_path / "c.npz")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -369,8 +369,8 @@ def test_dynamic_shapes(tmp_path):
     model = ov.Model([y.output(0)], [x], "dynamic")
     data = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     with pytest.raises(InputError, match="dynamic shape"):
-        capture(model, "CPU:f32", path=tmp_path / "d.npz")
-    cap = load_capture(capture(model, "CPU:f32", [data], tmp_path / "d.npz"))
+        record(model, "CPU:f32", path=tmp_path / "d.npz")
+    cap = load_capture(record(model, "CPU:f32", [data], tmp_path / "d.npz"))
     assert cap.tap_info("tanh")["shape"] == [3, 8]
     out = RecordedDevice(cap).compile(model).infer([data])
     np.testing.assert_allclose(out[0], np.tanh(data), rtol=1e-6)
@@ -382,8 +382,8 @@ def test_a_dynamic_shape_model_is_recorded_in_compiles_that_fit_the_budget(tmp_p
     model = tiny_chain(depth=6)
     model.reshape({model.inputs[0]: ov.PartialShape([-1, 8])})  # a dynamic batch, as exports have
     data = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
-    whole = load_capture(capture(model, "CPU:f32", [data], tmp_path / "w.npz"))
-    split = load_capture(capture(model, "CPU:f32", [data], tmp_path / "s.npz", max_tap_bytes=3 * 5 * 8 * 4))
+    whole = load_capture(record(model, "CPU:f32", [data], tmp_path / "w.npz"))
+    split = load_capture(record(model, "CPU:f32", [data], tmp_path / "s.npz", max_tap_bytes=3 * 5 * 8 * 4))
     # The plain run, then one compile per pass (fusion boundaries, the rest) without a budget; 12 tensors of
     # 160 bytes in chunks of 3 with it.
     assert whole.header["compiles"] <= 3 < split.header["compiles"]
@@ -421,8 +421,8 @@ PINNED_POSITIONS = [75, 272, 704, 808, 863]
 def test_stats_mode_holds_samples_and_is_smaller(tmp_path):
     model = synthetic.conv_bn_net()
     inputs = synthetic.sample_inputs(model, seed=1)
-    full = load_capture(capture(model, "CPU:f32", inputs, tmp_path / "full.npz"))
-    stats = load_capture(capture(model, "CPU:f32", inputs, tmp_path / "stats.npz", mode="stats", sample=64, seed=3))
+    full = load_capture(record(model, "CPU:f32", inputs, tmp_path / "full.npz"))
+    stats = load_capture(record(model, "CPU:f32", inputs, tmp_path / "stats.npz", mode="stats", sample=64, seed=3))
     assert stats.mode == "stats" and stats.sample_size == 64 and stats.seed == 3
     with np.load(tmp_path / "stats.npz", allow_pickle=False) as data:
         assert "s/0" in data.files and "t/0" not in data.files
@@ -447,7 +447,7 @@ def test_tensor_summary_non_finite():
 def test_stats_capture_against_sampled_live_device(tmp_path):
     model = synthetic.conv_bn_net()
     inputs = synthetic.sample_inputs(model, seed=1)
-    path = capture(model, "CPU:f32", inputs, tmp_path / "stats.npz", mode="stats", sample=256)
+    path = record(model, "CPU:f32", inputs, tmp_path / "stats.npz", mode="stats", sample=256)
     ref = RecordedDevice(path)
     target = sampled_like("CPU:f32", ref)
     assert isinstance(target, SampledDevice) and target.sample == 256
@@ -456,7 +456,7 @@ def test_stats_capture_against_sampled_live_device(tmp_path):
                     local=False, progress=False)
     assert report.first_divergence.name == "res/conv_b"
     assert "256 sampled values per tensor" in report.ref.note
-    assert sampled_like("CPU:f32", capture(model, "CPU:f32", inputs, tmp_path / "f.npz")).name == "CPU:f32"
+    assert sampled_like("CPU:f32", record(model, "CPU:f32", inputs, tmp_path / "f.npz")).name == "CPU:f32"
 
 
 # ----- merging ------------------------------------------------------------------------------------------------
@@ -464,8 +464,8 @@ def test_stats_capture_against_sampled_live_device(tmp_path):
 
 def test_merge_captures(tmp_path):
     model = tiny_chain()
-    a = capture(model, "CPU:f32", None, tmp_path / "a.npz", seed=0)
-    b = capture(model, "CPU:f32", None, tmp_path / "b.npz", seed=1)
+    a = record(model, "CPU:f32", None, tmp_path / "a.npz", seed=0)
+    b = record(model, "CPU:f32", None, tmp_path / "b.npz", seed=1)
     merged = load_capture(merge_captures([a, b], tmp_path / "ab.npz"))
     one, two = load_capture(a), load_capture(b)
     assert [s["inputs_hash"] for s in merged.samples] == [one.inputs_hash, two.inputs_hash]
@@ -481,21 +481,21 @@ def test_merge_captures(tmp_path):
     np.testing.assert_array_equal(compiled.infer(two.inputs)[0], two.outputs[0])
     np.testing.assert_array_equal(compiled.infer(one.inputs)[0], one.outputs[0])
     # Merged files merge again; the same inputs twice do not.
-    c = capture(model, "CPU:f32", None, tmp_path / "c.npz", seed=2)
+    c = record(model, "CPU:f32", None, tmp_path / "c.npz", seed=2)
     assert len(load_capture(merge_captures([tmp_path / "ab.npz", c], tmp_path / "abc.npz")).samples) == 3
     with pytest.raises(CaptureError, match="has the same inputs as 'a.npz' sample 0"):
         merge_captures([a, tmp_path / "ab.npz"], tmp_path / "bad.npz")
 
 
 def test_merge_refuses_different_models_and_devices(tmp_path):
-    a = capture(tiny_chain(), "CPU:f32", None, tmp_path / "a.npz", seed=0)
-    other = capture(tiny_chain(depth=3), "CPU:f32", None, tmp_path / "other.npz", seed=1)
+    a = record(tiny_chain(), "CPU:f32", None, tmp_path / "a.npz", seed=0)
+    other = record(tiny_chain(depth=3), "CPU:f32", None, tmp_path / "other.npz", seed=1)
     with pytest.raises(CaptureError, match="Cannot merge 'a.npz' and 'other.npz': their model structure hash differ"):
         merge_captures([a, other], tmp_path / "m.npz")
-    emulated = capture(tiny_chain(), "EMU:f16", None, tmp_path / "emu.npz", seed=1)
+    emulated = record(tiny_chain(), "EMU:f16", None, tmp_path / "emu.npz", seed=1)
     with pytest.raises(CaptureError, match="their device differ \\('CPU:f32' vs 'EMU:f16'\\)"):
         merge_captures([a, emulated], tmp_path / "m.npz")
-    stats = capture(tiny_chain(), "CPU:f32", None, tmp_path / "s.npz", seed=1, mode="stats")
+    stats = record(tiny_chain(), "CPU:f32", None, tmp_path / "s.npz", seed=1, mode="stats")
     with pytest.raises(CaptureError, match="their mode differ"):
         merge_captures([a, stats], tmp_path / "m.npz")
     assert not (tmp_path / "m.npz").exists()
@@ -520,10 +520,10 @@ def faulty_from_other_process(tmp_path_factory) -> pathlib.Path:
 
 def _capture_in_subprocess(model_code: str, path: pathlib.Path, device: str = "CPU:f32") -> None:
     code = textwrap.dedent(f"""
-        from bisect_ov.capture.write import capture
+        from bisect_ov.capture.write import record
         from bisect_ov.model.inject import inject_fault
         from bisect_ov.zoo import synthetic
-        capture({model_code}, {device!r}, path={str(path)!r})
+        record({model_code}, {device!r}, path={str(path)!r})
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300, capture_output=True, text=True)
 
@@ -557,7 +557,7 @@ def test_capture_from_another_process_as_target(faulty_from_other_process, local
 @pytest.fixture(scope="module")
 def f16_capture(tmp_path_factory) -> pathlib.Path:
     """Machine A ran the chain in (emulated) f16."""
-    return capture(synthetic.chain(), "EMU:f16", path=tmp_path_factory.mktemp("a") / "a_f16.npz")
+    return record(synthetic.chain(), "EMU:f16", path=tmp_path_factory.mktemp("a") / "a_f16.npz")
 
 
 @pytest.mark.parametrize("impact", [0, 3])  # 3: bisect skips partitioned runs with a recorded side
@@ -601,14 +601,14 @@ def test_plan_with_recorded_target(chain_capture):
 
 
 def test_plan_with_stats_capture(tmp_path):
-    stats = RecordedDevice(capture(tiny_chain(), "CPU:f32", path=tmp_path / "s.npz", mode="stats", sample=3, seed=2))
+    stats = RecordedDevice(record(tiny_chain(), "CPU:f32", path=tmp_path / "s.npz", mode="stats", sample=3, seed=2))
     plan = plan_recorded(make_device("CPU:f32"), stats, None)
     assert isinstance(plan.ref, SampledDevice) and (plan.ref.sample, plan.ref.seed) == (3, 2)
     assert plan.target is stats and not plan.local and not plan.pieces and not plan.exact
-    other = RecordedDevice(capture(tiny_chain(), "CPU:f32", path=tmp_path / "o.npz", mode="stats", sample=5))
+    other = RecordedDevice(record(tiny_chain(), "CPU:f32", path=tmp_path / "o.npz", mode="stats", sample=5))
     with pytest.raises(CaptureError, match="sampled differently"):
         plan_recorded(other, stats, None)
-    full = RecordedDevice(capture(tiny_chain(), "CPU:f32", path=tmp_path / "f.npz"))
+    full = RecordedDevice(record(tiny_chain(), "CPU:f32", path=tmp_path / "f.npz"))
     assert isinstance(plan_recorded(full, stats, None).ref, SampledDevice)
 
 
@@ -616,10 +616,10 @@ def test_recorded_in_another_process_names_the_same_first_divergence_as_a_direct
     """Machine A records the demo on an f16 device; machine B compares its f32 run with the recording."""
     path = tmp_path / "machine_a_f16.npz"
     code = (
-        "from bisect_ov.capture.write import capture\n"
+        "from bisect_ov.capture.write import record\n"
         "from bisect_ov.zoo import synthetic\n"
         "m = synthetic.demo()\n"
-        f"capture(m, 'EMU:f16', synthetic.sample_inputs(m, seed=1), {str(path)!r})\n"
+        f"record(m, 'EMU:f16', synthetic.sample_inputs(m, seed=1), {str(path)!r})\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
     model = synthetic.demo()
@@ -640,8 +640,8 @@ def test_kernels_that_differ_between_recorded_sides_are_listed(tmp_path):
 
     model = synthetic.conv_bn_net()
     inputs = synthetic.sample_inputs(model, seed=1)
-    a = capture(model, "CPU:f32", inputs, tmp_path / "a.npz")
-    b = capture(model, "CPU:accuracy", inputs, tmp_path / "b.npz")
+    a = record(model, "CPU:f32", inputs, tmp_path / "a.npz")
+    b = record(model, "CPU:accuracy", inputs, tmp_path / "b.npz")
     same = bisect(model, f"capture:{a}", f"capture:{b}", progress=False)
     assert same.nodes and all(n.runtime.get("ref") and n.runtime.get("target") for n in same.nodes)
     assert not same.kernel_differences  # one machine, same kernels: nothing listed

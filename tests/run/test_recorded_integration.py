@@ -1,6 +1,6 @@
 from bisect_ov import bisect, inject_fault
 from bisect_ov.capture.device import RecordedDevice
-from bisect_ov.capture.write import capture
+from bisect_ov.capture.write import record
 from bisect_ov.cli import main
 from bisect_ov.zoo import synthetic
 
@@ -8,7 +8,7 @@ from bisect_ov.zoo import synthetic
 def test_stats_defaults(tmp_path):
     model = synthetic.conv_bn_net()
     inputs = synthetic.sample_inputs(model, seed=1)
-    path = capture(model, "CPU:f32", inputs, tmp_path / "s.npz", mode="stats", sample=256)
+    path = record(model, "CPU:f32", inputs, tmp_path / "s.npz", mode="stats", sample=256)
     r = bisect(model, ref=RecordedDevice(path), target="CPU:f32", target_model=inject_fault(model, "res/conv_b"), progress=False)
     assert r.first_divergence.name == "res/conv_b"
     assert any("stats capture" in n for n in r.notes), r.notes
@@ -16,14 +16,14 @@ def test_stats_defaults(tmp_path):
 def test_stats_integer_conv(tmp_path):
     model = synthetic.int_conv(channels=300)
     x = synthetic.int_conv_input(channels=300)
-    path = capture(model, "CPU:f32", [x], tmp_path / "s.npz", mode="stats", sample=16)
+    path = record(model, "CPU:f32", [x], tmp_path / "s.npz", mode="stats", sample=16)
     r = bisect(model, ref=RecordedDevice(path), target="EMU:f16", progress=False)
     assert r.first_divergence.name == "conv"
 
 def test_full_integer_conv(tmp_path):
     model = synthetic.int_conv(channels=300)
     x = synthetic.int_conv_input(channels=300)
-    path = capture(model, "CPU:f32", [x], tmp_path / "f.npz")
+    path = record(model, "CPU:f32", [x], tmp_path / "f.npz")
     r = bisect(model, ref=RecordedDevice(path), target="EMU:f16", progress=False)
     live = bisect(model, ref="CPU:f32", target="EMU:f16", inputs=[x], impact=0, progress=False)
     assert r.first_keys == live.first_keys
@@ -32,7 +32,7 @@ def test_full_integer_conv(tmp_path):
 def test_target_recorded_twin_inputs_none(tmp_path):
     model = synthetic.chain()
     faulty = inject_fault(model, "layer5/tanh")
-    path = capture(faulty, "CPU:f32", synthetic.sample_inputs(faulty, seed=3), tmp_path / "t.npz")
+    path = record(faulty, "CPU:f32", synthetic.sample_inputs(faulty, seed=3), tmp_path / "t.npz")
     r = bisect(model, ref="CPU:f32", target=RecordedDevice(path), target_model=faulty, progress=False)
     assert r.first_divergence.name == "layer5/tanh"
 

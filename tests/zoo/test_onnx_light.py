@@ -12,7 +12,7 @@ import openvino as ov
 import pytest
 from onnx import numpy_helper
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.zoo.onnx_light import (
     LIGHT_MODELS,
     light_model_path,

@@ -9,7 +9,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 from bisect_ov.zoo import synthetic as zoo
 
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}

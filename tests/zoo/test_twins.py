@@ -14,7 +14,7 @@ import openvino as ov
 import pytest
 
 from bisect_ov import bisect
-from bisect_ov.options import STRATEGIES
+from bisect_ov.pipeline.options import STRATEGIES
 from bisect_ov.zoo import cache, twins
 from tests.zoo.conftest import needs_zoo, zoo_inputs, zoo_model
 

@@ -5,7 +5,7 @@ untouched model on both sides (the divergence to explain, and the target's fusio
 graph); `measure(taps)` compiles a tapped copy on both sides, runs it once, compares each tapped pair as it
 arrives and keeps only statistics. Every compile is counted, every tapped run's final-output error kept for
 the fidelity check, and the runtime info (kernel, precision, fusion group) of every compiled layer collected.
-Search strategies (`bisect_ov.strategies`) decide which taps to measure.
+Search strategies (`bisect_ov.search.strategies`) decide which taps to measure.
 """
 
 from __future__ import annotations

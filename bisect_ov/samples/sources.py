@@ -12,7 +12,7 @@ class scores (`classifier_outputs`: ``[batch, classes]``, or logits), whether it
 reference top-1 is outside the target's top-k (`flips`; ties count as agreement). Per-node errors over the
 samples are `bisect_ov.analysis.spread.Distribution`s, which merge. `SampleSummary` collects the summaries
 and the run's log (units, their time, failures) into the report's `SamplesSummary`. Running the samples,
-in this process or on an executor, is `bisect_ov.distributed`.
+in this process or on an executor, is `bisect_ov.samples.executors`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.errors import InputError
-from bisect_ov.records import SamplesSummary
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.records import SamplesSummary
 
 __all__ = ["Samples", "as_samples", "load_folder", "SampleSummary", "RunLog", "sample_result", "classifier_outputs",
            "flips"]

@@ -1,7 +1,7 @@
 """`bisect()`: from a model and two devices to a ranked culprit report.
 
 The front door. Its keywords become one `BisectOptions` record; the run is the composition of the stages in
-`bisect_ov.stages` (open -> plain -> capture -> score -> experiments) and `bisect_ov.assemble` (-> Report).
+`bisect_ov.pipeline.stages` (open -> plain -> capture -> score -> experiments) and `bisect_ov.pipeline.assemble` (-> Report).
 See ARCHITECTURE.md for the data flow and the record each stage hands on.
 """
 
@@ -12,12 +12,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
-from bisect_ov.assemble import assemble
-from bisect_ov.options import DEFAULT_MAX_TAP_BYTES, BisectOptions
+from bisect_ov.engine.session import Clock
+from bisect_ov.pipeline.assemble import assemble
+from bisect_ov.pipeline.options import DEFAULT_MAX_TAP_BYTES, BisectOptions
+from bisect_ov.pipeline.stages import absorb, experiments, generate, measure, open_comparison, plain_run, score
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device
-from bisect_ov.session import Clock
-from bisect_ov.stages import absorb, capture, experiments, generate, open_comparison, plain_run, score
 
 __all__ = ["bisect", "run"]
 
@@ -85,7 +85,7 @@ def bisect(
     seed
         Seed of the random inputs.
     strategy
-        Which tensors to expose (see `bisect_ov.strategies`): ``fusion`` taps only the outputs of the
+        Which tensors to expose (see `bisect_ov.search.strategies`): ``fusion`` taps only the outputs of the
         target's fusion groups, so the instrumented target compiles the same kernels; ``full`` taps every
         node; ``bisection`` searches with a few taps per compile (about log2(N) compiles); ``auto`` (default)
         is ``fusion``, falling back to ``bisection`` when the fidelity check fails.
@@ -130,14 +130,14 @@ def bisect(
     max_tap_bytes
         Most bytes of exposed tensors per compile; more taps are measured segment by segment (one model on
         both sides) or split into several compiles. ``"auto"`` (the default): half the model's weight bytes,
-        at least 64 MB (`bisect_ov.options.auto_tap_bytes`). None: no limit.
+        at least 64 MB (`bisect_ov.pipeline.options.auto_tap_bytes`). None: no limit.
     progress
         Show progress bars; None shows them when stderr is a terminal.
     executor
         Where many samples run: None (this process), any `concurrent.futures.Executor` (Dask's
         ``distributed.Client(...).get_executor()``, Ray's, a ``ProcessPoolExecutor``), or ``'processes:N'``,
         ``'threads:N'``, ``'dask://HOST:PORT'``. Units of `samples_per_unit` samples travel to the workers
-        with the model as IR and the devices, and return summaries, never tensors (`bisect_ov.distributed`).
+        with the model as IR and the devices, and return summaries, never tensors (`bisect_ov.samples.executors`).
     samples_per_unit
         Samples per work unit.
     unit_retries
@@ -176,7 +176,7 @@ def bisect(
 
 def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, options: BisectOptions, *,
         target_model: Any = None) -> Report:
-    """`bisect()` with its options as one record: the stages of `bisect_ov.stages`, composed."""
+    """`bisect()` with its options as one record: the stages of `bisect_ov.pipeline.stages`, composed."""
     options.tolerance_model().check_metric(options.metric)
     clock = Clock()
     with clock.stage("open"):
@@ -187,7 +187,7 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
         with clock.stage("generate"):
             generation = generate(opened, plain)
         with clock.stage("capture"):
-            measurement = capture(opened, plain)
+            measurement = measure(opened, plain)
         with clock.stage("score"):
             scored = score(opened, plain, measurement)
         with clock.stage("experiments"):

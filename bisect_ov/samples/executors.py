@@ -2,7 +2,7 @@
 
 The samples are cut into units (`samples_per_unit` consecutive indices). A unit runs one pass over its
 samples on both sides and returns what is kept of them, never tensors: per sample its final-output error and
-class answers (`bisect_ov.samples.sample_result`), or per tapped node a mergeable `Distribution` of its
+class answers (`bisect_ov.samples.sources.sample_result`), or per tapped node a mergeable `Distribution` of its
 error. Two passes run: the untouched model on every sample (the ranking; the detailed search then runs on
 the worst sample, in this process), and after the search the model with the measured nodes exposed (each
 node's error over the samples).
@@ -45,12 +45,12 @@ from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.analysis.spread import Distribution
-from bisect_ov.errors import DeviceError, InputError, first_line
+from bisect_ov.core.errors import DeviceError, InputError, first_line
+from bisect_ov.engine.session import Session, run_both
 from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.run.devices import Device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
-from bisect_ov.samples import RunLog, Samples, SampleSummary, sample_result
-from bisect_ov.session import Session, run_both
+from bisect_ov.samples.sources import RunLog, Samples, SampleSummary, sample_result
 
 __all__ = ["SampleRun", "open_executor", "RayExecutor", "run_samples", "node_spread", "ModelPayload", "Plan", "Unit",
            "UnitResult", "run_unit", "prepare_pair"]

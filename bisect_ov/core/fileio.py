@@ -21,7 +21,7 @@ import tempfile
 import threading
 from typing import IO, Iterator
 
-from bisect_ov.errors import InputError, WriteError
+from bisect_ov.core.errors import InputError, WriteError
 
 __all__ = ["write_text_atomic", "atomic_file", "removed_on_sigterm", "new_file_mode", "check_writable"]
 

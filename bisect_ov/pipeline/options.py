@@ -18,11 +18,11 @@ from typing import Any, Callable, Iterable, Mapping, TypeGuard
 
 from bisect_ov.analysis.metrics import METRICS, TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
+from bisect_ov.search.strategies import STRATEGIES
 
 __all__ = ["BisectOptions", "STRATEGIES", "BUDGETS", "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "auto_tap_bytes"]
 
-STRATEGIES = ("auto", "fusion", "full", "bisection")
 BUDGETS = ("default", "fast")
 DEFAULT_MAX_TAP_BYTES = "auto"
 AUTO_MIN_TAP_BYTES = 64 << 20
@@ -60,7 +60,7 @@ class BisectOptions:
     >>> BisectOptions(curve=-1)
     Traceback (most recent call last):
     ...
-    bisect_ov.errors.InputError: curve must be an integer >= 0 (points of the contribution curve; 0 for none); got -1.
+    bisect_ov.core.errors.InputError: curve must be an integer >= 0 (points of the contribution curve; 0 for none); got -1.
     """
 
     ref_config: Mapping[str, Any] = _opt(doc="compile properties for the reference", factory=dict, cli=None)
@@ -103,7 +103,7 @@ class BisectOptions:
     progress: bool | None = _opt(None, "progress bars; None: when stderr is a terminal", cli=None)
     executor: Any = _opt(
         None, "where many samples run: None (this process), a concurrent.futures.Executor (Dask's "
-        "Client.get_executor(), bisect_ov.distributed.RayExecutor, a process pool), 'processes:N', 'threads:N', "
+        "Client.get_executor(), bisect_ov.samples.executors.RayExecutor, a process pool), 'processes:N', 'threads:N', "
         "'dask://HOST:PORT', 'ray' or 'ray://HOST:PORT'", kind=str, metavar="WHERE",
         cli_help="where many samples run: processes:N, threads:N, dask://HOST:PORT, ray or ray://HOST:PORT "
         "(default: here)")
@@ -216,7 +216,7 @@ class BisectOptions:
         `local_possible`: the target can run pieces fed with the reference's values (not a recorded target,
         not a sampled side). `pieces_possible`: both sides can run pieces (partitioned runs). `twin`: the target
         runs another model (`target_model`): partitioned runs then take the target's segments from it
-        (`bisect_ov.twin`); layer sensitivity needs one.
+        (`bisect_ov.experiments.twin`); layer sensitivity needs one.
         """
         resolved = self
         notes: list[str] = []

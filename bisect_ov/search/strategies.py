@@ -24,11 +24,12 @@ from __future__ import annotations
 from typing import Callable
 
 from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.engine.session import Session
 from bisect_ov.model.fusion import fusion_boundaries
 from bisect_ov.model.partition import cut_after
 from bisect_ov.model.taps import Tap
-from bisect_ov.options import STRATEGIES
-from bisect_ov.session import Session
+
+STRATEGIES = ("auto", "fusion", "full", "bisection")  # "auto": fusion, falling back to bisection
 
 __all__ = ["STRATEGIES", "run_full", "run_fusion", "run_bisection", "fusion_boundaries", "fusion_taps"]
 

@@ -29,13 +29,13 @@ import numpy as np
 
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.analysis.tolerance import Tolerance, expected_quantization_errors, quantization_error
-from bisect_ov.errors import CaptureError
+from bisect_ov.core.errors import CaptureError
+from bisect_ov.core.records import LayerSensitivity
+from bisect_ov.engine.session import Session
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
 from bisect_ov.model.partition import extract, segments
 from bisect_ov.model.taps import Tap
-from bisect_ov.records import LayerSensitivity
-from bisect_ov.session import Session
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,14 @@ import openvino as ov
 
 from bisect_ov.analysis.diagnosis import diagnose, observations
 from bisect_ov.analysis.spread import Distribution
-from bisect_ov.mixed import Findings, patch_model
+from bisect_ov.engine.session import Session
+from bisect_ov.experiments.partitioned import Findings, patch_model
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
+from bisect_ov.pipeline.stages import LOCAL_SHARE, Measurement, Opened, Plain, Scored
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
-from bisect_ov.session import Session
-from bisect_ov.stages import LOCAL_SHARE, Measurement, Opened, Plain, Scored
 
 __all__ = ["assemble", "run_notes", "rank_by_impact"]
 

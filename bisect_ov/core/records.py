@@ -7,7 +7,7 @@ summary of many samples (`SamplesSummary`).
 
 Assumptions: this module sits at the bottom of the layering and imports only the standard library, so
 reading a saved report (`bisect_ov.report`) never loads OpenVINO. Records are turned into JSON and back by
-`bisect_ov.codec`, driven by their fields; a field's type annotation is what the codec checks on reading.
+`bisect_ov.core.codec`, driven by their fields; a field's type annotation is what the codec checks on reading.
 """
 
 from __future__ import annotations

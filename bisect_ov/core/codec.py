@@ -25,7 +25,7 @@ import types
 import typing
 from typing import Any, TypeVar, Union
 
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
 
 __all__ = ["to_dict", "from_dict", "encode", "decode_float", "MAX_DEPTH"]
 

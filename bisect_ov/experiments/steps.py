@@ -28,11 +28,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.errors import InputError
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.records import Step
+from bisect_ov.engine.session import run_both
 from bisect_ov.model.state import Stateless
-from bisect_ov.records import Step
 from bisect_ov.run.devices import Compiled, Device
-from bisect_ov.session import run_both
 
 __all__ = ["Generation", "run_steps", "step_inputs"]
 

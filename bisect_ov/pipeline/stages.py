@@ -2,10 +2,10 @@
 
     open_comparison(model, ref, target, inputs, target_model, options)  -> Opened
     plain_run(opened)                                                    -> Plain     (tolerance in play)
-    capture(opened, plain)                                               -> Measurement
+    measure(opened, plain)                                               -> Measurement
     score(opened, plain, measurement)                                    -> Scored
-    experiments(opened, measurement, scored)                             -> Findings  (`bisect_ov.mixed`)
-    assemble(opened, plain, measurement, scored, findings)               -> Report    (`bisect_ov.assemble`)
+    experiments(opened, measurement, scored)                             -> Findings  (`bisect_ov.experiments.partitioned`)
+    assemble(opened, plain, measurement, scored, findings)               -> Report    (`bisect_ov.pipeline.assemble`)
 
 Each stage reads what the earlier ones handed on and the `Session` (which owns the devices, the inputs and
 the compile counts); none assigns to another object's fields. The options arrive resolved (`BisectOptions
@@ -29,9 +29,10 @@ from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
 from bisect_ov.capture.device import plan_recorded
-from bisect_ov.distributed import SampleRun, node_spread, prepare_pair, run_samples
-from bisect_ov.errors import InputError
-from bisect_ov.mixed import (
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.records import Fidelity, Noise
+from bisect_ov.engine.session import Clock, Session
+from bisect_ov.experiments.partitioned import (
     Findings,
     MixedRuns,
     contribution_curve,
@@ -40,24 +41,23 @@ from bisect_ov.mixed import (
     smallest_range,
     suspects_for_fix,
 )
-from bisect_ov.mixed import impact as impact_of
+from bisect_ov.experiments.partitioned import impact as impact_of
+from bisect_ov.experiments.steps import Generation, run_steps
+from bisect_ov.experiments.twin import layer_sensitivity, quantized_units, twin_tolerance
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import Stateless, initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap
-from bisect_ov.options import BisectOptions, auto_tap_bytes
-from bisect_ov.records import Fidelity, Noise
+from bisect_ov.pipeline.options import BisectOptions, auto_tap_bytes
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import DeviceInfo, make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
-from bisect_ov.samples import Samples, SampleSummary, as_samples
-from bisect_ov.session import Clock, Session
-from bisect_ov.steps import Generation, run_steps
-from bisect_ov.strategies import fusion_taps, run_bisection, run_full, run_fusion
-from bisect_ov.twin import layer_sensitivity, quantized_units, twin_tolerance
+from bisect_ov.samples.executors import SampleRun, node_spread, prepare_pair, run_samples
+from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
+from bisect_ov.search.strategies import fusion_taps, run_bisection, run_full, run_fusion
 
-__all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "generate", "capture", "score",
+__all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "generate", "measure", "score",
            "experiments", "absorb", "FIDELITY_RANGE", "LOCAL_SHARE", "fidelity", "local_units", "owned_units"]
 
 FIDELITY_RANGE = (0.5, 2.0)
@@ -261,7 +261,7 @@ def plain_run(opened: Opened) -> Plain:
 
 
 def generate(opened: Opened, plain: Plain) -> Generation | None:
-    """With ``steps``: the prefill and decode steps on both sides (`bisect_ov.steps`); None without them.
+    """With ``steps``: the prefill and decode steps on both sides (`bisect_ov.experiments.steps`); None without them.
 
     When a decode step is where divergence starts, the session examines that step's inputs from now on (its
     plain run is repeated), so the node results explain that step.
@@ -292,7 +292,7 @@ def generate(opened: Opened, plain: Plain) -> Generation | None:
     return generation
 
 
-def capture(opened: Opened, plain: Plain) -> Measurement:
+def measure(opened: Opened, plain: Plain) -> Measurement:
     """Run the chosen strategy; ``auto`` is ``fusion``, falling back to ``bisection`` when unfaithful."""
     session, options = opened.session, opened.options
     graph, tol = session.graph, plain.tolerance

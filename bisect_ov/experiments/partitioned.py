@@ -17,7 +17,7 @@ This module answers with experiments on the real target:
   tolerance: greedy over the ranked suspects, then minimised by dropping members one at a time, each step
   verified end to end by a partitioned run.
 
-With a twin (`target_model`), partitioned runs cut the target's segments from the twin (`bisect_ov.twin`).
+With a twin (`target_model`), partitioned runs cut the target's segments from the twin (`bisect_ov.experiments.twin`).
 """
 
 from __future__ import annotations
@@ -31,16 +31,16 @@ import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.core.records import CurvePoint, Delegation, Fix, LayerSensitivity
+from bisect_ov.engine.session import Session
 from bisect_ov.model.partition import extract, segments
 from bisect_ov.model.taps import Tap
-from bisect_ov.records import CurvePoint, Delegation, Fix, LayerSensitivity
-from bisect_ov.session import Session
 
 log = logging.getLogger(__name__)
 
 
 def _twin_mixed_run(session, on_target, order):
-    from bisect_ov.twin import twin_mixed_run  # the twin's partitioned runs (imports this module's neighbours)
+    from bisect_ov.experiments.twin import twin_mixed_run  # the twin's partitioned runs (imports this module's neighbours)
 
     return twin_mixed_run(session, on_target, order)
 
