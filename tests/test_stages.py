@@ -1,5 +1,5 @@
-"""The pipeline's pieces driven directly: the options record, Session state, a strategy with a fake session,
-scoring and notes from records, and one run stage by stage compared with `bisect()`."""
+"""The pipeline's pieces driven directly: the options record, the engine's records, strategies driven by hand
+with a fake measurement, scoring and notes from records, and one run stage by stage compared with `bisect()`."""
 
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ import pytest
 from bisect_ov import InputError, bisect, inject_fault
 from bisect_ov.analysis.metrics import compare
 from bisect_ov.core.records import Fidelity, Noise
-from bisect_ov.engine.session import Session
+from bisect_ov.engine.comparison import Comparison, Sample
+from bisect_ov.engine.engine import Engine
+from bisect_ov.engine.runner import Runner
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import identity_match
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.assemble import assemble, rank_by_impact, run_notes
+from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import BisectOptions
-from bisect_ov.pipeline.stages import Measurement, Scored, experiments, measure, open_comparison, plain_run, score
-from bisect_ov.search.strategies import run_bisection
+from bisect_ov.pipeline.records import Measurement, Scored
+from bisect_ov.pipeline.stages import examine, experiments, open_comparison, plain_run, score
+from bisect_ov.search.strategies import BisectionSearch, FusionSearch, Results, Strategy
 from tests.conftest import tiny_chain
 
 
@@ -70,61 +74,64 @@ def test_resolve_switches_off_what_cannot_run_and_says_why():
     assert same == options and notes == ()
 
 
-# ----- Session -----------------------------------------------------------------------------------------------
-def _session(model=None, target="CPU:f32") -> Session:
+# ----- the engine ------------------------------------------------------------------------------------------------
+def _engine(model=None, target="CPU:f32") -> tuple[Engine, Runner]:
     from bisect_ov.run.devices import make_device
     from bisect_ov.run.inputs import prepare_inputs
 
     graph = ModelGraph(model or tiny_chain())
     arrays = prepare_inputs(graph.model, None, seed=0)
-    return Session(graph, graph, identity_match(graph), make_device("CPU", role="ref"), make_device(target),
-                   arrays, arrays)
+    comparison = Comparison(graph, graph, identity_match(graph), make_device("CPU", role="ref"), make_device(target))
+    runner = Runner(comparison)
+    return examine(runner, Sample.of(arrays, arrays)), runner
 
 
-def test_session_state_changes_only_through_its_methods():
-    session = _session()
-    with pytest.raises(AttributeError):
-        session.ref_arrays = []  # type: ignore[misc]
-    session.compiles["ref"] = 99  # a copy: the session's count is not touched
-    assert session.compiles == {"ref": 0, "target": 0}
-    session.plain()
-    assert session.compiles == {"ref": 1, "target": 1}
-    session.measure([Tap("mm1", 0), Tap("tanh1", 0)])
-    assert session.compiles == {"ref": 2, "target": 2} and len(session.tapped_runs) == 1
-    session.forget_tapped_runs()
-    assert session.tapped_runs == ()
-    other = [np.full_like(a, 0.5) for a in session.ref_arrays]
-    session.select_sample(other, other)
-    assert np.array_equal(session.ref_arrays[0], other[0])
+def test_an_engine_comes_from_the_untouched_run_and_keeps_no_results():
+    engine, runner = _engine()
+    with pytest.raises(FrozenInstanceError):
+        engine.comparison.graph = None  # type: ignore[misc]
+    assert engine.compiles == {"ref": 1, "target": 1}  # the untouched run, target first
+    engine.compiles["ref"] = 99  # a copy: the ledger's count is not touched
+    taps = [Tap("mm1", 0), Tap("tanh1", 0)]
+    first, second = engine.measure(taps), engine.measure(taps)
+    assert engine.compiles == {"ref": 3, "target": 3}
+    # Each measurement returns what it measured, the same whatever ran before it.
+    assert len(first.runs) == len(second.runs) == 1 and first.runs[0].reproduced
+    assert {t: s.rel_l2 for t, s in first.stats.items()} == {t: s.rel_l2 for t, s in second.stats.items()}
+    other = [np.full_like(a, 0.5) for a in engine.ref_arrays]
+    another = examine(runner, Sample.of(other, other))  # another sample is another engine
+    assert np.array_equal(another.ref_arrays[0], other[0]) and not np.array_equal(engine.ref_arrays[0], other[0])
 
 
-# ----- a strategy with a fake session -------------------------------------------------------------------------
-class _FakeSession:
-    """Pretends every tensor at or after one node diverges: what the bisection must find."""
-
-    def __init__(self, graph: ModelGraph, bad: str):
-        self.graph, self.match = graph, identity_match(graph)
-        self.untappable: frozenset[Tap] = frozenset()
-        self.bad_index = graph[bad].index
-        self.measured: list[list[Tap]] = []
-
-    def measure(self, taps):
-        self.measured.append(list(taps))
-        clean = np.ones(16, np.float32)
-        return {t: compare(clean, clean * (1.5 if self.graph[t.key].index >= self.bad_index else 1.0)) for t in taps}
+# ----- strategies driven by hand, with a fake measurement -------------------------------------------------------
+def _drive(strategy: Strategy, measure_taps) -> tuple[Results, list[list[Tap]]]:
+    """The driver loop of `pipeline.measure`, with `measure_taps(taps) -> stats` instead of an engine."""
+    results, asked = Results(), []
+    while (step := strategy.next_step(results)) is not None:
+        assert not step.local  # no local errors asked for here
+        asked.append(list(step.taps))
+        results = results.plus(measure_taps(step.taps))
+    return results, asked
 
 
 @pytest.mark.parametrize("bad", ["mm0", "tanh0", "mm3", "tanh5", "mm7", "tanh7"])
-def test_bisection_finds_the_node_a_fake_session_marks_bad(bad):
-    graph = ModelGraph(tiny_chain(depth=8))
-    fake = _FakeSession(graph, bad)
-    stats = run_bisection(fake, lambda tap, s: s.rel_l2 > 1e-3)  # type: ignore[arg-type]
-    errors = {(t.key, t.port): s.rel_l2 for t, s in stats.items()}
+def test_bisection_finds_the_node_a_fake_measurement_marks_bad(bad):
     from bisect_ov.analysis.scoring import score_graph
+    from bisect_ov.run.devices import make_device
 
-    scores = score_graph(graph, errors, {t.key: 1e-3 for t in stats})
+    graph = ModelGraph(tiny_chain(depth=8))
+    cpu = make_device("CPU:f32")
+    clean = np.ones(16, np.float32)
+
+    def fake(taps):  # every tensor at or after the bad node diverges
+        return {t: compare(clean, clean * (1.5 if graph[t.key].index >= graph[bad].index else 1.0)) for t in taps}
+
+    search = BisectionSearch(Comparison(graph, graph, identity_match(graph), cpu, cpu), lambda t, s: s.rel_l2 > 1e-3)
+    results, asked = _drive(search, fake)
+    errors = {(t.key, t.port): s.rel_l2 for t, s in results.stats.items()}
+    scores = score_graph(graph, errors, {t.key: 1e-3 for t in results.stats})
     assert scores.first == (bad,)
-    assert len(fake.measured) <= int(np.ceil(np.log2(len(graph.candidates())))) + 2
+    assert len(asked) <= int(np.ceil(np.log2(len(graph.candidates())))) + 2
 
 
 # ----- scoring and notes from records --------------------------------------------------------------------------
@@ -134,16 +141,16 @@ def test_ranking_puts_measured_impact_first():
 
 
 def test_notes_come_from_the_records():
-    class _Session:
-        exact: dict = {}
-
     class _Opened:
-        session, notes = _Session(), ("from the plan",)
+        notes = ("from the plan",)
+
+    class _Plain:
+        engine = None
 
     measurement = Measurement(stats={}, groups={}, strategy="bisection", fell_back=True)
     scored = Scored(errors={}, tolerances={}, scores=None, outputs=(),  # type: ignore[arg-type]
                     noise=Noise(run_to_run=1e-4), fidelity=Fidelity(1.0, 3.0, 3.0, warning="changed"))
-    notes = run_notes(_Opened(), measurement, scored)  # type: ignore[arg-type]
+    notes = run_notes(_Opened(), _Plain(), measurement, scored)  # type: ignore[arg-type]
     assert notes[0] == "from the plan" and "not deterministic" in notes[1] and "1.00e-04" in notes[1]
     assert notes[2] == "changed" and "bisection strategy was used" in notes[3]
 
@@ -160,7 +167,7 @@ def test_stages_by_hand_match_bisect():
     assert measured.strategy == "fusion" and measured.stats
     scored = score(opened, plain, measured)
     assert scored.scores.first == ("mm3",)
-    findings = experiments(opened, measured, scored)
+    findings = experiments(opened, plain, measured, scored)
     assert findings.local and findings.fix is None
     report = assemble(opened, plain, measured, scored, findings, model_source=model, target_source=twin)
     direct = bisect(model, "CPU", "CPU:f32", target_model=twin, progress=False)
@@ -169,39 +176,34 @@ def test_stages_by_hand_match_bisect():
 
 
 # ----- fusion groups are refined where error starts -----------------------------------------------------------
-def _fusion_session(node: str):
+@pytest.mark.parametrize("makes_error, refined", [(None, True), (True, True), (False, False)])
+def test_a_group_is_refined_only_when_it_makes_error_of_its_own(makes_error, refined):
     from bisect_ov.zoo import synthetic
 
     model = synthetic.conv_bn_net()
     options = BisectOptions(progress=False, noise=False)
     opened = open_comparison(model, "CPU:f32", "CPU:f32", synthetic.sample_inputs(model, seed=1),
-                             inject_fault(model, node, "noise", 0.05, seed=7), options)
+                             inject_fault(model, "res/bn_a", "noise", 0.05, seed=7), options)
     plain = plain_run(opened)
-    graph, tol = opened.session.graph, plain.tolerance
-    return opened, lambda tap, stats: opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
+    engine, tol = plain.engine, plain.tolerance
 
+    def diverged(tap, stats):
+        return opened.error_of(stats) > tol.for_node(engine.graph[tap.key], tap.port)
 
-@pytest.mark.parametrize("makes_error, refined", [(None, True), (True, True), (False, False)])
-def test_a_group_is_refined_only_when_it_makes_error_of_its_own(monkeypatch, makes_error, refined):
-    from bisect_ov.search.strategies import run_fusion
-
-    opened, diverged = _fusion_session("res/bn_a")
-    session = opened.session
-    descs: list[str] = []
-    measure = session.measure_chunked
-    monkeypatch.setattr(session, "measure_chunked", lambda taps, max_bytes, desc="compare", **kw:
-                        descs.append(desc) or measure(taps, max_bytes, desc=desc, **kw))
-    asked: list[set[str]] = []
-
-    def own_error(stats, groups):
-        asked.append({t.key for t in stats})
-        return {t.key: makes_error for t in stats}
-
-    stats, _ = run_fusion(session, None, diverged, own_error=None if makes_error is None else own_error)
+    # Local errors are asked for only when the strategy may use them; the answer here is made up.
+    search = FusionSearch(engine.comparison, diverged, runtime=engine.target_runtime, local=makes_error is not None)
+    results, descs, asked = Results(), [], False
+    while (step := search.next_step(results)) is not None:
+        if step.local:
+            asked = True
+            results = results.plus(creates={t.key: bool(makes_error) for t in results.stats})
+            continue
+        descs.append(step.desc)
+        results = results.plus(engine.measure_chunked(step.taps, None).stats)
     assert ("refine" in descs) == refined
-    assert makes_error is None or asked  # consulted once the groups were measured
+    assert asked == (makes_error is not None)  # consulted once the groups were measured
     if refined:
-        assert Tap("res/bn_a", 0) in stats  # the faulty member itself was measured
+        assert Tap("res/bn_a", 0) in results.stats  # the faulty member itself was measured
 
 
 # ----- no work done twice -------------------------------------------------------------------------------------

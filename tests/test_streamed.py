@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bisect_ov import bisect, make_device
+from bisect_ov.engine.streamed import stream
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import plan_segments
 from bisect_ov.model.taps import Tap, default_taps, tensor_sizes
@@ -92,10 +93,14 @@ def test_a_streamed_run_holds_one_segment_at_a_time():
     budget = total // 6
     options = BisectOptions(progress=False, noise=False)
     opened = open_comparison(shape_model(shape), "CPU:f32", "CPU:f32", shape_inputs(shape), None, options)
-    plain_run(opened)
+    engine = plain_run(opened).engine
     held: list[int] = []
-    stats = opened.session.measure_streamed(taps, budget, on_segment=lambda values, found: held.append(
-        sum(np.asarray(v).nbytes for v in values.values())))
+    stats = {}
+    for part in stream(engine.runner, engine.sample, taps, budget, target_runtime=engine.target_runtime,
+                       sizes=engine.tensor_sizes):
+        stats.update(part.stats)
+        if part.values is not None:  # the reference's values held while this segment is
+            held.append(sum(np.asarray(v).nbytes for v in part.values.values()))
     assert len(stats) == len(taps) and len(held) >= 5
     largest = max(sizes[t] for t in taps)
     assert max(held) <= budget + 2 * largest + sum(np.asarray(a).nbytes for a in shape_inputs(shape).values())

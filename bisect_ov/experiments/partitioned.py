@@ -3,9 +3,8 @@
 Accumulated error alone cannot tell a node that creates error from one that amplifies what it inherited.
 This module answers with experiments on the real target:
 
-* `local_errors`: every node (or fusion group) runs on the target fed with the *reference's* inputs, so its
-  output error is its own. All of them are packed side by side into one model (`model.partition.extract`),
-  so the whole graph costs one reference compile (for the values) and one target compile per memory chunk.
+(Local errors, each node run alone on the target fed with the reference's inputs, are
+`bisect_ov.experiments.local`.)
 * `mixed_run`: the graph in topological order is split into segments, each run on the side it is assigned
   to, values handed across the cuts; the final-output error then says what delegating those nodes costs.
   This is the delegate node-range experiment done automatically, and it works for any pair of devices.
@@ -32,122 +31,39 @@ from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.records import CurvePoint, Delegation, Fix, LayerSensitivity
-from bisect_ov.engine.session import Session
+from bisect_ov.engine.engine import Engine
 from bisect_ov.model.partition import extract, segments
 from bisect_ov.model.taps import Tap
 
 log = logging.getLogger(__name__)
 
 
-def _twin_mixed_run(session, on_target, order):
+def _twin_mixed_run(engine, on_target, order):
     from bisect_ov.experiments.twin import twin_mixed_run  # the twin's partitioned runs (imports this module's neighbours)
 
-    return twin_mixed_run(session, on_target, order)
+    return twin_mixed_run(engine, on_target, order)
 
-__all__ = ["local_errors", "mixed_run", "contribution_curve", "smallest_range",
+__all__ = ["mixed_run", "contribution_curve", "smallest_range",
            "impact", "find_fix", "Fix",
            "patch_model"]
 
 ErrorOf = Callable[[TensorStats], float]
 
 
-def local_errors(session: Session, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20,
-                 values: Mapping[Tap, np.ndarray] | None = None) -> dict[Tap, TensorStats]:
-    """Each unit (key of its output node -> member keys) on the target, fed with reference inputs.
-
-    `values`: reference values already at hand (a streamed measurement's); the others are computed.
-
-    Units are given in the reference model's keys. With a twin target model, each unit runs the twin's
-    matched ops, plus the twin's own ops feeding them that the reference lacks (a FakeQuantize, an injected
-    fault), fed with the reference's values of the matched tensors around it. Returns statistics of every
-    unit's output tensors, target (isolated) against reference.
-    """
-    target = session.target_graph
-    builder = _UnitBuilder(session, units)
-    ref_of = builder.ref_of
-    stats: dict[Tap, TensorStats] = {}
-    chunks = builder.chunks(max_bytes)
-    while chunks:
-        chunk = chunks.pop(0)
-        uids = list(dict.fromkeys(t.key for t in chunk))
-        piece, outputs = builder.piece(uids)
-        foreign = [t for t in piece.fed if target[t.key].kind != "parameter" and t not in ref_of]
-        if foreign:
-            # A twin-only tensor read across units: run these units one by one; a unit that still reads one
-            # cannot be isolated against the reference and is left out.
-            if len(uids) > 1:
-                chunks[:0] = [[t for t in chunk if t.key == uid] for uid in uids]
-            else:
-                log.info("Local error of '%s' not measured: it reads the twin's tensor %s, which the model "
-                         "lacks.", uids[0], foreign[0])
-            continue
-        fed_ref = [ref_of[t] for t in piece.fed if t in ref_of]
-        given = {t: values[t] for t in fed_ref + outputs if values is not None and t in values}
-        missing = [t for t in fed_ref + outputs if t not in given]
-        got_ref = {**given, **(session.ref_values(missing) if missing else {})}
-        feed = {}
-        for t in piece.fed:
-            if target[t.key].kind == "parameter":
-                feed[t] = session.target_arrays[target.parameter_position[t.key]]
-            else:
-                feed[t] = got_ref[ref_of[t]]
-        got = session.run_piece("target", piece, feed)
-        for t, arr in zip(outputs, got):
-            stats[t] = compare(got_ref[t], arr)
-    return stats
-
-
-class _UnitBuilder:
-    """Builds the isolated-units models of `local_errors`: which twin ops each unit runs, in memory chunks."""
-
-    def __init__(self, session: Session, units: Mapping[str, Sequence[str]]):
-        self.session, self.units = session, units
-        graph, target = session.graph, session.target_graph
-        self.ref_of = {t: r for r, t in session.match.pairs}
-        self.op_of = session.match.target_op()
-        for r, t in self.op_of.items():  # a twin's op read before its quantizer stands for the model's op too
-            for port in range(len(target[t].outputs)):
-                self.ref_of.setdefault(Tap(t, port), Tap(r, port))
-        self.matched_t = {t.key for t in self.ref_of}
-        target_of = session.target_of
-        self.outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
-                           for uid in units}
-
-    def chunks(self, max_bytes: int | None) -> list[list[Tap]]:
-        flat = [t for uid in self.units for t in self.outputs_of[uid]]
-        return self.session.chunks(flat, max_bytes)
-
-    def _target_unit(self, members: set[str]) -> set[str]:
-        target, target_of = self.session.target_graph, self.session.target_of
-        keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
-        keys |= {self.op_of[m] for m in members if m in self.op_of}
-        own = set(keys)
-        for key in keys:  # absorb the twin's own ops upstream of the unit
-            own |= target.upstream(key, stop=lambda k: k in self.matched_t or not target[k].is_candidate)
-        return own
-
-    def piece(self, uids: Sequence[str]):
-        """The model running units `uids` side by side, and the reference taps of their outputs."""
-        unit_of = {m: uid for uid in uids for m in self._target_unit(set(self.units[uid]) | {uid})}
-        outputs = [t for uid in uids for t in self.outputs_of[uid]]
-        target_of = self.session.target_of
-        return extract(self.session.target_graph, list(unit_of), [target_of[t] for t in outputs], unit_of), outputs
-
-
 @dataclass
 class MixedRuns:
-    """Partitioned runs of one session, with a cache: the same assignment is never run twice."""
+    """Partitioned runs of one examined sample, with a cache: the same assignment is never run twice."""
 
-    session: Session
+    engine: Engine
     error_of: ErrorOf
     order: list[str] = field(default_factory=list)
     cache: dict[frozenset, float] = field(default_factory=dict)
     runs: int = 0
 
     def __post_init__(self) -> None:
-        self.order = [n.key for n in self.session.graph.candidates()]
+        self.order = [n.key for n in self.engine.graph.candidates()]
         # How many runs a search takes is not known ahead: the bar counts them.
-        self.bar = tqdm(desc="partitioned runs", unit="run", disable=not self.session.progress, leave=False)
+        self.bar = tqdm(desc="partitioned runs", unit="run", disable=not self.engine.progress, leave=False)
 
     def close(self) -> None:
         self.bar.close()
@@ -156,33 +72,33 @@ class MixedRuns:
         """Final-output error (worst output) when exactly `on_target` runs on the target."""
         key = frozenset(on_target)
         if key not in self.cache:
-            run = mixed_run if self.session.target_graph is self.session.graph else _twin_mixed_run
-            self.cache[key] = max((self.error_of(s) for s in run(self.session, key, self.order)), default=0.0)
+            run = _twin_mixed_run if self.engine.comparison.twin else mixed_run
+            self.cache[key] = max((self.error_of(s) for s in run(self.engine, key, self.order)), default=0.0)
             self.runs += 1
             self.bar.update(1)
         return self.cache[key]
 
 
-def mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
+def mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
               ) -> list[TensorStats]:
     """Run the nodes `on_target` on the target and the rest on the reference; final outputs vs the reference.
 
     Consecutive nodes (in topological order) on the same side form one segment, compiled once.
     """
-    graph = session.graph
+    graph = engine.graph
     order = list(order or [n.key for n in graph.candidates()])
     if not on_target:
-        return [compare(r, r) for r in session.ref_final]
+        return [compare(r, r) for r in engine.ref_final]
     results = graph.results()
     final = frozenset(Tap(*r.inputs[0]) for r in results)
     values: dict[Tap, np.ndarray] = {}
     for p in graph.parameters():
-        values[Tap(p.key, 0)] = session.ref_arrays[graph.parameter_position[p.key]]
+        values[Tap(p.key, 0)] = engine.ref_arrays[graph.parameter_position[p.key]]
     for side, segment, outputs in segments(graph, order, on_target):
-        got = session.run_segment(side, segment, outputs, partial(extract, graph, segment, outputs),
+        got = engine.run_segment(side, segment, outputs, partial(extract, graph, segment, outputs),
                                   values, final)
         values.update(zip(outputs, got))
-    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
+    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.ref_final)]
 
 
 def contribution_curve(runs: MixedRuns, points: int = 8) -> list[CurvePoint]:

@@ -30,7 +30,7 @@ import numpy as np
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import Step
-from bisect_ov.engine.session import run_both
+from bisect_ov.engine.runner import run_both
 from bisect_ov.model.state import Stateless
 from bisect_ov.run.devices import Compiled, Device
 

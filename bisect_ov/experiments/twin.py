@@ -31,7 +31,7 @@ from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.analysis.tolerance import Tolerance, expected_quantization_errors, quantization_error
 from bisect_ov.core.errors import CaptureError
 from bisect_ov.core.records import LayerSensitivity
-from bisect_ov.engine.session import Session
+from bisect_ov.engine.engine import Engine
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
 from bisect_ov.model.partition import extract, segments
@@ -81,25 +81,25 @@ def twin_tolerance(tolerance: Tolerance, graph: ModelGraph, target: ModelGraph, 
                                                                                                    match)))
 
 
-def twin_mixed_run(session: Session, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
+def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
                    ) -> list[TensorStats]:
     """`mixed.mixed_run` for a twin: target segments are cut from the twin (see the module docstring)."""
-    graph, target = session.graph, session.target_graph
-    op_of = session.match.target_op()
+    graph, target = engine.graph, engine.target_graph
+    op_of = engine.match.target_op()
     ref_of_op = {t: r for r, t in op_of.items()}
     matched_t = set(ref_of_op)
     order = list(order or [n.key for n in graph.candidates()])
     on_target = {k for k in on_target if k in op_of}
     if not on_target:
-        return [compare(r, r) for r in session.ref_final]
+        return [compare(r, r) for r in engine.ref_final]
     results = graph.results()
     final = frozenset(Tap(*r.inputs[0]) for r in results)
-    values: dict[Tap, np.ndarray] = {Tap(p.key, 0): session.ref_arrays[graph.parameter_position[p.key]]
+    values: dict[Tap, np.ndarray] = {Tap(p.key, 0): engine.ref_arrays[graph.parameter_position[p.key]]
                                      for p in graph.parameters()}
     for side, segment, outputs in segments(graph, order, on_target):
         if side == "ref":
             piece = extract(graph, segment, outputs)
-            got = session.run_piece("ref", piece, values, final)
+            got = engine.run_piece("ref", piece, values, final)
         else:
             keys = {op_of[k] for k in segment}
             own = set(keys)
@@ -110,33 +110,33 @@ def twin_mixed_run(session: Session, on_target: frozenset[str] | set[str], order
             feed: dict[Tap, np.ndarray] = {}
             for t in piece.fed:
                 if target[t.key].kind == "parameter":
-                    feed[t] = session.target_arrays[target.parameter_position[t.key]]
+                    feed[t] = engine.target_arrays[target.parameter_position[t.key]]
                 elif t.key in ref_of_op and Tap(ref_of_op[t.key], t.port) in values:
                     feed[t] = values[Tap(ref_of_op[t.key], t.port)]
                 else:
                     raise CaptureError(f"The twin's tensor {t} read by a partitioned run has no counterpart in the "
                                        "model; run without fix, impact, delegation and curve for this twin.")
             final_t = frozenset(Tap(op_of[t.key], t.port) for t in final if t.key in op_of)
-            got = session.run_piece("target", piece, feed, final_t)
+            got = engine.run_piece("target", piece, feed, final_t)
         values.update(zip(outputs, got))
-    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, session.ref_final)]
+    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.ref_final)]
 
 
-def quantized_units(session: Session) -> list[str]:
+def quantized_units(engine: Engine) -> list[str]:
     """Reference keys of the nodes the twin quantizes (weights below 16 bits or quantized inputs), in order."""
-    quantized = session.match.quantized
-    return [n.key for n in session.graph.candidates() if n.key in quantized and quantized[n.key].lowers_precision]
+    quantized = engine.match.quantized
+    return [n.key for n in engine.graph.candidates() if n.key in quantized and quantized[n.key].lowers_precision]
 
 
-def layer_sensitivity(session: Session, error: Callable[[set[str]], float], local: Mapping[str, float],
+def layer_sensitivity(engine: Engine, error: Callable[[set[str]], float], local: Mapping[str, float],
                       limit: int | None = None) -> tuple[LayerSensitivity, ...]:
     """Each quantized node's local error and the final-output error when it alone runs quantized, worst first.
 
     `error(keys)` is the final-output error of a partitioned run with `keys` on the twin (`mixed.MixedRuns.error`).
     """
-    graph, quantized = session.graph, session.match.quantized
+    graph, quantized = engine.graph, engine.match.quantized
     rows = []
-    for key in quantized_units(session)[:limit]:
+    for key in quantized_units(engine)[:limit]:
         rows.append(LayerSensitivity(name=graph[key].name, op_type=graph[key].op_type,
                                      quantization=quantized[key].describe(), local_error=local.get(key),
                                      impact=error({key})))

@@ -12,10 +12,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
-from bisect_ov.engine.session import Clock
+from bisect_ov.engine.ledger import Clock
 from bisect_ov.pipeline.assemble import assemble
+from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import DEFAULT_MAX_TAP_BYTES, BisectOptions
-from bisect_ov.pipeline.stages import absorb, experiments, generate, measure, open_comparison, plain_run, score
+from bisect_ov.pipeline.stages import absorb, experiments, generate, open_comparison, plain_run, score
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device
 
@@ -185,13 +186,13 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
         with clock.stage("plain"):
             plain = plain_run(opened)
         with clock.stage("generate"):
-            generation = generate(opened, plain)
+            generation, plain = generate(opened, plain)
         with clock.stage("capture"):
             measurement = measure(opened, plain)
         with clock.stage("score"):
             scored = score(opened, plain, measurement)
         with clock.stage("experiments"):
-            findings = experiments(opened, measurement, scored)
+            findings = experiments(opened, plain, measurement, scored)
             scored = absorb(opened, plain, scored, findings)
         with clock.stage("assemble"):
             return assemble(opened, plain, measurement, scored, findings, model_source=model,

@@ -2,7 +2,7 @@
 
 Builds one `NodeResult` per measured node (error, inherited error, role, local error, impact, diagnosis,
 what each side ran it with), ranks culprits with measured impact first, writes the run's notes, keeps the
-tensors the user asked for and saves the patched model of a fix. Reads the `Session`; changes nothing in it.
+tensors the user asked for and saves the patched model of a fix. Reads the examined sample's `Engine`; changes nothing in it.
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import openvino as ov
 
 from bisect_ov.analysis.diagnosis import diagnose, observations
 from bisect_ov.analysis.spread import Distribution
-from bisect_ov.engine.session import Session
+from bisect_ov.engine.engine import Engine
+from bisect_ov.experiments.local import LOCAL_SHARE
 from bisect_ov.experiments.partitioned import Findings, patch_model
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
-from bisect_ov.pipeline.stages import LOCAL_SHARE, Measurement, Opened, Plain, Scored
+from bisect_ov.pipeline.records import Measurement, Opened, Plain, Scored
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
 
 __all__ = ["assemble", "run_notes", "rank_by_impact"]
@@ -31,7 +32,7 @@ __all__ = ["assemble", "run_notes", "rank_by_impact"]
 def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored, findings: Findings,
              *, model_source: Any, target_source: Any = None, generation: Any = None) -> Report:
     """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
-    session, options = opened.session, opened.options
+    session, options = plain.engine, opened.options
     ref_info, target_info = session.ref_info, session.target_info
     assert ref_info is not None and target_info is not None  # both sides ran in the plain run
     precision = plain.tolerance.precision
@@ -59,11 +60,8 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
                      for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
         samples=opened.summary.to_record() if opened.summary is not None else None,
         openvino_version=ov.get_version(),
-        notes=tuple(run_notes(opened, measurement, scored)) + _local_note(opened, measurement, findings) + ((f"Generation: {generation.why}"
-                                                                 + (f"; the nodes below are measured on step "
-                                                                    f"{generation.examined_step}."
-                                                                    if generation.examined_step else "."),)
-                                                                if generation is not None else ()),
+        notes=tuple(run_notes(opened, plain, measurement, scored)) + _local_note(opened, plain, measurement, findings)
+        + _generation_note(generation),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
         sensitivity=tuple(findings.sensitivity),
@@ -73,10 +71,16 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
     return report
 
 
-def _local_note(opened: Opened, measurement: Measurement, findings: Findings) -> tuple[str, ...]:
+def _generation_note(generation: Any) -> tuple[str, ...]:
+    if generation is None:
+        return ()
+    examined = f"; the nodes below are measured on step {generation.examined_step}." if generation.examined_step else "."
+    return (f"Generation: {generation.why}{examined}",)
+
+
+def _local_note(opened: Opened, plain: Plain, measurement: Measurement, findings: Findings) -> tuple[str, ...]:
     """Which nodes' local errors were measured, when the options asked for them and some were not."""
-    session = opened.session
-    if not opened.options.local or not session.target.can_run_pieces or session.target_graph is not session.graph:
+    if not opened.options.local or opened.comparison.twin:
         return ()
     measured = list(dict.fromkeys(t.key for t in measurement.stats))
     left = [k for k in measured if k not in findings.local]
@@ -87,9 +91,9 @@ def _local_note(opened: Opened, measurement: Measurement, findings: Findings) ->
             f"{len(left):,} stay under it, so their own error was not isolated.",)
 
 
-def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[str]:
+def run_notes(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored) -> list[str]:
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
-    session = opened.session
+    session = plain.engine
     notes = list(opened.notes)
     if scored.absorbed_why:
         notes.append(scored.absorbed_why)
@@ -102,7 +106,7 @@ def run_notes(opened: Opened, measurement: Measurement, scored: Scored) -> list[
     if scored.floor:
         notes.append(f"The target is not deterministic: its outputs differ by up to {scored.floor / 2:.2e} between "
                      "runs or compiles; errors below twice that are not counted.")
-    for key, check in session.exact.items():
+    for key, check in measurement.exact.items():
         if not (check.ref_exact and check.target_exact):
             notes.append(f"'{session.graph[key].name}' computes on integers: {check.describe()}.")
     if scored.fidelity is not None and scored.fidelity.warning:
@@ -118,14 +122,14 @@ def rank_by_impact(ranking: tuple[str, ...], impact: dict[str, float]) -> tuple[
     return tuple(measured + [k for k in ranking if k not in impact])
 
 
-def keep_tensors(session: Session, keep: Sequence[str], ranking: Sequence[str]) -> dict[str, tuple]:
+def keep_tensors(session: Engine, keep: Sequence[str], ranking: Sequence[str]) -> dict[str, tuple]:
     """Both sides' values of the nodes the user asked to keep (names, tensor names, or "culprits")."""
     keys: list[str] = []
     for name in keep:
         keys += list(ranking[:5]) if name == "culprits" else [session.graph.find(name).key]
     if not keys:
         return {}
-    values = session.fetch([Tap(k, t.port) for k in dict.fromkeys(keys) for t in session.graph[k].outputs])
+    values = session.both_values([Tap(k, t.port) for k in dict.fromkeys(keys) for t in session.graph[k].outputs])
     kept: dict[str, tuple] = {}
     for tap, pair in values.items():
         kept.setdefault(tap.key, pair)  # first output of each node
@@ -146,14 +150,14 @@ def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) 
     return path
 
 
-def node_results(session: Session, measurement: Measurement, scored: Scored, precision: str, findings: Findings,
+def node_results(session: Engine, measurement: Measurement, scored: Scored, precision: str, findings: Findings,
                  ranking: tuple[str, ...], tolerance_quantized: Any = frozenset()) -> tuple[NodeResult, ...]:
     """One `NodeResult` per measured node, in topological order (`tolerance_quantized`: names of the nodes a
     twin's quantization model judges)."""
     stats, scores, groups = measurement.stats, scored.scores, measurement.groups
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.graph
-    exact = session.exact
+    exact = measurement.exact
     assert session.ref_info is not None and session.target_info is not None  # both sides ran in the plain run
     same_precision = session.ref_info.precision == session.target_info.precision
     by_key: dict[str, list[Tap]] = {}
@@ -175,7 +179,7 @@ def node_results(session: Session, measurement: Measurement, scored: Scored, pre
         differs = kernel_difference(runtime, same_precision)
         if differs and s.role != "ok":
             causes.append(differs)
-        if session.target_graph is not graph:
+        if session.comparison.twin:
             extra = foreign_inputs(session.match, session.target_graph, target_key)
             if extra:
                 causes.append(f"in the target model its inputs pass through {', '.join(extra[:4])}"

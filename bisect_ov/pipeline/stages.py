@@ -1,43 +1,49 @@
-"""The stages of a `bisect()` run, each a function from small frozen records to the next one.
+"""The stages of a `bisect()` run, each a function from the frozen records of the stages before it to the
+next one (`bisect_ov.pipeline.records`):
 
     open_comparison(model, ref, target, inputs, target_model, options)  -> Opened
-    plain_run(opened)                                                    -> Plain     (tolerance in play)
-    measure(opened, plain)                                               -> Measurement
+    plain_run(opened)                                                    -> Plain     (engine, tolerance)
+    generate(opened, plain)                                              -> (Generation | None, Plain)
+    measure(opened, plain)                                               -> Measurement (`pipeline.measure`)
     score(opened, plain, measurement)                                    -> Scored
-    experiments(opened, measurement, scored)                             -> Findings  (`bisect_ov.experiments.partitioned`)
-    assemble(opened, plain, measurement, scored, findings)               -> Report    (`bisect_ov.pipeline.assemble`)
+    experiments(opened, plain, measurement, scored)                      -> Findings  (`experiments.partitioned`)
+    absorb(opened, plain, scored, findings)                              -> Scored
+    assemble(opened, plain, measurement, scored, findings)               -> Report    (`pipeline.assemble`)
 
-Each stage reads what the earlier ones handed on and the `Session` (which owns the devices, the inputs and
-the compile counts); none assigns to another object's fields. The options arrive resolved (`BisectOptions
-.resolve`): a stage never re-decides what can run.
+No stage assigns to another object's fields. The options arrive resolved (`BisectOptions.resolve`): a
+stage never re-decides what can run.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
-from typing import Any, Callable, cast
+from typing import Any
 
 import numpy as np
 
 from bisect_ov.analysis.diagnosis import diagnose
+from bisect_ov.analysis.exactness import exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.names import pattern
 from bisect_ov.analysis.scoring import Scores, score_graph
-from bisect_ov.analysis.spread import Distribution
-from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
+from bisect_ov.analysis.tolerance import unit_roundoff
 from bisect_ov.capture.device import plan_recorded
 from bisect_ov.core.errors import InputError
-from bisect_ov.core.records import Fidelity, Noise
-from bisect_ov.engine.session import Clock, Session
+from bisect_ov.core.records import DeviceInfo, Noise
+from bisect_ov.engine.comparison import Comparison, Sample
+from bisect_ov.engine.engine import Engine
+from bisect_ov.engine.ledger import Clock, Ledger
+from bisect_ov.engine.runner import Runner
+from bisect_ov.engine.untouched import run_reference, run_target
+from bisect_ov.experiments.local import local_errors, local_units, owned_units, split_known
 from bisect_ov.experiments.partitioned import (
     Findings,
     MixedRuns,
     contribution_curve,
     find_fix,
-    local_errors,
     smallest_range,
     suspects_for_fix,
 )
@@ -47,83 +53,20 @@ from bisect_ov.experiments.twin import layer_sensitivity, quantized_units, twin_
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
-from bisect_ov.model.state import Stateless, initial_states, is_stateful, make_stateless
-from bisect_ov.model.taps import Tap
+from bisect_ov.model.state import initial_states, is_stateful, make_stateless
+from bisect_ov.model.taps import Tap, plan_chunks, tensor_sizes
+from bisect_ov.pipeline.measure import tap_bytes
 from bisect_ov.pipeline.options import BisectOptions, auto_tap_bytes
+from bisect_ov.pipeline.records import Measurement, Opened, Plain, Scored
 from bisect_ov.report.report import OutputResult
-from bisect_ov.run.devices import DeviceInfo, make_device
+from bisect_ov.run.devices import make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
-from bisect_ov.samples.executors import SampleRun, node_spread, prepare_pair, run_samples
-from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
-from bisect_ov.search.strategies import fusion_taps, run_bisection, run_full, run_fusion
+from bisect_ov.samples.executors import SampleRun, prepare_pair, run_samples
+from bisect_ov.samples.sources import Samples, as_samples
+from bisect_ov.search.strategies import fusion_taps
 
-__all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "generate", "measure", "score",
-           "experiments", "absorb", "FIDELITY_RANGE", "LOCAL_SHARE", "fidelity", "local_units", "owned_units"]
-
-FIDELITY_RANGE = (0.5, 2.0)
-LOCAL_SHARE = 0.5  # local errors are measured for nodes whose error reaches this share of their tolerance
-
-
-@dataclass(frozen=True)
-class Opened:
-    """A comparison ready to run: the session, the resolved options, the samples and why options changed."""
-
-    session: Session
-    options: BisectOptions
-    model: Any  # ov.Model
-    target_model: Any  # ov.Model | None
-    samples: SampleRun | None  # many samples: where they come from and run (closed by `run` at the end)
-    summary: SampleSummary | None
-    notes: tuple[str, ...]
-    clock: Clock
-    # A stateful model's variables as inputs and outputs (`bisect_ov.model.state`); `model` is then its
-    # stateless form, and `state_of_target` the target model's when it is stateful too.
-    state: Stateless | None = None
-    state_of_target: Stateless | None = None
-
-    def error_of(self, stats: TensorStats) -> float:
-        """The options' metric on one tensor pair's statistics."""
-        return metric_value(stats, self.options.metric)
-
-
-@dataclass(frozen=True)
-class Plain:
-    """After the untouched model ran on both sides: the tolerance for the precision really in play."""
-
-    tolerance: Tolerance
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """Statistics of every measured tap, the fusion group each stands for, and how they were measured."""
-
-    stats: dict[Tap, TensorStats]
-    groups: dict[str, tuple[str, ...]]
-    strategy: str
-    fell_back: bool = False
-    spread: dict[str, Distribution] = field(default_factory=dict)  # each node's error over the samples
-    # Local errors measured while capturing (to decide which fusion groups to refine), by unit key: the
-    # unit's members and its outputs' statistics; `experiments` reuses those whose unit did not change.
-    local: dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Scored:
-    """Per-node errors and tolerances, the error-growth scores, final outputs, noise and fidelity."""
-
-    errors: dict[tuple[str, int], float]
-    tolerances: dict[str, float]
-    scores: Scores
-    outputs: tuple[OutputResult, ...]
-    noise: Noise | None
-    fidelity: Fidelity | None
-    absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (`absorb`)
-    absorbed_why: str = ""
-
-    @property
-    def floor(self) -> float:
-        """Errors below twice the target's own noise are not counted."""
-        return 2 * self.noise.floor if self.noise is not None else 0.0
+__all__ = ["open_comparison", "plain_run", "examine", "generate", "score", "experiments", "absorb",
+           "first_causes", "comparison_precision", "twin_fix_candidates"]
 
 
 # ----- stages -----------------------------------------------------------------------------------------------
@@ -153,7 +96,9 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     plan = plan_recorded(make_device(ref, dict(options.ref_config), role="ref"),
                          make_device(target, dict(options.target_config), role="target"), inputs,
                          twin=ov_target is not None)
-    resolved, why = options.resolve(local_possible=plan.local, pieces_possible=plan.pieces, twin=ov_target is not None)
+    # Whether local errors can run is decided here, once: the target runs pieces fed with the reference's values.
+    resolved, why = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,
+                                    pieces_possible=plan.pieces, twin=ov_target is not None)
     if resolved.max_tap_bytes == "auto":
         weights = sum(op.get_byte_size() for op in ov_model.get_ops() if op.get_type_name() == "Constant")
         resolved = replace(resolved, max_tap_bytes=auto_tap_bytes(weights))
@@ -180,18 +125,19 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             assert run is not None
             run.close()
             raise
-    session = Session(graph, target_graph, match, plan.ref, plan.target, *first, clock=clock, progress=show,
-                      exact_checks=plan.exact)
+    comparison = Comparison(graph, target_graph, match, plan.ref, plan.target, exact_checks=plan.exact)
+    runner = Runner(comparison, Ledger(clock), progress=show)
+    examined = Sample.of(*first)
     summary = None
     if run is not None:
         try:
             # Every sample on both sides; the detailed search then runs on the worst one.
-            summary = run_samples(session, run, partial(metric_value, metric=options.metric),
+            summary = run_samples(runner, run, partial(metric_value, metric=options.metric),
                                   class_names=options.classifier_outputs, seed=options.seed)
             worst = summary.ranking[0]
             sample = run.samples.load(worst)
-            session.select_sample(*prepare_pair(worst, sample, ov_model, ov_target, options.seed,
-                                                run.samples.names_file(worst, sample)))
+            examined = Sample.of(*prepare_pair(worst, sample, ov_model, ov_target, options.seed,
+                                               run.samples.names_file(worst, sample)))
         except BaseException:
             run.close()
             raise
@@ -211,68 +157,81 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                   "compared with the states reset before each run; each is an input holding its initial value and "
                   f"an output '{state.model.outputs[state.n_outputs].get_any_name()}', ... compared like any "
                   "output.",)
-    return Opened(session, resolved, ov_model, ov_target, run, summary, notes, clock, state, target_state)
+    return Opened(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock, state,
+                  target_state)
 
 
 def plain_run(opened: Opened) -> Plain:
-    """Run the untouched model on both sides; set the tolerance from the precision really used."""
-    session, options = opened.session, opened.options
-    # An f32 reference's plain run can expose the tensors later stages measure, so it need not compile again:
-    # with `full`, the first chunk (both sides then tap the same tensors); against a lower-precision target,
-    # the fusion-group boundaries (or every tensor, for bisection) and the integer nodes' operands, when they
-    # fit one compile's budget. Not against an f32 target: exposing other tensors than the target does moves
-    # f32 results by ~1e-5 where ops cancel (measured on the demo's instance norm), which is noise against bf16
-    # or f16 rounding but a false divergence between two f32 runs.
-    target = session.target
-    lower = target.emulated or target.activation_precision not in ("f32", "")
-    pairs = [r for r, _ in session.match.pairs]
+    """Run the untouched model on both sides (the target first); set the tolerance from the precision really used.
 
-    compared: list[Tap] = []  # of the taps `ref_taps` names, those later stages compare (set by it)
-
-    def ref_taps() -> list[Tap]:
-        if options.strategy == "full":
-            return session.chunks(pairs, _tap_bytes(options))[0] if pairs else []
-        if not lower:
-            return []
-        exact = session.exact_candidates()
-        exact_taps = [*(Tap(k, 0) for k in exact), *(Tap(i, p) for k in exact for i, p in session.graph.data_inputs(k))]
-        if options.strategy == "bisection":
-            wanted = list(dict.fromkeys([*pairs, *exact_taps]))
-            return wanted if len(session.chunks(wanted, _tap_bytes(options))) == 1 else []
-        # The boundaries, and every tensor a group reads from outside what it computes (`owned_units`): the
-        # values the local-error runs feed in, which only the reference needs.
-        boundaries, groups = fusion_taps(session)
-        graph = session.graph
-        fed = [Tap(i, p) for unit in owned_units(graph, [t.key for t in boundaries], groups).values()
-               for m in unit for i, p in graph.data_inputs(m) if i not in unit and graph[i].kind != "parameter"]
-        compared[:] = dict.fromkeys([*boundaries, *exact_taps])
-        return list(dict.fromkeys([*boundaries, *fed, *exact_taps]))
-
-    # With fusion taps beyond the budget, the plain run's reference is the streamed measurement itself.
-    stream = _tap_bytes(options) if lower and options.strategy in ("auto", "fusion") else None
-    session.plain(ref_taps=ref_taps, repeat=options.noise and options.budget != "fast", stream_bytes=stream,
-                  streamed_taps=lambda: compared)
-    precision = comparison_precision(session.ref_info, session.target_info,
-                                     session.target_graph if opened.target_model is not None else None)
+    An f32 reference's plain run can expose the tensors later stages measure, so it need not compile again:
+    with `full`, the first chunk (both sides then tap the same tensors); against a lower-precision target,
+    the fusion-group boundaries (or every tensor, for bisection) and the integer nodes' operands, when they
+    fit one compile's budget. Not against an f32 target: exposing other tensors than the target does moves
+    f32 results by ~1e-5 where ops cancel (measured on the demo's instance norm), which is noise against bf16
+    or f16 rounding but a false divergence between two f32 runs. With fusion taps beyond the budget, the
+    reference's plain run is the streamed measurement itself (`bisect_ov.engine.untouched`).
+    """
+    runner, options, comparison = opened.runner, opened.options, opened.comparison
+    engine = examine(runner, opened.sample, options)
+    precision = comparison_precision(engine.ref_info, engine.target_info,
+                                     comparison.target_graph if comparison.twin else None)
     tolerance = options.tolerance_model().with_precision(precision)
-    if opened.target_model is not None and session.match.quantized:
-        tolerance = twin_tolerance(tolerance, session.graph, session.target_graph, session.match)
-    return Plain(tolerance)
+    if comparison.twin and comparison.match.quantized:
+        tolerance = twin_tolerance(tolerance, comparison.graph, comparison.target_graph, comparison.match)
+    return Plain(engine, tolerance)
 
 
-def generate(opened: Opened, plain: Plain) -> Generation | None:
+def examine(runner: Runner, sample: Sample, options: BisectOptions | None = None) -> Engine:
+    """The untouched run of `sample` on both sides, as the engine that measures it. Without `options` the
+    reference exposes nothing and the target runs once (a generation step examined afresh)."""
+    target_run = run_target(runner, sample, repeat=options is not None and options.noise and options.budget != "fast")
+    if options is None or target_run.compiled is not None:
+        return Engine(runner, sample, run_reference(runner, sample, target_run))
+    comparison = runner.comparison
+    target = comparison.target
+    lower = target.emulated or target.activation_precision not in ("f32", "")
+    pairs = [r for r, _ in comparison.match.pairs]
+    max_bytes = tap_bytes(options)
+    wanted: list[Tap] = []
+    compared: list[Tap] | None = None  # of `wanted`, those later stages compare (the rest are fed values)
+    graph = comparison.graph
+    sizes = tensor_sizes(graph, list(sample.ref)) or None
+    if options.strategy == "full":
+        wanted = plan_chunks(graph, pairs, max_bytes, sizes)[0] if pairs else []
+    elif lower:
+        exact = exact_candidates(graph) if comparison.exact_checks else []
+        exact_taps = [*(Tap(k, 0) for k in exact), *(Tap(i, p) for k in exact for i, p in graph.data_inputs(k))]
+        if options.strategy == "bisection":
+            every = list(dict.fromkeys([*pairs, *exact_taps]))
+            wanted = every if len(plan_chunks(graph, every, max_bytes, sizes)) == 1 else []
+        else:
+            # The boundaries, and every tensor a group reads from outside what it computes (`owned_units`): the
+            # values the local-error runs feed in, which only the reference needs.
+            boundaries, groups = fusion_taps(comparison, target_run.runtime, target_run.untappable)
+            fed = [Tap(i, p) for unit in owned_units(graph, [t.key for t in boundaries], groups).values()
+                   for m in unit for i, p in graph.data_inputs(m) if i not in unit and graph[i].kind != "parameter"]
+            compared = list(dict.fromkeys([*boundaries, *exact_taps]))
+            wanted = list(dict.fromkeys([*boundaries, *fed, *exact_taps]))
+    stream_bytes = max_bytes if lower and options.strategy in ("auto", "fusion") else None
+    return Engine(runner, sample, run_reference(runner, sample, target_run, taps=wanted, stream_bytes=stream_bytes,
+                                                streamed_taps=compared))
+
+
+def generate(opened: Opened, plain: Plain) -> tuple[Generation | None, Plain]:
     """With ``steps``: the prefill and decode steps on both sides (`bisect_ov.experiments.steps`); None without them.
 
-    When a decode step is where divergence starts, the session examines that step's inputs from now on (its
-    plain run is repeated), so the node results explain that step.
+    When a decode step is where divergence starts, that step's inputs are examined instead (their untouched
+    run is made, a new engine), so the node results explain that step: the `Plain` returned is then that
+    step's, else `plain` itself.
     """
-    session, options, state = opened.session, opened.options, opened.state
+    engine, options, state = plain.engine, opened.options, opened.state
     if not options.steps or state is None:
-        return None
+        return None, plain
     if opened.target_model is not None and (opened.state_of_target is None
                                             or opened.state_of_target.variables != state.variables):
-        return None
-    graph = session.graph
+        return None, plain
+    graph = engine.graph
     result = graph.results()[0]
     producer, port = result.inputs[0]
     tolerance = plain.tolerance.for_node(graph[producer], port)
@@ -281,100 +240,28 @@ def generate(opened: Opened, plain: Plain) -> Generation | None:
         found = set(param.output(0).get_names()) | {param.get_friendly_name()}
         names.append(next((n for n in ("input_ids", "attention_mask", "position_ids", "beam_idx") if n in found),
                           param.get_friendly_name()))
-    arrays = session.ref_arrays
+    arrays = engine.ref_arrays
     with opened.clock("steps"):
-        generation = run_steps(state, names, session.ref, session.target, arrays[: state.n_inputs],
+        generation = run_steps(state, names, engine.ref, engine.target, arrays[: state.n_inputs],
                                arrays[state.n_inputs:], options.steps, opened.error_of, tolerance,
                                target_stateless=opened.state_of_target)
     if generation.examine is not None:
-        session.select_sample(*generation.examine)
-        session.plain()
-    return generation
-
-
-def measure(opened: Opened, plain: Plain) -> Measurement:
-    """Run the chosen strategy; ``auto`` is ``fusion``, falling back to ``bisection`` when unfaithful."""
-    session, options = opened.session, opened.options
-    graph, tol = session.graph, plain.tolerance
-
-    def diverged(tap: Tap, stats: TensorStats) -> bool:
-        return opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
-
-    strategy, fell_back = options.strategy, False
-    groups: dict[str, tuple[str, ...]] = {}
-    local: dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]] = {}
-    if strategy == "full":
-        stats = run_full(session, _tap_bytes(options))
-    elif strategy == "bisection":
-        stats = run_bisection(session, diverged)
-    else:
-        can_local = options.local and session.target.can_run_pieces
-        planned, planned_groups = fusion_taps(session)
-        planned_units = owned_units(graph, [t.key for t in planned], planned_groups)
-
-        def keep_local(units: dict[str, tuple[str, ...]], found: dict[Tap, TensorStats]) -> None:
-            for key, members in units.items():
-                local[key] = (members, {t: st for t, st in found.items() if t.key == key})
-
-        def on_segment(values: dict[Tap, np.ndarray], found: dict[Tap, TensorStats]) -> None:
-            # The model measured segment by segment: each unit's local error runs while the reference's values
-            # it reads are held, so no reference compile is needed for them later.
-            if not can_local or session.target_graph is not graph:
-                return
-            worst: dict[str, float] = {}
-            for t, st in found.items():
-                worst[t.key] = max(worst.get(t.key, 0.0), opened.error_of(st))
-            units = {k: planned_units[k] for k, e in worst.items()
-                     if k in planned_units and e >= LOCAL_SHARE * tol.for_node(graph[k])}
-            if units:
-                keep_local(units, local_errors(session, units, max_bytes=_tap_bytes(options), values=values))
-
-        def own_error(stats: dict[Tap, TensorStats], groups: dict[str, tuple[str, ...]]) -> dict[str, bool]:
-            # The local errors the experiments need anyway, measured now: they tell which groups make error.
-            faithful = fidelity(session, options.metric)
-            if not can_local or (faithful is not None and faithful.warning):
-                return {}
-            errors = {(t.key, t.port): opened.error_of(st) for t, st in stats.items()}
-            limits = {t.key: tol.for_node(graph[t.key]) for t in stats}
-            _, todo = _known_local(local_units(session, stats, groups, errors, limits), local)
-            if todo:
-                keep_local(todo, local_errors(session, todo, max_bytes=_tap_bytes(options)))
-            return {key: any(diverged(t, st) for t, st in got.items()) for key, (_, got) in local.items() if got}
-
-        stats, groups = run_fusion(session, _tap_bytes(options), diverged, refine=options.refine,
-                                   own_error=own_error, on_segment=on_segment)
-        faithful = fidelity(session, options.metric)
-        if strategy == "auto" and faithful is not None and faithful.warning:
-            session.forget_tapped_runs()
-            stats, groups, fell_back = run_bisection(session, diverged), {}, True
-            local = {}
-        strategy = "bisection" if fell_back else "fusion"
-    stats = dict(stats)
-    pending = [k for k in session.exact_candidates() if k not in session.exact]
-    if pending:
-        # Integer Conv/MatMul nodes are measured with their inputs, so each is checked against its exact result.
-        taps = {Tap(k, 0) for k in pending} | {Tap(i, p) for k in pending for i, p in graph.data_inputs(k)}
-        stats.update(session.measure(sorted(taps, key=lambda t: graph[t.key].index)))
-    # The metric travels to workers as a partial of a module-level function: picklable.
-    # Each node over every sample runs each sample again with the measured tensors exposed: several plain
-    # inferences per sample, which the fast budget leaves out (the outputs' pass still ranks the samples).
-    spread = (node_spread(session, list(stats), opened.samples, partial(metric_value, metric=options.metric),
-                          seed=options.seed)
-              if opened.samples is not None and opened.summary is not None and options.budget != "fast" else {})
-    return Measurement(stats, groups, strategy, fell_back, spread, local if strategy == "fusion" else {})
+        step = Sample.of(*generation.examine)
+        return generation, replace(plain, engine=examine(opened.runner, step))
+    return generation, plain
 
 
 def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
-    session, options, tol = opened.session, opened.options, plain.tolerance
-    graph = session.graph
-    measured_noise = session.noise(extra_work=options.budget != "fast") if options.noise else {}
+    engine, options, tol = plain.engine, opened.options, plain.tolerance
+    graph = engine.graph
+    measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.budget != "fast")
+                      if options.noise else {})
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
-    faithful = fidelity(session, options.metric)
     with opened.clock("score"):
         errors = {(tap.key, tap.port): opened.error_of(s) for tap, s in measurement.stats.items()}
-        exact = session.exact
+        exact = measurement.exact
         # An integer computation has one right answer: the two sides must agree exactly.
         tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, tol.for_node(graph[tap.key]))
                       for tap in measurement.stats}
@@ -382,14 +269,14 @@ def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
         outputs = tuple(
             OutputResult(name, s, opened.error_of(s), max(floor, tol.for_node(graph[graph[key].inputs[0][0]],
                                                                               graph[key].inputs[0][1])))
-            for name, key, s in session.outputs
+            for name, key, s in engine.outputs
         )
-    return Scored(errors, tolerances, scores, outputs, noise, faithful)
+    return Scored(errors, tolerances, scores, outputs, noise, measurement.fidelity)
 
 
-def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Findings:
+def experiments(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored) -> Findings:
     """Local errors, impacts, the delegation range, the contribution curve and the fix, as the options ask."""
-    session, options = opened.session, opened.options
+    engine, options = plain.engine, opened.options
     if not (options.local or options.partitioned):
         return Findings()
     with opened.clock("experiments"):
@@ -397,15 +284,15 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
         measured = list(dict.fromkeys(t.key for t in stats))
         units = {k: tuple(dict.fromkeys([k, *measurement.groups.get(k, ())])) for k in measured}
         local: dict[str, float] = {}
-        twin = session.target_graph is not session.graph
+        twin = opened.comparison.twin
         if options.local and measured:
-            found, todo = _known_local(local_units(session, stats, measurement.groups, scored.errors,
-                                                   scored.tolerances), measurement.local)
+            units_run = local_units(opened.comparison, stats, measurement.groups, scored.errors, scored.tolerances)
+            found, todo = split_known(units_run, measurement.local)
             if todo:
-                found.update(local_errors(session, todo, max_bytes=_tap_bytes(options)))
+                found.update(local_errors(engine, todo, max_bytes=tap_bytes(options)))
             for tap, st in found.items():
                 local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(st))
-        runs = MixedRuns(session, opened.error_of)
+        runs = MixedRuns(engine, opened.error_of)
         try:
             curve = contribution_curve(runs, options.curve) if options.curve else []
             delegation = smallest_range(runs) if options.delegation else None
@@ -415,19 +302,19 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
                 by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)), key=lambda k: -local[k])
                 chosen = list(dict.fromkeys(suspects + by_local))[:options.impact]
                 impact = impact_of(runs, {k: units.get(k, (k,)) for k in chosen})
-            sensitivity = layer_sensitivity(session, runs.error, local) if twin and options.sensitivity else ()
+            sensitivity = layer_sensitivity(engine, runs.error, local) if twin and options.sensitivity else ()
             fix = None
             if options.fix:
                 limit = (options.fix_tolerance if options.fix_tolerance is not None
                          else min(o.tolerance for o in scored.outputs))
-                if twin and session.match.quantized:
-                    candidates = twin_fix_candidates(session, sensitivity, local)
+                if twin and engine.match.quantized:
+                    candidates = twin_fix_candidates(engine, sensitivity, local)
                     fix = find_fix(runs, candidates, limit)
                 else:
-                    causes = {k: tuple(first_causes(session.graph, stats, scores, k)) for k in scores.first}
-                    candidates = suspects_for_fix(session.graph, scores.ranking, scores.first, units, local,
+                    causes = {k: tuple(first_causes(engine.graph, stats, scores, k)) for k in scores.first}
+                    candidates = suspects_for_fix(engine.graph, scores.ranking, scores.first, units, local,
                                                   scored.tolerances, causes, delegation)
-                    pattern_of = {n.key: pattern(n.name) for n in session.graph.candidates()}
+                    pattern_of = {n.key: pattern(n.name) for n in engine.graph.candidates()}
                     fix = find_fix(runs, candidates, limit, pattern_of=pattern_of)
         finally:
             runs.close()
@@ -435,58 +322,11 @@ def experiments(opened: Opened, measurement: Measurement, scored: Scored) -> Fin
                     sensitivity=sensitivity)
 
 
-def local_units(session: Session, stats: dict[Tap, TensorStats], groups: dict[str, tuple[str, ...]],
-                errors: dict[tuple[str, int], float], tolerances: dict[str, float]) -> dict[str, tuple[str, ...]]:
-    """The units whose local error is measured: each measured node with its group's members, by node key.
-
-    A node whose error stays under `LOCAL_SHARE` of its tolerance, fed with the target's own inputs, makes no
-    error of its own worth isolating (its local error would have to cancel what it inherits): only the others
-    run alone. A twin's layers all run, as layer sensitivity ranks them by local error.
-    """
-    twin = session.target_graph is not session.graph
-    worst: dict[str, float] = {}
-    for (key, _), error in errors.items():
-        worst[key] = max(worst.get(key, 0.0), error)
-    units = owned_units(session.graph, list(dict.fromkeys(t.key for t in stats)), groups)
-    return {k: u for k, u in units.items() if twin or worst.get(k, 0.0) >= LOCAL_SHARE * tolerances.get(k, 0.0)}
-
-
-def _known_local(units: dict[str, tuple[str, ...]], known: dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]]
-                 ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
-    """The local-error statistics already measured for `units` (same members), and the units still to run."""
-    found: dict[Tap, TensorStats] = {}
-    todo: dict[str, tuple[str, ...]] = {}
-    for key, members in units.items():
-        if key in known and known[key][0] == members:
-            found.update(known[key][1])
-        else:
-            todo[key] = members
-    return found, todo
-
-
-def owned_units(graph: ModelGraph, keys: list[str], groups: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
-    """Each measured node with the members of its group it computes when run alone.
-
-    Groups can share members: a residual that another group reads as a post-op operand is not a boundary, so
-    the unmeasured ops feeding it belong to both groups. A shared member is computed by the later group (in
-    topological order); the earlier one is fed its reference value. Which group owns a member depends only on
-    the measured nodes, so the tensors every unit is fed are known as soon as the fusion groups are.
-    """
-    keys = sorted(dict.fromkeys(keys), key=lambda k: graph[k].index)
-    owner: dict[str, str] = {}
-    for key in keys:
-        for member in groups.get(key, ()):
-            owner[member] = key
-    for key in keys:
-        owner[key] = key
-    return {k: tuple(m for m in dict.fromkeys([k, *groups.get(k, ())]) if owner[m] == k) for k in keys}
-
-
-def twin_fix_candidates(session: Session, sensitivity, local: dict[str, float]) -> list[tuple[str, ...]]:
+def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float]) -> list[tuple[str, ...]]:
     """A twin's quantized layers, one unit each, the most harmful first (by impact, else by local error)."""
-    keys = quantized_units(session)
+    keys = quantized_units(engine)
     if sensitivity:
-        by_name = {session.graph.find(s.name).key: s.impact for s in sensitivity}
+        by_name = {engine.graph.find(s.name).key: s.impact for s in sensitivity}
         keys.sort(key=lambda k: -by_name.get(k, 0.0))
     else:
         keys.sort(key=lambda k: -local.get(k, 0.0))
@@ -503,7 +343,7 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
     measurement for all of them at once: a verdict
     must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
     """
-    scores, graph = scored.scores, opened.session.graph
+    scores, graph = scored.scores, opened.comparison.graph
     diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
     if not diverged or not scored.outputs:
         return scored
@@ -553,44 +393,6 @@ def first_causes(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Score
     inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
     return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "",
                     node.op_type)
-
-
-def fidelity(session: Session, metric: str | Callable[[TensorStats], float]) -> Fidelity | None:
-    """Did exposing taps change the final-output error? The worst ratio of instrumented to plain error."""
-    runs = session.tapped_runs
-    if not runs or not session.outputs:
-        return None
-    plain = max(metric_value(s, metric) for _, _, s in session.outputs)
-    worst: tuple[float, float] | None = None
-    for outputs in runs:
-        tapped = max(metric_value(s, metric) for _, _, s in outputs)
-        ratio = _ratio(tapped, plain)
-        if worst is None or abs(np.log(max(ratio, 1e-300))) > abs(np.log(max(worst[1], 1e-300))):
-            worst = (tapped, ratio)
-    assert worst is not None
-    tapped, ratio = worst
-    low, high = FIDELITY_RANGE
-    warning = ""
-    if not low <= ratio <= high:
-        warning = (
-            f"Exposing intermediate tensors changed the final-output error from {plain:.2e} to {tapped:.2e} "
-            f"(ratio {ratio:.2f}, outside [{low}, {high}]): the target compiled differently with taps, so the "
-            "per-node errors may not explain the plain run. Try strategy='bisection' (few taps per compile)."
-        )
-    return Fidelity(plain_error=plain, tapped_error=tapped, ratio=ratio, warning=warning)
-
-
-def _tap_bytes(options: BisectOptions) -> int | None:
-    """The resolved options' `max_tap_bytes`: bytes or None (`open_comparison` has replaced "auto")."""
-    return cast("int | None", options.max_tap_bytes)
-
-
-def _ratio(tapped: float, plain: float) -> float:
-    if tapped == plain:
-        return 1.0
-    if plain == 0 or not math.isfinite(plain):
-        return float("inf") if tapped > plain else 0.0
-    return tapped / plain
 
 
 def comparison_precision(ref: DeviceInfo | None, target: DeviceInfo | None, target_graph: ModelGraph | None) -> str:

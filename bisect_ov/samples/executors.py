@@ -46,7 +46,7 @@ from tqdm import tqdm
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core.errors import DeviceError, InputError, first_line
-from bisect_ov.engine.session import Session, run_both
+from bisect_ov.engine.runner import Runner, run_both
 from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.run.devices import Device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
@@ -372,7 +372,7 @@ class SampleRun:
         self.log = RunLog(executor=label)
         self.notes: list[str] = []
 
-    def remote(self, session: Session) -> bool:
+    def remote(self, session: Runner) -> bool:
         """True when units go to the executor: recorded sides replay from a file here, so they stay."""
         if self.executor is None:
             return False
@@ -494,7 +494,7 @@ def _span(unit: Unit) -> str:
     return f"#{first}" if first == last else f"#{first}-#{last}"
 
 
-def _plan_models(session: Session, ref_model: ov.Model, target_model: ov.Model, remote: bool) -> dict[str, Any]:
+def _plan_models(session: Runner, ref_model: ov.Model, target_model: ov.Model, remote: bool) -> dict[str, Any]:
     """The travelling part of a plan: models as IR, the devices (checked picklable), the untouched models."""
     if not remote:
         return {"ref_model": None, "target_model": None, "ref_device": None, "target_device": None,
@@ -530,7 +530,7 @@ def _check_metric(metric: Callable[[TensorStats], float]) -> None:
                              f"{first_line(err)}") from err
 
 
-def run_samples(session: Session, run: SampleRun, error_of: Callable[[TensorStats], float], *, k: int = 5,
+def run_samples(session: Runner, run: SampleRun, error_of: Callable[[TensorStats], float], *, k: int = 5,
                 class_names: Sequence[str] | None = None, seed: int = 0, jobs: int = 2) -> SampleSummary:
     """Run the untouched model on every sample on both sides; per sample only its summary is kept.
 
@@ -559,7 +559,7 @@ def run_samples(session: Session, run: SampleRun, error_of: Callable[[TensorStat
                 class_positions=class_positions, k=k, metric=error_of, seed=seed, jobs=jobs,
                 **_plan_models(session, session.graph.model, session.target_graph.model, remote))
     with session.clock("samples"):
-        # Compiled here, `Session.plain` reuses them for the worst sample.
+        # Compiled here, `engine.untouched.run_target` reuses them for the worst sample.
         results, lost = _run_units(run, plan, remote, session.compile_untouched, models, "samples",
                                    run.log.unit_seconds)
     _count_runs(session, len(run.samples) - len(lost))
@@ -573,7 +573,7 @@ def run_samples(session: Session, run: SampleRun, error_of: Callable[[TensorStat
     return summary
 
 
-def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
+def node_spread(session: Runner, taps: Sequence[Tap], run: SampleRun,
                 error_of: Callable[[TensorStats], float], *, seed: int = 0) -> dict[str, Distribution]:
     """Error of each tapped node over all samples, merged over the units (`Distribution.summary` gives mean,
     median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit)."""
@@ -606,7 +606,7 @@ def node_spread(session: Session, taps: Sequence[Tap], run: SampleRun,
     return merged
 
 
-def _count_runs(session: Session, samples: int) -> None:
+def _count_runs(session: Runner, samples: int) -> None:
     """The samples' inferences, one per side each, in the stage's cost (on workers too; their compiles, one
     per worker process, are not counted)."""
     for side in ("ref", "target"):

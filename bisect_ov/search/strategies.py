@@ -1,4 +1,9 @@
-"""Which tensors to expose, and in how many compiles: the capture strategies.
+"""Which tensors to expose, and in how many compiles: the capture strategies, as search objects.
+
+A strategy proposes its next step from the results so far (`next_step(results) -> Step | None`) and never
+runs anything itself: the pipeline's driver measures what a step asks for through the engine, adds it to the
+results and asks again, until the strategy says it is done (None). Strategies are registered by name
+(`register_strategy`), like devices.
 
 * ``full``: every output of every compute node, split into compiles of at most `max_tap_bytes`. Exact
   per-node attribution; breaks every fusion of the target.
@@ -7,7 +12,9 @@
   group whose output diverges and one of whose members reads only clean tensors from outside the group may
   hold the place where error starts: its members (every unmeasured node feeding that output since the last
   measured tensors, which includes ops the runtime graph does not name) are exposed in one more compile so
-  the report can name the member (``refine=False`` keeps group granularity).
+  the report can name the member (``refine=False`` keeps group granularity). When local errors can run, the
+  strategy first asks for them: a group whose members, alone on the target and fed the reference's values,
+  stay within tolerance only passes on what it inherits and is not refined.
 * ``bisection``: a search along the topological order that exposes only a cut per compile. The cut at
   position i is the set of tensors produced at or before i and read after it (model outputs included); all
   information computed up to i flows through it, so error created at or before i is visible in the cut
@@ -15,90 +22,239 @@
   i is then the first divergence (its inputs lie in the clean cut at i - 1). That takes ceil(log2 N) compiles
   plus one to confirm, with a handful of tensors each: for models too big or too fragile for many taps.
 
-Each strategy returns statistics per measured tap; scoring (`bisect_ov.analysis.scoring`) works with any
-subset of taps, unmeasured tensors passing their inputs' error on.
+``auto`` is the pipeline's policy, not a strategy: ``fusion``, then ``bisection`` when the fusion taps changed
+what the target computes (the fidelity check). Scoring (`bisect_ov.analysis.scoring`) works with any subset
+of taps, unmeasured tensors passing their inputs' error on.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Generator, Mapping
 
 from bisect_ov.analysis.metrics import TensorStats
-from bisect_ov.engine.session import Session
+from bisect_ov.engine.comparison import Comparison
 from bisect_ov.model.fusion import fusion_boundaries
+from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import cut_after
+from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 
-STRATEGIES = ("auto", "fusion", "full", "bisection")  # "auto": fusion, falling back to bisection
-
-__all__ = ["STRATEGIES", "run_full", "run_fusion", "run_bisection", "fusion_boundaries", "fusion_taps"]
+__all__ = ["STRATEGIES", "Step", "Results", "Strategy", "FullSearch", "FusionSearch", "BisectionSearch",
+           "register_strategy", "make_strategy", "strategy_names", "fusion_taps", "unmeasured_ancestors"]
 
 Diverged = Callable[[Tap, TensorStats], bool]
-OwnError = Callable[[dict[Tap, TensorStats], dict[str, tuple[str, ...]]], dict[str, bool]]
 
 
-def run_full(session: Session, max_bytes: int | None) -> dict[Tap, TensorStats]:
-    """Expose every matched candidate tensor."""
-    return session.measure_chunked([r for r, _ in session.match.pairs], max_bytes)
+@dataclass(frozen=True)
+class Step:
+    """What a strategy asks for next: `taps` to measure (in chunks of the tap budget when `chunked`, else in
+    one compile), or, with `local=True`, the local errors of the measured groups (no taps)."""
+
+    taps: tuple[Tap, ...] = ()
+    desc: str = "compare"
+    chunked: bool = True
+    local: bool = False
 
 
-def run_fusion(session: Session, max_bytes: int | None, diverged: Diverged, *, refine: bool = True,
-               own_error: OwnError | None = None, on_segment: Callable | None = None
-               ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
-    """Measure fusion-group boundaries; refine the groups where error starts. Returns stats and groups.
+@dataclass(frozen=True)
+class Results:
+    """What was measured so far: statistics per tap, and for the groups whose local error was measured,
+    whether each makes error of its own (its outputs over tolerance when run alone)."""
 
-    `own_error(stats, groups)`, when given, tells for groups it can measure whether the group makes error of
-    its own (its members alone on the target, fed with the reference's values, over tolerance): only those
-    are refined, as a group within its tolerance when isolated only passes on what it inherits. Groups it
-    does not answer for are refined when one of their members reads only clean tensors from outside.
-    `on_segment` is handed to `Session.measure_chunked` (called per segment when the model is streamed).
-    """
-    taps, groups = fusion_taps(session)
-    stats = session.measure_chunked(taps, max_bytes, desc="compare groups", on_segment=on_segment)
-    if not refine:
-        return stats, groups
-    graph = session.graph
-    measured = {t.key for t in stats}
-    candidates: dict[str, set[str]] = {}
-    for tap, s in stats.items():
-        if not diverged(tap, s):
-            continue
-        # Everything unmeasured that feeds this tensor since the last measured tensors: the group's members,
-        # and ops the runtime graph does not name (the plugin folds some into neighbours silently).
-        inside = _unmeasured_ancestors(graph, tap.key, measured)
-        if len(inside) < 2:
-            continue
-        # A candidate when some member reads only clean tensors from outside: error may start inside.
-        if any(_reads_clean(graph, m, inside, stats, diverged) for m in inside):
-            candidates.setdefault(tap.key, set()).update(inside)
-    creates = own_error(stats, groups) if own_error is not None and candidates else {}
-    to_refine: set[str] = set()
-    for key, inside in candidates.items():
-        if creates.get(key, True):
-            to_refine.update(inside)
-    extra = [r for r, _ in session.match.pairs if r.key in to_refine and r not in stats]
-    if extra:
-        stats.update(session.measure_chunked(extra, max_bytes, desc="refine"))
+    stats: Mapping[Tap, TensorStats] = field(default_factory=dict)
+    creates: Mapping[str, bool] = field(default_factory=dict)
+    local_measured: bool = False  # a local step was answered (maybe with nothing: local errors unavailable)
+
+    def plus(self, stats: Mapping[Tap, TensorStats] = {}, creates: Mapping[str, bool] | None = None) -> "Results":
+        return Results({**self.stats, **stats}, dict(creates) if creates is not None else self.creates,
+                       self.local_measured or creates is not None)
+
+
+class Strategy:
+    """A search over taps. Subclasses write `plan()`, a generator that yields `Step`s and reads `self.results`
+    (the results after the step it yielded); `next_step` drives it. `groups()` gives, at the end, the fusion
+    group each measured node stands for (its unmeasured members), by node key."""
+
+    name = ""
+
+    def __init__(self, comparison: Comparison, diverged: Diverged):
+        self.comparison = comparison
+        self.graph: ModelGraph = comparison.graph
+        self.diverged = diverged
+        self.results = Results()
+        self._plan: Generator[Step, None, None] | None = None
+
+    def next_step(self, results: Results) -> Step | None:
+        """The next step given the results so far; None when done."""
+        self.results = results
+        if self._plan is None:
+            self._plan = self.plan()
+        try:
+            return next(self._plan)
+        except StopIteration:
+            return None
+
+    def plan(self) -> Generator[Step, None, None]:  # pragma: no cover - every strategy writes its own
+        raise NotImplementedError
+        yield
+
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+
+class FullSearch(Strategy):
+    """Every matched candidate tensor."""
+
+    name = "full"
+
+    def __init__(self, comparison: Comparison, diverged: Diverged, *, untappable: frozenset[Tap] = frozenset(), **_):
+        super().__init__(comparison, diverged)
+
+    def plan(self) -> Generator[Step, None, None]:
+        yield Step(tuple(r for r, _ in self.comparison.match.pairs))
+
+
+class FusionSearch(Strategy):
+    """Fusion-group boundaries, then the members of the groups where error starts (see the module docstring)."""
+
+    name = "fusion"
+
+    def __init__(self, comparison: Comparison, diverged: Diverged, *, runtime: RuntimeGraph | None = None,
+                 untappable: frozenset[Tap] = frozenset(), refine: bool = True, local: bool = False, **_):
+        super().__init__(comparison, diverged)
+        self.taps, self._groups = fusion_taps(comparison, runtime or RuntimeGraph(), untappable)
+        self.refine, self.local = refine, local
+
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        return self._groups
+
+    def plan(self) -> Generator[Step, None, None]:
+        yield Step(tuple(self.taps), desc="compare groups")
+        if not self.refine:
+            return
+        graph, stats = self.graph, self.results.stats
         measured = {t.key for t in stats}
-        groups = {k: tuple(sorted(_unmeasured_ancestors(graph, k, measured) - {k}, key=lambda m: graph[m].index))
-                  for k in measured}
-    return stats, groups
+        candidates: dict[str, set[str]] = {}
+        for tap, s in stats.items():
+            if not self.diverged(tap, s):
+                continue
+            # Everything unmeasured that feeds this tensor since the last measured tensors: the group's members,
+            # and ops the runtime graph does not name (the plugin folds some into neighbours silently).
+            inside = unmeasured_ancestors(graph, tap.key, measured)
+            if len(inside) < 2:
+                continue
+            # A candidate when some member reads only clean tensors from outside: error may start inside.
+            if any(_reads_clean(graph, m, inside, stats, self.diverged) for m in inside):
+                candidates.setdefault(tap.key, set()).update(inside)
+        if candidates and self.local:
+            yield Step(local=True)
+        creates = self.results.creates
+        to_refine: set[str] = set()
+        for key, inside in candidates.items():
+            if creates.get(key, True):
+                to_refine.update(inside)
+        extra = tuple(r for r, _ in self.comparison.match.pairs if r.key in to_refine and r not in stats)
+        if extra:
+            yield Step(extra, desc="refine")
+            measured = {t.key for t in self.results.stats}
+            self._groups = {k: tuple(sorted(unmeasured_ancestors(graph, k, measured) - {k},
+                                            key=lambda m: graph[m].index)) for k in measured}
 
 
-def fusion_taps(session: Session) -> tuple[list[Tap], dict[str, tuple[str, ...]]]:
-    """The taps `run_fusion` measures first (the boundaries of the untouched target's fusion groups) and the
-    group each stands for; known once the plain run has compiled the target."""
-    taps, groups = fusion_boundaries(session.graph, session.target_graph, session.match, session.target_runtime)
-    if session.untappable:
+class BisectionSearch(Strategy):
+    """Binary search for the first position whose cut diverges; see the module docstring."""
+
+    name = "bisection"
+
+    def __init__(self, comparison: Comparison, diverged: Diverged, *, untappable: frozenset[Tap] = frozenset(), **_):
+        super().__init__(comparison, diverged)
+        self.matched = {r for r, _ in comparison.match.pairs} - untappable
+        self.order = [n.key for n in self.graph.candidates()
+                      if any(Tap(n.key, t.port) in self.matched for t in n.outputs)]
+
+    def _cut(self, i: int) -> list[Tap]:
+        return [t for t in cut_after(self.graph, self.order, i) if t in self.matched]
+
+    def _missing(self, taps: list[Tap]) -> tuple[Tap, ...]:
+        return tuple(t for t in taps if t not in self.results.stats)
+
+    def _diverges(self, cut: list[Tap]) -> bool:
+        stats = self.results.stats
+        return any(self.diverged(t, stats[t]) for t in cut)
+
+    def plan(self) -> Generator[Step, None, None]:
+        order = self.order
+        if not order:
+            return
+        # Each probe measures the cut's tensors not measured yet, in one compile, then reads the cut.
+        last = self._cut(len(order) - 1)
+        if self._missing(last):
+            yield Step(self._missing(last), chunked=False)
+        if not self._diverges(last):
+            return
+        lo, hi = 0, len(order) - 1  # invariant: cut(hi) diverges; cuts before lo do not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            cut = self._cut(mid)
+            if self._missing(cut):
+                yield Step(self._missing(cut), chunked=False)
+            if self._diverges(cut):
+                hi = mid
+            else:
+                lo = mid + 1
+        # Confirm: the node at hi with every tensor it reads, so scoring sees a clean input and a dirty output.
+        found = order[hi]
+        confirm = [Tap(found, t.port) for t in self.graph[found].outputs if Tap(found, t.port) in self.matched]
+        confirm += [Tap(k, p) for k, p in self.graph.data_inputs(found) if Tap(k, p) in self.matched]
+        if self._missing(confirm):
+            yield Step(self._missing(confirm), chunked=False)
+
+
+_REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def register_strategy(cls: type[Strategy]) -> type[Strategy]:
+    """Make a `Strategy` subclass available by its `name` (``strategy=`` of `bisect()`)."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+for _cls in (FusionSearch, FullSearch, BisectionSearch):
+    register_strategy(_cls)
+
+
+def strategy_names() -> tuple[str, ...]:
+    """``auto`` and the registered strategies' names."""
+    return ("auto", *_REGISTRY)
+
+
+STRATEGIES = strategy_names()
+
+
+def make_strategy(name: str, comparison: Comparison, diverged: Diverged, **context) -> Strategy:
+    """A fresh search of strategy `name`; `context` holds what strategies may use (`runtime`, `untappable`,
+    `refine`, `local`), each taking what it needs."""
+    return _REGISTRY[name](comparison, diverged, **context)
+
+
+def fusion_taps(comparison: Comparison, runtime: RuntimeGraph, untappable: frozenset[Tap]
+                ) -> tuple[list[Tap], dict[str, tuple[str, ...]]]:
+    """The boundaries of the untouched target's fusion groups (from its runtime graph) and the group each
+    stands for: what the fusion strategy measures first."""
+    graph = comparison.graph
+    taps, groups = fusion_boundaries(graph, comparison.target_graph, comparison.match, runtime)
+    if untappable:
         # Tensors inside a twin's int8 computation are not exposed: their nodes belong to the next tap's group.
-        taps = [t for t in taps if t not in session.untappable]
+        taps = [t for t in taps if t not in untappable]
         kept = {t.key for t in taps}
-        groups = {k: tuple(sorted(_unmeasured_ancestors(session.graph, k, kept) - {k},
-                                  key=lambda m: session.graph[m].index)) for k in kept}
+        groups = {k: tuple(sorted(unmeasured_ancestors(graph, k, kept) - {k}, key=lambda m: graph[m].index))
+                  for k in kept}
     return taps, groups
 
 
-def _reads_clean(graph, member: str, inside: set[str], stats, diverged: Diverged) -> bool:
+def _reads_clean(graph: ModelGraph, member: str, inside: set[str], stats: Mapping[Tap, TensorStats],
+                 diverged: Diverged) -> bool:
     """True when `member` reads something from outside `inside`, and all of that is measured clean or an input."""
     outside = [(k, p) for k, p in graph.data_inputs(member) if k not in inside]
     if not outside:
@@ -112,39 +268,6 @@ def _reads_clean(graph, member: str, inside: set[str], stats, diverged: Diverged
     return True
 
 
-def _unmeasured_ancestors(graph, key: str, measured: set[str]) -> set[str]:
+def unmeasured_ancestors(graph: ModelGraph, key: str, measured: set[str]) -> set[str]:
     """`key` and the candidates upstream of it reached without crossing a measured node."""
     return graph.upstream(key, stop=lambda k: k in measured or not graph[k].is_candidate)
-
-
-def run_bisection(session: Session, diverged: Diverged) -> dict[Tap, TensorStats]:
-    """Binary search for the first position whose cut diverges; see the module docstring."""
-    graph = session.graph
-    matched = {r for r, _ in session.match.pairs} - session.untappable
-    order = [n.key for n in graph.candidates() if any(Tap(n.key, t.port) in matched for t in n.outputs)]
-    stats: dict[Tap, TensorStats] = {}
-
-    def cut_diverges(i: int) -> bool:
-        cut = [t for t in cut_after(graph, order, i) if t in matched]
-        missing = [t for t in cut if t not in stats]
-        if missing:
-            stats.update(session.measure(missing))
-        return any(diverged(t, stats[t]) for t in cut)
-
-    if not order or not cut_diverges(len(order) - 1):
-        return stats
-    lo, hi = 0, len(order) - 1  # invariant: cut(hi) diverges; cuts before lo do not
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if cut_diverges(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    # Confirm: the node at hi with every tensor it reads, so scoring sees a clean input and a dirty output.
-    found = order[hi]
-    confirm = [Tap(found, t.port) for t in graph[found].outputs if Tap(found, t.port) in matched]
-    confirm += [Tap(k, p) for k, p in graph.data_inputs(found) if Tap(k, p) in matched]
-    missing = [t for t in confirm if t not in stats]
-    if missing:
-        stats.update(session.measure(missing))
-    return stats

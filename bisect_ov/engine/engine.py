@@ -1,0 +1,363 @@
+"""Measuring one examined sample: tapped compiles, chunked or streamed measurements, pieces run alone, the
+target against itself.
+
+An `Engine` is made from a `Runner`, a `Sample` and that sample's `Untouched` run, so it cannot exist before
+the untouched run did, and nothing it computes depends on which of its methods ran before: every method
+returns what it measured (a `Measured`, values, a noise record) and keeps nothing but a cache of compiled
+pieces (partitioned runs repeat the same segments). Examining another sample is another engine.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from bisect_ov.analysis.exactness import exact_candidates
+from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.core.records import DeviceInfo
+from bisect_ov.engine.comparison import Comparison, Sample
+from bisect_ov.engine.ledger import Clock, Ledger
+from bisect_ov.engine.measured import Measured, Part, TappedRun, exact_checks
+from bisect_ov.engine.pieces import compile_piece, run_compiled_piece
+from bisect_ov.engine.runner import FinalOutput, Runner, run_both, same_bits
+from bisect_ov.engine.streamed import can_stream, stream
+from bisect_ov.engine.untouched import Untouched
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.match import Match
+from bisect_ov.model.runtime import RuntimeGraph
+from bisect_ov.model.taps import Tap, plan_chunks, tap_model, tensor_sizes
+from bisect_ov.run.devices import Device
+
+__all__ = ["Engine", "PIECE_CACHE"]
+
+PIECE_CACHE = 256  # compiled segments kept for reuse by partitioned runs
+
+
+class Engine:
+    """Measurements of one examined sample; see the module docstring."""
+
+    def __init__(self, runner: Runner, sample: Sample, untouched: Untouched):
+        self.runner = runner
+        self.sample = sample
+        self.untouched = untouched
+        self._pieces: dict[tuple, tuple[Any, Any]] = {}  # (side, segment, outputs) -> (piece, compiled)
+
+    # ----- what the comparison and the untouched run hold, read-only ---------------------------------
+    @property
+    def comparison(self) -> Comparison:
+        return self.runner.comparison
+
+    @property
+    def graph(self) -> ModelGraph:
+        return self.runner.graph
+
+    @property
+    def target_graph(self) -> ModelGraph:
+        return self.runner.target_graph
+
+    @property
+    def match(self) -> Match:
+        return self.runner.match
+
+    @property
+    def target_of(self) -> dict[Tap, Tap]:
+        return self.runner.target_of
+
+    @property
+    def ref(self) -> Device:
+        return self.runner.ref
+
+    @property
+    def target(self) -> Device:
+        return self.runner.target
+
+    @property
+    def target_output_positions(self) -> list[int]:
+        return self.runner.target_output_positions
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.runner.ledger
+
+    @property
+    def clock(self) -> Clock:
+        return self.runner.clock
+
+    @property
+    def progress(self) -> bool:
+        return self.runner.progress
+
+    @property
+    def ref_info(self) -> DeviceInfo | None:
+        return self.ledger.info["ref"]
+
+    @property
+    def target_info(self) -> DeviceInfo | None:
+        return self.ledger.info["target"]
+
+    @property
+    def runtime_ref(self) -> dict[str, dict]:
+        """The reference's runtime facts by original op name, over every compile so far (the ledger's)."""
+        return self.ledger.runtime["ref"]
+
+    @property
+    def runtime_target(self) -> dict[str, dict]:
+        """The target's runtime facts by original op name, over every compile so far (the ledger's)."""
+        return self.ledger.runtime["target"]
+
+    @property
+    def compiles(self) -> dict[str, int]:
+        """Compiles made so far per side (a copy)."""
+        return self.ledger.compiles
+
+    @property
+    def ref_arrays(self) -> list[np.ndarray]:
+        """The reference's inputs of the sample being examined."""
+        return list(self.sample.ref)
+
+    @property
+    def target_arrays(self) -> list[np.ndarray]:
+        """The target's inputs of the sample being examined (the twin's input order with `target_model`)."""
+        return list(self.sample.target)
+
+    @property
+    def outputs(self) -> list[FinalOutput]:
+        """The untouched run's final outputs: (name, result key, statistics)."""
+        return list(self.untouched.outputs)
+
+    @property
+    def ref_final(self) -> list[np.ndarray]:
+        """The reference's untouched final outputs (partitioned runs compare theirs with them)."""
+        return list(self.untouched.ref_final)
+
+    @property
+    def target_runtime(self) -> RuntimeGraph:
+        """The untouched target's runtime graph: its real fusion groups."""
+        return self.untouched.target_runtime
+
+    @property
+    def untappable(self) -> frozenset[Tap]:
+        """Reference taps never exposed: their twin tensors live inside an int8 kernel."""
+        return self.untouched.untappable
+
+    @cached_property
+    def tensor_sizes(self) -> dict[Tap, int]:
+        """Bytes of each reference tensor for the sample (`model.taps.tensor_sizes`)."""
+        return tensor_sizes(self.graph, self.ref_arrays)
+
+    @property
+    def can_stream(self) -> bool:
+        """Whether a measurement beyond the tap budget may run segment by segment (`engine.streamed`)."""
+        return can_stream(self.comparison, self.untappable)
+
+    def chunks(self, taps: Sequence[Tap], max_bytes: int | None) -> list[list[Tap]]:
+        """`taps` in chunks whose tensors fit `max_bytes` for the sample."""
+        return plan_chunks(self.graph, taps, max_bytes, self.tensor_sizes or None)
+
+    def exact_candidates(self) -> list[str]:
+        """Integer Conv/MatMul nodes of the reference model (`analysis.exactness.exact_candidates`)."""
+        return exact_candidates(self.graph) if self.comparison.exact_checks else []
+
+    def tappable(self, taps: Sequence[Tap]) -> list[Tap]:
+        """Of `taps`, those with a target counterpart that can be exposed."""
+        return [t for t in taps if t in self.target_of and t not in self.untappable]
+
+    # ----- measuring ----------------------------------------------------------------------------------
+    def measure(self, taps: Sequence[Tap]) -> Measured:
+        """Expose `taps` (reference-side taps; matched target taps are found) in one compile per side."""
+        return Measured.of([self.measure_part(taps)])
+
+    def measure_part(self, taps: Sequence[Tap], *, bar: tqdm | None = None) -> Part:
+        """`measure` as the one `Part` of its compile."""
+        return self._measure_once(self.tappable(taps), bar)
+
+    def measure_parts(self, taps: Sequence[Tap], max_bytes: int | None, *, desc: str = "compare") -> Iterator[Part]:
+        """`measure` in as many compiles as the byte budget needs, one `Part` per compile (or per streamed
+        segment: when the taps do not fit one compile and the model can run in pieces, it is measured segment
+        by segment, which compiles each op once per side rather than once per chunk). Taps the untouched run
+        streamed already come from it."""
+        wanted = self.tappable(taps)
+        streamed = self.untouched.streamed
+        if streamed is not None and wanted and set(wanted) <= streamed.taps:
+            measured = streamed.measured
+            yield Part({t: measured.stats[t] for t in wanted if t in measured.stats}, dict(measured.exact),
+                       run=measured.runs[-1] if measured.runs else None)
+            return
+        chunks = self.chunks(wanted, max_bytes)
+        if len(chunks) > 1 and max_bytes is not None and self.can_stream:
+            yield from stream(self.runner, self.sample, [t for c in chunks for t in c], max_bytes,
+                              target_runtime=self.target_runtime, sizes=self.tensor_sizes,
+                              untouched_target=self.untouched.target_final, desc=desc)
+            return
+        with tqdm(total=sum(map(len, chunks)), desc=desc, unit="tensor", disable=not self.progress, leave=False) as bar:
+            for i, chunk in enumerate(chunks):
+                bar.set_description(f"{desc} {i + 1}/{len(chunks)}" if len(chunks) > 1 else desc)
+                yield self._measure_once(chunk, bar)
+
+    def measure_chunked(self, taps: Sequence[Tap], max_bytes: int | None, *, desc: str = "compare") -> Measured:
+        """All of `measure_parts`, summed."""
+        return Measured.of(self.measure_parts(taps, max_bytes, desc=desc))
+
+    def _measure_once(self, taps: list[Tap], bar: tqdm | None) -> Part:
+        target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
+        ready = self.untouched.ready
+        runner = self.runner
+        if ready is not None and all(t in ready.index for t in taps):
+            # The reference ran with these taps (and maybe more) in its untouched run: only the target compiles.
+            ref_out: Sequence[np.ndarray] = ready.outputs
+            ref_positions = [ready.index[t] for t in taps]
+            n_original = ready.model.n_original_outputs
+            with self.clock("compile and infer"):
+                target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
+                target_out = target_c.infer(self.target_arrays)
+            runner.ran("target")
+            if not target_c.info.emulated:
+                runner.ledger.note("target", target_c)
+        else:
+            ref_tapped = tap_model(self.graph, taps)
+            # Each side compiles and runs in its own thread: one side's inference overlaps the other's compile.
+            with self.clock("compile and infer"):
+                (ref_c, ref_out), (target_c, target_out) = run_both(
+                    lambda: _compile_and_run(self.ref, ref_tapped.model, self.ref_arrays, ref_tapped.added_outputs),
+                    lambda: _compile_and_run(self.target, target_tapped.model, self.target_arrays,
+                                             target_tapped.added_outputs))
+            runner.ledger.compiled("ref", ref_c)
+            runner.ledger.compiled("target", target_c)
+            runner.ran("ref")
+            runner.ran("target")
+            ref_positions, n_original = list(ref_tapped.tap_outputs), ref_tapped.n_original_outputs
+        stats: dict[Tap, TensorStats] = {}
+        with self.clock("compare"):
+            reproduced = same_bits(list(self.untouched.target_final), list(target_out[:n_original]))
+            run = TappedRun(tuple(runner.final_outputs(ref_out, target_out, n_original)), reproduced)
+            pairs = list(zip(taps, ref_positions, target_tapped.tap_outputs))
+            # numpy releases the GIL on large arrays: two threads compare two tensors at a time.
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                for (tap, _, _), result in zip(pairs, pool.map(lambda p: compare(ref_out[p[1]], target_out[p[2]]), pairs)):
+                    stats[tap] = result
+                    if bar is not None:
+                        bar.update(1)
+            ref_of = dict(zip(taps, ref_positions))
+            exact = exact_checks(self.comparison, self.sample,
+                                 [(t, ref_out[ri], target_out[ti]) for t, ri, ti in pairs],
+                                 lambda t: ref_out[ref_of[t]] if t in ref_of else None)
+        return Part(stats, exact, run=run)
+
+    # ----- values ------------------------------------------------------------------------------------
+    def both_values(self, taps: Sequence[Tap]) -> dict[Tap, tuple[np.ndarray, np.ndarray]]:
+        """The reference's and the target's values of `taps` (copies), in one compile per side."""
+        taps = [t for t in dict.fromkeys(taps) if t in self.target_of]
+        if not taps:
+            return {}
+        ref_tapped = tap_model(self.graph, taps)
+        target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
+        ref_c, target_c = self.runner.compile_pair(ref_tapped.model, target_tapped.model,
+                                                   ref_taps=ref_tapped.added_outputs,
+                                                   target_taps=target_tapped.added_outputs)
+        with self.clock("infer"):
+            ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays, share_outputs=False),
+                                           lambda: target_c.infer(self.target_arrays, share_outputs=False))
+        self.runner.ran("ref")
+        self.runner.ran("target")
+        return {t: (ref_out[ri], target_out[ti])
+                for t, ri, ti in zip(taps, ref_tapped.tap_outputs, target_tapped.tap_outputs)}
+
+    def ref_values(self, taps: Sequence[Tap]) -> dict[Tap, np.ndarray]:
+        """The reference's values of `taps` (copies), in one reference compile (none for what the untouched
+        run exposed already)."""
+        taps = list(dict.fromkeys(taps))
+        values: dict[Tap, np.ndarray] = {}
+        for t in taps:
+            if self.graph[t.key].kind == "parameter":
+                values[t] = self.sample.ref[self.graph.parameter_position[t.key]]
+        ready = self.untouched.ready
+        if ready is not None:
+            values.update({t: ready.outputs[ready.index[t]] for t in taps if t not in values and t in ready.index})
+        rest = [t for t in taps if t not in values]
+        if rest:
+            tapped = tap_model(self.graph, rest)
+            with self.clock("compile"):
+                compiled = self.runner.compile("ref", tapped.model, taps=tapped.added_outputs)
+            with self.clock("infer"):
+                out = compiled.infer(self.ref_arrays, share_outputs=False)
+            self.runner.ran("ref")
+            values.update({t: out[i] for t, i in zip(rest, tapped.tap_outputs)})
+        return values
+
+    # ----- pieces --------------------------------------------------------------------------------------
+    def run_piece(self, side: str, piece, values: Mapping[Tap, np.ndarray], final: frozenset[Tap] = frozenset()
+                  ) -> list[np.ndarray]:
+        """Compile an extracted piece on one side and run it on `values` (its fed tensors); copies out.
+
+        Outputs hand values on like taps, in the precision the device stores activations in, except the
+        model's own outputs (`final`), which the plugin produces as the plain model would.
+        """
+        with self.clock("compile"):
+            compiled = compile_piece(self.runner, side, piece, final, self.target_runtime)
+        return run_compiled_piece(self.runner, self.sample, side, piece, compiled, values)
+
+    def run_segment(self, side: str, segment: Sequence[str], outputs: Sequence[Tap], make_piece: Callable[[], Any],
+                    values: Mapping[Tap, np.ndarray], final: frozenset[Tap] = frozenset(), *, keep: bool = True
+                    ) -> list[np.ndarray]:
+        """`run_piece` for a segment of the graph, compiled once per side and reused by later partitioned runs.
+
+        A fix search or a delegation search runs the same segments again and again (everything between two
+        kept nodes); compiling each once keeps a search over a deep model affordable. At most `PIECE_CACHE`
+        compiled pieces are kept, the oldest dropped first; with ``keep=False`` the compile is released after
+        its run (a segment run once).
+        """
+        key = (side, tuple(segment), tuple(outputs))
+        found = self._pieces.get(key)
+        if found is None:
+            piece = make_piece()
+            with self.clock("compile"):
+                found = (piece, compile_piece(self.runner, side, piece, final, self.target_runtime))
+            if keep:
+                if len(self._pieces) >= PIECE_CACHE:
+                    self._pieces.pop(next(iter(self._pieces)))
+                self._pieces[key] = found
+        return run_compiled_piece(self.runner, self.sample, side, *found, values)
+
+    # ----- the target against itself -----------------------------------------------------------------
+    def noise(self, *, reproduced: bool, extra_work: bool = True) -> dict[str, float]:
+        """The target against itself: two runs of the plain compile, and another compile.
+
+        Returns the largest relative L2 difference of the final outputs between two runs of one compile and
+        between two compiles (0.0 when bit-identical). Differences below this floor are not the model's doing.
+        The run-to-run figure is the untouched run's second run (`run_target(repeat=True)`). `reproduced`:
+        an instrumented target compile already gave the untouched outputs bit for bit, so it counts as the
+        second compile; only otherwise is the untouched model compiled again. With ``extra_work=False``
+        nothing more is run: only what those runs showed is reported (an unmeasured figure as 0.0).
+        """
+        runner = self.runner
+        with self.clock("noise"):
+            plain = list(self.untouched.target_final)
+            result: dict[str, float] = {}
+            if self.untouched.target.run_to_run is not None:
+                result["run_to_run"] = self.untouched.target.run_to_run
+            if self.target_info is not None and self.target_info.emulated:
+                # An emulated device is the CPU in f32 running fixed arithmetic: recompiling it proves nothing.
+                return result if result else {"run_to_run": 0.0}
+            if reproduced or not extra_work:
+                result.setdefault("run_to_run", 0.0)
+                if reproduced:
+                    result["compile_to_compile"] = 0.0
+                return result
+            recompiled = runner.compile("target", self.target_graph.model)
+            other = recompiled.infer(self.target_arrays, share_outputs=False)
+            runner.ran("target")
+            result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)
+            if "run_to_run" not in result:
+                again = recompiled.infer(self.target_arrays)
+                runner.ran("target")
+                result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(other, again)), default=0.0)
+        return result
+
+
+def _compile_and_run(device: Device, model, arrays, taps: tuple[int, ...] = ()):
+    compiled = device.compile(model, taps=taps)
+    return compiled, compiled.infer(arrays)

@@ -1,0 +1,177 @@
+"""The untouched run: the model as the user would run it, on both sides, the divergence every later
+measurement explains.
+
+Two functions, called in this order by the pipeline, each returning a frozen record:
+
+* `run_target` compiles and runs the untouched target (twice with ``repeat``, for the run-to-run noise) and
+  reads its runtime graph: its real fusion groups, and which of a twin's tensors live inside int8 kernels.
+* `run_reference` runs the reference, given what the target showed. An f32 reference can expose at once the
+  tensors later measurements compare (`taps`): their values are kept (`ReadyValues`) and no later measurement
+  compiles the reference for them. Beyond the tap budget, when the model can be streamed, the reference's plain
+  run *is* the streamed measurement of `streamed_taps` (`bisect_ov.engine.streamed`), kept in the record.
+
+When the samples pass compiled the untouched pair already (`Runner.compile_untouched`), `run_reference` with
+that pair runs both sides on it and exposes nothing.
+
+The sides run one after the other, the target first, and each compile is released once it has run: two
+compiles of the whole model never live at once, so memory stays near what one plain compile takes (on 2
+cores, running both sides at once saved under 5% of the time: OpenVINO already spreads one compile and one
+inference over the cores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from bisect_ov.analysis.metrics import compare
+from bisect_ov.engine.comparison import Sample
+from bisect_ov.engine.measured import Measured
+from bisect_ov.engine.runner import FinalOutput, Runner
+from bisect_ov.engine.streamed import can_stream, stream
+from bisect_ov.model.fusion import int8_internal
+from bisect_ov.model.runtime import RuntimeGraph
+from bisect_ov.model.taps import Tap, TappedModel, plan_chunks, tap_model, tensor_sizes
+
+__all__ = ["TargetRun", "ReadyValues", "Streamed", "Untouched", "run_target", "run_reference"]
+
+
+@dataclass(frozen=True, eq=False)
+class TargetRun:
+    """The untouched target's run: its outputs (copies), its runtime graph, the run-to-run noise."""
+
+    outputs: tuple[np.ndarray, ...]
+    runtime: RuntimeGraph  # empty for an emulated device: the CPU's f32 graph of the rewritten model says nothing
+    untappable: frozenset[Tap]  # reference taps whose twin tensors live inside an int8 kernel
+    run_to_run: float | None  # the same compile run twice (None when not repeated)
+    compiled: Any = None  # the samples pass's reference compile, when it made the pair: the reference reuses it
+
+
+@dataclass(frozen=True, eq=False)
+class ReadyValues:
+    """A reference run made with taps: its tapped model and its outputs (read-only views) by tap."""
+
+    model: TappedModel
+    outputs: tuple[np.ndarray, ...]
+    index: dict[Tap, int]
+
+
+@dataclass(frozen=True, eq=False)
+class Streamed:
+    """The reference's plain run done as the streamed measurement of `taps` (what it measured)."""
+
+    taps: frozenset[Tap]
+    measured: Measured
+
+
+@dataclass(frozen=True, eq=False)
+class Untouched:
+    """Both sides' untouched run: final outputs compared, kept for partitioned runs and for telling noise."""
+
+    outputs: tuple[FinalOutput, ...]
+    ref_final: tuple[np.ndarray, ...]
+    target_final: tuple[np.ndarray, ...]
+    target: TargetRun
+    ready: ReadyValues | None = None
+    streamed: Streamed | None = None
+
+    @property
+    def target_runtime(self) -> RuntimeGraph:
+        return self.target.runtime
+
+    @property
+    def untappable(self) -> frozenset[Tap]:
+        return self.target.untappable
+
+
+def run_target(runner: Runner, sample: Sample, *, repeat: bool = False) -> TargetRun:
+    """Compile and run the untouched target (see the module docstring); `repeat`: run it a second time."""
+    comparison = runner.comparison
+    n = len(comparison.graph.model.outputs)
+    compiled = runner.take_untouched()
+    with runner.clock("plain run"):
+        if compiled is not None:  # compiled already, to run many samples: reusing them beats a recompile
+            ref_c, target_c = compiled
+            target_out = [np.array(a) for a in target_c.infer(list(sample.target), share_outputs=False)]
+        else:
+            target_c = runner.compile("target", comparison.target_graph.model)
+            target_out = [np.array(a) for a in target_c.infer(list(sample.target))]  # copies: `repeat` reruns
+        runner.ran("target")
+        runner.ledger.note("target", target_c)
+        run_to_run = None
+        if repeat:
+            again = target_c.infer(list(sample.target))
+            runner.ran("target")
+            run_to_run = max((compare(a, b).rel_l2 for a, b in zip(target_out[:n], again[:n])), default=0.0)
+        runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
+        untappable: frozenset[Tap] = frozenset()
+        if comparison.twin:
+            inside = int8_internal(comparison.target_graph, runtime)
+            untappable = frozenset(r for r, t in comparison.target_of.items() if t.key in inside)
+    return TargetRun(tuple(target_out), runtime, untappable, run_to_run, ref_c if compiled is not None else None)
+
+
+def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Sequence[Tap] = (),
+                  stream_bytes: int | None = None, streamed_taps: Sequence[Tap] | None = None) -> Untouched:
+    """Run the untouched reference; see the module docstring for `taps` and streaming.
+
+    `taps`: tensors later measurements will compare, exposed at once by an f32 reference that fits
+    `stream_bytes` in one compile. `streamed_taps`: beyond that budget, the ones a streamed run measures (the
+    others are values for local-error runs, which a streamed run does not keep; exposing them on the target
+    too would change what it compiles). None: all of `taps`.
+    """
+    comparison = runner.comparison
+    graph = comparison.graph
+    n = len(graph.model.outputs)
+    target_out = list(target.outputs)
+    target_final = tuple(np.array(a) for a in target_out[:n])
+    with runner.clock("plain run"):
+        if target.compiled is not None:  # the samples pass's pair: the reference compile is ready
+            ref_c = target.compiled
+            ref_out = ref_c.infer(list(sample.ref), share_outputs=False)
+            runner.ran("ref")
+            runner.ledger.note("ref", ref_c)
+            return _untouched(runner, ref_out, target_out, target_final, target)
+        wanted = [t for t in dict.fromkeys(taps) if t in comparison.target_of and t not in target.untappable]
+        sizes = tensor_sizes(graph, list(sample.ref))
+        fits = len(plan_chunks(graph, wanted, stream_bytes, sizes or None)) == 1
+        if wanted and not fits and stream_bytes is not None and can_stream(comparison, target.untappable):
+            if streamed_taps is not None:
+                kept = set(wanted)
+                wanted = [t for t in dict.fromkeys(streamed_taps) if t in kept]
+            parts = list(stream(runner, sample, wanted, stream_bytes, target_runtime=target.runtime, sizes=sizes,
+                                untouched_target=target_final, desc="plain run"))
+            finals = parts[-1].finals
+            assert finals is not None  # the last part of a streamed run carries its final outputs
+            measured = Measured.of(parts)
+            return _untouched(runner, finals[0], target_out, target_final, target,
+                              streamed=Streamed(frozenset(wanted), measured))
+        tapped = tap_model(graph, wanted) if wanted and fits and comparison.ref.activation_precision == "f32" else None
+        ref_c = runner.compile("ref", tapped.model if tapped else graph.model,
+                               taps=tapped.added_outputs if tapped else ())
+        # The outputs are views on the request's tensors, which they keep alive: nothing is copied, and no
+        # later call on this compile can overwrite them, as it is released here.
+        ref_out = ref_c.infer(list(sample.ref))
+        runner.ran("ref")
+        runner.ledger.note("ref", ref_c)
+        del ref_c
+        ready = None
+        if tapped is not None:
+            for array in ref_out:
+                array.flags.writeable = False  # handed out by `Engine.ref_values` without copies
+            ready = ReadyValues(tapped, tuple(ref_out), dict(zip(wanted, tapped.tap_outputs)))
+    return _untouched(runner, ref_out, target_out, target_final, target, ready=ready)
+
+
+def _untouched(runner: Runner, ref_out, target_out, target_final, target: TargetRun, *,
+               ready: ReadyValues | None = None, streamed: Streamed | None = None) -> Untouched:
+    n = len(runner.graph.model.outputs)
+    outputs = tuple(runner.final_outputs(ref_out, target_out, n))
+    # Kept for partitioned runs, which compare their final outputs with the reference's.
+    ref_final = tuple(np.array(a) for a in ref_out[:n])
+    # The target's target_final tells noise: a later compile of the target (with taps) that reproduces these
+    # bits shows that compiling again does not change the answer.
+    return Untouched(outputs, ref_final, target_final, target, ready, streamed)
+

@@ -1,0 +1,174 @@
+"""Local errors: each measured node (or the fusion group it stands for) run alone on the target, fed the
+*reference's* inputs, so its output error is its own rather than what it inherited.
+
+All the units of one memory chunk are packed side by side into one model (`model.partition.extract`): the
+whole graph costs one reference compile (for the values, none when the untouched run exposed them) and one
+target compile per chunk. `LocalErrors` is what was measured, by unit: the unit's members and its outputs'
+statistics. It is read by the fusion strategy (which groups make error of their own) and by the experiments
+alike, and a unit is never measured twice with the same members (`measure_local` skips what is known).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.engine.comparison import Comparison
+from bisect_ov.engine.engine import Engine
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.partition import extract
+from bisect_ov.model.taps import Tap
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LOCAL_SHARE", "LocalErrors", "local_errors", "measure_local", "local_units", "owned_units", "split_known"]
+
+LOCAL_SHARE = 0.5  # local errors are measured for nodes whose error reaches this share of their tolerance
+
+# Unit key (its output node) -> (the unit's members, its outputs' statistics run alone).
+LocalErrors = dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]]
+
+
+def measure_local(engine: Engine, units: Mapping[str, tuple[str, ...]], known: LocalErrors, *,
+                  max_bytes: int | None, values: Mapping[Tap, np.ndarray] | None = None) -> LocalErrors:
+    """The local errors of `units` not in `known` (same members), measured; `known` is not changed."""
+    _, todo = split_known(units, known)
+    if not todo:
+        return {}
+    found = local_errors(engine, todo, max_bytes=max_bytes, values=values)
+    return {key: (members, {t: st for t, st in found.items() if t.key == key}) for key, members in todo.items()}
+
+
+def split_known(units: Mapping[str, tuple[str, ...]], known: LocalErrors
+                ) -> tuple[dict[Tap, TensorStats], dict[str, tuple[str, ...]]]:
+    """The statistics already measured for `units` (same members), and the units still to run."""
+    found: dict[Tap, TensorStats] = {}
+    todo: dict[str, tuple[str, ...]] = {}
+    for key, members in units.items():
+        if key in known and known[key][0] == members:
+            found.update(known[key][1])
+        else:
+            todo[key] = members
+    return found, todo
+
+
+def local_units(comparison: Comparison, stats: Mapping[Tap, TensorStats], groups: Mapping[str, tuple[str, ...]],
+                errors: Mapping[tuple[str, int], float], tolerances: Mapping[str, float]) -> dict[str, tuple[str, ...]]:
+    """The units whose local error is measured: each measured node with its group's members, by node key.
+
+    A node whose error stays under `LOCAL_SHARE` of its tolerance, fed with the target's own inputs, makes no
+    error of its own worth isolating (its local error would have to cancel what it inherits): only the others
+    run alone. A twin's layers all run, as layer sensitivity ranks them by local error.
+    """
+    worst: dict[str, float] = {}
+    for (key, _), error in errors.items():
+        worst[key] = max(worst.get(key, 0.0), error)
+    units = owned_units(comparison.graph, list(dict.fromkeys(t.key for t in stats)), groups)
+    return {k: u for k, u in units.items()
+            if comparison.twin or worst.get(k, 0.0) >= LOCAL_SHARE * tolerances.get(k, 0.0)}
+
+
+def owned_units(graph: ModelGraph, keys: list[str], groups: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """Each measured node with the members of its group it computes when run alone.
+
+    Groups can share members: a residual that another group reads as a post-op operand is not a boundary, so
+    the unmeasured ops feeding it belong to both groups. A shared member is computed by the later group (in
+    topological order); the earlier one is fed its reference value. Which group owns a member depends only on
+    the measured nodes, so the tensors every unit is fed are known as soon as the fusion groups are.
+    """
+    keys = sorted(dict.fromkeys(keys), key=lambda k: graph[k].index)
+    owner: dict[str, str] = {}
+    for key in keys:
+        for member in groups.get(key, ()):
+            owner[member] = key
+    for key in keys:
+        owner[key] = key
+    return {k: tuple(m for m in dict.fromkeys([k, *groups.get(k, ())]) if owner[m] == k) for k in keys}
+
+
+def local_errors(engine: Engine, units: Mapping[str, Sequence[str]], *, max_bytes: int | None = 512 << 20,
+                 values: Mapping[Tap, np.ndarray] | None = None) -> dict[Tap, TensorStats]:
+    """Each unit (key of its output node -> member keys) on the target, fed with reference inputs.
+
+    `values`: reference values already at hand (a streamed measurement's); the others are computed.
+
+    Units are given in the reference model's keys. With a twin target model, each unit runs the twin's
+    matched ops, plus the twin's own ops feeding them that the reference lacks (a FakeQuantize, an injected
+    fault), fed with the reference's values of the matched tensors around it. Returns statistics of every
+    unit's output tensors, target (isolated) against reference.
+    """
+    target = engine.target_graph
+    builder = _UnitBuilder(engine, units)
+    ref_of = builder.ref_of
+    stats: dict[Tap, TensorStats] = {}
+    chunks = builder.chunks(max_bytes)
+    while chunks:
+        chunk = chunks.pop(0)
+        uids = list(dict.fromkeys(t.key for t in chunk))
+        piece, outputs = builder.piece(uids)
+        foreign = [t for t in piece.fed if target[t.key].kind != "parameter" and t not in ref_of]
+        if foreign:
+            # A twin-only tensor read across units: run these units one by one; a unit that still reads one
+            # cannot be isolated against the reference and is left out.
+            if len(uids) > 1:
+                chunks[:0] = [[t for t in chunk if t.key == uid] for uid in uids]
+            else:
+                log.info("Local error of '%s' not measured: it reads the twin's tensor %s, which the model "
+                         "lacks.", uids[0], foreign[0])
+            continue
+        fed_ref = [ref_of[t] for t in piece.fed if t in ref_of]
+        given = {t: values[t] for t in fed_ref + outputs if values is not None and t in values}
+        missing = [t for t in fed_ref + outputs if t not in given]
+        got_ref = {**given, **(engine.ref_values(missing) if missing else {})}
+        feed = {}
+        for t in piece.fed:
+            if target[t.key].kind == "parameter":
+                feed[t] = engine.target_arrays[target.parameter_position[t.key]]
+            else:
+                feed[t] = got_ref[ref_of[t]]
+        got = engine.run_piece("target", piece, feed)
+        for t, arr in zip(outputs, got):
+            stats[t] = compare(got_ref[t], arr)
+    return stats
+
+
+class _UnitBuilder:
+    """Builds the isolated-units models of `local_errors`: which twin ops each unit runs, in memory chunks."""
+
+    def __init__(self, engine: Engine, units: Mapping[str, Sequence[str]]):
+        self.engine, self.units = engine, units
+        graph, target = engine.graph, engine.target_graph
+        self.ref_of = {t: r for r, t in engine.match.pairs}
+        self.op_of = engine.match.target_op()
+        for r, t in self.op_of.items():  # a twin's op read before its quantizer stands for the model's op too
+            for port in range(len(target[t].outputs)):
+                self.ref_of.setdefault(Tap(t, port), Tap(r, port))
+        self.matched_t = {t.key for t in self.ref_of}
+        target_of = engine.target_of
+        self.outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
+                           for uid in units}
+
+    def chunks(self, max_bytes: int | None) -> list[list[Tap]]:
+        flat = [t for uid in self.units for t in self.outputs_of[uid]]
+        return self.engine.chunks(flat, max_bytes)
+
+    def _target_unit(self, members: set[str]) -> set[str]:
+        target, target_of = self.engine.target_graph, self.engine.target_of
+        keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
+        keys |= {self.op_of[m] for m in members if m in self.op_of}
+        own = set(keys)
+        for key in keys:  # absorb the twin's own ops upstream of the unit
+            own |= target.upstream(key, stop=lambda k: k in self.matched_t or not target[k].is_candidate)
+        return own
+
+    def piece(self, uids: Sequence[str]):
+        """The model running units `uids` side by side, and the reference taps of their outputs."""
+        unit_of = {m: uid for uid in uids for m in self._target_unit(set(self.units[uid]) | {uid})}
+        outputs = [t for uid in uids for t in self.outputs_of[uid]]
+        target_of = self.engine.target_of
+        return extract(self.engine.target_graph, list(unit_of), [target_of[t] for t in outputs], unit_of), outputs
+
+

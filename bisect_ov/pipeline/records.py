@@ -1,0 +1,103 @@
+"""The records the pipeline's stages hand to each other, frozen, in the order the stages make them.
+
+    Opened       open_comparison   the comparison, the runner, the examined sample, resolved options, samples
+    Plain        plain_run         the engine of the examined sample (its untouched run) and the tolerance
+    Measurement  measure           statistics per tap, groups, local errors, fidelity, exact checks, spread
+    Scored       score, absorb     errors, tolerances, scores, final outputs, noise
+    Findings     experiments       (`bisect_ov.experiments.partitioned`)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bisect_ov.analysis.exactness import ExactCheck
+from bisect_ov.analysis.metrics import TensorStats, metric_value
+from bisect_ov.analysis.scoring import Scores
+from bisect_ov.analysis.spread import Distribution
+from bisect_ov.analysis.tolerance import Tolerance
+from bisect_ov.core.records import Fidelity, Noise
+from bisect_ov.engine.comparison import Comparison, Sample
+from bisect_ov.engine.engine import Engine
+from bisect_ov.engine.ledger import Clock
+from bisect_ov.engine.runner import Runner
+from bisect_ov.experiments.local import LocalErrors
+from bisect_ov.model.state import Stateless
+from bisect_ov.model.taps import Tap
+from bisect_ov.pipeline.options import BisectOptions
+from bisect_ov.report.report import OutputResult
+from bisect_ov.samples.executors import SampleRun
+from bisect_ov.samples.sources import SampleSummary
+
+__all__ = ["Opened", "Plain", "Measurement", "Scored"]
+
+
+@dataclass(frozen=True, eq=False)
+class Opened:
+    """A comparison ready to run: what is compared, the resolved options, the sample to examine, the samples
+    and why options changed."""
+
+    comparison: Comparison
+    runner: Runner
+    sample: Sample  # the examined sample (the worst of many)
+    options: BisectOptions
+    model: Any  # ov.Model
+    target_model: Any  # ov.Model | None
+    samples: SampleRun | None  # many samples: where they come from and run (closed by `run` at the end)
+    summary: SampleSummary | None
+    notes: tuple[str, ...]
+    clock: Clock
+    # A stateful model's variables as inputs and outputs (`bisect_ov.model.state`); `model` is then its
+    # stateless form, and `state_of_target` the target model's when it is stateful too.
+    state: Stateless | None = None
+    state_of_target: Stateless | None = None
+
+    def error_of(self, stats: TensorStats) -> float:
+        """The options' metric on one tensor pair's statistics."""
+        return metric_value(stats, self.options.metric)
+
+
+@dataclass(frozen=True, eq=False)
+class Plain:
+    """After the untouched model ran on both sides: the engine of the examined sample, and the tolerance for
+    the precision really in play."""
+
+    engine: Engine
+    tolerance: Tolerance
+
+
+@dataclass(frozen=True, eq=False)
+class Measurement:
+    """Statistics of every measured tap, the fusion group each stands for, and how they were measured."""
+
+    stats: dict[Tap, TensorStats]
+    groups: dict[str, tuple[str, ...]]
+    strategy: str
+    fell_back: bool = False
+    spread: dict[str, Distribution] = field(default_factory=dict)  # each node's error over the samples
+    # Local errors measured while measuring (to decide which fusion groups to refine), by unit key; the
+    # experiments reuse those whose unit did not change.
+    local: LocalErrors = field(default_factory=dict)
+    fidelity: Fidelity | None = None  # did exposing taps change the final-output error?
+    reproduced: bool = False  # some instrumented target compile gave the untouched outputs bit for bit
+    exact: dict[str, ExactCheck] = field(default_factory=dict)  # integer nodes checked against the exact result
+
+
+@dataclass(frozen=True, eq=False)
+class Scored:
+    """Per-node errors and tolerances, the error-growth scores, final outputs, noise and fidelity."""
+
+    errors: dict[tuple[str, int], float]
+    tolerances: dict[str, float]
+    scores: Scores
+    outputs: tuple[OutputResult, ...]
+    noise: Noise | None
+    fidelity: Fidelity | None
+    absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (`absorb`)
+    absorbed_why: str = ""
+
+    @property
+    def floor(self) -> float:
+        """Errors below twice the target's own noise are not counted."""
+        return 2 * self.noise.floor if self.noise is not None else 0.0
