@@ -66,7 +66,8 @@ class _Version(argparse.Action):
                          help="print bisect_ov's version and OpenVINO's, and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, namespace, values, option_string=None) -> NoReturn:
-        parser.exit(EXIT_OK, versions() + "\n")
+        print(versions())
+        parser.exit(EXIT_OK)
 
 
 def option_flags(groups: Mapping[str, Any]) -> None:
