@@ -1,6 +1,7 @@
 """The `bisect-ov` command line: argument parsing and printing only; the work is in `bisect_ov.pipeline.api`.
 
-Exit codes: 0 nothing diverges, 1 something diverges, 2 a user error (printed on one line, no traceback).
+Exit codes (`EXIT_CODES`, shown by ``--help``): 0 nothing diverges, 1 something diverges, 2 an error reported on
+one line (a bad flag, file, model, device or option; a device that failed), 130 interrupted.
 ``bisect-ov demo`` runs the whole job on a built-in example model and needs nothing else; it exits 0 when it
 ran (its model diverges by design).
 """
@@ -8,11 +9,10 @@ ran (its model diverges by design).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import pathlib
 import sys
-from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 from bisect_ov.core.errors import BisectError, InputError
 from bisect_ov.report.text import printable
@@ -21,93 +21,127 @@ if TYPE_CHECKING:
     from bisect_ov.pipeline.options import BisectOptions
     from bisect_ov.report.report import Report
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "build_demo_parser", "build_capture_parser", "option_flags", "versions", "EXIT_CODES"]
 
-EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR = 0, 1, 2
+EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CODES = """exit codes:
+  0    nothing diverges (demo and capture: the run completed)
+  1    something diverges
+  2    an error reported on one line: a bad flag, file, model, device name or option, or a device that
+       failed to compile or run
+  130  interrupted (Ctrl-C)"""
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, **keywords) -> None:
+        super().__init__(formatter_class=argparse.RawDescriptionHelpFormatter, **keywords)
+
     def error(self, message: str) -> NoReturn:  # argparse's own errors: one line, exit code 2
         self.exit(EXIT_USER_ERROR, f"bisect-ov: error: {message} (see bisect-ov --help)\n")
 
 
 def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got '{text}'")
-    return key.strip(), value.strip()
+    from bisect_ov.pipeline.options import key_value  # imported when parsing: `import bisect_ov.cli` stays light
+
+    return key_value(text)
 
 
-def _option_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per `BisectOptions` field that the command line spells plainly, from the field's own doc."""
+def versions() -> str:
+    """``bisect_ov <version>``, and OpenVINO's version on a second line when it can be imported."""
+    from bisect_ov import __version__
+
+    lines = [f"bisect_ov {__version__}"]
+    try:
+        import openvino
+    except ImportError:
+        lines.append("OpenVINO: not installed")
+    else:
+        lines.append(f"OpenVINO {openvino.get_version()}")
+    return "\n".join(lines)
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **keywords) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help="print bisect_ov's version and OpenVINO's, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace, values, option_string=None) -> NoReturn:
+        print(versions())
+        parser.exit(EXIT_OK)
+
+
+def option_flags(groups: Mapping[str, Any]) -> None:
+    """One flag per `BisectOptions` field with a `cli` spelling, in its concern's argument group, from the
+    field's own metadata: a `Flag` as declared, or (``"auto"``) one made from the name, type and default."""
     from dataclasses import MISSING, fields
 
-    from bisect_ov.pipeline.options import BUDGETS, STRATEGIES, BisectOptions
+    from bisect_ov.pipeline.options import BisectOptions, Flag
 
     for f in fields(BisectOptions):
-        spec = f.metadata.get("cli")
+        spec, meta = f.metadata["cli"], f.metadata
         if spec is None:
             continue
-        flag = spec if spec != "auto" else "--" + f.name.replace("_", "-")
+        group, doc = groups[meta["group"]], meta["help"]
+        if isinstance(spec, Flag):
+            group.add_argument(*spec.names, dest=f.name, help=doc, **dict(spec.spec))
+            continue
+        flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not MISSING else None
-        doc = f.metadata.get("cli_help") or f.metadata.get("doc", "")
-        if f.type in ("bool", bool) or isinstance(default, bool):
+        if isinstance(default, bool):
             if default:
-                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
-                                    help=doc)
+                group.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=doc)
             else:
-                parser.add_argument(flag, dest=f.name, action="store_true", help=doc)
+                group.add_argument(flag, dest=f.name, action="store_true", help=doc)
             continue
-        kind = f.metadata.get("kind") or str
-        extra: dict = {"choices": list({"strategy": STRATEGIES, "budget": BUDGETS}[f.name])} if f.name in (
-            "strategy", "budget") else {}
+        kind = meta["kind"] or str
         if isinstance(default, tuple):
-            parser.add_argument(flag, dest=f.name, action="append", type=kind, default=[],
-                                metavar=f.metadata.get("metavar"), help=f"{doc} (repeatable)")
+            group.add_argument(flag, dest=f.name, action="append", type=kind, default=[], metavar=meta["metavar"],
+                               help=f"{doc} (repeatable)")
             continue
+        extra = {"choices": list(meta["choices"])} if meta["choices"] else {}
         shown = f" (default {default})" if default is not None and "default" not in doc else ""
-        parser.add_argument(flag, dest=f.name, type=kind, default=default, metavar=f.metadata.get("metavar"),
-                            help=doc + shown, **extra)
+        group.add_argument(flag, dest=f.name, type=kind, default=default, metavar=meta["metavar"], help=doc + shown,
+                           **extra)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ref", default="CPU", help="reference device (default CPU, run in f32): CPU, GPU, CPU:f32, ...")
-    parser.add_argument("--target", default=None, help="target device: GPU (default), NPU, CPU:bf16, EMU:f16 (demo default), ...")
-    parser.add_argument("--ref-config", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                        help="compile property for the reference (repeatable)")
-    parser.add_argument("--target-config", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
-                        help="compile property for the target (repeatable)")
-    parser.add_argument("--top", type=int, default=10, help="culprits to print (default 10)")
-    parser.add_argument("--json", type=pathlib.Path, help="write the report as JSON to this path")
-    parser.add_argument("--width", type=int, default=120, help="text width of the printed report")
-    parser.add_argument("--html", type=pathlib.Path, help="write a standalone HTML report to this path")
-    parser.add_argument("--max-tap-mb", type=float, default=None,
-                        help="most MB of exposed tensors per compile or segment, 0 for no limit (default: half the "
-                             "weights' size, at least 64)")
-    parser.add_argument("--fix", nargs="?", const=True, default=False, type=float, metavar="TOL",
-                        help="search the smallest set of nodes to keep on the reference (optionally under TOL)")
-    parser.add_argument("--patched-model", type=pathlib.Path, metavar="OUT.xml",
-                        help="with --fix, save the model marked for GPU/NPU to keep those nodes in f32")
-    parser.add_argument("--ignored-scope", type=pathlib.Path, metavar="OUT.json",
+def _common(parser: argparse.ArgumentParser, *, compare: bool) -> None:
+    """The flags of a comparison (``bisect-ov MODEL`` when `compare`, ``bisect-ov demo`` otherwise), grouped by
+    concern as `BisectOptions` groups its fields."""
+    from bisect_ov.pipeline.options import GROUPS
+
+    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
+    devices, samples, output = groups["devices"], groups["samples"], groups["output"]
+    devices.add_argument("--ref", default="CPU", help="reference device (default CPU, run in f32): CPU, GPU, CPU:f32, ...")
+    devices.add_argument("--target", default=None,
+                         help="target device: GPU (default), NPU, CPU:bf16, EMU:f16 (demo default), ...")
+    if compare:
+        devices.add_argument("--target-model",
+                             help="a second model (e.g. the int8 twin) run on the target, matched by name")
+        samples.add_argument("--input", action="append", type=_key_value, default=[], metavar="NAME=FILE.npy",
+                             help="value of one input (repeatable)")
+        samples.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz",
+                             help="values of all inputs, one array per name")
+    output.add_argument("--top", type=int, default=10, help="culprits to print (default 10)")
+    output.add_argument("--width", type=int, default=120, help="text width of the printed report (default 120)")
+    output.add_argument("--json", type=pathlib.Path, help="write the report as JSON to this path")
+    output.add_argument("--html", type=pathlib.Path, help="write a standalone HTML report to this path")
+    output.add_argument("--ignored-scope", type=pathlib.Path, metavar="OUT.json",
                         help='with --fix, write the nodes to keep as JSON {"names": [...]}, the arguments of '
                              "nncf.IgnoredScope (for a twin quantized with NNCF)")
-    _option_flags(parser)
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    option_flags(groups)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="bisect-ov",
         description="Find the node where a model's output on a target device starts to differ from a reference.",
-        epilog="Commands: 'bisect-ov MODEL ...' compares; 'bisect-ov demo' runs a built-in example; "
-           "'bisect-ov capture MODEL -o FILE.npz' records a run to compare on another machine (--ref capture:FILE.npz).",
+        epilog="commands: 'bisect-ov MODEL ...' compares; 'bisect-ov demo' runs a built-in example; "
+               "'bisect-ov capture MODEL -o FILE.npz'\nrecords a run to compare on another machine "
+               "(--ref capture:FILE.npz).\n\n" + EXIT_CODES,
     )
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
-    _common(parser)
-    parser.add_argument("--target-model", help="a second model (e.g. the int8 twin) run on the target, matched by name")
-    parser.add_argument("--input", action="append", type=_key_value, default=[], metavar="NAME=FILE.npy",
-                        help="value of one input (repeatable)")
-    parser.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz", help="values of all inputs, one array per name")
+    _common(parser, compare=True)
     return parser
 
 
@@ -115,8 +149,10 @@ def build_demo_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="bisect-ov demo",
         description="Run bisect on the built-in example model (a small conv net with an instance-norm pattern).",
+        epilog=EXIT_CODES,
     )
-    _common(parser)
+    parser.add_argument("--version", action=_Version)
+    _common(parser, compare=False)
     return parser
 
 
@@ -146,6 +182,9 @@ def build_capture_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:  # answered before any parser is built: it needs no OpenVINO
+        print(versions())
+        return EXIT_OK
     command = argv[0] if argv and argv[0] in ("demo", "capture") and not pathlib.Path(argv[0]).exists() else None
     parsers = {"demo": build_demo_parser, "capture": build_capture_parser}
     try:
@@ -160,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("bisect-ov: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def _inputs(args) -> object:
@@ -188,20 +227,21 @@ def _inputs(args) -> object:
 
 
 def _options(args) -> "BisectOptions":
-    """The `BisectOptions` the flags ask for."""
+    """The `BisectOptions` the flags ask for: each field's parsed flag, converted as its `Flag` says."""
     from dataclasses import fields
 
-    from bisect_ov.pipeline.options import BisectOptions
+    from bisect_ov.pipeline.options import BisectOptions, Flag
 
-    values = {f.name: getattr(args, f.name) for f in fields(BisectOptions) if f.metadata.get("cli") is not None}
-    values["keep"] = tuple(values.get("keep") or ())
-    mb = args.max_tap_mb
-    return BisectOptions.from_keywords(
-        **values, ref_config=dict(args.ref_config), target_config=dict(args.target_config), fix=args.fix,
-        patched_model=args.patched_model,
-        max_tap_bytes="auto" if mb is None else int(mb * (1 << 20)) if mb > 0 else None,
-        progress=False if args.quiet else None,
-    )
+    values = {}
+    for f in fields(BisectOptions):
+        spec = f.metadata["cli"]
+        if spec is None:
+            continue
+        value = getattr(args, f.name)
+        if isinstance(spec, Flag) and spec.to_option is not None:
+            value = spec.to_option(value)
+        values[f.name] = tuple(value) if isinstance(f.default, tuple) else value
+    return BisectOptions.from_keywords(**values)
 
 
 def _check_output_path(flag: str, path: pathlib.Path | None) -> None:
@@ -222,8 +262,6 @@ def _check_display(args) -> None:
         raise InputError(f"--top must be 0 or more; got {args.top}.")
     if args.width < 40:
         raise InputError(f"--width must be at least 40 columns; got {args.width}.")
-    if args.max_tap_mb is not None and not math.isfinite(args.max_tap_mb):
-        raise InputError(f"--max-tap-mb must be a finite number of MB (0 or less: no limit); got {args.max_tap_mb}.")
     for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model),
                        ("--ignored-scope", getattr(args, "ignored_scope", None))):
         _check_output_path(flag, path)

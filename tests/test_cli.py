@@ -120,3 +120,42 @@ def test_an_npz_given_to_input_points_to_inputs(model_files, capsys):
     np.savez(model_files / "x.npz", x=np.zeros((1, 8), np.float32))
     code = main([str(model_files / "m.xml"), "--target", "CPU:f32", "--input", f"x={model_files / 'x.npz'}"])
     assert code == 2 and f"--inputs {model_files / 'x.npz'}" in capsys.readouterr().err
+
+
+def test_help_groups_the_flags_by_concern_and_gives_the_exit_codes(capsys):
+    from bisect_ov.pipeline.options import GROUPS
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for title in GROUPS.values():
+        assert f"\n{title}:\n" in out
+    sections = {title: out.split(f"\n{title}:\n", 1)[1].split("\n\n", 1)[0] for title in GROUPS.values()}
+    assert "--ref-config" in sections["devices and compiling"] and "--strategy" in sections["what to tap and search"]
+    assert "--budget" in sections["which experiments run"] and "--executor" in sections["inputs, samples and executors"]
+    assert "--steps" in sections["LLM prompts and generation"] and "--quiet" in sections["output"]
+    codes = out.split("exit codes:", 1)[1]
+    for code in ("0 ", "1 ", "2 ", "130 "):
+        assert f"\n  {code}" in codes
+
+
+def test_version_names_the_package_and_openvino(capsys):
+    from bisect_ov import __version__
+
+    for argv in (["--version"], ["model.xml", "--version"], ["demo", "--version"]):
+        assert main(argv) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines == [f"bisect_ov {__version__}", f"OpenVINO {ov.get_version()}"]
+
+
+def test_version_without_openvino_still_answers():
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, *a):\n"
+            "        if name == 'openvino' or name.startswith('openvino.'):\n"
+            "            raise ImportError('no openvino here')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from bisect_ov.cli import main\n"
+            "sys.exit(main(['--version']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1] == "OpenVINO: not installed"

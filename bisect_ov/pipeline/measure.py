@@ -23,12 +23,12 @@ from bisect_ov.engine.measured import Measured, TappedRun
 from bisect_ov.engine.runner import FinalOutput
 from bisect_ov.experiments.local import LOCAL_SHARE, LocalErrors, local_units, measure_local, owned_units
 from bisect_ov.model.taps import Tap
-from bisect_ov.pipeline.options import BisectOptions
+from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.pipeline.records import Measurement, Opened, Plain
 from bisect_ov.samples.executors import node_spread
 from bisect_ov.search.strategies import Results, Strategy, fusion_taps, make_strategy
 
-__all__ = ["measure", "fidelity", "FIDELITY_RANGE", "tap_bytes"]
+__all__ = ["measure", "fidelity", "FIDELITY_RANGE"]
 
 FIDELITY_RANGE = (0.5, 2.0)
 
@@ -45,7 +45,7 @@ def measure(opened: Opened, plain: Plain) -> Measurement:
     """Run the chosen strategy; ``auto`` is ``fusion``, falling back to ``bisection`` when unfaithful."""
     engine, options = plain.engine, opened.options
     graph, tol = engine.graph, plain.tolerance
-    max_bytes = tap_bytes(options)
+    max_bytes = options.tap_bytes
 
     def diverged(tap: Tap, stats: TensorStats) -> bool:
         return opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
@@ -77,13 +77,13 @@ def measure(opened: Opened, plain: Plain) -> Measurement:
     # which the fast budget leaves out (the outputs' pass still ranks the samples).
     spread = (node_spread(engine.runner, list(measured.stats), opened.samples, partial(metric_value, metric=options.metric),
                           seed=options.seed)
-              if opened.samples is not None and opened.summary is not None and options.budget != "fast" else {})
+              if opened.samples is not None and opened.summary is not None and options.node_spread else {})
     return Measurement(dict(measured.stats), groups, name, fell_back, spread, search.local if fusion and not fell_back
                        else {}, faithful, reproduced, dict(measured.exact))
 
 
 def _strategy(name: str, engine: Engine, diverged: Callable[[Tap, TensorStats], bool],
-              options: BisectOptions) -> Strategy:
+              options: ResolvedOptions) -> Strategy:
     return make_strategy(name, engine.comparison, diverged, runtime=engine.target_runtime,
                          untappable=engine.untappable, refine=options.refine, local=options.local)
 
@@ -143,7 +143,7 @@ def _creates(opened: Opened, plain: Plain, done: _Driven, results: Results, stra
     errors = {(t.key, t.port): opened.error_of(st) for t, st in stats.items()}
     limits = {t.key: tol.for_node(graph[t.key]) for t in stats}
     units = local_units(engine.comparison, stats, strategy.groups(), errors, limits)
-    done.local.update(measure_local(engine, units, done.local, max_bytes=tap_bytes(options)))
+    done.local.update(measure_local(engine, units, done.local, max_bytes=options.tap_bytes))
 
     def over(tap: Tap, st: TensorStats) -> bool:
         return opened.error_of(st) > tol.for_node(graph[tap.key], tap.port)
@@ -174,11 +174,6 @@ def fidelity(untouched: Sequence[FinalOutput], runs: Sequence[TappedRun],
             "per-node errors may not explain the plain run. Try strategy='bisection' (few taps per compile)."
         )
     return Fidelity(plain_error=plain, tapped_error=tapped, ratio=ratio, warning=warning)
-
-
-def tap_bytes(options: BisectOptions) -> int | None:
-    """The resolved options' `max_tap_bytes`: bytes or None (`open_comparison` has replaced "auto")."""
-    return cast("int | None", options.max_tap_bytes)
 
 
 def _ratio(tapped: float, plain: float) -> float:

@@ -1,18 +1,22 @@
-"""Every knob of a `bisect()` run in one frozen record: its default, its doc, its check, its CLI flag.
+"""Every knob of a `bisect()` run in one frozen record, grouped by concern: each field's default, doc, check
+and command-line flag are written once, on the field.
 
-`BisectOptions` is read by the API (`bisect(**keywords)` builds one), by the CLI (its flags are generated from
-the fields here, so an option is added in one place) and by the report (which records the resolved options).
-`BisectOptions.resolve` decides once what can run on a given pair of sides (recorded runs cannot run pieces
-of the model) and returns the notes that say what was
-switched off.
+`BisectOptions` is read by the API (`bisect()`'s signature matches its fields, its docstring's option entries
+are made from their docs by `bisect_ov.pipeline.api.documented`, and its keywords become one record), by the
+CLI (its flags are generated from the fields, in argument groups named by `GROUPS`) and by the report (which
+records the resolved options).
+`BisectOptions.resolve` decides once what runs on a given pair of sides and budget and returns a
+`ResolvedOptions` that stages read as is, with the notes that say what was switched off.
 
 Assumes nothing about OpenVINO: options are plain values, checked at construction.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
+import pathlib
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping, TypeGuard
 
@@ -21,11 +25,22 @@ from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.core.errors import InputError
 from bisect_ov.search.strategies import STRATEGIES
 
-__all__ = ["BisectOptions", "STRATEGIES", "BUDGETS", "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "auto_tap_bytes"]
+__all__ = ["BisectOptions", "ResolvedOptions", "Flag", "GROUPS", "KEYWORDS", "STRATEGIES", "BUDGETS",
+           "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "auto_tap_bytes", "key_value"]
 
 BUDGETS = ("default", "fast")
 DEFAULT_MAX_TAP_BYTES = "auto"
 AUTO_MIN_TAP_BYTES = 64 << 20
+# The concerns options are grouped by (key -> title), in the order of the fields, of `bisect()`'s keywords
+# and of the argument groups in ``bisect-ov --help``.
+GROUPS = {
+    "devices": "devices and compiling",
+    "search": "what to tap and search",
+    "experiments": "which experiments run",
+    "samples": "inputs, samples and executors",
+    "generation": "LLM prompts and generation",
+    "output": "output",
+}
 
 
 def auto_tap_bytes(weight_bytes: int) -> int:
@@ -39,13 +54,167 @@ def auto_tap_bytes(weight_bytes: int) -> int:
     return max(AUTO_MIN_TAP_BYTES, int(weight_bytes) // 2)
 
 
-def _opt(default: Any = None, doc: str = "", *, factory: Callable[[], Any] | None = None, cli: str | None = "auto",
-         kind: type | None = None, metavar: str | None = None, cli_help: str | None = None) -> Any:
-    """A dataclass field with its documentation and how the command line spells it (`cli` None: API only;
-    `cli_help`: the flag's help where the doc does not read as one, e.g. for a ``--no-...`` flag)."""
-    meta = {"doc": doc, "cli": cli, "kind": kind, "metavar": metavar, "cli_help": cli_help or doc}
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
+@dataclass(frozen=True)
+class Flag:
+    """A command-line spelling the generated one does not fit: the flag's names, its `argparse` keywords, and
+    how the parsed value becomes the option's value (`to_option`; None: as parsed)."""
+
+    names: tuple[str, ...]
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    to_option: Callable[[Any], Any] | None = None
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` from the command line, as a pair (the type of ``--ref-config`` and ``--target-config``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got '{text}'")
+    return key.strip(), value.strip()
+
+
+def _bytes_of_mb(mb: float | None) -> int | str | None:
+    if mb is None:
+        return "auto"
+    if not math.isfinite(mb):
+        raise InputError(f"--max-tap-mb must be a finite number of MB (0 or less: no limit); got {mb}.")
+    return int(mb * (1 << 20)) if mb > 0 else None
+
+
+# ----- checks: each takes the option's name and value and returns the value to keep (or raises InputError) -----
+Check = Callable[[str, Any], Any]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _integer(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False; got {value!r}.")
+    return value
+
+
+def _at_least(low: int, hint: str = "") -> Check:
+    def check(name: str, value: Any) -> int:
+        if not _integer(value) or value < low:
+            raise InputError(f"{name} must be an integer >= {low}{hint}; got {value!r}.")
+        return value
+    return check
+
+
+def _one_of(choices: Iterable[str]) -> Check:
+    allowed = tuple(choices)
+
+    def check(name: str, value: Any) -> str:
+        if not isinstance(value, str) or value not in allowed:
+            raise InputError(f"Unknown {name} '{value}'. Available: {list(allowed)}.")
+        return value
+    return check
+
+
+def _config(name: str, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(f"{name} must be a dict of compile properties (name -> value); got {value!r}.")
+    if not all(isinstance(k, str) and k for k in value):
+        raise InputError(f"{name}'s keys must be property names (strings such as 'INFERENCE_PRECISION_HINT'); "
+                         f"got {list(value)!r}.")
+    return dict(value)
+
+
+def _metric(name: str, value: Any) -> Any:
+    if isinstance(value, str):
+        if value not in METRICS:
+            raise InputError(f"Unknown metric '{value}'. Available: {sorted(METRICS)}, or a callable on TensorStats.")
+    elif not callable(value):
+        raise InputError(f"metric must be a metric name or a callable on TensorStats; got {value!r}.")
+    return value
+
+
+def _tolerance(name: str, value: Any) -> Any:
+    if value is not None and not isinstance(value, Tolerance) and (not _number(value) or not 0 <= value < math.inf):
+        raise InputError(f"tolerance must be None, a finite number >= 0 or a Tolerance; got {value!r}.")
+    return value
+
+
+def _seed(name: str, value: Any) -> int:
+    if not _integer(value) or not 0 <= value < 2**32:
+        raise InputError(f"seed must be an integer in [0, 2**32); got {value!r}.")
+    return value
+
+
+def _tap_bytes(name: str, value: Any) -> Any:
+    if value is not None and value != "auto" and (not _integer(value) or value <= 0):
+        raise InputError(f"max_tap_bytes must be a positive integer, 'auto' or None (no limit); got {value!r}.")
+    return value
+
+
+def _fix_tolerance(name: str, value: Any) -> Any:
+    if value is not None and (not _number(value) or not 0 <= value < math.inf):
+        raise InputError(f"The fix tolerance must be a finite number >= 0; got {value!r}.")
+    return value
+
+
+def _keep(name: str, value: Any) -> tuple[str, ...]:
+    try:
+        keep = tuple((value,) if isinstance(value, str) else value)
+    except TypeError:
+        raise InputError(f"keep must be a node name or a list of names; got {value!r}.") from None
+    if not all(isinstance(k, str) for k in keep):
+        raise InputError(f"keep must hold node names (strings); got {list(keep)!r}.")
+    return keep
+
+
+def _names(name: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, Iterable) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise InputError(f"{name} must be an output name or a list of output names; got {value!r}.")
+    return names
+
+
+def _ir_path(name: str, value: Any) -> Any:
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise InputError(f"{name} must be a path ending in .xml; got {value!r}.")
+    if value is not None and not os.fspath(value).endswith(".xml"):
+        raise InputError(f"{name} must be an IR path ending in .xml; got '{os.fspath(value)}'.")
+    return value
+
+
+def _executor(name: str, value: Any) -> Any:
+    if value is not None and not isinstance(value, str) and not callable(getattr(value, "submit", None)):
+        raise InputError("executor must be None, a concurrent.futures.Executor, 'processes:N', 'threads:N', "
+                         f"'dask://HOST:PORT', 'ray' or 'ray://HOST:PORT'; got {value!r}.")
+    return value
+
+
+def _progress(name: str, value: Any) -> Any:
+    if value is not None and not isinstance(value, bool):
+        raise InputError(f"progress must be True, False or None; got {value!r}.")
+    return value
+
+
+def _first_sentence(doc: str) -> str:
+    sentence = doc.split(". ")[0].rstrip(".")
+    return sentence[:1].lower() + sentence[1:]
+
+
+def _opt(default: Any, group: str, doc: str, check: Check, *, help: str | None = None, cli: str | Flag | None = "auto",
+         keyword: bool = True, kind: type | None = None, metavar: str | None = None,
+         choices: tuple[str, ...] | None = None) -> Any:
+    """A field with everything said about its option: its default, its `GROUPS` concern, its doc (the entry of
+    `bisect()`'s docstring), its check, and its flag: `help` (the flag's one line; the doc's first sentence
+    when not given), `cli` (``"auto"``: generated from the name, type and default; a `Flag`; None: no flag,
+    then the field says why), `keyword` (False: not a keyword of `bisect()`; set through another)."""
+    assert group in GROUPS, group
+    meta = {"group": group, "doc": doc, "check": check, "help": help or _first_sentence(doc),
+            "cli": cli, "keyword": keyword, "kind": kind, "metavar": metavar, "choices": choices}
     return field(default=default, metadata=meta)
 
 
@@ -63,141 +232,140 @@ class BisectOptions:
     bisect_ov.core.errors.InputError: curve must be an integer >= 0 (points of the contribution curve; 0 for none); got -1.
     """
 
-    ref_config: Mapping[str, Any] = _opt(doc="compile properties for the reference", factory=dict, cli=None)
-    target_config: Mapping[str, Any] = _opt(doc="compile properties for the target", factory=dict, cli=None)
+    # ----- devices and compiling
+    ref_config: Mapping[str, Any] = _opt(
+        None, "devices", "Properties passed to `compile_model` for the reference (name -> value).", _config,
+        help="compile property for the reference (repeatable)",
+        cli=Flag(("--ref-config",), {"action": "append", "type": key_value, "default": [], "metavar": "KEY=VALUE"}, dict))
+    target_config: Mapping[str, Any] = _opt(
+        None, "devices", "Properties passed to `compile_model` for the target (name -> value).", _config,
+        help="compile property for the target (repeatable)",
+        cli=Flag(("--target-config",), {"action": "append", "type": key_value, "default": [], "metavar": "KEY=VALUE"}, dict))
+    # ----- what to tap and search
+    strategy: str = _opt(
+        "auto", "search", "Which tensors to expose (see `bisect_ov.search.strategies`): ``fusion`` taps only the outputs "
+        "of the target's fusion groups, so the instrumented target compiles the same kernels; ``full`` taps every node; "
+        "``bisection`` searches with a few taps per compile (about log2(N) compiles); ``auto`` (default) is ``fusion``, "
+        "falling back to ``bisection`` when the fidelity check fails.", _one_of(STRATEGIES), choices=STRATEGIES,
+        kind=str, help="which tensors to expose (auto: fusion, falling back to bisection when taps change the target)")
     metric: str | Callable[[TensorStats], float] = _opt(
-        "rel_l2", "error measure per tensor: a name in METRICS or a callable on TensorStats", kind=str,
-        cli_help="error metric: rel_l2, max_rel, max_abs, mean_abs, cosine_distance, ...")
+        "rel_l2", "search", "Error measure per tensor: a name in `bisect_ov.analysis.metrics.METRICS` or a callable on "
+        "`TensorStats`. The default tolerance model is calibrated for ``rel_l2``.", _metric, kind=str,
+        help="error metric: rel_l2, max_rel, max_abs, mean_abs, cosine_distance, ...")
     tolerance: float | Tolerance | None = _opt(
-        None, "None: precision-aware; a number: one threshold everywhere; or a Tolerance", kind=float, cli="--tolerance",
-        cli_help="one error threshold for every node (default: precision-aware)")
-    seed: int = _opt(0, "seed of the random inputs", kind=int)
-    strategy: str = _opt("auto", "which tensors to expose: " + ", ".join(STRATEGIES), kind=str)
-    budget: str = _opt("default", "default: every experiment asked for; fast: no local errors, no impact runs, fusion "
-                       "groups not refined, no extra noise runs and, with many samples, no per-node pass over them "
-                       "(about 2x the plain compile-and-run of both sides)", kind=str)
-    refine: bool = _opt(True, "with fusion taps, re-measure the members of groups where error starts",
-                        cli_help="keep fusion-group granularity (no re-measuring of the groups where error starts)")
-    local: bool = _opt(True, "run each measured node alone on the target fed with reference inputs",
-                       cli_help="skip running each node alone on the target fed with reference inputs")
-    impact: int = _opt(3, "suspects whose final-output impact is measured by partitioned runs", kind=int, metavar="N")
-    fix: bool = _opt(False, "search the smallest set of nodes to keep on the reference, verified", cli=None)
-    fix_tolerance: float | None = _opt(None, "final-output error the fix must reach (None: each output's tolerance)",
-                                       cli=None)
-    delegation: bool = _opt(False, "find the shortest node range whose delegation reproduces half the error")
-    curve: int = _opt(0, "points of the error contribution curve (0 for none)", kind=int, metavar="N")
-    sensitivity: bool = _opt(False, "with a quantized twin, rank its quantized layers by their local error and "
-                             "their impact on the final outputs (one partitioned run per layer)")
-    noise: bool = _opt(True, "run the target against itself to measure its noise floor",
-                       cli_help="skip running the target against itself")
-    patched_model: str | os.PathLike | None = _opt(
-        None, "with fix, save the model marked for GPU/NPU to keep the fix in f32 (IR .xml)", cli=None)
-    classifier_outputs: tuple[str, ...] | None = _opt(
-        None, "outputs holding class scores whose top-1/top-5 answers are compared over samples "
-        "(None: [batch, classes] outputs and logits)", cli=None)
-    keep: tuple[str, ...] = _opt((), "node names whose tensors the report keeps ('culprits': the top five)",
-                                 cli="--keep", kind=str, metavar="NAME")
+        None, "search", "None for the precision-aware default, a float for one threshold everywhere, or a `Tolerance`.",
+        _tolerance, kind=float, help="one error threshold for every node (default: precision-aware)")
+    refine: bool = _opt(
+        True, "search", "With ``fusion``: re-measure the members of the groups where error starts, to name the member "
+        "node.", _flag, help="keep fusion-group granularity (no re-measuring of the groups where error starts)")
     max_tap_bytes: int | str | None = _opt(
-        DEFAULT_MAX_TAP_BYTES, "most bytes of exposed tensors per compile or segment ('auto': half the weights' "
-        "bytes, at least 64 MB; None: no limit)", cli=None)
-    progress: bool | None = _opt(None, "progress bars; None: when stderr is a terminal", cli=None)
+        DEFAULT_MAX_TAP_BYTES, "search", "Most bytes of exposed tensors per compile; more taps are measured segment by "
+        "segment (one model on both sides) or split into several compiles. ``\"auto\"`` (the default): half the model's "
+        "weight bytes, at least 64 MB (`bisect_ov.pipeline.options.auto_tap_bytes`). None: no limit.", _tap_bytes,
+        help="most MB of exposed tensors per compile or segment, 0 for no limit (default: half the weights' size, "
+        "at least 64)", cli=Flag(("--max-tap-mb",), {"type": float, "default": None, "metavar": "MB"}, _bytes_of_mb))
+    # ----- which experiments run
+    budget: str = _opt(
+        "default", "experiments", "``default``: every experiment asked for. ``fast``: no local errors, no impact runs, "
+        "fusion groups not refined (the report names a group by its output), no per-node pass over many samples (they "
+        "are still run and ranked by final-output error), and the noise floor read from the compiles made anyway (no "
+        "extra compile or run): about twice the plain compile-and-run of both sides, for a first look at a big model.",
+        _one_of(BUDGETS), choices=BUDGETS, kind=str,
+        help="default: every experiment asked for; fast: about 2x the plain compile-and-run of both sides (no local "
+        "errors, impact runs, refinement, extra noise runs or per-node pass over many samples)")
+    local: bool = _opt(
+        True, "experiments", "Run every measured node (or fusion group) on the target fed with the reference's inputs, "
+        "so its own (local) error is told from what it inherited; one reference and one target compile per memory "
+        "chunk. Not available with `target_model`.", _flag,
+        help="skip running each node alone on the target fed with reference inputs")
+    noise: bool = _opt(
+        True, "experiments", "Run the target against itself (twice, and a second compile): differences below that "
+        "floor are noise.", _flag, help="skip running the target against itself")
+    impact: int = _opt(
+        3, "experiments", "For this many top suspects, the final-output error when only that node runs on the target "
+        "(partitioned runs); the culprit ranking puts higher impact first.",
+        _at_least(0, " (suspects to measure; 0 for none)"), kind=int, metavar="N",
+        help="suspects whose final-output impact is measured by partitioned runs")
+    fix: bool = _opt(
+        False, "experiments", "Search the smallest set of nodes which, kept on the reference, brings the final-output "
+        "error under a tolerance (True: each output's tolerance; a float: that value), verified by partitioned runs.",
+        _flag, help="search the smallest set of nodes to keep on the reference (optionally under TOL)",
+        cli=Flag(("--fix",), {"nargs": "?", "const": True, "default": False, "type": float, "metavar": "TOL"}))
+    fix_tolerance: float | None = _opt(
+        None, "experiments", "Final-output error the fix must reach (None: each output's tolerance).", _fix_tolerance,
+        cli=None, keyword=False)  # set by fix=TOL (--fix TOL)
+    delegation: bool = _opt(
+        False, "experiments", "Search the shortest node range whose delegation to the target alone reproduces half "
+        "the final error.", _flag)
+    curve: int = _opt(
+        0, "experiments", "Points of the error contribution curve (final error with the first fraction of the graph "
+        "on the target); 0 for none.", _at_least(0, " (points of the contribution curve; 0 for none)"), kind=int,
+        metavar="N")
+    sensitivity: bool = _opt(
+        False, "experiments", "With a quantized twin (`target_model`): rank its quantized layers by their own error and "
+        "by the final-output error when each alone is quantized (one partitioned run per layer); "
+        "`Report.sensitivity`.", _flag, help="with a quantized twin, rank its quantized layers by their local error "
+        "and their impact on the final outputs (one partitioned run per layer)")
+    keep: tuple[str, ...] = _opt(
+        (), "experiments", "Names of nodes whose reference and target tensors the report keeps in memory, for "
+        "``report.tensors(name)`` and ``report.plot_values(name)`` (one more compile per side). ``\"culprits\"`` keeps "
+        "the top five culprits' tensors.", _keep, kind=str, metavar="NAME",
+        help="node names whose tensors the report keeps ('culprits': the top five)")
+    patched_model: str | os.PathLike | None = _opt(
+        None, "experiments", "With `fix`, also save the model with the fix as runtime info that GPU/NPU plugins honour "
+        "(``disable_fp16_compression``) to this path (IR .xml).", _ir_path,
+        help="with --fix, save the model marked for GPU/NPU to keep those nodes in f32",
+        cli=Flag(("--patched-model",), {"type": pathlib.Path, "metavar": "OUT.xml"}))
+    # ----- inputs, samples and executors
+    seed: int = _opt(0, "samples", "Seed of the random inputs.", _seed, kind=int)
     executor: Any = _opt(
-        None, "where many samples run: None (this process), a concurrent.futures.Executor (Dask's "
-        "Client.get_executor(), bisect_ov.samples.executors.RayExecutor, a process pool), 'processes:N', 'threads:N', "
-        "'dask://HOST:PORT', 'ray' or 'ray://HOST:PORT'", kind=str, metavar="WHERE",
-        cli_help="where many samples run: processes:N, threads:N, dask://HOST:PORT, ray or ray://HOST:PORT "
-        "(default: here)")
-    samples_per_unit: int = _opt(16, "samples per work unit when many samples run", kind=int, metavar="N")
-    unit_retries: int = _opt(2, "times a failed unit of samples runs again before it is reported", cli=None)
-    prompt_length: int = _opt(16, "tokens of the generated prompt for LLM inputs with a dynamic sequence length",
-                              kind=int, metavar="N")
-    steps: int = _opt(0, "decode steps after the prefill of a stateful LLM, each side on its own KV cache "
-                      "(0: the prefill only)", kind=int, metavar="N")
+        None, "samples", "Where many samples run: None (this process), any `concurrent.futures.Executor` (Dask's "
+        "``distributed.Client(...).get_executor()``, Ray's, a ``ProcessPoolExecutor``), or ``'processes:N'``, "
+        "``'threads:N'``, ``'dask://HOST:PORT'``, ``'ray'``, ``'ray://HOST:PORT'``. Units of `samples_per_unit` samples "
+        "travel to the workers with the model as IR and the devices, and return summaries, never tensors "
+        "(`bisect_ov.samples.executors`).", _executor, kind=str, metavar="WHERE",
+        help="where many samples run: processes:N, threads:N, dask://HOST:PORT, ray or ray://HOST:PORT (default: here)")
+    samples_per_unit: int = _opt(16, "samples", "Samples per work unit when many samples run.", _at_least(1), kind=int,
+                                 metavar="N")
+    unit_retries: int = _opt(
+        2, "samples", "Times a unit that raised (or whose worker died) runs again; what still fails is reported with "
+        "its sample indices and the run is marked partial (`SamplesSummary.partial`).", _at_least(0), kind=int,
+        metavar="N", help="times a failed unit of samples runs again before it is reported")
+    classifier_outputs: tuple[str, ...] | None = _opt(
+        None, "samples", "With many samples: the outputs holding class scores, whose top-1 and top-5 answers are "
+        "compared. None takes ``[batch, classes]`` outputs and outputs named like logits (``[batch, seq, vocab]``).",
+        _names, help="with many samples, an output holding class scores whose top-1/top-5 answers are compared "
+        "(repeatable; default: [batch, classes] outputs and logits)",
+        cli=Flag(("--classifier-output",), {"action": "append", "default": None, "metavar": "NAME"},
+                 lambda names: tuple(names) if names else None))
+    # ----- LLM prompts and generation
+    prompt_length: int = _opt(
+        16, "generation", "Tokens of the generated prompt when `inputs` is None and the model takes LLM inputs "
+        "(``input_ids``, ``attention_mask``, ``position_ids``, ``beam_idx``) with a dynamic sequence length.",
+        _at_least(1, " (tokens of the generated prompt)"), kind=int, metavar="N",
+        help="tokens of the generated prompt for LLM inputs with a dynamic sequence length")
+    steps: int = _opt(
+        0, "generation", "For a stateful LLM (KV-cache variables): after the prefill, run this many decode steps on "
+        "both sides, each side on its own cache, both fed the reference's next token; the report gives each step's "
+        "final-output error, token flips, and the first step and node where divergence starts.",
+        _at_least(0, " (decode steps after the prefill; 0 for none)"), kind=int, metavar="N",
+        help="decode steps after the prefill of a stateful LLM, each side on its own KV cache (0: the prefill only)")
+    # ----- output
+    progress: bool | None = _opt(
+        None, "output", "Show progress bars; None shows them when stderr is a terminal.", _progress, help="no progress bars",
+        cli=Flag(("-q", "--quiet"), {"action": "store_true"}, lambda quiet: False if quiet else None))
 
     def __post_init__(self) -> None:
-        for name in ("ref_config", "target_config"):
-            value = getattr(self, name)
-            if value is None:
-                object.__setattr__(self, name, {})
-            elif not isinstance(value, Mapping):
-                raise InputError(f"{name} must be a dict of compile properties (name -> value); got {value!r}.")
-            elif not all(isinstance(k, str) and k for k in value):
-                raise InputError(f"{name}'s keys must be property names (strings such as 'INFERENCE_PRECISION_HINT'); "
-                                 f"got {list(value)!r}.")
-            else:
-                object.__setattr__(self, name, dict(value))
-        if isinstance(self.metric, str):
-            if self.metric not in METRICS:
-                raise InputError(f"Unknown metric '{self.metric}'. Available: {sorted(METRICS)}, or a callable on "
-                                 "TensorStats.")
-        elif not callable(self.metric):
-            raise InputError(f"metric must be a metric name or a callable on TensorStats; got {self.metric!r}.")
-        if self.tolerance is not None and not isinstance(self.tolerance, Tolerance):
-            if not _number(self.tolerance) or not 0 <= self.tolerance < math.inf:
-                raise InputError(f"tolerance must be None, a finite number >= 0 or a Tolerance; got {self.tolerance!r}.")
-        if not _integer(self.seed) or not 0 <= self.seed < 2**32:
-            raise InputError(f"seed must be an integer in [0, 2**32); got {self.seed!r}.")
-        if self.budget not in BUDGETS:
-            raise InputError(f"Unknown budget '{self.budget}'. Available: {list(BUDGETS)}.")
-        if self.strategy not in STRATEGIES:
-            raise InputError(f"Unknown strategy '{self.strategy}'. Available: {list(STRATEGIES)}.")
-        for name in ("refine", "local", "fix", "delegation", "noise", "sensitivity"):
-            if not isinstance(getattr(self, name), bool):
-                raise InputError(f"{name} must be True or False; got {getattr(self, name)!r}.")
-        if self.executor is not None and not isinstance(self.executor, str) and not callable(
-                getattr(self.executor, "submit", None)):
-            raise InputError("executor must be None, a concurrent.futures.Executor, 'processes:N', 'threads:N', "
-                             f"'dask://HOST:PORT', 'ray' or 'ray://HOST:PORT'; got {self.executor!r}.")
-        if not _integer(self.samples_per_unit) or self.samples_per_unit < 1:
-            raise InputError(f"samples_per_unit must be an integer >= 1; got {self.samples_per_unit!r}.")
-        if not _integer(self.unit_retries) or self.unit_retries < 0:
-            raise InputError(f"unit_retries must be an integer >= 0; got {self.unit_retries!r}.")
-        if self.progress is not None and not isinstance(self.progress, bool):
-            raise InputError(f"progress must be True, False or None; got {self.progress!r}.")
-        if not _integer(self.impact) or self.impact < 0:
-            raise InputError(f"impact must be an integer >= 0 (suspects to measure; 0 for none); got {self.impact!r}.")
-        if not _integer(self.prompt_length) or self.prompt_length < 1:
-            raise InputError(f"prompt_length must be an integer >= 1 (tokens of the generated prompt); "
-                             f"got {self.prompt_length!r}.")
-        if not _integer(self.steps) or self.steps < 0:
-            raise InputError(f"steps must be an integer >= 0 (decode steps after the prefill; 0 for none); "
-                             f"got {self.steps!r}.")
-        if not _integer(self.curve) or self.curve < 0:
-            raise InputError(f"curve must be an integer >= 0 (points of the contribution curve; 0 for none); "
-                             f"got {self.curve!r}.")
-        if self.fix_tolerance is not None and (not _number(self.fix_tolerance)
-                                               or not 0 <= self.fix_tolerance < math.inf):
-            raise InputError(f"The fix tolerance must be a finite number >= 0; got {self.fix_tolerance!r}.")
-        if self.max_tap_bytes is not None and self.max_tap_bytes != "auto" and (
-                not _integer(self.max_tap_bytes) or self.max_tap_bytes <= 0):
-            raise InputError(f"max_tap_bytes must be a positive integer, 'auto' or None (no limit); "
-                             f"got {self.max_tap_bytes!r}.")
-        keep = (self.keep,) if isinstance(self.keep, str) else self.keep
-        try:
-            keep = tuple(keep)
-        except TypeError:
-            raise InputError(f"keep must be a node name or a list of names; got {self.keep!r}.") from None
-        if not all(isinstance(k, str) for k in keep):
-            raise InputError(f"keep must hold node names (strings); got {list(keep)!r}.")
-        object.__setattr__(self, "keep", keep)
-        if self.classifier_outputs is not None:
-            names = (self.classifier_outputs,) if isinstance(self.classifier_outputs, str) else self.classifier_outputs
-            names = tuple(names) if isinstance(names, Iterable) else None
-            if names is None or not all(isinstance(n, str) for n in names):
-                raise InputError(f"classifier_outputs must be an output name or a list of output names; got "
-                                 f"{self.classifier_outputs!r}.")
-            object.__setattr__(self, "classifier_outputs", names)
-        if self.patched_model is not None and not isinstance(self.patched_model, (str, os.PathLike)):
-            raise InputError(f"patched_model must be a path ending in .xml; got {self.patched_model!r}.")
-        if self.patched_model is not None and not os.fspath(self.patched_model).endswith(".xml"):
-            raise InputError(f"patched_model must be an IR path ending in .xml; got '{os.fspath(self.patched_model)}'.")
+        for f in fields(self):
+            object.__setattr__(self, f.name, f.metadata["check"](f.name, getattr(self, f.name)))
 
     @classmethod
     def from_keywords(cls, **keywords: Any) -> "BisectOptions":
         """Options from `bisect()`'s keywords; ``fix`` may be a bool or a tolerance (a number), as it always was."""
-        unknown = sorted(set(keywords) - {f.name for f in fields(cls)})
+        names = [f.name for f in fields(BisectOptions)]
+        unknown = sorted(set(keywords) - set(names))
         if unknown:
-            raise InputError(f"Unknown option(s) {unknown}. Available: {[f.name for f in fields(cls)]}.")
+            raise InputError(f"Unknown option(s) {unknown}. Available: {names}.")
         fix = keywords.get("fix", False)
         if not isinstance(fix, bool):
             if not _number(fix):
@@ -210,17 +378,36 @@ class BisectOptions:
         """True when some experiment needs partitioned (mixed-device) runs."""
         return bool(self.impact or self.fix or self.delegation or self.curve or self.sensitivity)
 
-    def resolve(self, *, local_possible: bool, pieces_possible: bool, twin: bool) -> tuple["BisectOptions", tuple[str, ...]]:
-        """The options that can run here, and notes for what was switched off.
+    def resolve(self, *, local_possible: bool, pieces_possible: bool, twin: bool,
+                weight_bytes: int | None = None) -> tuple["ResolvedOptions", tuple[str, ...]]:
+        """What runs here, decided once from the budget and what the sides can do, and notes for what was
+        switched off.
 
-        `local_possible`: the target can run pieces fed with the reference's values (not a recorded target,
-        not a sampled side). `pieces_possible`: both sides can run pieces (partitioned runs). `twin`: the target
-        runs another model (`target_model`): partitioned runs then take the target's segments from it
-        (`bisect_ov.experiments.twin`); layer sensitivity needs one.
+        Parameters
+        ----------
+        local_possible
+            The target can run pieces fed with the reference's values (not a recorded target, not a sampled side).
+        pieces_possible
+            Both sides can run pieces (partitioned runs).
+        twin
+            The target runs another model (`target_model`): partitioned runs then take the target's segments from
+            it (`bisect_ov.experiments.twin`); layer sensitivity needs one.
+        weight_bytes
+            The bytes of the model's weights: ``max_tap_bytes="auto"`` becomes `auto_tap_bytes` of them. None
+            leaves ``"auto"`` in place (`ResolvedOptions.tap_bytes` then refuses to answer).
+
+        Returns
+        -------
+        tuple of (ResolvedOptions, tuple of str)
+            Options whose fields say what runs: `local` (local errors), `refine` (fusion groups re-measured),
+            `impact`, `fix`, `delegation`, `curve`, `sensitivity` (0/False when they cannot run), `max_tap_bytes`
+            (bytes or None once `weight_bytes` is given), `noise_runs` and `node_spread`.
         """
-        resolved = self
+        fast = self.budget == "fast"
+        resolved = ResolvedOptions(**{f.name: getattr(self, f.name) for f in fields(BisectOptions)},
+                                   noise_runs=self.noise and not fast, node_spread=not fast)
         notes: list[str] = []
-        if self.budget == "fast":
+        if fast:
             # What the fast budget leaves out; noise is read from the compiles made anyway (see Session.noise).
             # Without local errors, refining would re-measure every diverged group's members (one more compile
             # per side): the report names fusion groups instead.
@@ -233,12 +420,14 @@ class BisectOptions:
         if not pieces_possible:
             resolved = replace(resolved, impact=0, fix=False, fix_tolerance=None, delegation=False, curve=0,
                                patched_model=None, sensitivity=False)
+        if weight_bytes is not None and self.max_tap_bytes == "auto":
+            resolved = replace(resolved, max_tap_bytes=auto_tap_bytes(weight_bytes))
         return resolved, tuple(notes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values of every option (a callable metric by its name, configs as strings)."""
         out: dict[str, Any] = {}
-        for f in fields(self):
+        for f in fields(BisectOptions):
             value = getattr(self, f.name)
             if f.name == "metric" and callable(value):
                 value = getattr(value, "__name__", "custom")
@@ -268,9 +457,36 @@ class BisectOptions:
         return Tolerance(value=float(self.tolerance))
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+@dataclass(frozen=True, eq=False)
+class ResolvedOptions(BisectOptions):
+    """The options of one run as `BisectOptions.resolve` decided them: stages read these, never the budget.
+
+    Besides the option fields (switched off where they cannot run), two decisions of the budget: `noise_runs`
+    and `node_spread`; and `tap_bytes`. Equal to a `BisectOptions` with the same option values (the decisions
+    follow from them).
+    """
+
+    noise_runs: bool = field(default=True, metadata={"check": _flag, "doc": (
+        "The noise floor gets runs of its own (the target's second run and second compile); False: it is read "
+        "from the compiles made anyway, or not measured (``noise=False``).")})
+    node_spread: bool = field(default=True, metadata={"check": _flag, "doc": (
+        "With many samples, each measured node's error is summarised over every sample (each sample runs again "
+        "with the measured tensors exposed); False: the samples are only run and ranked by final-output error.")})
+
+    @property
+    def tap_bytes(self) -> int | None:
+        """Most bytes of exposed tensors per compile or segment; None: no limit."""
+        if isinstance(self.max_tap_bytes, str):
+            raise TypeError("max_tap_bytes is still 'auto': resolve(weight_bytes=...) makes it a number of bytes.")
+        return self.max_tap_bytes
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BisectOptions):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(BisectOptions))
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-def _integer(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
+# The keywords of `bisect()` that are options, in the record's order.
+KEYWORDS = tuple(f.name for f in fields(BisectOptions) if f.metadata["keyword"])

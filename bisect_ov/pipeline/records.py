@@ -25,7 +25,7 @@ from bisect_ov.engine.runner import Runner
 from bisect_ov.experiments.local import LocalErrors
 from bisect_ov.model.state import Stateless
 from bisect_ov.model.taps import Tap
-from bisect_ov.pipeline.options import BisectOptions
+from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.report.report import OutputResult
 from bisect_ov.samples.executors import SampleRun
 from bisect_ov.samples.sources import SampleSummary
@@ -41,7 +41,7 @@ class Opened:
     comparison: Comparison
     runner: Runner
     sample: Sample  # the examined sample (the worst of many)
-    options: BisectOptions
+    options: ResolvedOptions  # resolved: what runs here is decided (`BisectOptions.resolve`)
     model: Any  # ov.Model
     target_model: Any  # ov.Model | None
     samples: SampleRun | None  # many samples: where they come from and run (closed by `run` at the end)

@@ -55,8 +55,7 @@ from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, plan_chunks, tensor_sizes
-from bisect_ov.pipeline.measure import tap_bytes
-from bisect_ov.pipeline.options import BisectOptions, auto_tap_bytes
+from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
 from bisect_ov.pipeline.records import Measurement, Opened, Plain, Scored
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
@@ -96,12 +95,11 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     plan = plan_recorded(make_device(ref, dict(options.ref_config), role="ref"),
                          make_device(target, dict(options.target_config), role="target"), inputs,
                          twin=ov_target is not None)
-    # Whether local errors can run is decided here, once: the target runs pieces fed with the reference's values.
+    # What can run is decided here, once (local errors: the target runs pieces fed with the reference's values;
+    # the tap budget in bytes from the weights); later stages read the resolved values.
+    weights = sum(op.get_byte_size() for op in ov_model.get_ops() if op.get_type_name() == "Constant")
     resolved, why = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,
-                                    pieces_possible=plan.pieces, twin=ov_target is not None)
-    if resolved.max_tap_bytes == "auto":
-        weights = sum(op.get_byte_size() for op in ov_model.get_ops() if op.get_type_name() == "Constant")
-        resolved = replace(resolved, max_tap_bytes=auto_tap_bytes(weights))
+                                    pieces_possible=plan.pieces, twin=ov_target is not None, weight_bytes=weights)
     many = as_samples(plan.inputs)
     show = sys.stderr.isatty() if options.progress is None else options.progress
     run = None
@@ -182,17 +180,17 @@ def plain_run(opened: Opened) -> Plain:
     return Plain(engine, tolerance)
 
 
-def examine(runner: Runner, sample: Sample, options: BisectOptions | None = None) -> Engine:
+def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = None) -> Engine:
     """The untouched run of `sample` on both sides, as the engine that measures it. Without `options` the
     reference exposes nothing and the target runs once (a generation step examined afresh)."""
-    target_run = run_target(runner, sample, repeat=options is not None and options.noise and options.budget != "fast")
+    target_run = run_target(runner, sample, repeat=options is not None and options.noise_runs)
     if options is None or target_run.compiled is not None:
         return Engine(runner, sample, run_reference(runner, sample, target_run))
     comparison = runner.comparison
     target = comparison.target
     lower = target.emulated or target.activation_precision not in ("f32", "")
     pairs = [r for r, _ in comparison.match.pairs]
-    max_bytes = tap_bytes(options)
+    max_bytes = options.tap_bytes
     wanted: list[Tap] = []
     compared: list[Tap] | None = None  # of `wanted`, those later stages compare (the rest are fed values)
     graph = comparison.graph
@@ -255,7 +253,7 @@ def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
     engine, options, tol = plain.engine, opened.options, plain.tolerance
     graph = engine.graph
-    measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.budget != "fast")
+    measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs)
                       if options.noise else {})
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
@@ -289,7 +287,7 @@ def experiments(opened: Opened, plain: Plain, measurement: Measurement, scored: 
             units_run = local_units(opened.comparison, stats, measurement.groups, scored.errors, scored.tolerances)
             found, todo = split_known(units_run, measurement.local)
             if todo:
-                found.update(local_errors(engine, todo, max_bytes=tap_bytes(options)))
+                found.update(local_errors(engine, todo, max_bytes=options.tap_bytes))
             for tap, st in found.items():
                 local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(st))
         runs = MixedRuns(engine, opened.error_of)
