@@ -1,5 +1,5 @@
 """Behaviour pinned by saved reports: each case of `tests/golden/cases.py` run again gives the report saved in
-`tests/golden/<case>.json`, field by field (timings aside; numbers within a relative 1e-5).
+`tests/golden/<case>.json`, field by field (timings aside; numbers within a relative 1e-5), each case in a fresh process of its own.
 
 The saved numbers depend on the OpenVINO build and the CPU's kernels, so the comparison runs only on a machine
 with the facts recorded in `tests/golden/machine.json` (OpenVINO version, the CPU plugin's capabilities, the
@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import needs_bf16
 from tests.golden.cases import CASES
-from tests.golden.compare import FOLDER, differences, machine, normalized
+from tests.golden.compare import FOLDER, differences, machine, run_in_fresh_process
 from tests.zoo.conftest import needs_zoo
 
 SAVED_MACHINE = json.loads((FOLDER / "machine.json").read_text())
@@ -35,9 +35,10 @@ def _marks(case):
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(c)) for n, c in CASES.items()])
-def test_a_case_gives_the_saved_report(name):
+def test_a_case_gives_the_saved_report(name, tmp_path):
     saved = json.loads((FOLDER / f"{name}.json").read_text())
-    new = normalized(CASES[name].run())
+    run_in_fresh_process(name, tmp_path / "new.json")  # a process of its own, as when the reports were saved
+    new = json.loads((tmp_path / "new.json").read_text())
     found = differences(saved, new)
     assert not found, f"{len(found)} field(s) differ from the saved report:\n" + "\n".join(found[:40])
 

@@ -13,8 +13,26 @@ FOLDER = pathlib.Path(__file__).resolve().parent
 # What varies from run to run without changing what the tool found.
 TIMING_KEYS = {"timings", "seconds"}
 # Names OpenVINO makes up from a process-wide counter (`Multiply_272946`): they depend on what ran before.
-AUTO_NAME = re.compile(r"\b([A-Z][A-Za-z]*_?)\d{3,}\b")
+AUTO_NAME = re.compile(r"\b([A-Z][A-Za-z]*_?)\d+\b")
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile", "avx_vnni")
+
+
+ROOT = FOLDER.parents[1]
+
+
+def run_in_fresh_process(name: str, out: pathlib.Path) -> str:
+    """Run golden case `name` in a new interpreter (`run_case.py`), its normalized report written to `out`;
+    returns what it printed (the report's one-line repr)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "tests.golden.run_case", name, str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"golden case {name} failed:\n{proc.stderr[-4000:]}")
+    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
 
 
 def machine() -> dict[str, Any]:
