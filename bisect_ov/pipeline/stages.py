@@ -53,8 +53,9 @@ from bisect_ov.pipeline.options import BisectOptions, auto_tap_bytes
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import DeviceInfo, make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
-from bisect_ov.samples.executors import SampleRun, node_spread, prepare_pair, run_samples
+from bisect_ov.samples.runs import SampleRun, node_spread, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
+from bisect_ov.samples.units import prepare_pair
 from bisect_ov.search.strategies import fusion_taps, run_bisection, run_full, run_fusion
 
 __all__ = ["Opened", "Plain", "Measurement", "Scored", "open_comparison", "plain_run", "generate", "measure", "score",
