@@ -25,7 +25,7 @@ from bisect_ov.experiments.local import LOCAL_SHARE, LocalErrors, local_units, m
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.pipeline.records import Measurement, Opened, Plain
-from bisect_ov.samples.executors import node_spread
+from bisect_ov.samples.runs import node_spread
 from bisect_ov.search.strategies import Results, Strategy, fusion_taps, make_strategy
 
 __all__ = ["measure", "fidelity", "FIDELITY_RANGE"]

@@ -27,7 +27,7 @@ from bisect_ov.model.state import Stateless
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.report.report import OutputResult
-from bisect_ov.samples.executors import SampleRun
+from bisect_ov.samples.runs import SampleRun
 from bisect_ov.samples.sources import SampleSummary
 
 __all__ = ["Opened", "Plain", "Measurement", "Scored"]

@@ -60,8 +60,9 @@ from bisect_ov.pipeline.records import Measurement, Opened, Plain, Scored
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
-from bisect_ov.samples.executors import SampleRun, prepare_pair, run_samples
+from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, as_samples
+from bisect_ov.samples.units import prepare_pair
 from bisect_ov.search.strategies import fusion_taps
 
 __all__ = ["open_comparison", "plain_run", "examine", "generate", "score", "experiments", "absorb",

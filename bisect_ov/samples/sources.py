@@ -12,7 +12,7 @@ class scores (`classifier_outputs`: ``[batch, classes]``, or logits), whether it
 reference top-1 is outside the target's top-k (`flips`; ties count as agreement). Per-node errors over the
 samples are `bisect_ov.analysis.spread.Distribution`s, which merge. `SampleSummary` collects the summaries
 and the run's log (units, their time, failures) into the report's `SamplesSummary`. Running the samples,
-in this process or on an executor, is `bisect_ov.samples.executors`.
+in this process or on an executor, is `bisect_ov.samples.runs`.
 """
 
 from __future__ import annotations

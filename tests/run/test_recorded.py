@@ -27,7 +27,7 @@ from bisect_ov.capture.format import (
 )
 from bisect_ov.capture.read import load_capture, merge_captures
 from bisect_ov.capture.write import record
-from bisect_ov.core.errors import CaptureError, InputError
+from bisect_ov.core.errors import CaptureError, DeviceError, InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap, default_taps, tap_model
 from bisect_ov.run.devices import Device, make_device
@@ -267,10 +267,10 @@ def test_failed_run_leaves_nothing(tmp_path, monkeypatch):
     from bisect_ov.run import devices
 
     def boom(self, inputs, *, share_outputs=True):
-        raise devices.DeviceError("plugin crashed")
+        raise DeviceError("plugin crashed")
 
     monkeypatch.setattr(devices.OpenVINOCompiled, "infer", boom)
-    with pytest.raises(devices.DeviceError, match="plugin crashed"):
+    with pytest.raises(DeviceError, match="plugin crashed"):
         record(tiny_chain(), "CPU:f32", path=tmp_path / "c.npz")
     assert list(tmp_path.iterdir()) == []
 

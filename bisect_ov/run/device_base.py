@@ -1,0 +1,99 @@
+"""The device protocol: a `Device` compiles an `ov.Model` into a `Compiled` that runs inputs to output arrays.
+
+A `Device` says what it can do as attributes, read before compiling (`activation_precision`,
+`can_run_pieces`, `emulated`, `recorded`, `sampled`); `Device.compile` checks its argument and calls
+`_compile`, which subclasses override (the Polygraphy runner pattern). `Compiled` is a protocol: what a
+compile returns, whatever the device (`bisect_ov.run.openvino_device.OpenVINOCompiled`, the recorded-run one
+in `bisect_ov.capture.device`). `infer_each` is `infer_many` for devices without parallel requests.
+
+Assumed: inputs and outputs are numpy arrays in the model's input and output order, and a `Compiled` runs one
+inference at a time unless it says otherwise (`infer_many`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+import openvino as ov
+
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.records import DeviceInfo
+from bisect_ov.model.runtime import RuntimeGraph
+
+__all__ = ["Compiled", "Device", "infer_each"]
+
+
+class Compiled(Protocol):
+    """A model compiled on a device, ready to run: what every device's `compile` returns.
+
+    Attributes
+    ----------
+    info : DeviceInfo
+        What the device really ran with.
+    runtime : RuntimeGraph
+        The compiled graph's layers (empty when the device does not expose one).
+    n_outputs : int
+        Outputs `infer` returns, in the model's output order.
+    """
+
+    info: DeviceInfo
+    runtime: RuntimeGraph
+    n_outputs: int
+
+    def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
+        """Run once. With `share_outputs`, arrays may be views valid until the next call."""
+        ...
+
+    def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
+        """Run every input set; outputs copied out, in the order of `inputs`."""
+        ...
+
+
+def infer_each(compiled: Compiled, inputs: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
+    """`infer_many` one input set at a time: for devices without parallel requests (recorded runs)."""
+    return [[np.array(a) for a in compiled.infer(arrays, share_outputs=False)] for arrays in inputs]
+
+
+class Device:
+    """A place to compile and run models. Subclasses implement `_compile`.
+
+    Capabilities, read before compiling (subclasses override them):
+
+    * `activation_precision`: the precision activations are stored in (``f32``, ``bf16``, ``f16``); ``""``
+      when it does not apply or is unknown;
+    * `can_run_pieces`: pieces of a model fed with other values can run (local errors, partitioned runs);
+    * `emulated`: the numbers are an emulation on another device; `recorded`: a run played back from a file;
+      `sampled`: outputs are samples of the tensors, not whole tensors.
+    """
+
+    name: str = "device"
+    emulated: bool = False
+    recorded: bool = False
+    sampled: bool = False
+
+    @property
+    def activation_precision(self) -> str:
+        return ""
+
+    @property
+    def can_run_pieces(self) -> bool:
+        return not (self.recorded or self.sampled)
+
+    def compile(self, model: ov.Model, *, taps: Sequence[int] = (), fed: Sequence[int] = ()) -> Compiled:
+        """Compile `model`; `taps` are the indices of outputs added only to observe intermediate tensors, `fed`
+        the indices of inputs that stand for activations produced by other ops (pieces of a model).
+
+        A device may give both the element type it stores activations in, so that exposing a tensor does not
+        change what it compiles, and a fed value arrives as the device would have stored it
+        (see `OpenVINODevice`).
+        """
+        if not isinstance(model, ov.Model):
+            raise InputError(f"Device.compile takes an ov.Model, not {type(model).__name__}.")
+        return self._compile(model, tuple(taps), tuple(fed))
+
+    def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> Compiled:  # pragma: no cover
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"

@@ -1,0 +1,62 @@
+"""The emulated low-precision device: f16 or bf16 numbers on the CPU, anywhere (``EMU:f16``, ``EMU:bf16-acc``).
+
+`EmulatedDevice` is an `OpenVINODevice` on the CPU in f32 whose compile first rewrites the model
+(`bisect_ov.run.emulate.emulate_precision`, imported only when used): activations and weights are rounded to
+the low precision at every op boundary, and with ``reductions`` long reductions accumulate in it too.
+
+Assumed: the OpenVINO CPU plugin is available; the emulated model holds Python custom ops, so it is never
+saved or handed on, and its infer requests share one interpreter (the GIL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import openvino as ov
+
+from bisect_ov.core.errors import InputError
+from bisect_ov.run.openvino_device import OpenVINOCompiled, OpenVINODevice
+
+__all__ = ["EmulatedDevice"]
+
+
+class EmulatedDevice(OpenVINODevice):
+    """A low-precision device emulated on the CPU in f32: see `bisect_ov.run.emulate`.
+
+    Every floating activation (and weight) is rounded to `precision` at each op boundary; with
+    `reductions`, Softmax, ReduceSum, ReduceMean, MVN, MatMul and ScaledDotProductAttention also accumulate
+    in the low precision over `lanes` partial sums. Real GPU or NPU kernels differ in fusion and
+    accumulation order: the report marks results of this device as emulated.
+
+    The model is emulated inside `compile`, so callers hand over and get back plain models and arrays; the
+    emulated model holds Python custom ops and is never saved or handed on. Those ops run numpy under the
+    GIL: infer requests of one emulated compile running in parallel threads share one interpreter.
+    """
+
+    emulated = True
+
+    def __init__(self, precision: str = "f16", *, reductions: bool = False, lanes: int = 16, name: str | None = None):
+        if precision not in ("f16", "bf16"):
+            raise InputError(f"Emulated precision '{precision}' is not supported. Use 'f16' or 'bf16'.")
+        if not isinstance(lanes, int) or lanes < 1:
+            raise InputError(f"lanes must be a positive integer (parallel partial sums of a reduction); got {lanes!r}.")
+        default = f"EMU:{precision}" + (f"-acc{lanes if lanes != 16 else ''}" if reductions else "")
+        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": "f32"}, name=name or default)
+        self.precision = precision
+        self.reductions = reductions
+        self.lanes = lanes
+
+    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> OpenVINOCompiled:
+        from bisect_ov.run.emulate import emulate_precision  # the rewrite is heavy to import only when used
+
+        emulated = emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes)
+        # Runs in f32 and rounds at every boundary itself: tap outputs stay f32.
+        compiled = super()._compile(emulated)
+        acc = (f"reductions accumulate in {self.precision} over {self.lanes} lane(s)" if self.reductions
+               else "ops accumulate in f32")
+        compiled.info = replace(
+            compiled.info, precision=self.precision, requested_precision=self.precision, emulated=True,
+            note=f"emulated on the CPU: values rounded to {self.precision} between ops; {acc}",
+            precision_counts={},
+        )
+        return compiled

@@ -1,0 +1,322 @@
+"""The OpenVINO plugin device: `OpenVINODevice` compiles with a property dict, `OpenVINOCompiled` runs.
+
+`OpenVINODevice` predicts the precision it will store activations in (`activation_precision`, from the
+``INFERENCE_PRECISION_HINT`` and ``EXECUTION_MODE_HINT`` properties and the CPU's capabilities), gives
+exposed outputs and fed inputs that precision, compiles, and reads back what the plugin really ran with
+(`DeviceInfo`: the plugin's precision hint, the runtime graph's layer precisions). `OpenVINOCompiled` runs
+one input set (`infer`) or many through an infer queue (`infer_many`), resetting a stateful model's
+variables before each run. numpy has no bfloat16: bf16 outputs are handed over as float16-labelled bits,
+widened to float32 when read (`bf16_to_f32`, `kept_outputs`). One `ov.Core` serves the process
+(`shared_core`).
+
+Assumed: the OpenVINO runtime is installed; properties are passed to ``compile_model`` as strings, numbers or
+booleans (anything else as its string); a plugin that does not report a property is taken not to have it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import abc
+from typing import Any, Sequence
+
+import numpy as np
+import openvino as ov
+
+from bisect_ov.core.errors import DeviceError, InputError, first_line
+from bisect_ov.core.records import DeviceInfo
+from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
+from bisect_ov.run.device_base import Device
+
+__all__ = ["PRECISION_SUFFIXES", "OpenVINOCompiled", "OpenVINODevice", "available_devices", "bf16_to_f32", "capabilities",
+           "cpu_supports_bf16", "kept_outputs", "shared_core", "supports_property"]
+
+PRECISION_SUFFIXES = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
+log = logging.getLogger(__name__)
+_core: ov.Core | None = None
+
+
+def shared_core() -> ov.Core:
+    """One `ov.Core` per process: creating it loads plugins, which is slow."""
+    global _core
+    if _core is None:
+        _core = ov.Core()
+    return _core
+
+
+def available_devices() -> list[str]:
+    return list(shared_core().available_devices)
+
+
+def cpu_supports_bf16() -> bool:
+    """True when the OpenVINO CPU plugin can run bf16 here (AVX512_BF16 or AMX): its capabilities list BF16.
+
+    On such CPUs plain ``CPU`` runs bf16 by default; elsewhere ``CPU:bf16`` falls back to f32.
+    """
+    return "BF16" in capabilities("CPU")
+
+
+class OpenVINOCompiled:
+    """A model compiled by an OpenVINO plugin (`Compiled`)."""
+
+    def __init__(self, compiled: ov.CompiledModel, info: DeviceInfo, runtime: RuntimeGraph):
+        self.compiled = compiled
+        self.info = info
+        self.runtime = runtime
+        self._request = compiled.create_infer_request()
+        self.n_outputs = len(compiled.outputs)
+        # numpy has no bfloat16: OpenVINO hands bf16 outputs over as float16-labelled bits.
+        self._bf16 = {i for i, out in enumerate(compiled.outputs) if out.get_element_type() == ov.Type.bf16}
+        self._input_types = [inp.get_element_type() for inp in compiled.inputs]
+        # A stateful model (ReadValue/Assign) is run with its variables reset: every run starts from the
+        # same state, so runs compare and repeat.
+        self._stateful = bool(self._request.query_state())
+
+    def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
+        """Run once. With `share_outputs`, arrays are views valid until the next call (no output copies).
+
+        Raises
+        ------
+        DeviceError
+            When the plugin fails to run.
+        """
+        inputs = [_as_input(a, t) for a, t in zip(inputs, self._input_types)]
+        try:
+            if self._stateful:
+                self._request.reset_state()
+            result = self._request.infer(inputs, share_outputs=share_outputs)
+        except Exception as err:
+            raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
+        arrays = [result[i] for i in range(self.n_outputs)]
+        if share_outputs and self._bf16:
+            # Views: each bf16 output is widened to float32 when read, so a run with many bf16 taps does not
+            # hold a float32 copy of all of them at once (they are compared one by one).
+            return _Widened(arrays, self._bf16)  # type: ignore[return-value]
+        return [bf16_to_f32(a) if i in self._bf16 else a for i, a in enumerate(arrays)]
+
+    def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
+        """Every input set through an asynchronous infer queue of `jobs` requests; outputs copied out.
+
+        Raises
+        ------
+        DeviceError
+            When the plugin fails to run one of them.
+        """
+        results: list[list[np.ndarray] | None] = [None] * len(inputs)
+
+        def done(request, index: int) -> None:
+            outs = []
+            for i in range(self.n_outputs):
+                data = request.get_output_tensor(i).data
+                outs.append(bf16_to_f32(data) if i in self._bf16 else np.array(data))
+            results[index] = outs
+
+        try:
+            queue = ov.AsyncInferQueue(self.compiled, max(1, int(jobs)))
+            queue.set_callback(done)
+            for index, arrays in enumerate(inputs):
+                queue.start_async([_as_input(a, t) for a, t in zip(arrays, self._input_types)], userdata=index)
+            queue.wait_all()
+        except Exception as err:
+            raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
+        return results  # type: ignore[return-value]
+
+
+class _Widened(abc.Sequence):
+    """Outputs whose bf16 members (float16-labelled bits) read as float32, converted on each access."""
+
+    def __init__(self, arrays: list[np.ndarray], bf16: set[int]):
+        self._arrays, self._bf16 = arrays, bf16
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._arrays)))]
+        index = range(len(self._arrays))[index]
+        array = self._arrays[index]
+        return bf16_to_f32(array) if index in self._bf16 else array
+
+
+def kept_outputs(outputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], frozenset[int]]:
+    """Copies of `outputs` (as `Compiled.infer(..., share_outputs=True)` returns them) that outlive the next run
+    and the compile: bf16 outputs stay bf16 bits (float16-labelled, half the bytes of float32; read them with
+    `bf16_to_f32`). Returns the copies and the positions of those bf16 ones."""
+    if isinstance(outputs, _Widened):
+        return [np.array(a) for a in outputs._arrays], frozenset(outputs._bf16)
+    return [np.array(a) for a in outputs], frozenset()
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _as_input(array: np.ndarray, element: ov.Type):
+    """Float data for an input typed bf16 or f16 (activations handed over in the device's precision)."""
+    if element == ov.Type.f16 and array.dtype != np.float16:
+        return np.asarray(array, dtype=np.float16)
+    if element != ov.Type.bf16:
+        return array
+    x = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    bits = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+    bits[np.isnan(array)] = 0x7FC0
+    tensor = ov.Tensor(ov.Type.bf16, list(array.shape))
+    tensor.data.view(np.uint16)[...] = bits
+    return tensor
+
+
+class OpenVINODevice(Device):
+    """An OpenVINO plugin device with a property dict.
+
+    Parameters
+    ----------
+    device
+        OpenVINO device name, e.g. ``CPU`` or ``GPU.1``.
+    config
+        Properties for `compile_model`.
+    name
+        Name shown in reports (what the user typed, e.g. ``CPU:bf16``).
+    """
+
+    def __init__(self, device: str, config: dict[str, Any] | None = None, *, name: str | None = None):
+        _check_device(device)
+        self.device = device
+        self.config = {str(k): _prop_str(v) for k, v in (config or {}).items()}
+        self.name = name or device
+
+    @property
+    def activation_precision(self) -> str:
+        """The precision this device will store activations in, predicted before compiling."""
+        config = {k.upper(): str(v) for k, v in self.config.items()}
+        if config.get("EXECUTION_MODE_HINT", "").upper() == "ACCURACY":
+            return "f32"
+        asked = config.get("INFERENCE_PRECISION_HINT")
+        if asked is None:
+            try:
+                asked = _type_name(shared_core().get_property(self.device, "INFERENCE_PRECISION_HINT"))
+            except Exception as err:
+                log.info("%s does not report INFERENCE_PRECISION_HINT (%s); taps stay f32.", self.device, first_line(err))
+                return "f32"
+        asked = PRECISION_SUFFIXES.get(str(asked).lower(), str(asked).lower())
+        if asked == "f16" and self.device.startswith("CPU"):
+            # The CPU runs f16 only with AVX512_FP16/AMX_FP16; otherwise it silently takes bf16, or f32.
+            caps = capabilities(self.device)
+            if "FP16" not in caps:
+                return "bf16" if "BF16" in caps else "f32"
+        return asked
+
+    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> OpenVINOCompiled:
+        core = shared_core()
+        if taps or fed:
+            model = _type_taps(model, taps, self.activation_precision, fed)
+        try:
+            compiled = core.compile_model(model, self.device, self.config)
+        except Exception as err:
+            raise DeviceError(
+                f"Compiling for {self.name} with {self.config or 'default properties'} failed: {first_line(err)}"
+            ) from err
+        runtime = read_runtime_graph(compiled)
+        return OpenVINOCompiled(compiled, self._info(compiled, runtime), runtime)
+
+    def _info(self, compiled: ov.CompiledModel, runtime: RuntimeGraph, *, emulated: bool = False) -> DeviceInfo:
+        hint = _read_precision_hint(compiled)
+        counts = runtime.precision_counts()
+        # The plugin's own read-back is authoritative (the CPU reports bf16 when f16 was asked for); the
+        # runtime graph speaks for plugins that do not report the property.
+        used = hint or runtime.dominant_precision() or "unknown"
+        requested = self.config.get("INFERENCE_PRECISION_HINT")
+        requested = PRECISION_SUFFIXES.get(requested.lower(), requested) if requested else None
+        note = ""
+        seen = runtime.dominant_precision()
+        if requested and hint and requested != hint:
+            note = f"asked for {requested}; the plugin ran {hint}"
+        elif seen and hint and seen != hint and seen in PRECISION_SUFFIXES.values():
+            note = f"the plugin reports {hint}; most compute layers ran {seen}"
+        try:
+            full = str(shared_core().get_property(self.device.split(":")[0].split(",")[0], "FULL_DEVICE_NAME"))
+        except Exception as err:
+            log.debug("No FULL_DEVICE_NAME for %s: %s", self.device, first_line(err))
+            full = ""
+        return DeviceInfo(
+            name=self.name, device=self.device, full_name=full, precision=used, requested_precision=requested,
+            config=dict(self.config), emulated=emulated, note=note, precision_counts=counts,
+            weights=runtime.weight_precision() if used == "f32" else None,
+        )
+
+
+def _check_device(device: str) -> None:
+    available = available_devices()
+    head = device.split(":")[0]
+    if head in ("AUTO", "HETERO", "MULTI", "BATCH"):
+        return
+    if device in available or any(a.split(".")[0] == device for a in available):
+        return
+    raise InputError(
+        f"Unknown device '{device}'. Available: {available}. "
+        "Pass a device name from ov.Core().available_devices, or an emulated one such as 'EMU:f16'."
+    )
+
+
+def supports_property(device: str, prop: str) -> bool:
+    try:
+        return prop in shared_core().get_property(device, "SUPPORTED_PROPERTIES")
+    except Exception as err:
+        log.debug("%s does not list its supported properties (%s); assuming it lacks %s.", device, first_line(err), prop)
+        return False
+
+
+def _read_precision_hint(compiled: ov.CompiledModel) -> str | None:
+    try:
+        return _type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    except Exception as err:
+        log.debug("The compiled model does not report INFERENCE_PRECISION_HINT (%s); the runtime graph speaks "
+                  "for it.", first_line(err))
+        return None
+
+
+def _type_name(value: Any) -> str:
+    name = value.get_type_name() if hasattr(value, "get_type_name") else str(value)
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
+
+
+def capabilities(device: str) -> list[str]:
+    """The plugin's ``OPTIMIZATION_CAPABILITIES`` of an OpenVINO device (``FP32``, ``BF16``, ``INT8`` ...);
+    empty when the device does not report them."""
+    device = device.split(":")[0].split(",")[0]
+    try:
+        return list(shared_core().get_property(device, "OPTIMIZATION_CAPABILITIES"))
+    except Exception as err:
+        log.debug("%s reports no OPTIMIZATION_CAPABILITIES (%s).", device, first_line(err))
+        return []
+
+
+def _type_taps(model: ov.Model, taps: tuple[int, ...], precision: str, fed: tuple[int, ...] = ()) -> ov.Model:
+    """Give f32 tap outputs the device's activation precision.
+
+    Measured on the CPU plugin in bf16: an extra f32 output makes the plugin compute the ops between it and
+    the nearest Convolution/MatMul in f32 (it keeps the graph's tail before an f32 output in f32), which
+    hid a cancellation error entirely (0.3% instead of 12%). Outputs typed in the inference precision do not
+    trigger that, and hold exactly the values the device stored. Likewise `fed` inputs (activations handed to
+    a piece of the model) arrive in that precision, as the producing op would have stored them: an f32 input
+    would let the plugin compute an elementwise op in f32 that in the whole model reads a bf16 tensor.
+    """
+    if precision not in ("bf16", "f16"):
+        return model
+    from openvino.preprocess import PrePostProcessor
+
+    element = ov.Type.bf16 if precision == "bf16" else ov.Type.f16
+    ppp = PrePostProcessor(model)
+    changed = False
+    for index in taps:
+        if model.outputs[index].get_element_type() == ov.Type.f32:
+            ppp.output(index).tensor().set_element_type(element)
+            changed = True
+    for index in fed:
+        if model.inputs[index].get_element_type() == ov.Type.f32:
+            ppp.input(index).tensor().set_element_type(element)
+            changed = True
+    return ppp.build() if changed else model
+
+
+def _prop_str(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool)) else str(value)

@@ -1,0 +1,327 @@
+"""Running many samples: in this process, or as work units on any `concurrent.futures.Executor`.
+
+The samples are cut into units (`samples_per_unit` consecutive indices). A unit runs one pass over its
+samples on both sides and returns what is kept of them, never tensors (`bisect_ov.samples.units`). Two passes
+run: the untouched model on every sample (`run_samples`: the ranking; the detailed search then runs on the
+worst sample, in this process), and after the search the model with the measured nodes exposed
+(`node_spread`: each node's error over the samples). `SampleRun` holds the samples, the executor
+(`bisect_ov.samples.executors`) and the log of both passes, and hands out the units.
+
+On an executor, every unit of a pass refers to one `Plan` (on Dask sent once to every worker, on Ray put
+once in its object store), and a worker compiles each plan once. Merging does not depend on where or in
+which order units ran: per-sample results are keyed by index and distributions merge exactly
+(`bisect_ov.analysis.spread`), so a cluster's figures are an in-process run's. A unit that raises is run
+again (`unit_retries` times); what still fails is reported with the sample indices it held, and the summary
+says the run is partial. Bad inputs are not retried: they stop the run as they would in-process. Recorded
+sides (captures) replay from a file on this machine: they run in-process.
+
+Assumed: the `Runner` gives the compiles, graphs and devices of both sides; a device and a metric that go
+to an executor must pickle (checked here, with a message saying what to do).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import replace
+from typing import Any, Callable, Iterator, Sequence
+
+import openvino as ov
+from tqdm import tqdm
+
+from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.analysis.spread import Distribution
+from bisect_ov.core.errors import DeviceError, InputError, first_line
+from bisect_ov.engine.runner import Runner
+from bisect_ov.model.taps import Tap, tap_model
+from bisect_ov.samples.executors import Inline, RayExecutor, executor_width, open_executor
+from bisect_ov.samples.sources import RunLog, Samples, SampleSummary
+from bisect_ov.samples.units import ModelPayload, Plan, Unit, UnitResult, execute, run_unit
+
+__all__ = ["SampleRun", "node_spread", "run_samples"]
+
+log = logging.getLogger(__name__)
+
+
+# ----- the driver ------------------------------------------------------------------------------------------
+class SampleRun:
+    """Many samples and where they run: the `Samples`, the executor, the knobs, and the log of both passes.
+
+    Parameters
+    ----------
+    samples
+        The samples.
+    executor
+        An `open_executor` form (None: in this process).
+    samples_per_unit, unit_retries
+        Samples per unit; how many times a failed unit runs again.
+    owned
+        Close (remove a generator's spill folder) at the end: the samples were made from the user's inputs.
+    """
+
+    def __init__(self, samples: Samples, executor: Any = None, *, samples_per_unit: int = 16, unit_retries: int = 2,
+                 progress: bool = False, owned: bool = True):
+        self.samples = samples
+        self.executor, label, self._close_executor = open_executor(executor)
+        self.per_unit, self.retries, self.progress, self.owned = samples_per_unit, unit_retries, progress, owned
+        self.log = RunLog(executor=label)
+        self.notes: list[str] = []
+
+    def remote(self, runner: Runner) -> bool:
+        """True when units go to the executor: recorded sides replay from a file here, so they stay."""
+        if self.executor is None:
+            return False
+        if runner.ref.recorded or runner.target.recorded:
+            note = ("The samples ran in this process, not on the executor: a recorded side (capture) replays from a "
+                    "file on this machine.")
+            if note not in self.notes:
+                self.notes.append(note)
+            self.log.executor = "in-process"
+            return False
+        return True
+
+    def share(self, plan: Plan) -> Any:
+        """What the units refer to for `plan`: on Dask, the plan sent once to every worker (a future the
+        workers resolve), on Ray put once in its object store, rather than the model's IR with every unit;
+        elsewhere the plan itself."""
+        if isinstance(self.executor, RayExecutor):
+            return self.executor.share(plan)
+        client = getattr(self.executor, "_client", None)  # Dask's executor wraps a Client
+        if client is None or not callable(getattr(client, "scatter", None)):
+            return plan
+        try:
+            return client.scatter(plan, broadcast=True, hash=False)
+        except Exception as err:  # the plan then travels with each unit, as with other executors
+            log.info("Could not send the plan to the workers once (%s); it travels with each unit", first_line(err))
+            return plan
+
+    def close(self) -> None:
+        self._close_executor()
+        if self.owned:
+            self.samples.close()
+
+    def units(self) -> Iterator[Unit]:
+        """The samples cut into units, read as the units are handed out."""
+        batch: list[tuple[int, Any]] = []
+        number = 0
+        for index, sample in self.samples.stream():
+            batch.append((index, sample))
+            if len(batch) == self.per_unit:
+                yield self._unit(number, batch)
+                number, batch = number + 1, []
+        if batch:
+            yield self._unit(number, batch)
+
+    def _unit(self, number: int, batch: list[tuple[int, Any]]) -> Unit:
+        s = self.samples
+        if self.executor is None:  # in this process: the samples as they are (a spill file is read when prepared)
+            return Unit(number, tuple(i for i, _ in batch), tuple(x for _, x in batch), s.loader,
+                        tuple(s.names_file(i, x) for i, x in batch))
+        return Unit(number, tuple(i for i, _ in batch), tuple(s.travelling(i, x) for i, x in batch), s.loader,
+                    tuple(s.names_file(i, x) for i, x in batch))
+
+    def drive(self, submit: Callable[[Unit], Future], desc: str,
+              seconds: list[float]) -> tuple[list[UnitResult], list[int]]:
+        """Hand out the units (about two per worker in flight), retry failures, collect results in unit order.
+
+        Returns the results and the sample indices of units that failed every attempt (their failures logged).
+        """
+        window = 2 * executor_width(self.executor) + 1
+        total = -(-len(self.samples) // self.per_unit) if self.samples.kind != "generator" else None
+        pending: dict[Future, tuple[Unit, int]] = {}
+        results: list[UnitResult] = []
+        lost: list[int] = []
+        source = self.units()
+        exhausted = False
+        with tqdm(total=total, desc=desc, unit="unit", disable=not self.progress, leave=False) as bar:
+            while pending or not exhausted:
+                while not exhausted and len(pending) < window:
+                    unit = next(source, None)
+                    if unit is None:
+                        exhausted = True
+                        break
+                    self._submit(submit, unit, 0, pending, lost)
+                if not pending:
+                    continue
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for future in done:
+                    unit, attempt = pending.pop(future)
+                    error = future.exception()
+                    if error is None:
+                        result = future.result()
+                        results.append(result)
+                        seconds.append(result.seconds)
+                        self.log.workers.add(result.worker)
+                        bar.update(1)
+                        continue
+                    if isinstance(error, InputError):  # a bad sample: the user's to fix, as in-process
+                        for other in pending:
+                            other.cancel()
+                        raise error
+                    if attempt < self.retries:
+                        log.info("Unit %d (samples %s) failed (%s); running it again", unit.number, _span(unit),
+                                 first_line(error))
+                        self.log.retried += 1
+                        self._submit(submit, replace(unit, attempt=attempt + 1), attempt + 1, pending, lost)
+                    else:
+                        self._fail(unit, error, lost)
+                        bar.update(1)
+        results.sort(key=lambda r: r.number)
+        return results, sorted(lost)
+
+    def _submit(self, submit: Callable[[Unit], Future], unit: Unit, attempt: int,
+                pending: dict[Future, tuple[Unit, int]], lost: list[int]) -> None:
+        try:
+            pending[submit(unit)] = (unit, attempt)
+        except Exception as err:  # a broken pool refuses new work: the unit is reported, not dropped
+            self._fail(unit, err, lost)
+
+    def _fail(self, unit: Unit, error: BaseException, lost: list[int]) -> None:
+        message = (f"unit {unit.number} (samples {_span(unit)}) failed after {self.retries + 1} attempt(s): "
+                   f"{type(error).__name__}: {first_line(error)}")
+        log.warning("%s", message)
+        self.log.failures.append(message)
+        lost.extend(unit.indices)
+
+
+def _span(unit: Unit) -> str:
+    first, last = unit.indices[0], unit.indices[-1]
+    return f"#{first}" if first == last else f"#{first}-#{last}"
+
+
+def _plan_models(runner: Runner, ref_model: ov.Model, target_model: ov.Model, remote: bool) -> dict[str, Any]:
+    """The travelling part of a plan: models as IR, the devices (checked picklable), the untouched models."""
+    if not remote:
+        return {"ref_model": None, "target_model": None, "ref_device": None, "target_device": None,
+                "input_models": None}
+    for device in (runner.ref, runner.target):
+        try:
+            pickle.dumps(device)
+        except Exception as err:
+            raise InputError(f"The device {device!r} cannot travel to the executor's workers ({first_line(err)}): "
+                             "use a device name, or run without executor.") from err
+    ref_payload = ModelPayload.of(ref_model)
+    twin = runner.comparison.twin
+    target_payload = ModelPayload.of(target_model) if (twin or target_model is not ref_model) else ref_payload
+    untouched = ModelPayload.of(runner.graph.model) if ref_model is not runner.graph.model else ref_payload
+    untouched_target = None
+    if twin:
+        untouched_target = (ModelPayload.of(runner.target_graph.model)
+                            if target_model is not runner.target_graph.model else target_payload)
+    return {"ref_model": ref_payload, "target_model": target_payload, "ref_device": runner.ref,
+            "target_device": runner.target, "input_models": (untouched, untouched_target)}
+
+
+def _check_metric(metric: Callable[[TensorStats], float]) -> None:
+    try:
+        pickle.dumps(metric)
+    except Exception:
+        try:
+            import cloudpickle  # Dask ships functions with cloudpickle, which also takes lambdas
+
+            cloudpickle.dumps(metric)
+        except Exception as err:
+            raise InputError("A callable metric must be picklable to run on an executor (a module-level function): "
+                             f"{first_line(err)}") from err
+
+
+def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats], float], *, k: int = 5,
+                class_names: Sequence[str] | None = None, seed: int = 0, jobs: int = 2) -> SampleSummary:
+    """Run the untouched model on every sample on both sides; per sample only its summary is kept.
+
+    `class_names`: the outputs holding class scores; None decides by shape (`classifier_outputs`).
+
+    Raises
+    ------
+    InputError
+        A bad sample (named), unknown `class_names`.
+    DeviceError
+        No sample could be measured (every unit failed).
+    """
+    names = tuple(runner.graph.output_name(r.key) for r in runner.graph.results())
+    class_positions = None
+    if class_names is not None:
+        unknown = [n for n in class_names if n not in names]
+        if unknown:
+            raise InputError(f"classifier_outputs {unknown} are not outputs of the model. Outputs: {list(names)}.")
+        class_positions = tuple(names.index(n) for n in class_names)
+    remote = run.remote(runner)
+    twin = runner.comparison.twin
+    models = (runner.graph.model, runner.target_graph.model if twin else None)
+    if remote:
+        _check_metric(error_of)
+    plan = Plan("outputs", names=names, positions=tuple(runner.target_output_positions),
+                class_positions=class_positions, k=k, metric=error_of, seed=seed, jobs=jobs,
+                **_plan_models(runner, runner.graph.model, runner.target_graph.model, remote))
+    with runner.clock("samples"):
+        # Compiled here, `engine.untouched.run_target` reuses them for the worst sample.
+        results, lost = _run_units(run, plan, remote, runner.compile_untouched, models, "samples",
+                                   run.log.unit_seconds)
+    _count_runs(runner, len(run.samples) - len(lost))
+    flat = [s for r in results for s in r.samples]
+    if not flat:
+        raise DeviceError("No sample could be measured: " + "; ".join(run.log.failures[:3]))
+    summary = SampleSummary.from_results(flat, len(run.samples), names, k, class_positions, run.log)
+    if lost:
+        run.notes.append(f"Partial run: {summary.count} of {len(run.samples)} samples measured; "
+                         f"{len(lost)} not ({_listed(lost)}): " + "; ".join(run.log.failures[:3]))
+    return summary
+
+
+def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
+                error_of: Callable[[TensorStats], float], *, seed: int = 0) -> dict[str, Distribution]:
+    """Error of each tapped node over all samples, merged over the units (`Distribution.summary` gives mean,
+    median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit)."""
+    taps = [t for t in taps if t in runner.target_of]
+    if not taps or len(run.samples) < 2:
+        return {}
+    ref_tapped = tap_model(runner.graph, taps)
+    target_tapped = tap_model(runner.target_graph, [runner.target_of[t] for t in taps])
+    remote = run.remote(runner)
+    twin = runner.comparison.twin
+    plan = Plan("taps", names=(), positions=(), class_positions=None, k=0, metric=error_of, seed=seed,
+                ref_added=tuple(ref_tapped.added_outputs), target_added=tuple(target_tapped.added_outputs),
+                tap_keys=tuple(t.key for t in taps), ref_tap_outputs=tuple(ref_tapped.tap_outputs),
+                target_tap_outputs=tuple(target_tapped.tap_outputs),
+                **_plan_models(runner, ref_tapped.model, target_tapped.model, remote))
+    models = (runner.graph.model, runner.target_graph.model if twin else None)
+    with runner.clock("samples"):
+        results, lost = _run_units(
+            run, plan, remote,
+            lambda: runner.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
+                                         target_taps=target_tapped.added_outputs),
+            models, "samples over nodes", run.log.spread_unit_seconds)
+    _count_runs(runner, len(run.samples) - len(lost))
+    if lost:
+        run.log.spread_missing.extend(lost)
+    merged: dict[str, Distribution] = {}
+    for result in results:  # in unit order; the merge is exact, so any order gives these figures
+        for key, dist in result.spread.items():
+            merged[key] = merged[key].merge(dist) if key in merged else dist
+    return merged
+
+
+def _count_runs(runner: Runner, samples: int) -> None:
+    """The samples' inferences, one per side each, in the stage's cost (on workers too; their compiles, one
+    per worker process, are not counted)."""
+    for side in ("ref", "target"):
+        runner.ran(side, samples)
+
+
+def _run_units(run: SampleRun, plan: Plan, remote: bool, compile_here: Callable[[], Any],
+               models: tuple[ov.Model, ov.Model | None], label: str, times: list[float]):
+    """Every unit of `plan`: on the run's executor when `remote`, else in this process with the (ref, target)
+    compiles `compile_here()` makes. Returns the unit results and the sample indices lost."""
+    if remote:
+        pool, shared = run.executor, run.share(plan)
+        assert pool is not None
+        return run.drive(lambda u: pool.submit(run_unit, shared, u), label, times)
+    compiled = compile_here()
+    inline = Inline()
+    return run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), label, times)
+
+
+def _listed(indices: Sequence[int], most: int = 20) -> str:
+    shown = ", ".join(f"#{i}" for i in indices[:most])
+    return shown + (f" and {len(indices) - most} more" if len(indices) > most else "")

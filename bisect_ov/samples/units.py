@@ -1,0 +1,206 @@
+"""What travels to a worker, and one unit of samples run there (or in this process).
+
+A unit is consecutive samples (`Unit`: their indices, and what stands for each). It travels with a `Plan`
+shared by every unit of a pass: each model as IR bytes (`ModelPayload`: ``ov.serialize``, weights kept as
+they are, named by their digest), the two `Device` objects (a name and compile properties; an emulated
+device is rebuilt by the worker, whose compile does the rewrite), the indices of the exposed outputs, the
+metric. What stands for a sample is either nothing (a ``Samples(loader=...)``: the worker loads it), the path
+of a file the user gave (read by the worker: it must be at the same path there), or the arrays. `execute`
+runs a unit on compiled models and returns a `UnitResult`, never tensors: per sample its final-output error
+and class answers (`bisect_ov.samples.sources.sample_result`), or per tapped node a mergeable
+`Distribution` of its error. `run_unit` is a worker's entry point: it compiles each plan once per process
+and keeps the compiles for the units that follow.
+
+Assumed: a plan and a unit pickle (the devices are checked by the caller, `bisect_ov.samples.runs`), and an
+infer request is not shared between threads (one unit at a time per compile).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import openvino as ov
+
+from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.analysis.spread import Distribution
+from bisect_ov.core.errors import InputError
+from bisect_ov.engine.runner import run_both
+from bisect_ov.run.devices import Device
+from bisect_ov.run.inputs import align_inputs, prepare_inputs
+from bisect_ov.samples.sources import sample_result
+
+__all__ = ["ModelPayload", "Plan", "Unit", "UnitResult", "execute", "prepare_pair", "run_unit"]
+
+
+# ----- what travels ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelPayload:
+    """A model as IR bytes, named by their digest (a worker reads it once)."""
+
+    xml: bytes
+    weights: bytes
+    digest: str
+
+    @classmethod
+    def of(cls, model: ov.Model) -> "ModelPayload":
+        with tempfile.TemporaryDirectory(prefix="bisect_ov_ir_") as folder:
+            xml, weights = os.path.join(folder, "m.xml"), os.path.join(folder, "m.bin")
+            ov.serialize(model, xml, weights)  # unlike save_model, never compresses weights to f16
+            with open(xml, "rb") as f:
+                xml_bytes = f.read()
+            with open(weights, "rb") as f:
+                weight_bytes = f.read()
+        digest = hashlib.sha256(xml_bytes + hashlib.sha256(weight_bytes).digest()).hexdigest()[:24]
+        return cls(xml_bytes, weight_bytes, digest)
+
+    def load(self) -> ov.Model:
+        from bisect_ov.run.devices import shared_core
+
+        weights = ov.Tensor(np.frombuffer(self.weights, dtype=np.uint8).copy()) if self.weights else ov.Tensor(
+            np.zeros(0, np.uint8))
+        return shared_core().read_model(self.xml.decode("utf-8"), weights)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every unit of one pass shares. `kind`: ``outputs`` (the untouched model) or ``taps``."""
+
+    kind: str
+    ref_model: ModelPayload | None  # None in this process: the session's compiles are used
+    target_model: ModelPayload | None
+    ref_device: Device | None
+    target_device: Device | None
+    input_models: tuple[ModelPayload, ModelPayload | None] | None  # untouched models, to check inputs against
+    names: tuple[str, ...]
+    positions: tuple[int, ...]
+    class_positions: tuple[int, ...] | None
+    k: int
+    metric: Callable[[TensorStats], float]
+    seed: int
+    ref_added: tuple[int, ...] = ()
+    target_added: tuple[int, ...] = ()
+    tap_keys: tuple[str, ...] = ()
+    ref_tap_outputs: tuple[int, ...] = ()
+    target_tap_outputs: tuple[int, ...] = ()
+    jobs: int = 2
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Consecutive samples: their indices, and what stands for each (None: the worker's `loader` reads it)."""
+
+    number: int
+    indices: tuple[int, ...]
+    items: tuple[Any, ...]
+    loader: Callable[[int], Any] | None = None
+    named: tuple[bool, ...] = ()
+    attempt: int = 0  # a retry is another task (engines that cache results by arguments run it again)
+
+
+@dataclass
+class UnitResult:
+    """What comes back from a unit: per-sample results (`outputs`) or per-node distributions (`taps`)."""
+
+    number: int
+    seconds: float
+    samples: list = field(default_factory=list)
+    spread: dict[str, Distribution] = field(default_factory=dict)
+    worker: str = ""
+
+
+# ----- one unit ----------------------------------------------------------------------------------------------
+def prepare_pair(index: int, sample: Any, ref_model: ov.Model, target_model: ov.Model | None, seed: int,
+                 named: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """One sample's checked arrays for both sides; a bad sample is named (its number, and its file if any)."""
+    try:
+        ref_arrays = prepare_inputs(ref_model, sample, seed=seed)
+        return ref_arrays, align_inputs(ref_model, target_model, ref_arrays) if target_model is not None else ref_arrays
+    except InputError as err:
+        where = f" ('{sample}')" if named else ""
+        raise InputError(f"Sample #{index}{where}: {err}") from err
+
+
+def execute(plan: Plan, unit: Unit, compiled: tuple[Any, Any], models: tuple[ov.Model, ov.Model | None]) -> UnitResult:
+    """Run `unit` with compiled (ref, target) models; `models` are the untouched ones inputs are checked against."""
+    start = time.perf_counter()
+    named = unit.named or (False,) * len(unit.indices)
+
+    def pairs() -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray]]]:
+        for i, item, is_file in zip(unit.indices, unit.items, named):
+            sample = unit.loader(i) if unit.loader is not None else item
+            yield (i, *prepare_pair(i, sample, models[0], models[1], plan.seed, is_file))
+
+    ref_c, target_c = compiled
+    result = UnitResult(unit.number, 0.0, worker=f"{os.uname().nodename}:{os.getpid()}")
+    if plan.kind == "outputs":
+        ready = list(pairs())  # one unit's inputs at a time: memory follows the unit, not the run
+        ref_out, target_out = run_both(lambda: ref_c.infer_many([p[1] for p in ready], jobs=plan.jobs),
+                                       lambda: target_c.infer_many([p[2] for p in ready], jobs=plan.jobs))
+        n = len(plan.names)
+        result.samples = [sample_result(p[0], r[:n], t, plan.positions, plan.names, plan.class_positions, plan.k,
+                                        plan.metric) for p, r, t in zip(ready, ref_out, target_out)]
+    else:
+        for i, ref_in, target_in in pairs():  # one sample at a time: tapped outputs can be large
+            ref_out, target_out = run_both(functools.partial(ref_c.infer, ref_in),
+                                           functools.partial(target_c.infer, target_in))
+            seen: dict[str, float] = {}
+            for key, ri, ti in zip(plan.tap_keys, plan.ref_tap_outputs, plan.target_tap_outputs):
+                seen[key] = _worse(seen.get(key), plan.metric(compare(ref_out[ri], target_out[ti])))
+            for key, value in seen.items():
+                result.spread.setdefault(key, Distribution()).add(value, i)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _worse(a: float | None, b: float) -> float:
+    """The larger error, NaN counting as the largest (a node's worst output port)."""
+    if a is None or np.isnan(b):
+        return float(b)
+    return a if np.isnan(a) else max(a, float(b))
+
+
+_COMPILED: "OrderedDict[tuple, tuple[Any, Any, tuple, threading.Lock]]" = OrderedDict()
+_COMPILED_LOCK = threading.Lock()
+_KEEP_COMPILED = 4  # plans kept compiled per worker process (two passes, a few runs)
+
+
+def run_unit(plan: Plan, unit: Unit) -> UnitResult:
+    """A worker's entry point: compile `plan` once per process (kept for later units), then run `unit`."""
+    assert plan.ref_model is not None and plan.target_model is not None and plan.input_models is not None
+    start = time.perf_counter()
+    key = (plan.ref_model.digest, plan.target_model.digest, pickle.dumps(plan.ref_device),
+           pickle.dumps(plan.target_device), plan.ref_added, plan.target_added)
+    with _COMPILED_LOCK:
+        entry = _COMPILED.get(key)
+        if entry is None:
+            ref_payload, target_payload = plan.ref_model, plan.target_model
+            ref_model = ref_payload.load()
+            target_model = ref_model if target_payload.digest == ref_payload.digest else target_payload.load()
+            ref_device, target_device = plan.ref_device, plan.target_device
+            assert ref_device is not None and target_device is not None
+            ref_c, target_c = run_both(lambda: ref_device.compile(ref_model, taps=plan.ref_added),
+                                       lambda: target_device.compile(target_model, taps=plan.target_added))
+            first, second = plan.input_models
+            untouched = (ref_model if first.digest == ref_payload.digest else first.load(),
+                         None if second is None else target_model if second.digest == target_payload.digest
+                         else second.load())
+            entry = (ref_c, target_c, untouched, threading.Lock())
+            _COMPILED[key] = entry
+            while len(_COMPILED) > _KEEP_COMPILED:
+                _COMPILED.popitem(last=False)
+        _COMPILED.move_to_end(key)
+    ref_c, target_c, untouched, lock = entry
+    with lock:  # one unit at a time per compile: an infer request is not shared between threads
+        result = execute(plan, unit, (ref_c, target_c), untouched)
+    result.seconds = time.perf_counter() - start  # the unit's time on the worker, its compile included
+    return result
