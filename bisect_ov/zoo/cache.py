@@ -23,13 +23,14 @@ OpenVINO. Nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
 import os
 import pathlib
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +42,8 @@ __all__ = ["MODELS", "TWINS", "ZOO_PACKAGES", "Entry", "cache_root", "describe",
            "model_path", "sample_inputs", "version_key"]
 
 # Bump when a builder changes what it builds: cached models of older builds are then ignored.
-BUILD_VERSION = 1
+# 2: torch builds on one thread (a BatchNorm calibration's sums, and so the weights, followed the thread count).
+BUILD_VERSION = 2
 
 # Distribution names whose versions key the cache (and which building needs).
 ZOO_PACKAGES = ("torch", "torchvision", "transformers", "timm", "optimum-intel", "nncf")
@@ -177,7 +179,8 @@ def model_path(name: str, size: str = "small", *, compressed: bool = False,
 
 def _build(entry: Entry, size: str, folder: pathlib.Path, stem: str) -> None:
     if entry.base is None:
-        model, meta = entry.build_function()(size)
+        with _one_thread():
+            model, meta = entry.build_function()(size)
     else:
         base = ov.Core().read_model(model_path(entry.base, size, root=folder))
         meta = describe(entry.base, size, root=folder)
@@ -194,6 +197,21 @@ def _build(entry: Entry, size: str, folder: pathlib.Path, stem: str) -> None:
             for ext in ("bin", "xml"):
                 os.replace(tmp_path / f"{stem}.{tag}.{ext}", folder / f"{stem}.{tag}.{ext}")
         os.replace(tmp_path / f"{stem}.json", folder / f"{stem}.json")
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch on one thread while a model is built: its reductions (a BatchNorm calibration's running sums) then
+    add in one order, so a model is the same bits whatever the machine's load or core count (on two threads
+    MobileNetV3's weights came out different from one thread's)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _make_twin(entry: Entry, base: ov.Model, meta: dict) -> ov.Model:
