@@ -31,7 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.core.records import CurvePoint, Delegation, Fix, LayerSensitivity
+from bisect_ov.core.records import Cause, CurvePoint, Delegation, Fix, LayerSensitivity
 from bisect_ov.engine.session import Session
 from bisect_ov.model.partition import extract, segments
 from bisect_ov.model.taps import Tap
@@ -333,7 +333,7 @@ class Findings:
 
 
 def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],
-                     local: Mapping[str, float], tolerance_of: Mapping[str, float], causes: Mapping[str, Sequence[str]],
+                     local: Mapping[str, float], tolerance_of: Mapping[str, float], causes: Mapping[str, Sequence[Cause]],
                      delegation: Delegation | None) -> list[tuple[str, ...]]:
     """Units to try keeping on the reference, most promising first.
 
@@ -350,7 +350,7 @@ def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units:
 
     for key in first:
         add(key)
-        if any(c.startswith("cancellation") for c in causes.get(key, ())):
+        if any(c.kind == "cancellation" for c in causes.get(key, ())):
             for producer, _ in graph.data_inputs(key):
                 add(producer)
     if delegation is not None and delegation.end is not None:
