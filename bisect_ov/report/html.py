@@ -79,13 +79,8 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
 
 
 def render_fragment(report: "Report", *, top: int = 25) -> str:
-    """The page's body as an HTML fragment for Jupyter: the same sections but the plots, style scoped to it.
-
-    Examples
-    --------
-    >>> report  # doctest: +SKIP
-    (in a notebook: shows render_fragment(report))
-    """
+    """The page's body as an HTML fragment for Jupyter (``Report._repr_html_``): the same sections but the
+    plots, which the notebook draws itself (``report.plot_errors()``), under a style scoped to the fragment."""
     return "\n".join([f'<div class="{ROOT} compact"><style>{style()}</style>', *_sections(view(report), top, False),
                       "</div>"])
 

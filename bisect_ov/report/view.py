@@ -205,7 +205,7 @@ def view(report: "Report") -> View:
                                                      "with the twin (directly or inside a kernel the target fused)")
     return View(report=report, title=title, verdict=verdict(report),
                 sides=(side("ref", report.ref), side("target", report.target)),
-                tolerance=tolerance_facts(report.tolerance), culprits=tuple(culprit_row(report, n) for n in report.culprits),
+                tolerance=tolerance_facts(report.tolerance), culprits=tuple(culprit_row(n) for n in report.culprits),
                 experiments=tuple(experiment_blocks(report)), coverage=coverage, footer=tuple(footer(report)))
 
 
@@ -356,7 +356,7 @@ def _nan_inf(n: "NodeResult") -> str:
     return f"{c['ref_nan']}/{c['ref_inf']} -> {c['target_nan']}/{c['target_inf']}"
 
 
-def culprit_row(report: "Report", n: "NodeResult") -> CulpritRow:
+def culprit_row(n: "NodeResult") -> CulpritRow:
     """A culprit's cells, one per `COLUMNS` entry (``-`` where there is nothing)."""
     shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
     dtypes = ",".join(sorted({_SHORT_DTYPES.get(d, d) for d in n.dtypes}))
