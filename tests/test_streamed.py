@@ -40,7 +40,7 @@ CASES = [(shape, node) for shape in SHAPES for node in _sites(shape)]
 def test_a_streamed_run_names_the_fault(shape, node):
     report = bisect(shape_model(shape), "CPU:f32", FaultyCPU(node), shape_inputs(shape), max_tap_bytes=_budget(shape),
                     strategy="full", noise=False, impact=0, progress=False)
-    assert report.costs["capture"]["ref_compiles"] >= 2  # it was streamed: one compile per segment and side
+    assert report.costs["measure"]["ref_compiles"] >= 2  # it was streamed: one compile per segment and side
     first = report.first_divergence
     if first is None:  # a fault the network takes out again must then leave the outputs within tolerance
         assert not report.diverges, report.to_text()
@@ -56,7 +56,7 @@ def test_streaming_measures_what_one_compile_measures(shape):
     whole = bisect(shape_model(shape), "CPU:f32", FaultyCPU(node), shape_inputs(shape), **common)
     streamed = bisect(shape_model(shape), "CPU:f32", FaultyCPU(node), shape_inputs(shape), max_tap_bytes=_budget(shape),
                       **common)
-    assert whole.costs["capture"]["target_compiles"] == 1 < streamed.costs["capture"]["target_compiles"]
+    assert whole.costs["measure"]["target_compiles"] == 1 < streamed.costs["measure"]["target_compiles"]
     assert [n.name for n in streamed.nodes] == [n.name for n in whole.nodes]
     for a, b in zip(whole.nodes, streamed.nodes):
         assert b.error == pytest.approx(a.error, rel=1e-3, abs=1e-7), a.name
@@ -115,7 +115,7 @@ def test_a_streamed_run_of_fusion_taps_names_the_fault(shape, node):
     # The default strategy: segments end only at fusion-group boundaries; groups are refined where they make error.
     report = bisect(shape_model(shape), "CPU:f32", FaultyCPU(node), shape_inputs(shape), max_tap_bytes=_budget(shape) // 2,
                     noise=False, impact=0, progress=False)
-    assert report.strategy == "fusion" and report.costs["capture"]["ref_compiles"] >= 2
+    assert report.strategy == "fusion" and report.costs["measure"]["ref_compiles"] >= 2
     assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
 
 
@@ -127,8 +127,8 @@ def test_against_a_lower_precision_target_the_streamed_run_is_the_plain_run_of_t
     whole = bisect(model, "CPU:f32", "EMU:f16", shape_inputs(shape), progress=False)
     streamed = bisect(model, "CPU:f32", "EMU:f16", shape_inputs(shape), max_tap_bytes=_budget(shape) // 2,
                       progress=False)
-    assert streamed.costs["plain"]["ref_compiles"] >= 2 and streamed.costs["capture"]["ref_compiles"] == 0
-    assert streamed.costs["capture"]["target_compiles"] == 0
+    assert streamed.costs["plain"]["ref_compiles"] >= 2 and streamed.costs["measure"]["ref_compiles"] == 0
+    assert streamed.costs["measure"]["target_compiles"] == 0
     assert sum(c["ref_compiles"] for k, c in streamed.costs.items() if k != "plain") == 0
     assert [n.name for n in streamed.nodes] == [n.name for n in whole.nodes]
     for a, b in zip(whole.nodes, streamed.nodes):

@@ -1,6 +1,8 @@
-"""Why a node diverged, in words: what its statistics show and what pattern they suggest.
+"""Why a node diverged: what its statistics show and what pattern they suggest, as `Cause` records.
 
-Pure functions over `TensorStats`. Observations (always reported when present): NaN/Inf that appeared on
+Pure functions over `TensorStats`, returning `Cause` records (`bisect_ov.core.records`): a ``kind`` that code
+tests, the magnitudes behind it and the sentence a person reads. `kind_of_text` maps a sentence saved by schema
+version 2 or earlier (texts only) back to its kind. Observations (always reported when present): NaN/Inf that appeared on
 the target, values at the f16 limit (±65504, overflow or saturation), values at an integer type's limits,
 shape mismatches. Diagnoses (for nodes where error starts or is amplified):
 
@@ -20,13 +22,15 @@ shape mismatches. Diagnoses (for nodes where error starts or is amplified):
 from __future__ import annotations
 
 import math
+import re
 from typing import Sequence
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
+from bisect_ov.core.records import Cause
 
-__all__ = ["observations", "diagnose", "overflow", "underflow", "CANCELLATION_RATIO", "LONG_REDUCTION",
-           "CANCELLING_OPS"]
+__all__ = ["observations", "diagnose", "overflow", "underflow", "kind_of_text", "Cause", "CANCELLATION_RATIO",
+           "LONG_REDUCTION", "CANCELLING_OPS"]
 
 # Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
 CANCELLING_OPS = frozenset({"Subtract", "Add", "MVN", "ReduceSum", "ReduceMean", "MatMul", "Convolution",
@@ -41,19 +45,21 @@ CANCELLATION_RATIO = 10.0  # inputs this many times larger than the output
 LONG_REDUCTION = 64
 
 
-def observations(stats: Sequence[TensorStats]) -> list[str]:
+def observations(stats: Sequence[TensorStats]) -> list[Cause]:
     """What the target's values show, whatever the node's role."""
     found = []
     new = sum(s.new_nonfinite for s in stats)
     if new:
-        found.append(f"NaN/Inf appeared in {new:,} value(s)")
+        found.append(Cause("nonfinite", f"NaN/Inf appeared in {new:,} value(s)", {"count": new}))
     at_f16 = sum(s.at_f16_limit for s in stats)
     if at_f16:
-        found.append(f"{at_f16:,} value(s) at or beyond the f16 limit 65504 (saturation/overflow)")
+        found.append(Cause("f16_limit", f"{at_f16:,} value(s) at or beyond the f16 limit 65504 (saturation/overflow)",
+                           {"count": at_f16, "limit": F16_MAX}))
     at_int = sum(s.at_int_limit for s in stats)
     if at_int:
-        found.append(f"{at_int:,} value(s) at the integer type's limits (saturation)")
-    found += [s.note for s in stats if s.note]
+        found.append(Cause("int_limit", f"{at_int:,} value(s) at the integer type's limits (saturation)",
+                           {"count": at_int}))
+    found += [Cause("note", s.note) for s in stats if s.note]
     return found
 
 
@@ -66,8 +72,8 @@ def diagnose(
     inputs: Sequence[TensorStats],
     precision: str,
     op_type: str = "",
-) -> list[str]:
-    """A sentence on the likely mechanism, for sources and amplifiers; empty for other roles.
+) -> list[Cause]:
+    """The likely mechanism, for sources and amplifiers; empty for other roles.
 
     `op_type` (the node's operation) keeps each diagnosis to the ops it fits: overflow names the square,
     exponential or sum that left the range, underflow a multiply by a tiny scale, cancellation only ops that
@@ -79,7 +85,7 @@ def diagnose(
     >>> import numpy as np
     >>> x = np.full(8, 1000.0) + np.arange(8)
     >>> out = compare(x - x.mean(), x - x.mean() + 0.5)
-    >>> diagnose("source", 0.2, 0.01, 1, out, [compare(x, x)], "bf16")[0].split(":")[0]
+    >>> diagnose("source", 0.2, 0.01, 1, out, [compare(x, x)], "bf16")[0].kind
     'cancellation'
     """
     if role not in ("source", "amplifier") or output is None:
@@ -94,23 +100,26 @@ def diagnose(
     cancelling = not op_type or op_type in CANCELLING_OPS
     if cancelling and output.ref_absmax > 0 and scale_in > CANCELLATION_RATIO * output.ref_absmax:
         ratio = scale_in / output.ref_absmax
-        return [
+        return [Cause(
+            "cancellation",
             f"cancellation: its inputs reach {scale_in:.3g} but its output only {output.ref_absmax:.3g} "
             f"({ratio:.0f}x smaller), so the inputs' {precision} rounding is magnified (as in x - mean on data "
-            "with a large offset); compute it in f32 or remove the offset earlier"
-        ]
+            "with a large offset); compute it in f32 or remove the offset earlier",
+            {"input_max": scale_in, "output_max": output.ref_absmax, "ratio": ratio})]
     over = error / tolerance if tolerance > 0 else math.inf
     if reduction_length >= LONG_REDUCTION and math.isfinite(over):
-        return [
+        return [Cause(
+            "long_reduction",
             f"long reduction over {reduction_length:,} values: error {over:.1f}x what {precision} rounding predicts "
-            "for that length, as when partial sums are accumulated in low precision; keep its accumulator in f32"
-        ]
+            "for that length, as when partial sums are accumulated in low precision; keep its accumulator in f32",
+            {"reduction_length": reduction_length, "ratio": over})]
     if math.isfinite(over) and tolerance > 0:
-        return [f"error {over:.1f}x the tolerance of {precision} rounding for this op"]
+        return [Cause("over_tolerance", f"error {over:.1f}x the tolerance of {precision} rounding for this op",
+                      {"ratio": over})]
     return []
 
 
-def overflow(op_type: str, output: TensorStats, inputs: Sequence[TensorStats], precision: str) -> list[str]:
+def overflow(op_type: str, output: TensorStats, inputs: Sequence[TensorStats], precision: str) -> list[Cause]:
     """The overflow that explains NaN/Inf (or values at the limit) on the target, with the magnitudes, if any."""
     limit = _RANGE.get(precision)
     if limit is None and precision in ("", None) and (output.new_nonfinite or output.at_f16_limit):
@@ -119,30 +128,65 @@ def overflow(op_type: str, output: TensorStats, inputs: Sequence[TensorStats], p
         return []
     out, scale_in = output.ref_absmax, max((s.ref_absmax for s in inputs), default=0.0)
     name = f"{limit:,.0f}" if limit < 1e6 else f"{limit:.2g}"
+    numbers = {"input_max": scale_in, "output_max": out, "limit": limit}
     if op_type in _SQUARING and scale_in * scale_in > limit:
-        return [f"overflow: inputs reach {scale_in:.3g}: x*x = {scale_in * scale_in:.2g} > {name}, "
-                f"{precision or 'f16'} overflows in the square (the reference's output reaches {out:.3g}); "
-                "keep the square and its mean in f32"]
+        return [Cause("overflow", f"overflow: inputs reach {scale_in:.3g}: x*x = {scale_in * scale_in:.2g} > {name}, "
+                      f"{precision or 'f16'} overflows in the square (the reference's output reaches {out:.3g}); "
+                      "keep the square and its mean in f32", numbers)]
     if out > limit:
-        return [f"overflow: its values reach {out:.3g} on the reference, beyond {precision or 'f16'}'s largest "
-                f"value {name}, so the target holds inf there (inputs reach {scale_in:.3g}); keep it in f32 or "
-                "scale its inputs down"]
+        return [Cause("overflow", f"overflow: its values reach {out:.3g} on the reference, beyond "
+                      f"{precision or 'f16'}'s largest value {name}, so the target holds inf there (inputs reach "
+                      f"{scale_in:.3g}); keep it in f32 or scale its inputs down", numbers)]
     if op_type in ("Exp", "Softmax", "SoftPlus", "Swish", "Sigmoid", "Gelu") and scale_in > math.log(limit):
-        return [f"overflow: inputs reach {scale_in:.3g}: exp({scale_in:.3g}) > {name}, {precision or 'f16'} "
-                "overflows in the exponential; subtract the maximum first or keep it in f32"]
+        return [Cause("overflow", f"overflow: inputs reach {scale_in:.3g}: exp({scale_in:.3g}) > {name}, "
+                      f"{precision or 'f16'} overflows in the exponential; subtract the maximum first or keep it in "
+                      "f32", numbers)]
     if op_type in _SUMMING or op_type == "Multiply":
         what = "product" if op_type == "Multiply" else "sum"
-        return [f"overflow: an intermediate {what} leaves {precision or 'f16'}'s range {name} (inputs reach "
-                f"{scale_in:.3g}, the reference's output {out:.3g}); accumulate it in f32"]
+        return [Cause("overflow", f"overflow: an intermediate {what} leaves {precision or 'f16'}'s range {name} "
+                      f"(inputs reach {scale_in:.3g}, the reference's output {out:.3g}); accumulate it in f32",
+                      numbers)]
     return []
 
 
-def underflow(op_type: str, output: TensorStats, precision: str) -> list[str]:
+def underflow(op_type: str, output: TensorStats, precision: str) -> list[Cause]:
     """Values below the target precision's smallest normal number (subnormals lose bits, or flush to zero)."""
     tiny = _MIN_NORMAL.get(precision)
     if tiny is None or not 0 < output.ref_absmax < tiny:
         return []
     how = "a multiply by a tiny scale" if op_type == "Multiply" else f"its {op_type or 'op'}"
-    return [f"underflow: its values reach only {output.ref_absmax:.2g}, below {precision}'s smallest normal number "
-            f"{tiny:.2g} (after {how}), where {precision} keeps fewer significant bits or flushes to zero; keep it "
-            "in f32 or rescale"]
+    return [Cause("underflow", f"underflow: its values reach only {output.ref_absmax:.2g}, below {precision}'s "
+                  f"smallest normal number {tiny:.2g} (after {how}), where {precision} keeps fewer significant bits "
+                  "or flushes to zero; keep it in f32 or rescale", {"output_max": output.ref_absmax, "min_normal": tiny})]
+
+
+# How each kind's sentence starts (`observations`, `diagnose`, and the causes `bisect_ov.pipeline.assemble`
+# adds): schema version 2 and earlier saved the sentences only.
+_SAVED_KINDS = (
+    (re.compile(r"(overflow|underflow|cancellation): "), None),
+    (re.compile(r"long reduction over "), "long_reduction"),
+    (re.compile(r"error \S+x the tolerance of "), "over_tolerance"),
+    (re.compile(r"NaN/Inf appeared in "), "nonfinite"),
+    (re.compile(r"[\d,]+ value\(s\) at or beyond the f16 limit"), "f16_limit"),
+    (re.compile(r"[\d,]+ value\(s\) at the integer type's limits"), "int_limit"),
+    (re.compile(r"ran differently: "), "kernel_difference"),
+    (re.compile(r"in the target model its inputs pass through "), "foreign_inputs"),
+    (re.compile(r"(exact integer result |integer-exact on both sides)"), "exact"),
+)
+
+
+def kind_of_text(text: str) -> str:
+    """The `Cause.kind` of a sentence saved by an older report (schema version 2 or earlier held texts only).
+
+    Examples
+    --------
+    >>> kind_of_text("cancellation: its inputs reach 1.1e+03 but its output only 3.63 (302x smaller), ...")
+    'cancellation'
+    >>> kind_of_text("shapes differ: reference [1, 2], target [2, 1]")
+    'note'
+    """
+    for pattern, kind in _SAVED_KINDS:
+        match = pattern.match(text)
+        if match:
+            return kind or match.group(1)
+    return "note"

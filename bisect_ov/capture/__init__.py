@@ -7,7 +7,7 @@
   `SampledDevice` and `plan_recorded`. Importing this package registers the ``capture:`` device names.
 
 Data flows one way: format <- write, format <- read <- device; none of them imports the orchestration
-modules (`bisect_ov.pipeline.api`, `bisect_ov.engine.session`).
+modules (`bisect_ov.pipeline`, `bisect_ov.engine`).
 """
 
 from bisect_ov.capture.device import RecordedDevice, RecordedPlan, SampledDevice, plan_recorded, sampled_like

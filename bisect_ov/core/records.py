@@ -2,8 +2,10 @@
 
 These are the records the report layer shows and saves: what a side ran with (`DeviceInfo`), the verified
 fix (`Fix`), the shortest delegated range (`Delegation`), one point of the contribution curve
-(`CurvePoint`), the fidelity check (`Fidelity`), the target-against-itself noise floor (`Noise`) and the
-summary of many samples (`SamplesSummary`).
+(`CurvePoint`), the fidelity check (`Fidelity`), the target-against-itself noise floor (`Noise`), the
+summary of many samples (`SamplesSummary`), one reason a node diverged (`Cause`), and the run's settings and
+costs: the tolerance model (`ToleranceInfo`), the resolved options (`RunOptions`), each input fed
+(`InputInfo`) and what each pipeline stage cost (`StageCost`).
 
 Assumptions: this module sits at the bottom of the layering and imports only the standard library, so
 reading a saved report (`bisect_ov.report`) never loads OpenVINO. Records are turned into JSON and back by
@@ -13,9 +15,18 @@ reading a saved report (`bisect_ov.report`) never loads OpenVINO. Records are tu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary",
-           "Step"]
+           "Step", "Cause", "CAUSE_KINDS", "ToleranceInfo", "RunOptions", "InputInfo", "StageCost"]
+
+# What a `Cause` can say. Observations (any role): "nonfinite" (NaN/Inf appeared on the target), "f16_limit",
+# "int_limit" (values at a type's limits), "kernel_difference" (the sides ran different kernels),
+# "foreign_inputs" (a twin's extra ops feed the node), "exact" (an integer-exact result checked), "note" (anything
+# else, as a shape mismatch). Diagnoses (sources and amplifiers): "overflow", "underflow", "cancellation",
+# "long_reduction", "over_tolerance" (none of those: how far over its tolerance it is).
+CAUSE_KINDS = ("nonfinite", "f16_limit", "int_limit", "kernel_difference", "foreign_inputs", "exact", "note",
+               "overflow", "underflow", "cancellation", "long_reduction", "over_tolerance")
 
 
 @dataclass(frozen=True)
@@ -194,3 +205,113 @@ class Step:
     @property
     def diverged(self) -> bool:
         return self.error > self.tolerance
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason a node diverged (or one thing its values show): what code tests (`kind`, one of
+    `CAUSE_KINDS`), the magnitudes behind it (`numbers`, by name: ``input_max``, ``output_max``, ``ratio``,
+    ``limit``, ...) and the sentence a person reads (`text`).
+
+    Examples
+    --------
+    >>> c = Cause("cancellation", "cancellation: its inputs reach 1.1e+03 but ...", {"ratio": 302.0})
+    >>> c.kind == "cancellation", str(c).startswith("cancellation")
+    (True, True)
+    """
+
+    kind: str
+    text: str
+    numbers: dict[str, float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class _ByName:
+    """Read access to a record's fields by name (``report.costs["plain"]["ref_compiles"]``), as the plain dicts
+    of schema version 2 and earlier gave it: code written against them keeps working."""
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in getattr(self, "__dataclass_fields__", {}):
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+
+@dataclass(frozen=True)
+class ToleranceInfo(_ByName):
+    """The tolerance model a run judged nodes by (`bisect_ov.analysis.tolerance.Tolerance`, as values).
+
+    ``value`` set: one fixed threshold. Otherwise ``factor`` x the unit roundoff of ``precision`` x
+    (1 + log2(K)/4) for a node reducing over K values, at least ``floor``; ``per_node`` overrides by node name;
+    a twin's quantized nodes (``quantization``: expected relative error by name) get ``quant_factor`` x that
+    error; a node is a source only if it grows its inherited error by ``min_growth``.
+    """
+
+    precision: str | None = None
+    factor: float = 8.0
+    floor: float = 1e-6
+    value: float | None = None
+    per_node: dict[str, float] = field(default_factory=dict)
+    min_growth: float = 2.0
+    quantization: dict[str, float] = field(default_factory=dict)
+    quant_factor: float = 4.0
+
+
+@dataclass(frozen=True)
+class RunOptions(_ByName):
+    """The options a run resolved to (`bisect_ov.pipeline.options.BisectOptions`, as JSON values): a callable
+    metric by its name, configs as strings, an executor by its name, a path as a string."""
+
+    ref_config: dict[str, str] = field(default_factory=dict)
+    target_config: dict[str, str] = field(default_factory=dict)
+    strategy: str = "auto"
+    metric: str = "rel_l2"
+    tolerance: ToleranceInfo | float | None = None
+    refine: bool = True
+    max_tap_bytes: int | str | None = "auto"
+    budget: str = "default"
+    local: bool = True
+    noise: bool = True
+    impact: int = 3
+    fix: bool = False
+    fix_tolerance: float | None = None
+    delegation: bool = False
+    curve: int = 0
+    sensitivity: bool = False
+    keep: tuple[str, ...] = ()
+    patched_model: str | None = None
+    seed: int = 0
+    executor: str | None = None
+    samples_per_unit: int = 16
+    unit_retries: int = 2
+    classifier_outputs: tuple[str, ...] | None = None
+    prompt_length: int = 16
+    steps: int = 0
+    progress: bool | None = None
+
+
+@dataclass(frozen=True)
+class InputInfo(_ByName):
+    """One input the model was fed: its parameter's name, the array's shape and numpy dtype."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class StageCost(_ByName):
+    """What one pipeline stage cost: wall time, and compiles and inferences on each side while it ran."""
+
+    seconds: float = 0.0
+    ref_compiles: int = 0
+    target_compiles: int = 0
+    ref_infers: int = 0
+    target_infers: int = 0

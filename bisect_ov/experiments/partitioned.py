@@ -30,7 +30,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.core.records import CurvePoint, Delegation, Fix, LayerSensitivity
+from bisect_ov.core.records import Cause, CurvePoint, Delegation, Fix, LayerSensitivity
 from bisect_ov.engine.engine import Engine
 from bisect_ov.model.partition import extract, segments
 from bisect_ov.model.taps import Tap
@@ -249,7 +249,7 @@ class Findings:
 
 
 def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],
-                     local: Mapping[str, float], tolerance_of: Mapping[str, float], causes: Mapping[str, Sequence[str]],
+                     local: Mapping[str, float], tolerance_of: Mapping[str, float], causes: Mapping[str, Sequence[Cause]],
                      delegation: Delegation | None) -> list[tuple[str, ...]]:
     """Units to try keeping on the reference, most promising first.
 
@@ -266,7 +266,7 @@ def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units:
 
     for key in first:
         add(key)
-        if any(c.startswith("cancellation") for c in causes.get(key, ())):
+        if any(c.kind == "cancellation" for c in causes.get(key, ())):
             for producer, _ in graph.data_inputs(key):
                 add(producer)
     if delegation is not None and delegation.end is not None:

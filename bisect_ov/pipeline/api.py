@@ -146,7 +146,7 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
             plain = plain_run(opened)
         with clock.stage("generate"):
             generation, plain = generate(opened, plain)
-        with clock.stage("capture"):
+        with clock.stage("measure"):
             measurement = measure(opened, plain)
         with clock.stage("score"):
             scored = score(opened, plain, measurement)

@@ -1,8 +1,10 @@
 """The last stage of a `bisect()` run: from the stages' records to a `Report`.
 
-Builds one `NodeResult` per measured node (error, inherited error, role, local error, impact, diagnosis,
-what each side ran it with), ranks culprits with measured impact first, writes the run's notes, keeps the
-tensors the user asked for and saves the patched model of a fix. Reads the examined sample's `Engine`; changes nothing in it.
+Builds one `NodeResult` per measured node (error, inherited error, role, local error, impact, diagnosis as
+`Cause` records, what each side ran it with), ranks culprits with measured impact first, records the run's
+settings and costs as typed records (`ToleranceInfo`, `RunOptions`, `InputInfo`, `StageCost`), writes the run's
+notes, keeps the tensors the user asked for and saves the patched model of a fix. Reads the examined sample's
+`Engine`; changes nothing in it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import openvino as ov
 
 from bisect_ov.analysis.diagnosis import diagnose, observations
 from bisect_ov.analysis.spread import Distribution
+from bisect_ov.core import codec
+from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.local import LOCAL_SHARE
 from bisect_ov.experiments.partitioned import Findings, patch_model
@@ -26,7 +30,7 @@ from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.records import Measurement, Opened, Plain, Scored
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
 
-__all__ = ["assemble", "run_notes", "rank_by_impact"]
+__all__ = ["assemble", "run_notes", "rank_by_impact", "record_of"]
 
 
 def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored, findings: Findings,
@@ -50,13 +54,14 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
     twin = opened.target_model is not None
     report = Report(
         model=model_label(model_source), ref=ref_info, target=target_info, nodes=nodes,
-        outputs=scored.outputs, metric=options.metric_name, tolerance=plain.tolerance.to_dict(),
+        outputs=scored.outputs, metric=options.metric_name, tolerance=record_of(ToleranceInfo, plain.tolerance.to_dict()),
         first_keys=scored.scores.first, ranking=ranking, model_hash=session.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
         unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin else {},
-        timings=dict(opened.clock.stages), compiles=session.compiles, costs=opened.clock.snapshot(),
-        options=options.to_dict(), strategy=measurement.strategy,
-        inputs=tuple({"name": p.get_friendly_name(), "shape": list(a.shape), "dtype": str(a.dtype)}
+        timings=dict(opened.clock.stages), compiles=session.compiles,
+        costs={stage: record_of(StageCost, cost) for stage, cost in opened.clock.snapshot().items()},
+        options=record_of(RunOptions, options.to_dict()), strategy=measurement.strategy,
+        inputs=tuple(InputInfo(p.get_friendly_name(), tuple(int(d) for d in a.shape), str(a.dtype))
                      for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
         samples=opened.summary.to_record() if opened.summary is not None else None,
         openvino_version=ov.get_version(),
@@ -69,6 +74,18 @@ def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Sco
         examined_step=generation.examined_step if generation is not None else None,
     )
     return report
+
+
+def record_of(cls: type[Any], values: dict[str, Any]) -> Any:
+    """Record `cls` of the JSON values another tier keeps as a dict (a tolerance, the options, a stage's cost).
+
+    Decoded by the codec, so every value is checked against the record's field; a key the record lacks is a
+    defect of this module (a setting added without its field), not something to drop silently.
+    """
+    unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field for {sorted(unknown)}")
+    return codec.from_dict(cls, codec.encode(values))
 
 
 def _generation_note(generation: Any) -> tuple[str, ...]:
@@ -178,14 +195,18 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
         causes = observations(node_stats)
         differs = kernel_difference(runtime, same_precision)
         if differs and s.role != "ok":
-            causes.append(differs)
+            causes.append(Cause("kernel_difference", differs))
         if session.comparison.twin:
             extra = foreign_inputs(session.match, session.target_graph, target_key)
             if extra:
-                causes.append(f"in the target model its inputs pass through {', '.join(extra[:4])}"
-                              + (f" and {len(extra) - 4} more" if len(extra) > 4 else "") + ", which the model lacks")
+                causes.append(Cause("foreign_inputs", f"in the target model its inputs pass through "
+                                    f"{', '.join(extra[:4])}" + (f" and {len(extra) - 4} more" if len(extra) > 4 else "")
+                                    + ", which the model lacks", {"count": len(extra)}))
         if key in exact:
-            causes.append(exact[key].describe())
+            check = exact[key]
+            causes.append(Cause("exact", check.describe(), {
+                "exact_max": float(check.exact_max), "exact_sample": float(check.exact_sample),
+                "ref_off": float(check.ref_off), "target_off": float(check.target_off)}))
         else:
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.
@@ -199,7 +220,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
             # Only meaningful where a node was handed real error: inputs over its tolerance.
             amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None,
             outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
-            inputs=tuple(k for k, _ in graph.data_inputs(key)), causes=tuple(causes), runtime=runtime,
+            inputs=tuple(k for k, _ in graph.data_inputs(key)), diagnosis=tuple(causes), runtime=runtime,
             group=tuple(m for m in groups.get(key, ()) if m != key),
             over_samples=_over_samples(measurement.spread.get(key), s.tolerance),
         ))

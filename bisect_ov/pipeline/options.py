@@ -49,7 +49,7 @@ def auto_tap_bytes(weight_bytes: int) -> int:
     A plain job holds the weights about twice (the file mapped, the plugin's compiled copy); taps up to half
     of them, held by both sides, keep the default job near 1.5x of its memory, and a model whose tensors
     are larger than that (a long-sequence encoder, a small convolutional net at a high resolution) is
-    measured segment by segment instead (`Session.measure_streamed`).
+    measured segment by segment instead (`bisect_ov.engine.streamed`).
     """
     return max(AUTO_MIN_TAP_BYTES, int(weight_bytes) // 2)
 
@@ -408,7 +408,7 @@ class BisectOptions:
                                    noise_runs=self.noise and not fast, node_spread=not fast)
         notes: list[str] = []
         if fast:
-            # What the fast budget leaves out; noise is read from the compiles made anyway (see Session.noise).
+            # What the fast budget leaves out; noise is read from the compiles made anyway (see Engine.noise).
             # Without local errors, refining would re-measure every diverged group's members (one more compile
             # per side): the report names fusion groups instead.
             resolved = replace(resolved, local=False, impact=0, refine=False)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bisect_ov.analysis.diagnosis import diagnose
+from bisect_ov.analysis.diagnosis import Cause, diagnose
 from bisect_ov.analysis.exactness import exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.names import pattern
@@ -385,7 +385,7 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
 
 
 # ----- helpers shared by the stages -------------------------------------------------------------------------
-def first_causes(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Scores, key: str) -> list[str]:
+def first_causes(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Scores, key: str) -> list[Cause]:
     """The diagnosis of one scored node from its own and its inputs' statistics (precision-agnostic)."""
     node, s = graph[key], scores.nodes[key]
     taps = [t for t in stats if t.key == key]

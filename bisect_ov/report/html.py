@@ -1,11 +1,14 @@
-"""A `Report` as one standalone HTML page: no network, no scripts, plots embedded as PNG ``data:`` URIs.
+"""A `Report` as HTML: one standalone page (no network, no scripts, plots embedded as PNG ``data:`` URIs), and
+the same markup as a fragment for Jupyter (`render_fragment`, what ``Report._repr_html_`` shows).
 
 The first screen answers "where does it start, how bad, why": a verdict box (the first divergence(s) with their
 error against tolerance, inherited error, growth and causes; the final output's error; what each side ran with;
 the fidelity check and any warnings), then the ranked culprit table. Below come the error-along-depth plot and the
 graph around the first divergence (when matplotlib is installed), the final outputs, unmatched nodes and the run's
-facts. The sentences are the terminal report's (`bisect_ov.report.text.verdict_lines`, `culprit_rows`), so the
-two never disagree.
+facts. Both format the report's view (`bisect_ov.report.view`), as the terminal page does: the sentences and
+numbers are the view's records, so the renderings never disagree, and none reads another's output. The Jupyter
+fragment is the page's body without the plots (``report.plot_errors()`` draws them in the notebook) and without
+the document around it; its style is scoped to the report's root element (`bisect_ov.report.style`).
 
 Every string that comes from the model or the run (node and tensor names, op types, device names, notes, the
 model label) is escaped with `html.escape`: a node called ``<script>`` shows as text.
@@ -21,15 +24,16 @@ import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
 from bisect_ov.core.fileio import write_text_atomic
-from bisect_ov.report.text import COLUMNS, culprit_rows, experiment_lines, fmt, fmt_growth, kept_columns, samples_over, verdict_lines
+from bisect_ov.report.numbers import fmt, fmt_growth
+from bisect_ov.report.style import PAGE_STYLE, ROOT, style
+from bisect_ov.report.view import FirstDivergence, Side, View, view
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from bisect_ov.core.records import DeviceInfo
     from bisect_ov.report.report import NodeResult, Report
 
-__all__ = ["render_page", "save_html"]
+__all__ = ["render_page", "render_fragment", "save_html"]
 
 _VISIBLE_ROWS = 10
 
@@ -39,85 +43,6 @@ def e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-_CSS = """
-:root { --source: #c62828; --amplifier: #ef6c00; --inherits: #757575; --ok: #2e7d32; --ink: #1f2328;
-        --muted: #5f6b76; --line: #d8dee4; --bg-soft: #f6f8fa; }
-* { box-sizing: border-box; }
-body { margin: 0; background: #ffffff; color: var(--ink);
-       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-main { max-width: 1240px; margin: 0 auto; padding: 18px 24px 40px; }
-code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
-              font-size: 0.93em; }
-header { display: flex; align-items: baseline; flex-wrap: wrap; gap: 4px 16px; margin-bottom: 12px; }
-header h1 { font-size: 20px; margin: 0; font-weight: 600; word-break: break-all; }
-header .sub { color: var(--muted); }
-h2 { font-size: 16px; margin: 26px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
-h2 small { color: var(--muted); font-weight: normal; font-size: 13px; }
-
-/* verdict */
-.verdict { border: 1px solid var(--line); border-left: 6px solid var(--ok); border-radius: 6px;
-           background: #f3faf4; padding: 12px 16px; }
-.verdict.diverges { border-left-color: var(--source); background: #fdf3f2; }
-.headline { font-size: 17px; font-weight: 600; margin-bottom: 8px; }
-.pill { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 12px;
-        font-weight: 600; letter-spacing: 0.02em; vertical-align: 1px; white-space: nowrap; }
-.pill.big { font-size: 14px; padding: 2px 10px; margin-right: 6px; }
-.pill.source { background: var(--source); } .pill.amplifier { background: var(--amplifier); }
-.pill.inherits { background: var(--inherits); } .pill.ok { background: var(--ok); }
-.pill.emulated { background: #6a1b9a; } .pill.first { background: #fff; color: var(--source);
-        border: 1px solid var(--source); }
-.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 6px 0 10px; }
-.card { flex: 1 1 340px; max-width: 600px; background: #fff; border: 1px solid var(--line);
-        border-top: 4px solid var(--source); border-radius: 6px; padding: 8px 12px; }
-.card.amplifier { border-top-color: var(--amplifier); }
-.card .name { font-size: 15px; font-weight: 600; word-break: break-all; }
-.card .op { color: var(--muted); font-size: 13px; margin-bottom: 6px; }
-.metrics { display: grid; grid-template-columns: repeat(4, minmax(0, max-content)); gap: 4px 26px; margin: 0; }
-.metrics div { min-width: 0; }
-.metrics dt { color: var(--muted); font-size: 12px; }
-.metrics dd { margin: 0; font-weight: 600; font-variant-numeric: tabular-nums; }
-.metrics dd.bad { color: var(--source); }
-.metrics dd small { font-weight: normal; color: var(--muted); }
-.causes { margin-top: 6px; font-size: 13px; }
-.facts { margin: 6px 0 0; padding: 0; list-style: none; }
-.facts li { margin: 2px 0; }
-.sides { display: flex; flex-wrap: wrap; gap: 4px 24px; margin-top: 8px; padding-top: 8px;
-         border-top: 1px dashed var(--line); font-size: 13px; }
-.sides b { font-weight: 600; }
-.warn { margin-top: 8px; padding: 6px 10px; border-radius: 4px; background: #fff4e5; border: 1px solid #ffcc80;
-        color: #5d4037; font-size: 13px; }
-.small { font-size: 12px; color: var(--muted); }
-.okline { margin-top: 6px; color: var(--muted); font-size: 13px; }
-
-/* tables */
-table { border-collapse: collapse; width: 100%; font-size: 13px; font-variant-numeric: tabular-nums; }
-th, td { padding: 4px 8px; border-bottom: 1px solid #eaeef2; text-align: right; vertical-align: top; }
-th { background: var(--bg-soft); color: var(--muted); font-weight: 600; position: sticky; top: 0; }
-td.l, th.l { text-align: left; }
-td:not(.l) { white-space: nowrap; }  /* a figure never breaks inside (5.0e-\n01) */
-td.node { word-break: break-all; min-width: 140px; }
-td.small { font-size: 12px; color: var(--muted); }
-tr.first td { font-weight: 600; }
-tr.first td:first-child { box-shadow: inset 4px 0 0 var(--source); }
-tr.role-source td.role { color: var(--source); font-weight: 600; }
-tr.role-amplifier td.role { color: var(--amplifier); font-weight: 600; }
-tr.role-inherits td.role { color: var(--inherits); }
-td.over { color: var(--source); }
-details { margin-top: 6px; }
-details.fused { margin-top: 2px; font-size: 12px; color: var(--muted); }
-details.fused summary { padding: 0; }
-details summary { cursor: pointer; color: #0b57d0; padding: 4px 0; }
-.note { color: var(--muted); font-size: 13px; margin: 6px 0; }
-figure { margin: 8px 0; }
-figure.graph img { max-width: 720px; }
-figure img { max-width: 100%; height: auto; border: 1px solid #eaeef2; border-radius: 4px; }
-figcaption { color: var(--muted); font-size: 12.5px; }
-.chips code { display: inline-block; background: var(--bg-soft); border: 1px solid #eaeef2; border-radius: 4px;
-              padding: 0 5px; margin: 2px 4px 2px 0; word-break: break-all; }
-.kv { display: grid; grid-template-columns: max-content 1fr; gap: 3px 16px; font-size: 13px; }
-.kv dt { color: var(--muted); } .kv dd { margin: 0; word-break: break-word; }
-footer { margin-top: 30px; color: var(--muted); font-size: 12px; }
-"""
 
 
 def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
@@ -138,27 +63,35 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
     str
         The HTML document.
     """
-    title = f"bisect_ov: {report.model}" + (f" vs {report.target_model}" if report.target_model else "")
-    parts = [
+    v = view(report)
+    from bisect_ov import __version__
+
+    footer = (f"<footer>Written by bisect_ov {e(__version__)}; schema version {e(report.schema_version)}. "
+              "The JSON report (<code>report.save(path)</code>) holds every number on this page.</footer>")
+    return "\n".join([
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{e(title)} | {e(report.ref.label)} \u2192 {e(report.target.label)}</title>",
-        f"<style>{_CSS}</style></head><body><main>",
-        _header(report, title),
-        _verdict(report),
-        _culprits(report, top),
-        _experiments(report),
-    ]
-    if plots:
-        parts.append(_plots(report))
-    parts += [_outputs(report), _unmatched(report), _run_facts(report)]
-    from bisect_ov import __version__
+        f"<title>{e(v.title)} | {e(report.ref.label)} \u2192 {e(report.target.label)}</title>",
+        f"<style>{PAGE_STYLE}\n{style()}</style></head><body>",
+        f'<main class="{ROOT} page">', *_sections(v, top, plots), footer, "</main></body></html>",
+    ])
 
-    parts.append(f"<footer>Written by bisect_ov {e(__version__)}; schema version {e(report.schema_version)}. "
-                 "The JSON report (<code>report.save(path)</code>) holds every number on this page.</footer>")
-    parts.append("</main></body></html>")
-    return "\n".join(p for p in parts if p)
+
+def render_fragment(report: "Report", *, top: int = 25) -> str:
+    """The page's body as an HTML fragment for Jupyter (``Report._repr_html_``): the same sections but the
+    plots, which the notebook draws itself (``report.plot_errors()``), under a style scoped to the fragment."""
+    return "\n".join([f'<div class="{ROOT} compact"><style>{style()}</style>', *_sections(view(report), top, False),
+                      "</div>"])
+
+
+def _sections(v: View, top: int, plots: bool) -> list[str]:
+    """The report's sections, in order: header, verdict, culprits, experiments, plots, outputs, unmatched, run."""
+    parts = [_header(v), _verdict(v), _culprits(v, top), _experiments(v)]
+    if plots:
+        parts.append(_plots(v.report))
+    parts += [_outputs(v.report), _unmatched(v.report), _run_facts(v)]
+    return [p for p in parts if p]
 
 
 def save_html(report: "Report", path: str | os.PathLike, **kw: Any) -> pathlib.Path:
@@ -168,53 +101,38 @@ def save_html(report: "Report", path: str | os.PathLike, **kw: Any) -> pathlib.P
 
 # ----- sections ---------------------------------------------------------------------------------------------------
 
-def _header(report: "Report", title: str) -> str:
+def _header(v: View) -> str:
+    report = v.report
     sub = (f"{e(report.ref.label)} \u2192 {e(report.target.label)} \u00b7 {len(report.nodes)} nodes compared "
            f"\u00b7 error = {e(report.metric)}")
-    return f'<header><h1>{e(title)}</h1><div class="sub">{sub}</div></header>'
+    return f'<header><h1>{e(v.title)}</h1><div class="sub">{sub}</div></header>'
 
 
-def _verdict(report: "Report") -> str:
-    lines = verdict_lines(report)
-    firsts = list(report.first_divergences)
-    out = [f'<section class="verdict{" diverges" if report.diverges else ""}" aria-label="verdict">']
-    head = lines[0] if lines else ""
-    head = head[len("Verdict: "):] if head.startswith("Verdict: ") else head
-    if report.diverges:
-        for prefix in ("DIVERGES. ", "DIVERGES, "):
-            if head.startswith(prefix):
-                head = head[len(prefix):]
-                head = head[:1].upper() + head[1:]
-        badge = '<span class="pill big source">DIVERGES</span>'
-    else:
-        badge = '<span class="pill big ok">NO DIVERGENCE</span>'
-        for prefix in ("no divergence. ", "No divergence. "):
-            if head.startswith(prefix):
-                head = head[len(prefix):]
-    out.append(f'<div class="headline">{badge}{e(head)}</div>')
-
-    if firsts:
+def _verdict(v: View) -> str:
+    verdict, report = v.verdict, v.report
+    out = [f'<section class="verdict{" diverges" if verdict.diverges else ""}" aria-label="verdict">']
+    badge = ('<span class="pill big source">DIVERGES</span>' if verdict.diverges
+             else '<span class="pill big ok">NO DIVERGENCE</span>')
+    out.append(f'<div class="headline">{badge}{e(verdict.headline)}</div>')
+    if verdict.first:
         out.append('<div class="cards">')
-        out += [_card(n) for n in firsts[:3]]
+        out += [_card(f) for f in verdict.first]
         out.append("</div>")
-        if len(firsts) > 3:
-            more = ", ".join(f"<code>{e(n.name)}</code>" for n in firsts[3:])
+        if verdict.more_first:
+            more = ", ".join(f"<code>{e(n.name)}</code>" for n in verdict.more_first)
             out.append(f'<div class="note">Also starting independently: {more}.</div>')
-    # The remaining sentences of the terminal verdict; the per-node lines are the cards above.
-    rest = [ln for ln in lines[1:] if not (firsts and ln.startswith("  "))]
-    if rest:
-        out.append('<ul class="facts">' + "".join(f"<li>{e(ln.strip())}</li>" for ln in rest) + "</ul>")
-    out.append('<div class="sides">' + "".join(_side(role, info) for role, info in
-                                               (("Reference", report.ref), ("Target", report.target))) + "</div>")
+    if verdict.facts:
+        out.append('<ul class="facts">' + "".join(f"<li>{e(f.text)}</li>" for f in verdict.facts) + "</ul>")
+    out.append('<div class="sides">' + "".join(_side(s) for s in v.sides) + "</div>")
     out.append(_fidelity(report))
     out += [f'<div class="warn">\u26a0 {e(note)}</div>' for note in report.notes]
     out.append("</section>")
     return "\n".join(o for o in out if o)
 
 
-def _card(n: "NodeResult") -> str:
+def _card(first: FirstDivergence) -> str:
+    n, ratio = first.node, first.ratio
     role = n.role if n.role in ("source", "amplifier") else "source"
-    ratio = n.error / n.tolerance if n.tolerance and math.isfinite(n.error) else math.inf
     over = f"error is {ratio:.3g}\u00d7 it" if math.isfinite(ratio) else "error is non-finite"
     shape = ", ".join("x".join(str(d) for d in s.shape) + f" {s.dtype}" for s in n.outputs if s.shape is not None)
     metrics = [
@@ -223,16 +141,14 @@ def _card(n: "NodeResult") -> str:
         ("its inputs carry", e(fmt(n.input_error)), ""),
         ("growth", e(fmt_growth(n.growth)), "bad" if n.growth >= 2 else ""),
     ]
-    counts = samples_over(n)
-    if counts is not None:
-        spread = n.over_samples
-        metrics.append(("over tolerance on", f"{counts[0]} of {counts[1]} samples <small>p90 "
-                        f"{e(fmt(spread['p90']))}, max {e(fmt(spread['max']))} (#{int(spread['worst_sample'])})"
-                        "</small>", "bad" if counts[0] else ""))
+    s = first.samples
+    if s is not None:
+        metrics.append(("over tolerance on", f"{s.over} of {s.count} samples <small>p90 {e(fmt(s.p90))}, max "
+                        f"{e(fmt(s.max))} (#{s.worst_sample})</small>", "bad" if s.over else ""))
     dl = "".join(f'<div><dt>{e(k)}</dt><dd class="{cls}">{v}</dd></div>' for k, v, cls in metrics)
     causes = ""
-    if n.causes:
-        causes = '<div class="causes"><b>Why:</b> ' + "; ".join(e(c) for c in n.causes) + "</div>"
+    if first.causes:
+        causes = '<div class="causes"><b>Why:</b> ' + "; ".join(e(c.text) for c in first.causes) + "</div>"
     ran_line = _ran_line(n)
     group = [str(g) for g in getattr(n, "group", ()) or () if g != n.name]
     if group:
@@ -274,16 +190,16 @@ def _ran_line(n: "NodeResult") -> str:
     return line
 
 
-def _side(role: str, info: "DeviceInfo") -> str:
-    text = f"<span><b>{e(role)}:</b> <code>{e(info.name)}</code> ran <b>{e(info.precision)}</b>"
-    if info.requested_precision and info.requested_precision != info.precision:
-        text += f" (asked for {e(info.requested_precision)})"
-    if info.emulated:
+def _side(s: Side) -> str:
+    text = f"<span><b>{e(s.title)}:</b> <code>{e(s.device)}</code> ran <b>{e(s.precision)}</b>"
+    if s.substituted:
+        text += f" (asked for {e(s.substituted)})"
+    if s.emulated:
         text += ' <span class="pill emulated">emulated</span>'
-    if info.full_name:
-        text += f" on {e(info.full_name)}"
-    if info.note:
-        text += f' <span class="small">[{e(info.note)}]</span>'
+    if s.hardware:
+        text += f" on {e(s.hardware)}"
+    if s.note:
+        text += f' <span class="small">[{e(s.note)}]</span>'
     return text + "</span>"
 
 
@@ -309,39 +225,33 @@ def _num(x: Any) -> str:
     return fmt(x) if isinstance(x, float) else str(x)
 
 
-def _culprits(report: "Report", top: int) -> str:
-    culprits = report.culprits[: max(0, top)]
-    rows = culprit_rows(report, len(culprits))
-    if not rows:
+def _culprits(v: View, top: int) -> str:
+    table = v.table(top)
+    if not table.rows:
         return '<h2>Culprits</h2><p class="note">None: every compared node is within its tolerance.</p>'
-    keep = kept_columns(COLUMNS, rows)
-    header = [COLUMNS[i] for i in keep]
     left = {"node", "op", "role", "shape", "target ran"}
-    head = "".join(f'<th class="{"l" if h in left else ""}">{e(h)}</th>' for h in header)
+    classes = {"node": "l node mono", "op": "l", "role": "l role", "shape": "l small", "target ran": "l small",
+               "nan/inf": "small"}
+    head = "".join(f'<th class="{"l" if h in left else ""}">{e(h)}</th>' for h in table.columns)
 
     def tr(n: "NodeResult", row: tuple[str, ...]) -> str:
         cells = []
-        for i in keep:
-            h, v = COLUMNS[i], row[i]
-            cls = {"node": "l node mono", "op": "l", "role": "l role", "shape": "l small", "target ran": "l small",
-                   "nan/inf": "small"}.get(h, "")
-            if h == "error" and n.error > n.tolerance:
-                cls += " over"
-            cells.append(f'<td class="{cls.strip()}">{e(v)}</td>')
-        classes = f"role-{e(n.role)}" + (" first" if n.first else "")
-        return f'<tr class="{classes}">' + "".join(cells) + "</tr>"
+        for h, value in zip(table.columns, row):
+            cls = classes.get(h, "") + (" over" if h == "error" and n.error > n.tolerance else "")
+            cells.append(f'<td class="{cls.strip()}">{e(value)}</td>')
+        return f'<tr class="role-{e(n.role)}{" first" if n.first else ""}">' + "".join(cells) + "</tr>"
 
-    body = [tr(n, r) for n, r in zip(culprits, rows)]
+    body = [tr(r.node, cells) for r, cells in zip(table.rows, table.cells())]
     shown = min(len(body), _VISIBLE_ROWS)
-    out = [f"<h2>Culprits <small>ranked; top {len(body)} of {len(report.ranking)}; * = first divergence; "
-           f"error = {e(report.metric)}, inputs = largest error among the tensors it reads</small></h2>"]
+    out = [f"<h2>Culprits <small>ranked; top {len(body)} of {table.total}; * = first divergence; "
+           f"error = {e(v.report.metric)}, inputs = largest error among the tensors it reads</small></h2>"]
     out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body[:shown])}</tbody></table>")
     if len(body) > shown:
         out.append(f"<details><summary>{len(body) - shown} more culprits (ranks {shown + 1}\u2013{len(body)})"
                    f"</summary><table><thead><tr>{head}</tr></thead><tbody>{''.join(body[shown:])}</tbody></table>"
                    "</details>")
-    if len(report.ranking) > len(body):
-        out.append(f'<p class="note">{len(report.ranking) - len(body)} more diverged nodes are not listed here '
+    if table.total > len(body):
+        out.append(f'<p class="note">{table.total - len(body)} more diverged nodes are not listed here '
                    "(raise <code>top</code>, or read them from the JSON report).</p>")
     out.append('<p class="note">Roles: <span class="pill source">source</span> error starts here \u00b7 '
                '<span class="pill amplifier">amplifier</span> multiplies error it was given \u00b7 '
@@ -350,9 +260,9 @@ def _culprits(report: "Report", top: int) -> str:
     return "\n".join(out)
 
 
-def _experiments(report: "Report") -> str:
+def _experiments(v: View) -> str:
     """The fix, the delegation range, the curve, the samples, kernel differences and noise, as in the text."""
-    lines = [line for line in experiment_lines(report) if line.strip()]
+    lines = [line for block in v.experiments for line in block.lines if line.strip()]
     if not lines:
         return ""
     items = "".join(f"<li>{e(line)}</li>" for line in lines)
@@ -434,18 +344,20 @@ def _unmatched(report: "Report") -> str:
     return "\n".join(out)
 
 
-def _run_facts(report: "Report") -> str:
+def _run_facts(v: View) -> str:
+    report = v.report
     out = ["<h2>Run</h2>"]
     head = ("side", "device", "ran", "asked", "hardware", "config", "precision of runtime ops", "note")
     rows = []
-    for role, info in (("reference", report.ref), ("target", report.target)):
-        config = ", ".join(f"{k}={v}" for k, v in (info.config or {}).items()) or "-"
-        counts = ", ".join(f"{k} {v}" for k, v in (info.precision_counts or {}).items()) or "-"
-        ran = e(info.precision) + (' <span class="pill emulated">emulated</span>' if info.emulated else "")
-        rows.append(f'<tr><td class="l">{e(role)}</td><td class="l mono">{e(info.name)}</td><td class="l">{ran}</td>'
-                    f'<td class="l">{e(info.requested_precision or "-")}</td><td class="l">{e(info.full_name or "-")}'
+    for s in v.sides:
+        config = ", ".join(f"{k}={val}" for k, val in s.config) or "-"
+        counts = ", ".join(f"{k} {n}" for k, n in s.kernels) or "-"
+        ran = e(s.precision) + (' <span class="pill emulated">emulated</span>' if s.emulated else "")
+        asked = s.requested or "-"
+        rows.append(f'<tr><td class="l">{e(s.title.lower())}</td><td class="l mono">{e(s.device)}</td>'
+                    f'<td class="l">{ran}</td><td class="l">{e(asked)}</td><td class="l">{e(s.hardware or "-")}'
                     f'</td><td class="l small mono">{e(config)}</td><td class="l small">{e(counts)}</td>'
-                    f'<td class="l small">{e(info.note or "-")}</td></tr>')
+                    f'<td class="l small">{e(s.note or "-")}</td></tr>')
     ths = "".join(f'<th class="l">{e(h)}</th>' for h in head)
     out.append(f"<table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
@@ -455,49 +367,31 @@ def _run_facts(report: "Report") -> str:
     if report.model_hash:
         facts.append(("model hash", f"<code>{e(report.model_hash)}</code>"))
     facts.append(("metric", e(report.metric)))
-    if getattr(report, "strategy", None):
+    if report.strategy:
         facts.append(("strategy", e(report.strategy)))
-    facts.append(("tolerance", e(_tolerance_text(report.tolerance))))
+    facts.append(("tolerance", e(v.tolerance.text)))
+    if v.coverage is not None:
+        facts.append(("coverage", e(v.coverage.value)))
     if report.inputs:
-        facts.append(("inputs", _join(f"<code>{e(i.get('name', '?'))}</code> {e(_shape(i.get('shape')))} "
-                                      f"{e(i.get('dtype', ''))}" for i in report.inputs)))
-    if report.timings:
-        total = sum(v for v in report.timings.values() if isinstance(v, (int, float)))
-        facts.append(("timings", e(", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())
-                                   + f" (sum {total:.2f}s)")))
-    if report.compiles:
-        facts.append(("compiles", e(", ".join(f"{k} {v}" for k, v in report.compiles.items()))))
+        facts.append(("inputs", _join(f"<code>{e(i.name)}</code> {e('x'.join(str(d) for d in i.shape))} {e(i.dtype)}"
+                                      for i in report.inputs)))
+    timings, compiles, costs = v.fact("timings"), v.fact("compiles"), v.fact("costs")
+    if timings is not None:
+        total = sum(report.timings.values())
+        facts.append(("timings", e(f"{timings.value} (sum {total:.2f}s)")))
+    if compiles is not None:
+        facts.append(("compiles", e(compiles.value)))
+    if costs is not None:
+        facts.append(("cost per stage", e(costs.value)))
     if report.fidelity is not None:
         f = report.fidelity
-        values = {"plain_error": f.plain_error, "tapped_error": f.tapped_error, "ratio": f.ratio}
-        shown = [f"{k} {_num(v) if k == 'ratio' else fmt(v) if isinstance(v, float) else v}" for k, v in values.items()]
-        facts.append(("fidelity", e(", ".join(shown))))
+        facts.append(("fidelity", e(f"plain_error {fmt(f.plain_error)}, tapped_error {fmt(f.tapped_error)}, "
+                                    f"ratio {_num(f.ratio)}")))
     if report.openvino_version:
         facts.append(("OpenVINO", e(report.openvino_version)))
-    out.append('<dl class="kv">' + "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>")
+    out.append('<dl class="kv">' + "".join(f"<dt>{e(k)}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     return "\n".join(out)
 
 
 def _join(parts: Iterable[str]) -> str:
     return "; ".join(parts)
-
-
-def _shape(shape: Any) -> str:
-    if isinstance(shape, (list, tuple)):
-        return "x".join(str(d) for d in shape)
-    return str(shape) if shape is not None else ""
-
-
-def _tolerance_text(t: dict[str, Any]) -> str:
-    if not t:
-        return "-"
-    if t.get("value") is not None:
-        text = f"fixed {t['value']}"
-    else:
-        text = (f"{t.get('factor')} \u00d7 unit roundoff of {t.get('precision')} \u00d7 (1 + log2(K)/4), "
-                f"floor {t.get('floor')}")
-    if t.get("per_node"):
-        text += f"; {len(t['per_node'])} per-node override(s)"
-    if t.get("min_growth") is not None:
-        text += f"; a source needs growth \u2265 {t['min_growth']}"
-    return text

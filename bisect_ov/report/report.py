@@ -5,11 +5,13 @@ divergence(s) and the culprit ranking, what each side ran with (`DeviceInfo`), t
 (`Fix`, `Delegation`, `CurvePoint`, `Fidelity`, `Noise`, `SamplesSummary` from `bisect_ov.core.records`), timings
 and settings. `to_dict`/`from_dict` round-trip exactly through `bisect_ov.core.codec`, driven by the fields;
 `save`/`load` write JSON with a ``schema_version``. Non-finite floats are written as the strings ``"inf"``,
-``"-inf"`` and ``"nan"`` so that any JSON reader takes the file.
+``"-inf"`` and ``"nan"`` so that any JSON reader takes the file. The run's settings and costs are records too
+(`ToleranceInfo`, `RunOptions`, `InputInfo`, `StageCost`), and so is each reason a node diverged (`Cause`, in
+`NodeResult.diagnosis`; `NodeResult.causes` gives their sentences).
 
 Assumptions: nothing here imports OpenVINO, so reading a saved report needs numpy only. Tensors kept with
-``bisect(..., keep=[...])`` are passed at construction and never saved. Schema version 1 (before the typed
-records) is read by `_upgrade`.
+``bisect(..., keep=[...])`` are passed at construction and never saved. Older schema versions are brought to
+this one by `bisect_ov.report.upgrade` before decoding.
 """
 
 from __future__ import annotations
@@ -28,20 +30,24 @@ from bisect_ov.core import codec
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.fileio import write_text_atomic
 from bisect_ov.core.records import (
+    Cause,
     CurvePoint,
     Delegation,
     DeviceInfo,
     Fidelity,
     Fix,
+    InputInfo,
     LayerSensitivity,
     Noise,
+    RunOptions,
     SamplesSummary,
+    StageCost,
     Step,
+    ToleranceInfo,
 )
+from bisect_ov.report.upgrade import SCHEMA_VERSION, upgrade
 
 __all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
-
-SCHEMA_VERSION = 2  # 2: typed records (fix, delegation, curve, fidelity, noise, samples), null when not run
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,11 @@ class NodeResult:
     ``error`` is the node's output error under the report's metric (the worst of its outputs),
     ``input_error`` the largest error among the tensors it reads, ``growth`` their ratio (see
     `bisect_ov.analysis.scoring`), ``role`` one of source / amplifier / inherits / absorbed / ok (absorbed:
-    over its tolerance, but the network takes the error out again before the final outputs).
+    over its tolerance, but the network takes the error out again before the final outputs). ``diagnosis``
+    holds why, as `Cause` records (test their ``kind``); ``causes`` gives their sentences.
     """
+
+    JSON_PROPERTIES = ("causes",)  # the sentences, for readers of the JSON; ignored when reading
 
     name: str
     key: str
@@ -68,7 +77,7 @@ class NodeResult:
     outputs: tuple[TensorStats, ...] = ()
     tensor_names: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()
-    causes: tuple[str, ...] = ()
+    diagnosis: tuple[Cause, ...] = ()
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
     group: tuple[str, ...] = ()  # nodes measured only through this one (fused with it, or folded in)
     local_error: float | None = None  # run alone on the target, fed the reference's inputs
@@ -79,6 +88,11 @@ class NodeResult:
     @property
     def diverged(self) -> bool:
         return self.role not in ("ok", "absorbed")
+
+    @property
+    def causes(self) -> tuple[str, ...]:
+        """The sentences of `diagnosis`, as a person reads them."""
+        return tuple(c.text for c in self.diagnosis)
 
     @property
     def label(self) -> str:
@@ -154,7 +168,7 @@ class Report:
     nodes: tuple[NodeResult, ...]
     outputs: tuple[OutputResult, ...]
     metric: str
-    tolerance: dict[str, Any]
+    tolerance: ToleranceInfo
     first_keys: tuple[str, ...] = field(default=(), metadata={"json": "first_divergence"})
     ranking: tuple[str, ...] = ()
     model_hash: str = ""
@@ -162,12 +176,13 @@ class Report:
     unmatched: dict[str, list[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     compiles: dict[str, int] = field(default_factory=dict)
-    # Per pipeline stage: seconds, and compiles and inferences on each side.
-    costs: dict[str, dict[str, float]] = field(default_factory=dict)
-    # The options the run resolved to (what could not run was switched off; see the notes).
-    options: dict[str, Any] = field(default_factory=dict)
+    # Per pipeline stage (open, plain, measure, score, experiments, ...), in the order they ran.
+    costs: dict[str, StageCost] = field(default_factory=dict)
+    # The options the run resolved to (what could not run was switched off; see the notes); None in reports
+    # saved before the options were recorded.
+    options: RunOptions | None = None
     strategy: str = "full"
-    inputs: tuple[dict[str, Any], ...] = ()
+    inputs: tuple[InputInfo, ...] = ()
     openvino_version: str = ""
     notes: tuple[str, ...] = ()
     fidelity: Fidelity | None = None
@@ -313,9 +328,9 @@ class Report:
         return render_text(self, top=top, width=width)
 
     def _repr_html_(self) -> str:
-        from bisect_ov.report.text import render_html
+        from bisect_ov.report.html import render_fragment
 
-        return render_html(self)
+        return render_fragment(self)
 
     def save_html(self, path: str | os.PathLike, **kwargs: Any) -> pathlib.Path:
         """Write a standalone HTML page (one file, no network, plots embedded when matplotlib is installed)."""
@@ -417,8 +432,7 @@ class Report:
                 f"Report schema version {version} is not supported by this bisect_ov (reads up to {SCHEMA_VERSION}). "
                 "Upgrade bisect_ov to read it."
             )
-        data = _upgrade(dict(d), version)
-        return codec.from_dict(cls, data, where="report")
+        return codec.from_dict(cls, upgrade(d, version), where="report")
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
         """Write the report as JSON (atomically: a temporary file renamed into place; the umask applies).
@@ -489,25 +503,3 @@ def _fmt(x: float) -> str:
         return str(x)
     return f"{x:.2e}"
 
-
-def _upgrade(d: dict[str, Any], version: int) -> dict[str, Any]:
-    """Schema version 1 to the current one: experiments not run were ``{}`` (now null), the samples summary
-    named its top-k fields after k (``top5_misses``), and the fix carried its derived ``solved``."""
-    if version >= 2:
-        return d
-    for key in ("fidelity", "noise", "fix", "delegation", "samples"):
-        if d.get(key) == {}:
-            d[key] = None
-    samples = d.get("samples")
-    if isinstance(samples, dict):
-        samples = dict(samples)
-        for name in list(samples):
-            if name.startswith("top") and name.endswith("_misses") and name != "top1_misses":
-                k = name[3:-len("_misses")]
-                if k.isdigit():
-                    samples["k"] = int(k)
-                    samples["topk_misses"] = samples.pop(name)
-                    samples["topk_missed"] = samples.pop(f"top{k}_missed", [])
-        d["samples"] = samples
-    d["schema_version"] = SCHEMA_VERSION
-    return d

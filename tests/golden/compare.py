@@ -1,5 +1,11 @@
 """Reports as comparable data: a saved report's dict with the timings taken out, the machine facts it depends
-on, and a field-by-field difference of two reports."""
+on, and a field-by-field difference of two reports.
+
+A saved report of an older schema version is compared through the upgrade: both sides are read back with
+`Report.from_dict` (which upgrades the saved one) and normalized again, so that renamed and typed fields
+compare as the current schema writes them. What an older schema did not record is left out of both sides
+(`_NEW_IN`), never guessed.
+"""
 
 from __future__ import annotations
 
@@ -70,8 +76,42 @@ def normalized(report) -> dict[str, Any]:
     return strip(json.loads(json.dumps(report.to_dict())))
 
 
+# Fields a schema version added that a report saved by an older one cannot hold, by that version: schema 3 gave
+# each cause its numbers (the cause's sentence, compared, holds them as written).
+_NEW_IN = {3: (("nodes", "diagnosis", "numbers"),)}
+
+
+def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both normalized reports as the current schema writes them, through `Report.from_dict` (the upgrade)."""
+    from bisect_ov.report.report import Report
+
+    version = saved.get("schema_version")
+    saved, new = (normalized(Report.from_dict(d)) for d in (saved, new))
+    for since, paths in _NEW_IN.items():
+        if isinstance(version, int) and version < since:
+            for path in paths:
+                for d in (saved, new):
+                    _drop(d, path)
+    return saved, new
+
+
+def _drop(value: Any, path: tuple[str, ...]) -> None:
+    """Remove the key at the end of `path` from `value`, walking every item of the lists on the way."""
+    if isinstance(value, list):
+        for item in value:
+            _drop(item, path)
+    elif isinstance(value, dict) and path:
+        if len(path) == 1:
+            value.pop(path[0], None)
+        elif path[0] in value:
+            _drop(value[path[0]], path[1:])
+
+
 def differences(saved: Any, new: Any, path: str = "", *, rtol: float = 1e-5, atol: float = 1e-9) -> list[str]:
-    """Where two normalized reports differ (numbers within `rtol`/`atol` count as equal)."""
+    """Where two normalized reports differ (numbers within `rtol`/`atol` count as equal); whole reports (with
+    a ``schema_version``) are compared through the upgrade (`comparable`)."""
+    if not path and isinstance(saved, dict) and isinstance(new, dict) and "schema_version" in saved:
+        saved, new = comparable(saved, new)
     if isinstance(saved, dict) and isinstance(new, dict):
         out = []
         for key in sorted(set(saved) | set(new)):

@@ -13,6 +13,7 @@ import pytest
 
 from bisect_ov import bisect, inject_fault
 from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.core.records import Cause
 from bisect_ov.report.export import (
     DATAFRAME_COLUMNS,
     ME_COLORS,
@@ -88,8 +89,8 @@ def test_dataframe_text_columns_share_one_dtype_and_lists_are_lists(report):
     n0 = report.nodes[0]
     runtime = {"ref": {"precision": "f32", "kernel": "jit_avx512_f32", "fused": [n0.name, "Multiply_1", "x/relu"]},
                "target": {"precision": "bf16", "kernel": "jit_avx512_bf16", "fused": [n0.name, "x/relu"]}}
-    nodes = (dataclasses.replace(n0, runtime=runtime, causes=("one", "two")),
-             dataclasses.replace(report.nodes[1], runtime={}, causes=()),
+    nodes = (dataclasses.replace(n0, runtime=runtime, diagnosis=(Cause("note", "one"), Cause("note", "two"))),
+             dataclasses.replace(report.nodes[1], runtime={}, diagnosis=()),
              dataclasses.replace(report.nodes[2], runtime={"ref": {"precision": "f32"}}, outputs=()))
     df = to_dataframe(dataclasses.replace(report, nodes=nodes))
     for col in TEXT:  # the same dtype whether the column holds values or only missing ones

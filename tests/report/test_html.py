@@ -16,7 +16,7 @@ import pytest
 from openvino import opset13 as ops
 
 from bisect_ov import bisect, inject_fault
-from bisect_ov.core.records import Fidelity
+from bisect_ov.core.records import Cause, Fidelity
 from bisect_ov.report.html import render_page, save_html
 from bisect_ov.zoo import synthetic
 
@@ -149,7 +149,8 @@ def test_hostile_names_are_escaped(evil_report):
 def test_every_other_report_string_is_escaped(fault_report):
     hostile = '<img src=x onerror="alert(2)">'
     runtime = {"target": {"precision": hostile, "kernel": hostile, "fused": [hostile]}}
-    nodes = tuple(dataclasses.replace(n, op_type=hostile, causes=(hostile,), group=(hostile,), runtime=runtime)
+    nodes = tuple(dataclasses.replace(n, op_type=hostile, diagnosis=(Cause("note", hostile),), group=(hostile,),
+                                      runtime=runtime)
                   if n.first else n for n in fault_report.nodes)
     report = dataclasses.replace(
         fault_report, nodes=nodes, notes=(hostile,), model=hostile, target_model=hostile,

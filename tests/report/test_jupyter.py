@@ -1,7 +1,8 @@
 """A report in Jupyter, as a user sees it: executed in a fresh kernel (nbclient, no ``%matplotlib inline``).
 
-The report's HTML display must hold what ``to_text()`` holds (the run's notes, the fidelity line, unmatched
-nodes, the final outputs, the run's facts), and the figures of ``plot_errors()`` and ``plot_neighbourhood()``
+The report's HTML display is the HTML page's renderer in its compact form and must hold what ``to_text()``
+holds (the run's notes, the verdict, the causes, unmatched nodes, the final outputs, the experiments, the run's
+facts: the records of the report's view), and the figures of ``plot_errors()`` and ``plot_neighbourhood()``
 must show as images, not as ``<Figure size ...>``.
 """
 
@@ -15,7 +16,9 @@ import pathlib
 import pytest
 
 from bisect_ov import Report
-from bisect_ov.report.text import fmt
+from bisect_ov.report.html import render_fragment
+from bisect_ov.report.numbers import fmt
+from bisect_ov.report.view import view
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SAVED = pathlib.Path(__file__).parent / "data" / "report_v1.json"
@@ -63,23 +66,24 @@ def test_the_html_display_holds_what_the_text_holds(tmp_path):
     page = data["text/html"]
     report = _report()
     text = report.to_text(width=100_000)
-    for note in NOTES:
-        assert html.escape(note) in page, note
-    assert "Note: " + html.escape(NOTES[0]) in page
-    assert "Unmatched in target: extra/op, extra/&lt;op2&gt;" in page
-    assert "Fidelity: final-output error" in page and "Timings:" in page and "Compiles:" in page
-    assert "OpenVINO 2026.4.1" in page
-    # every line of prose the terminal shows is in the HTML (tables compared cell by cell below)
-    table = {"Culprits", "Final outputs:", "rank  node"}
-    prose = [line.strip() for line in text.splitlines()[2:]
-             if line.strip() and not line.startswith(" " * 2 + report.outputs[0].name)
-             and not any(line.startswith(t) for t in table) and not line[:1].isdigit() and "  " not in line.strip()]
-    missing = [line for line in prose if html.escape(line) not in page]
+    # The page's renderer, in its compact form: the page's sections without the plots and the document.
+    assert page == render_fragment(report) and page.startswith('<div class="bisect-ov-report compact">')
+    assert "<img" not in page and "<html" not in page
+    v = view(report)
+    # Every sentence and figure of the report's view is in both renderings: both format the same records.
+    both = [*NOTES, "extra/op", "extra/<op2>", *(f.text for f in v.verdict.facts), v.tolerance.text,
+            *(c.text for f in v.verdict.first for c in f.causes), *(f.node.label for f in v.verdict.first),
+            *(line.strip() for b in v.experiments for line in b.lines),
+            *(x for s in v.sides for x in (s.device, s.precision, s.hardware, s.note) if x),
+            *(f.value for f in v.footer if f.value), report.openvino_version.split("-")[0],
+            fmt(report.fidelity.plain_error), fmt(report.fidelity.tapped_error)]
+    assert html.escape(v.verdict.headline) in page and f"Verdict: {v.verdict.text}" in text
+    missing = [s for s in both if html.escape(s) not in page or s not in text]
     assert not missing, missing
     for o in report.outputs:
-        assert f"<td>{html.escape(o.name)}</td><td>{fmt(o.error)}</td>" in page
+        assert f'<td class="l node mono">{html.escape(o.name)}</td><td class="over">{fmt(o.error)}</td>' in page
     for n in report.culprits[:10]:
-        assert f"<td>{html.escape(n.name)}</td>" in page
+        assert f'<td class="l node mono">{html.escape(n.label)}</td>' in page and n.label in text
 
 
 def test_plots_display_as_images_in_a_fresh_kernel(tmp_path):

@@ -14,11 +14,27 @@ import pytest
 
 from bisect_ov.core import codec
 from bisect_ov.core.errors import InputError
-from bisect_ov.core.records import CurvePoint, Delegation, DeviceInfo, Fidelity, Fix, Noise, SamplesSummary
+from bisect_ov.core.records import (
+    Cause,
+    CurvePoint,
+    Delegation,
+    DeviceInfo,
+    Fidelity,
+    Fix,
+    InputInfo,
+    Noise,
+    RunOptions,
+    SamplesSummary,
+    StageCost,
+    ToleranceInfo,
+)
 from bisect_ov.report.report import SCHEMA_VERSION, Report
 
 DATA = pathlib.Path(__file__).parent / "data"
 V1 = DATA / "report_v1.json"  # saved by schema version 1 (records as untyped dicts), with fix, samples, curve
+# Saved by schema version 2 (causes as sentences; tolerance, options, inputs, costs as dicts; the "capture" stage),
+# with fix, delegation and curve.
+V2 = DATA / "report_v2.json"
 
 
 def test_a_schema_1_report_loads_into_typed_records_and_renders_as_before():
@@ -31,9 +47,64 @@ def test_a_schema_1_report_loads_into_typed_records_and_renders_as_before():
     assert isinstance(report.fidelity, Fidelity) and report.fidelity.warning == ""
     s = report.samples
     assert isinstance(s, SamplesSummary) and (s.count, s.k, s.topk_misses, s.top1_flipped) == (2, 5, 0, (0, 1))
-    # The text the schema-1 code rendered from this file, kept beside it.
+    # The text rendered from this file, kept beside it (as the schema-1 code rendered it, but the culprit table
+    # fitted without padding and the tolerance line naming the growth a source needs).
     assert report.to_text(width=120) == (DATA / "report_v1.txt").read_text()
+    assert report.schema_version == SCHEMA_VERSION == 3
+    assert report.tolerance == ToleranceInfo(precision="f16") and report.options is None and report.costs == {}
+    assert report.inputs == (InputInfo("input", (1, 3, 32, 32), "float32"),)
+    sub = report.node("inorm/sub")
+    assert [c.kind for c in sub.diagnosis] == ["cancellation"] and sub.causes[0].startswith("cancellation: its inputs")
+
+
+def test_a_schema_2_report_loads_with_typed_settings_cause_records_and_the_measure_stage():
+    saved = json.loads(V2.read_text())
+    assert saved["schema_version"] == 2 and "capture" in saved["costs"]
+    report = Report.load(V2)
     assert report.schema_version == SCHEMA_VERSION
+    assert list(report.costs) == ["open", "plain", "generate", "measure", "score", "experiments", "assemble"]
+    assert report.costs["measure"] == StageCost(**saved["costs"]["capture"])
+    assert isinstance(report.options, RunOptions) and report.options.fix and report.options.curve == 3
+    assert report.tolerance.precision == "f16" and report.tolerance.min_growth == 2.0
+    assert report.inputs[0].shape == (1, 3, 32, 32)
+    # Read by name too, as code written against the dicts of schema 2 reads them.
+    assert report.costs["measure"]["target_compiles"] == saved["costs"]["capture"]["target_compiles"]
+    assert report.tolerance["precision"] == "f16" and report.options["fix"] and report.inputs[0]["name"] == "input"
+    assert report.options.get("no such option") is None
+    with pytest.raises(KeyError):
+        report.tolerance["no such field"]
+    first = report.first_divergences
+    assert [[c.kind for c in n.diagnosis] for n in first] == [["cancellation"], ["over_tolerance"]]
+    assert [n.causes for n in first] == [tuple(n["causes"]) for n in saved["nodes"] if n["first"]]
+    assert all(c.numbers == {} for n in first for c in n.diagnosis)  # schema 2 saved the sentences only
+    assert report.to_text(width=120) == (DATA / "report_v2.txt").read_text()
+    again = Report.from_dict(report.to_dict())
+    encoded = {n["key"]: n for n in again.to_dict()["nodes"]}
+    assert again == report and encoded[first[0].key]["causes"] == list(first[0].causes)  # sentences, for readers
+
+
+def test_typed_settings_and_causes_round_trip_through_the_codec():
+    cause = Cause("overflow", "overflow: ...", {"input_max": 400.0, "limit": math.inf})
+    assert codec.from_dict(Cause, json.loads(json.dumps(codec.to_dict(cause)))) == cause and str(cause) == cause.text
+    options = RunOptions(tolerance=ToleranceInfo(value=0.1, per_node={"a": 1e-3}), keep=("a",), max_tap_bytes=None)
+    assert codec.from_dict(RunOptions, codec.to_dict(options)) == options
+    assert codec.from_dict(RunOptions, codec.to_dict(RunOptions(tolerance=0.5))).tolerance == 0.5
+    with pytest.raises(InputError, match=r"options.seed: expected an integer"):
+        codec.from_dict(RunOptions, {"seed": "0"}, where="options")
+
+
+def test_the_typed_settings_match_what_the_pipeline_records():
+    """`RunOptions` and `ToleranceInfo` hold every option and tolerance field with the same defaults."""
+    from bisect_ov.analysis.tolerance import Tolerance
+    from bisect_ov.pipeline.assemble import record_of
+    from bisect_ov.pipeline.options import BisectOptions
+
+    assert [f.name for f in dataclasses.fields(RunOptions)] == [f.name for f in dataclasses.fields(BisectOptions)]
+    assert record_of(RunOptions, BisectOptions().to_dict()) == RunOptions()
+    assert {f.name for f in dataclasses.fields(ToleranceInfo)} == {f.name for f in dataclasses.fields(Tolerance)}
+    assert record_of(ToleranceInfo, Tolerance().to_dict()) == ToleranceInfo()
+    with pytest.raises(TypeError, match="no field for"):
+        record_of(StageCost, {"seconds": 1.0, "gpu_compiles": 1})
 
 
 def test_save_and_load_round_trip_and_keep_empty_experiments_null(tmp_path):
@@ -107,7 +178,7 @@ def test_deeply_nested_json_is_refused(tmp_path):
     deep.write_text('{"schema_version": 1, "nodes": ' + "[" * 100_000 + "]" * 100_000 + "}")
     with pytest.raises(InputError, match="nested too deeply"):
         Report.load(deep)
-    nested = _broken(tmp_path, lambda d: d.update(tolerance={"per_node": _nest(200)}))
+    nested = _broken(tmp_path, lambda d: d["nodes"][0].update(runtime={"ref": _nest(200)}))
     with pytest.raises(InputError, match="nested deeper than"):
         Report.load(nested)
 

@@ -1,0 +1,136 @@
+"""The experiments of a `Report` as `Block`s of sentences: generation steps, the fix, layer sensitivity, the
+delegation range, the contribution curve, kernels that differ, many samples and the noise floor.
+
+Part of the report's view (`bisect_ov.report.view`): each block says what it is (``kind``) and holds its
+lines; the terminal prints them (indented lines are details of the line above), HTML lists them. Assumes a
+finished `Report`; reads its records only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bisect_ov.report.numbers import fmt
+
+if TYPE_CHECKING:
+    from bisect_ov.report.report import Report
+
+__all__ = ["Block", "experiment_blocks"]
+
+
+@dataclass(frozen=True)
+class Block:
+    """An experiment's lines (`kind`: ``steps``, ``fix``, ``sensitivity``, ``delegation``, ``curve``,
+    ``kernels``, ``samples``, ``noise``); `gap`: set apart from what comes before by an empty line."""
+
+    kind: str
+    lines: tuple[str, ...]
+    gap: bool = True
+
+
+def experiment_blocks(report: "Report") -> list[Block]:
+    """The blocks of the experiments that ran, in the order the report shows them."""
+    blocks = [_steps(report), _fix(report), _sensitivity(report), _delegation(report), _curve(report),
+              _kernels(report), _samples(report), _noise(report)]
+    return [b for b in blocks if b is not None]
+
+
+def _steps(report: "Report") -> Block | None:
+    if not report.steps:
+        return None
+    flips = sum(s.flipped for s in report.steps)
+    lines = [f"Generation: prefill + {len(report.steps) - 1} decode step(s), both sides fed the reference's token; "
+             f"{flips} token flip(s).", "  step  token  target   error  own-step  cache     tol"]
+    for s in report.steps:
+        mark = " flip" if s.flipped else ""
+        over = "*" if s.diverged else " "
+        lines.append(f"  {s.step:>4}  {s.token:>5}  {s.target_token:>6}  {fmt(s.error)}{over} {fmt(s.local_error):>8}"
+                     f"  {fmt(s.cache_error)} {fmt(s.tolerance)}{mark}")
+    return Block("steps", tuple(lines))
+
+
+def _fix(report: "Report") -> Block | None:
+    fix = report.fix
+    if fix is None:
+        return None
+    keep = fix.keep
+    verdict = "brings" if fix.solved else "does NOT bring"
+    lines = [f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {verdict} the final error "
+             f"from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance {fmt(fix.tolerance)}), "
+             f"verified by partitioned runs ({fix.runs} in all):"]
+    if fix.patterns:
+        lines.append("  as patterns (the same op in each repeated block): " + "; ".join(fix.patterns))
+    lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))
+    if fix.patched_model:
+        lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")
+    if report.target_model and keep:
+        lines.append(f"  NNCF: ignored_scope=nncf.IgnoredScope(names={report.ignored_scope()!r})")
+    return Block("fix", tuple(lines))
+
+
+def _sensitivity(report: "Report") -> Block | None:
+    if not report.sensitivity:
+        return None
+    lines = [f"Layer sensitivity ({len(report.sensitivity)} quantized layers; impact = final error when only that "
+             "layer is quantized; local = its own error fed with reference inputs):"]
+    lines += [f"  {fmt(s.impact)} impact, {fmt(s.local_error)} local  {s.name} ({s.op_type}): {s.quantization}"
+              for s in report.sensitivity[:10]]
+    return Block("sensitivity", tuple(lines))
+
+
+def _delegation(report: "Report") -> Block | None:
+    d = report.delegation
+    if d is None or d.first is None:
+        return None
+    span = f"'{d.first}'" if d.nodes == 1 else f"'{d.first}' .. '{d.last}' ({d.nodes} nodes)"
+    return Block("delegation", (f"Delegation: running only {span} on the target gives a final error of "
+                                f"{fmt(d.error)}, {d.error / d.full_error:.0%} of the {fmt(d.full_error)} with "
+                                "everything on the target.",))
+
+
+def _curve(report: "Report") -> Block | None:
+    if not report.curve:
+        return None
+    points = ", ".join(f"{p.fraction:.0%}: {fmt(p.error)}" for p in report.curve)
+    return Block("curve", (f"Error contribution curve (share of the graph on the target: final error): {points}",),
+                 gap=False)
+
+
+def _kernels(report: "Report") -> Block | None:
+    differ = report.kernel_differences
+    if not differ:
+        return None
+    shown = ", ".join(f"'{n.name}'" + ("*" if n.diverged else "") for n in differ[:8])
+    return Block("kernels", (f"Kernels differ between the sides on {len(differ)} of {len(report.nodes)} nodes "
+                             f"(* = diverged): {shown}" + (" ..." if len(differ) > 8 else ""),))
+
+
+def _samples(report: "Report") -> Block | None:
+    samples = report.samples
+    if samples is None:
+        return None
+    line = (f"Samples: {samples.count} run on both sides; final error mean {fmt(samples.error_mean)}, "
+            f"max {fmt(samples.error_max)} (sample #{samples.worst}, on which the search ran)")
+    if samples.classifier:
+        line += (f"; top-1 answer differs on {samples.top1_flips} of {samples.count}"
+                 f", reference top-1 outside the target's top-{samples.k} on {samples.topk_misses}")
+        if samples.class_outputs:
+            line += f" (class scores: {', '.join(samples.class_outputs)})"
+    if samples.partial:
+        line += (f"; PARTIAL: {len(samples.missing)} of {samples.given} not measured, "
+                 f"{len(samples.spread_missing)} missing from the per-node spread")
+    return Block("samples", (line + ".",))
+
+
+def _noise(report: "Report") -> Block | None:
+    noise = report.noise
+    if noise is None:
+        return None
+    what = " and two compiles" if noise.compile_to_compile is not None else ""
+    if not noise.floor:
+        line = f"Noise: the target gave bit-identical outputs across two runs{what}."
+    else:
+        line = ("Noise: the target's outputs differ by "
+                + ", ".join(f"{fmt(v)} {k.replace('_', ' ')}" for k, v in noise.items()) + ".")
+    return Block("noise", (line,), gap=False)

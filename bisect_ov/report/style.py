@@ -1,0 +1,112 @@
+"""The look of the HTML report: one style sheet, every rule scoped to the report's root element.
+
+The page (`bisect_ov.report.html.render_page`) and its Jupyter form (`render_fragment`) are the same markup
+inside an element of class ``bisect-ov-report``; scoping every selector to it keeps the style from leaking
+into a notebook around it. Plain CSS (no fonts, images or imports by reference): the page stays one file.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["ROOT", "style", "PAGE_STYLE"]
+
+ROOT = "bisect-ov-report"
+
+# The report's own rules, written without the root; `style` scopes every selector to it.
+_RULES = """
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+              font-size: 0.93em; }
+header { display: flex; align-items: baseline; flex-wrap: wrap; gap: 4px 16px; margin-bottom: 12px; }
+header h1 { font-size: 20px; margin: 0; font-weight: 600; word-break: break-all; }
+header .sub { color: var(--muted); }
+h2 { font-size: 16px; margin: 26px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
+h2 small { color: var(--muted); font-weight: normal; font-size: 13px; }
+
+/* verdict */
+.verdict { border: 1px solid var(--line); border-left: 6px solid var(--ok); border-radius: 6px;
+           background: #f3faf4; padding: 12px 16px; }
+.verdict.diverges { border-left-color: var(--source); background: #fdf3f2; }
+.headline { font-size: 17px; font-weight: 600; margin-bottom: 8px; }
+.pill { display: inline-block; padding: 1px 8px; border-radius: 10px; color: #fff; font-size: 12px;
+        font-weight: 600; letter-spacing: 0.02em; vertical-align: 1px; white-space: nowrap; }
+.pill.big { font-size: 14px; padding: 2px 10px; margin-right: 6px; }
+.pill.source { background: var(--source); } .pill.amplifier { background: var(--amplifier); }
+.pill.inherits { background: var(--inherits); } .pill.ok { background: var(--ok); }
+.pill.emulated { background: #6a1b9a; } .pill.first { background: #fff; color: var(--source);
+        border: 1px solid var(--source); }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 6px 0 10px; }
+.card { flex: 1 1 340px; max-width: 600px; background: #fff; border: 1px solid var(--line);
+        border-top: 4px solid var(--source); border-radius: 6px; padding: 8px 12px; }
+.card.amplifier { border-top-color: var(--amplifier); }
+.card .name { font-size: 15px; font-weight: 600; word-break: break-all; }
+.card .op { color: var(--muted); font-size: 13px; margin-bottom: 6px; }
+.metrics { display: grid; grid-template-columns: repeat(4, minmax(0, max-content)); gap: 4px 26px; margin: 0; }
+.metrics div { min-width: 0; }
+.metrics dt { color: var(--muted); font-size: 12px; }
+.metrics dd { margin: 0; font-weight: 600; font-variant-numeric: tabular-nums; }
+.metrics dd.bad { color: var(--source); }
+.metrics dd small { font-weight: normal; color: var(--muted); }
+.causes { margin-top: 6px; font-size: 13px; }
+.facts { margin: 6px 0 0; padding: 0; list-style: none; }
+.facts li { margin: 2px 0; }
+.sides { display: flex; flex-wrap: wrap; gap: 4px 24px; margin-top: 8px; padding-top: 8px;
+         border-top: 1px dashed var(--line); font-size: 13px; }
+.sides b { font-weight: 600; }
+.warn { margin-top: 8px; padding: 6px 10px; border-radius: 4px; background: #fff4e5; border: 1px solid #ffcc80;
+        color: #5d4037; font-size: 13px; }
+.small { font-size: 12px; color: var(--muted); }
+.okline { margin-top: 6px; color: var(--muted); font-size: 13px; }
+
+/* tables */
+table { border-collapse: collapse; width: 100%; font-size: 13px; font-variant-numeric: tabular-nums; }
+th, td { padding: 4px 8px; border-bottom: 1px solid #eaeef2; text-align: right; vertical-align: top; }
+th { background: var(--bg-soft); color: var(--muted); font-weight: 600; position: sticky; top: 0; }
+td.l, th.l { text-align: left; }
+td:not(.l) { white-space: nowrap; }  /* a figure never breaks inside (5.0e-\n01) */
+td.node { word-break: break-all; min-width: 140px; }
+td.small { font-size: 12px; color: var(--muted); }
+tr.first td { font-weight: 600; }
+tr.first td:first-child { box-shadow: inset 4px 0 0 var(--source); }
+tr.role-source td.role { color: var(--source); font-weight: 600; }
+tr.role-amplifier td.role { color: var(--amplifier); font-weight: 600; }
+tr.role-inherits td.role { color: var(--inherits); }
+td.over { color: var(--source); }
+details { margin-top: 6px; }
+details.fused { margin-top: 2px; font-size: 12px; color: var(--muted); }
+details.fused summary { padding: 0; }
+details summary { cursor: pointer; color: #0b57d0; padding: 4px 0; }
+.note { color: var(--muted); font-size: 13px; margin: 6px 0; }
+figure { margin: 8px 0; }
+figure.graph img { max-width: 720px; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eaeef2; border-radius: 4px; }
+figcaption { color: var(--muted); font-size: 12.5px; }
+.chips code { display: inline-block; background: var(--bg-soft); border: 1px solid #eaeef2; border-radius: 4px;
+              padding: 0 5px; margin: 2px 4px 2px 0; word-break: break-all; }
+.kv { display: grid; grid-template-columns: max-content 1fr; gap: 3px 16px; font-size: 13px; }
+.kv dt { color: var(--muted); } .kv dd { margin: 0; word-break: break-word; }
+footer { margin-top: 30px; color: var(--muted); font-size: 12px; }
+"""
+
+# What only the standalone page sets: the document's margins, and the page's width and padding.
+PAGE_STYLE = "body { margin: 0; background: #ffffff; }"
+
+_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
+
+
+def style() -> str:
+    """The style sheet, every selector under ``.bisect-ov-report``."""
+    root = f".{ROOT}"
+    head = (f"{root} {{ --source: #c62828; --amplifier: #ef6c00; --inherits: #757575; --ok: #2e7d32; "
+            "--ink: #1f2328; --muted: #5f6b76; --line: #d8dee4; --bg-soft: #f6f8fa; color: var(--ink); "
+            'font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }\n'
+            f"{root}, {root} * {{ box-sizing: border-box; }}\n"
+            f"{root}.page {{ max-width: 1240px; margin: 0 auto; padding: 18px 24px 40px; }}\n"
+            f"{root}.compact {{ padding: 4px 0; }}\n")
+
+    def scope(match: re.Match) -> str:
+        selectors = ", ".join(f"{root} {s.strip()}" for s in match.group(1).split(","))
+        return f"\n{selectors} {{{match.group(2)}}}"
+
+    return head + _RULE.sub(scope, _COMMENT.sub("", _RULES)).strip() + "\n"

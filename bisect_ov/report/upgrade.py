@@ -1,0 +1,82 @@
+"""Saved reports of older schema versions, brought to the current one before they are decoded.
+
+Each step takes the JSON dict of one version to the next; `upgrade` runs the steps from a file's version up
+to `SCHEMA_VERSION`. The input is never changed (the steps copy what they rewrite).
+
+* 1 -> 2: experiments that did not run were ``{}`` (now null); the samples summary named its top-k fields
+  after k (``top5_misses``); the fix carried its derived ``solved`` (still written, ignored on reading).
+* 2 -> 3: a node's causes were sentences only; they become `Cause` records (``diagnosis``) whose kind is read
+  from how the sentence starts (`bisect_ov.analysis.diagnosis.kind_of_text`) and whose numbers are unknown
+  (``{}``): the sentences hold them as they were written. The pipeline stage ``capture`` is now ``measure``
+  in the costs; options never recorded (``{}``) are null.
+
+Assumes the dict came from JSON (plain dicts, lists, strings and numbers); what is not the shape a step
+expects is left alone for the codec to refuse with the field's name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from bisect_ov.analysis.diagnosis import kind_of_text
+
+__all__ = ["SCHEMA_VERSION", "upgrade"]
+
+# 2: typed records (fix, delegation, curve, fidelity, noise, samples), null when not run.
+# 3: causes as records, and typed tolerance, options, inputs and costs (stage "capture" renamed "measure").
+SCHEMA_VERSION = 3
+
+RENAMED_STAGES = {"capture": "measure"}
+
+
+def upgrade(d: Mapping[str, Any], version: int) -> dict[str, Any]:
+    """`d`, a report of schema `version`, as a report of `SCHEMA_VERSION` (a new dict)."""
+    data = dict(d)
+    if version < 2:
+        data = _v1_to_v2(data)
+    if version < 3:
+        data = _v2_to_v3(data)
+    data["schema_version"] = SCHEMA_VERSION
+    return data
+
+
+def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
+    for key in ("fidelity", "noise", "fix", "delegation", "samples"):
+        if d.get(key) == {}:
+            d[key] = None
+    samples = d.get("samples")
+    if isinstance(samples, dict):
+        samples = dict(samples)
+        for name in list(samples):
+            if name.startswith("top") and name.endswith("_misses") and name != "top1_misses":
+                k = name[3:-len("_misses")]
+                if k.isdigit():
+                    samples["k"] = int(k)
+                    samples["topk_misses"] = samples.pop(name)
+                    samples["topk_missed"] = samples.pop(f"top{k}_missed", [])
+        d["samples"] = samples
+    return d
+
+
+def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
+    nodes = d.get("nodes")
+    if isinstance(nodes, list):
+        d["nodes"] = [_node_v3(n) for n in nodes]
+    costs = d.get("costs")
+    if isinstance(costs, dict):
+        # Keep the stages' order: it is the order they ran in.
+        d["costs"] = {RENAMED_STAGES.get(k, k): v for k, v in costs.items()}
+    if d.get("options") == {}:
+        d["options"] = None
+    return d
+
+
+def _node_v3(node: Any) -> Any:
+    if not isinstance(node, dict) or "diagnosis" in node:
+        return node
+    causes = node.get("causes", [])
+    out = {k: v for k, v in node.items() if k != "causes"}
+    # What is not a list of sentences goes through as it is, for the codec to refuse with the field's name.
+    out["diagnosis"] = ([{"kind": kind_of_text(c), "text": c, "numbers": {}} if isinstance(c, str) else c
+                         for c in causes] if isinstance(causes, list) else causes)
+    return out

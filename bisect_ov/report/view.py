@@ -1,0 +1,399 @@
+"""One typed view of a `Report`, computed once, that every rendering formats: the terminal page
+(`bisect_ov.report.text`), and the HTML page and its Jupyter form (`bisect_ov.report.html`).
+
+`view(report)` gives a `View`: the verdict (`Verdict`: its ``kind``, the first divergences with their causes,
+the headline numbers and the facts that follow), both sides (`Side`), the tolerance model (`ToleranceFacts`),
+the ranked culprits' cells (`CulpritRow`), the experiments (`Block`) and the run's facts (`Fact`). Every
+record carries the numbers code reads and the sentence people read (``text``); renderers choose where a
+sentence goes and how it looks (a ``Verdict: `` prefix, a badge, a card), never take another rendering's
+output apart. Logic tests ``kind``, never the prose.
+
+Assumes a finished `Report` (records of statistics, no tensors) and imports nothing from the renderers; the
+sentences are plain text: the terminal escapes control characters, HTML escapes everything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from bisect_ov.core.records import Cause, DeviceInfo, StageCost, ToleranceInfo
+from bisect_ov.report.blocks import Block, experiment_blocks
+from bisect_ov.report.numbers import fmt, fmt_growth
+
+if TYPE_CHECKING:
+    from bisect_ov.report.report import NodeResult, OutputResult, Report
+
+__all__ = ["view", "View", "Verdict", "FirstDivergence", "SamplesOver", "Fact", "Side", "ToleranceFacts",
+           "CulpritRow", "CulpritTable", "Block", "COLUMNS", "OPTIONAL_COLUMNS", "VERDICT_KINDS", "fmt", "fmt_growth",
+           "samples_over"]
+
+COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "over tol", "role",
+           "shape", "nan/inf", "target ran")
+# Left out when no culprit has a value; "over tol": on how many of the samples the node is over its tolerance.
+OPTIONAL_COLUMNS = ("local", "impact", "over tol", "nan/inf", "target ran")
+# diverges: error starts at named nodes; accumulates: over tolerance at the outputs with no single source;
+# absorbed: nodes over their tolerance, outputs within theirs; no_divergence: every node within its tolerance.
+VERDICT_KINDS = ("diverges", "accumulates", "absorbed", "no_divergence")
+_SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
+                 "uint8": "u8", "bool": "bool"}
+_RECORDED = "capture:"  # the device-name prefix of a recorded run (`bisect_ov.capture`)
+
+
+# ----- records -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SamplesOver:
+    """A node's error over many samples: over its tolerance on `over` of `count`; p50, p90, max, the worst sample."""
+
+    over: int
+    count: int
+    p50: float
+    p90: float
+    max: float
+    worst_sample: int
+    text: str
+
+
+@dataclass(frozen=True)
+class FirstDivergence:
+    """A node where error starts: `ratio` is its error over its tolerance (inf when that has no value)."""
+
+    node: "NodeResult"
+    causes: tuple[Cause, ...]
+    ratio: float
+    samples: SamplesOver | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One sentence of the report with what it is about (`kind`); `value`, for a labelled fact (``Timings: ...``),
+    what follows the label, for a rendering that shows the label its own way."""
+
+    kind: str
+    text: str
+    value: str = ""
+
+
+def _labelled(kind: str, label: str, value: str) -> Fact:
+    return Fact(kind, f"{label}: {value}", value)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer: `kind` (one of `VERDICT_KINDS`), `label` (``DIVERGES`` or ``no divergence``), `headline` (the
+    sentence after the label, capitalised) and `text` (label and sentence as one line), the first divergences
+    (at most three; `more_first` the others), the worst final output, the node closest to its tolerance (when
+    nothing diverges), the absorbed nodes and the facts that follow (kinds ``final_output``, ``absorbed``,
+    ``by_layer``, ``downstream``)."""
+
+    kind: str
+    label: str
+    headline: str
+    text: str
+    first: tuple[FirstDivergence, ...]
+    more_first: tuple["NodeResult", ...]
+    worst_output: "OutputResult | None"
+    closest: "NodeResult | None"
+    absorbed: tuple["NodeResult", ...]
+    facts: tuple[Fact, ...]
+
+    @property
+    def diverges(self) -> bool:
+        return self.kind in ("diverges", "accumulates")
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one side ran with: `role` ``ref``/``target``, `title` ``Reference``/``Target``, the precision that ran
+    and the one asked for (`requested`), emulated or `recorded` (a saved run), the hardware, the device's note,
+    runtime ops by precision (`kernels`) and the compile config; `text` says it in a line."""
+
+    role: str
+    title: str
+    device: str
+    label: str
+    precision: str
+    requested: str | None
+    emulated: bool
+    recorded: bool
+    hardware: str
+    note: str
+    kernels: tuple[tuple[str, int], ...]
+    config: tuple[tuple[str, str], ...]
+    text: str
+
+    @property
+    def substituted(self) -> str | None:
+        """The precision asked for when another one ran (the device could not run it), else None."""
+        return self.requested if self.requested not in (None, self.precision) else None
+
+
+@dataclass(frozen=True)
+class ToleranceFacts:
+    """The tolerance model as shown: `model` ``fixed`` (one threshold, `value`) or ``rounding`` (`factor` x the
+    unit roundoff of `precision`, at least `floor`), the per-node overrides and the twin's quantized nodes
+    (counts), the quantization factor and the growth a source needs; `text` says it all in a line."""
+
+    model: str
+    precision: str | None
+    factor: float
+    floor: float
+    value: float | None
+    per_node: int
+    quantized: int
+    quant_factor: float
+    min_growth: float
+    text: str
+
+
+@dataclass(frozen=True)
+class CulpritRow:
+    """One ranked culprit and its cells, one per `COLUMNS` entry."""
+
+    node: "NodeResult"
+    cells: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CulpritTable:
+    """The culprits a rendering lists: the columns shown and, per row, the cells of those columns."""
+
+    columns: tuple[str, ...]
+    rows: tuple[CulpritRow, ...]
+    total: int  # diverged nodes ranked, listed or not
+
+    def cells(self) -> list[tuple[str, ...]]:
+        keep = [COLUMNS.index(c) for c in self.columns]
+        return [tuple(r.cells[i] for i in keep) for r in self.rows]
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything a rendering shows, from one `Report` (see the module docstring)."""
+
+    report: "Report"
+    title: str
+    verdict: Verdict
+    sides: tuple[Side, Side]
+    tolerance: ToleranceFacts
+    culprits: tuple[CulpritRow, ...]
+    experiments: tuple[Block, ...]
+    coverage: Fact | None
+    footer: tuple[Fact, ...]  # kinds: fidelity, timings, compiles, costs, openvino
+
+    def table(self, top: int) -> CulpritTable:
+        """The first `top` culprits, without the optional columns none of them fills."""
+        rows = self.culprits[:max(0, top)]
+        columns = tuple(h for i, h in enumerate(COLUMNS)
+                        if h not in OPTIONAL_COLUMNS or any(r.cells[i] != "-" for r in rows))
+        return CulpritTable(columns, rows, len(self.report.ranking))
+
+    def fact(self, kind: str) -> Fact | None:
+        """The footer's fact of `kind`, if the report has one."""
+        return next((f for f in self.footer if f.kind == kind), None)
+
+
+def view(report: "Report") -> View:
+    """The `View` of `report`."""
+    title = f"bisect_ov: {report.model}" + (f" vs {report.target_model}" if report.target_model else "")
+    coverage = None
+    if report.target_model and report.coverage is not None:
+        coverage = _labelled("coverage", "Coverage", f"{report.coverage:.0%} of the model's compute nodes compared "
+                                                     "with the twin (directly or inside a kernel the target fused)")
+    return View(report=report, title=title, verdict=verdict(report),
+                sides=(side("ref", report.ref), side("target", report.target)),
+                tolerance=tolerance_facts(report.tolerance), culprits=tuple(culprit_row(n) for n in report.culprits),
+                experiments=tuple(experiment_blocks(report)), coverage=coverage, footer=tuple(footer(report)))
+
+
+# ----- the verdict -------------------------------------------------------------------------------------------
+
+def samples_over(n: "NodeResult") -> tuple[int, int] | None:
+    """(k, N): the node is over its tolerance on k of the N samples; None without a per-node pass over samples."""
+    spread = n.over_samples or {}
+    if "over_tolerance" not in spread or not spread.get("count"):
+        return None
+    return int(spread["over_tolerance"]), int(spread["count"])
+
+
+def _samples(n: "NodeResult", metric: str) -> SamplesOver | None:
+    counts = samples_over(n)
+    if counts is None:
+        return None
+    s = n.over_samples
+    text = (f"Over the {counts[1]} samples it is over its tolerance on {counts[0]}: {metric} p50 {fmt(s['p50'])}, "
+            f"p90 {fmt(s['p90'])}, max {fmt(s['max'])} (sample #{int(s['worst_sample'])}).")
+    return SamplesOver(counts[0], counts[1], s["p50"], s["p90"], s["max"], int(s["worst_sample"]), text)
+
+
+def _first(n: "NodeResult", metric: str) -> FirstDivergence:
+    why = f"; {'; '.join(c.text for c in n.diagnosis)}" if n.diagnosis else ""
+    text = (f"'{n.label}': {metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, its inputs carry "
+            f"{fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}.")
+    ratio = n.error / n.tolerance if n.tolerance and math.isfinite(n.error) else math.inf
+    return FirstDivergence(n, n.diagnosis, ratio, _samples(n, metric), text)
+
+
+def verdict(report: "Report") -> Verdict:
+    """Where it starts, how bad, why (see `Verdict`)."""
+    metric = report.metric
+    worst = max(report.outputs, key=lambda o: o.error, default=None)
+    firsts = report.first_divergences
+    absorbed = tuple(n for n in report.nodes if n.absorbed)
+    closest = None
+    if not report.diverges and absorbed:
+        kind, label = "absorbed", "no divergence"
+        big = max(absorbed, key=lambda n: n.error / n.tolerance if n.tolerance else math.inf)
+        headline = (f"Every final output is within its tolerance; {len(absorbed)} node(s) exceed theirs but the "
+                    f"network absorbs the error (the largest, '{big.label}' ({big.op_type}), at {metric} "
+                    f"{fmt(big.error)} > {fmt(big.tolerance)}): absorbed, not culprits.")
+    elif not report.diverges:
+        kind, label = "no_divergence", "no divergence"
+        headline = f"Every compared node is within what {report.tolerance.precision or 'f32'} rounding predicts"
+        closest = max((n for n in report.nodes if n.tolerance > 0), key=lambda n: n.error / n.tolerance, default=None)
+        if closest is not None and closest.error > 0:
+            headline += (f"; the largest error is {closest.error / closest.tolerance:.0%} of its tolerance "
+                         f"({metric} {fmt(closest.error)} at '{closest.name}'): expected rounding, not a culprit")
+        headline += "."
+    elif firsts:
+        kind, label = "diverges", "DIVERGES"
+        names = ", ".join(f"'{n.label}' ({n.op_type}, #{n.index})" for n in firsts[:3])
+        more = f" and {len(firsts) - 3} more" if len(firsts) > 3 else ""
+        headline = f"Error starts at {names}{more}."
+    else:
+        kind, label = "accumulates", "DIVERGES"
+        headline = ("but no single node creates the error: it accumulates through depth (each node adds less than "
+                    "the tolerance). See the nodes that inherit it below.")
+    text = f"{label}{', ' if kind == 'accumulates' else '. '}{headline}"
+    return Verdict(kind=kind, label=label, headline=headline[:1].upper() + headline[1:], text=text,
+                   first=tuple(_first(n, metric) for n in firsts[:3]) if kind == "diverges" else (),
+                   more_first=tuple(firsts[3:]), worst_output=worst, closest=closest, absorbed=absorbed,
+                   facts=tuple(_verdict_facts(report, worst, absorbed)))
+
+
+def _verdict_facts(report: "Report", worst: "OutputResult | None", absorbed: Sequence["NodeResult"]) -> list[Fact]:
+    facts = []
+    if worst is not None:
+        state = "over" if worst.diverged else "within"
+        facts.append(Fact("final_output", f"Final output '{worst.name}': {report.metric} {fmt(worst.error)} ({state} "
+                                          f"tolerance {fmt(worst.tolerance)}), max abs {fmt(worst.stats.max_abs)}, "
+                                          f"cosine {worst.stats.cosine:.6f}."))
+    if report.diverges and absorbed:
+        facts.append(Fact("absorbed", f"Absorbed: {len(absorbed)} node(s) over their tolerance whose error the network "
+                                      "takes out again (not first divergences): "
+                                      + ", ".join(f"'{n.label}'" for n in absorbed[:3])
+                                      + (" ..." if len(absorbed) > 3 else "") + "."))
+    from bisect_ov.analysis.names import layer_of
+
+    layers = {k: v for k, v in report.by_layer().items() if layer_of(v[0].name) is not None}
+    if len(layers) > 1 and len(report.culprits) > 3:
+        facts.append(Fact("by_layer", "By layer: " + "; ".join(f"{k}: {len(v)}" for k, v in list(layers.items())[:6])
+                          + (f"; ... ({len(layers)} groups)" if len(layers) > 6 else "") + "."))
+    amplifiers = [n for n in report.culprits if n.role == "amplifier"]
+    inheritors = [n for n in report.culprits if n.role == "inherits"]
+    if amplifiers or inheritors:
+        facts.append(Fact("downstream", f"Downstream: {len(amplifiers)} node(s) amplify inherited error, "
+                                        f"{len(inheritors)} only pass it on."))
+    return facts
+
+
+# ----- sides, tolerance, culprits ----------------------------------------------------------------------------
+
+def side(role: str, info: DeviceInfo) -> Side:
+    """What one side ran with (see `Side`)."""
+    text = f"{info.name} ran {info.precision}"
+    if info.requested_precision not in (None, info.precision):
+        text += f" (asked for {info.requested_precision})"
+    if info.emulated:
+        text += " (emulated)"
+    if info.full_name:
+        text += f" on {info.full_name}"
+    if info.note:
+        text += f" [{info.note}]"
+    return Side(role=role, title="Reference" if role == "ref" else "Target", device=info.name, label=info.label,
+                precision=info.precision, requested=info.requested_precision, emulated=info.emulated,
+                recorded=info.name.startswith(_RECORDED), hardware=info.full_name, note=info.note,
+                kernels=tuple((str(k), int(v)) for k, v in (info.precision_counts or {}).items()),
+                config=tuple((str(k), str(v)) for k, v in (info.config or {}).items()), text=text)
+
+
+def tolerance_facts(t: ToleranceInfo) -> ToleranceFacts:
+    """The tolerance model as one line (see `ToleranceFacts`)."""
+    if t.value is not None:
+        text = f"fixed {t.value}"
+    else:
+        text = f"{t.factor} x unit roundoff of {t.precision} x (1 + log2(K)/4), floor {t.floor}"
+    if t.per_node:
+        text += f"; {len(t.per_node)} per-node override(s)"
+    if t.quantization:
+        text += (f"; twin: {t.quant_factor} x the expected quantization error at {len(t.quantization)} nodes (bits, "
+                 "group size, reduction length)")
+    text += f"; a source needs growth >= {t.min_growth}"
+    return ToleranceFacts(model="fixed" if t.value is not None else "rounding", precision=t.precision,
+                          factor=t.factor, floor=t.floor, value=t.value, per_node=len(t.per_node),
+                          quantized=len(t.quantization), quant_factor=t.quant_factor, min_growth=t.min_growth,
+                          text=text)
+
+
+def _runtime(n: "NodeResult", side: str = "target") -> str:
+    rt = n.runtime.get(side) if n.runtime else None
+    if not rt:
+        return "-"
+    text = " ".join(str(p) for p in (rt.get("precision") or "?", rt.get("kernel") or "") if p)
+    fused = [f for f in rt.get("fused", []) if f != n.name]
+    if fused:
+        text += f" +{len(fused)} fused"
+    return text
+
+
+def _nan_inf(n: "NodeResult") -> str:
+    c = n.nan_inf
+    if not any(c.values()):
+        return "-"
+    return f"{c['ref_nan']}/{c['ref_inf']} -> {c['target_nan']}/{c['target_inf']}"
+
+
+def culprit_row(n: "NodeResult") -> CulpritRow:
+    """A culprit's cells, one per `COLUMNS` entry (``-`` where there is nothing)."""
+    shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
+    dtypes = ",".join(sorted({_SHORT_DTYPES.get(d, d) for d in n.dtypes}))
+    counts = samples_over(n)
+    return CulpritRow(n, (
+        str(n.rank), n.label, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
+        fmt_growth(n.growth), fmt(n.local_error), fmt(n.impact), "-" if counts is None else f"{counts[0]}/{counts[1]}",
+        n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime(n),
+    ))
+
+
+# ----- the run's facts ---------------------------------------------------------------------------------------
+
+def _cost(name: str, cost: StageCost) -> str:
+    """``measure 1.20s (target 1 compile, 1 run)``: what one pipeline stage cost."""
+    parts = []
+    for which in ("ref", "target"):
+        compiles, runs = getattr(cost, f"{which}_compiles"), getattr(cost, f"{which}_infers")
+        if compiles or runs:
+            parts.append(f"{which} {compiles} compile{'s' * (compiles != 1)}, {runs} run{'s' * (runs != 1)}")
+    return f"{name} {float(cost.seconds):.2f}s" + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def footer(report: "Report") -> list[Fact]:
+    """The run's facts: the fidelity check, timings, compiles, cost per stage, OpenVINO version and tolerance."""
+    facts = []
+    if report.fidelity is not None:
+        f = report.fidelity
+        facts.append(Fact("fidelity", f"Fidelity: final-output error {fmt(f.plain_error)} plain, {fmt(f.tapped_error)} "
+                                      f"with taps (ratio {f.ratio:.2f}; 1 means the taps did not change what ran)"))
+    if report.timings:
+        facts.append(_labelled("timings", "Timings", ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())))
+    if report.compiles:
+        facts.append(_labelled("compiles", "Compiles", ", ".join(f"{k} {v}" for k, v in report.compiles.items())))
+    if report.costs:
+        facts.append(_labelled("costs", "Cost per stage", "; ".join(_cost(k, c) for k, c in report.costs.items())))
+    if report.openvino_version:
+        facts.append(Fact("openvino", f"OpenVINO {report.openvino_version.split('-')[0]}; tolerance: "
+                                      f"{tolerance_facts(report.tolerance).text}"))
+    return facts

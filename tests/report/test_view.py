@@ -1,0 +1,138 @@
+"""The report's typed view: the verdict's kind for each kind of run, the records every rendering formats, one
+HTML renderer for the page and Jupyter, and the terminal page fitted to any width from 40 columns.
+
+Runs on saved reports (no OpenVINO run): schema 1 and 2 files, and variants of them made with
+`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import pathlib
+import re
+
+import pytest
+
+from bisect_ov.report.html import render_fragment, render_page
+from bisect_ov.report.report import Report
+from bisect_ov.report.text import fit_table
+from bisect_ov.report.view import COLUMNS, VERDICT_KINDS, view
+
+DATA = pathlib.Path(__file__).parent / "data"
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
+V1, V2 = Report.load(DATA / "report_v1.json"), Report.load(DATA / "report_v2.json")
+
+
+def _wide(report: Report) -> Report:
+    """`report` with every optional culprit column filled (NaN counts, kernels, samples) and long names."""
+    runtime = {"target": {"precision": "f16", "kernel": "jit_avx512_core_f16_a_long_kernel_name", "fused": ["x"]}}
+    spread = {"mean": 0.1, "p50": 0.1, "p90": 0.2, "max": 0.3, "worst_sample": 1, "count": 8, "over_tolerance": 5}
+    nodes = tuple(dataclasses.replace(n, name=n.name + "/with/a/rather/long/module/path", runtime=runtime,
+                                      over_samples=spread, local_error=n.local_error or 1e-3, impact=0.1)
+                  if n.key in V1.ranking else n for n in report.nodes)
+    return dataclasses.replace(report, nodes=nodes)
+
+
+def _calm(report: Report, *, absorbed: bool) -> Report:
+    """`report` with nothing over its tolerance at the outputs (and, unless `absorbed`, nowhere)."""
+    roles = {k: ("absorbed" if absorbed else "ok") for k in report.ranking}
+    nodes = tuple(dataclasses.replace(n, role=roles.get(n.key, n.role), first=False, rank=None,
+                                      error=n.error if absorbed else n.tolerance / 2) for n in report.nodes)
+    outputs = tuple(dataclasses.replace(o, error=o.tolerance / 2) for o in report.outputs)
+    return dataclasses.replace(report, nodes=nodes, outputs=outputs, ranking=(), first_keys=())
+
+
+@pytest.mark.parametrize("report, kind", [
+    (V1, "diverges"),
+    (dataclasses.replace(V1, first_keys=()), "accumulates"),
+    (_calm(V1, absorbed=True), "absorbed"),
+    (_calm(V1, absorbed=False), "no_divergence"),
+], ids=VERDICT_KINDS)
+def test_each_kind_of_verdict_is_a_kind_the_renderings_agree_on(report, kind):
+    v = view(report)
+    assert v.verdict.kind == kind and v.verdict.diverges == report.diverges
+    text, page, fragment = report.to_text(width=10_000), render_page(report, plots=False), render_fragment(report)
+    assert text.splitlines()[2] == f"Verdict: {v.verdict.text}"
+    badge = "DIVERGES" if report.diverges else "NO DIVERGENCE"
+    for shown in (page, fragment):
+        assert f'{badge}</span>{html.escape(v.verdict.headline)}</div>' in shown
+        assert all(html.escape(f.text) in shown for f in v.verdict.facts)
+    assert all(f.text in text for f in v.verdict.facts)
+    assert (len(v.verdict.first) > 0) == (kind == "diverges")
+
+
+def test_the_first_divergence_carries_its_cause_records():
+    first = view(V2).verdict.first
+    assert [f.node.name for f in first] == ["inorm/sub", "inorm/sqdiff"]
+    assert [[c.kind for c in f.causes] for f in first] == [["cancellation"], ["over_tolerance"]]
+    assert first[0].ratio == pytest.approx(first[0].node.error / first[0].node.tolerance)
+    assert first[0].text.endswith(first[0].causes[0].text + ".")
+
+
+def test_sides_and_tolerance_say_the_same_in_every_rendering():
+    bf16 = dataclasses.replace(V2.target, requested_precision="bf16")  # asked for bf16, ran f16
+    report = dataclasses.replace(V2, target=bf16, tolerance=dataclasses.replace(
+        V2.tolerance, per_node={"inorm/sub": 0.1}, quantization={"a": 0.01, "b": 0.02}))
+    v = view(report)
+    target = v.sides[1]
+    assert (target.role, target.title, target.substituted, target.emulated, target.recorded) == (
+        "target", "Target", "bf16", True, False)
+    assert "(asked for bf16)" in target.text
+    tol = v.tolerance
+    assert (tol.model, tol.per_node, tol.quantized, tol.min_growth) == ("rounding", 1, 2, 2.0)
+    assert "1 per-node override(s)" in tol.text and "at 2 nodes" in tol.text and "growth >= 2.0" in tol.text
+    text, page = report.to_text(width=10_000), render_page(report, plots=False)
+    assert f"target: {target.text}" in text and tol.text in text
+    assert "(asked for bf16)" in page and html.escape(tol.text) in page
+
+
+def test_jupyter_shows_the_page_sections_without_plots_or_document():
+    page, fragment = render_page(V2, plots=False), render_fragment(V2)
+    body = page[page.index('<main class="bisect-ov-report page">') + len('<main class="bisect-ov-report page">'):
+                page.index("<footer>")]
+    inner = fragment[fragment.index("</style>") + len("</style>"):fragment.rindex("</div>")]
+    assert inner.strip() == body.strip()
+    assert V2._repr_html_() == fragment
+    # Every rule of the style sheet is scoped to the report, so none reaches the notebook around it.
+    style = fragment[fragment.index("<style>") + 7:fragment.index("</style>")]
+    selectors = [s.strip() for rule in re.findall(r"([^{}]+)\{", style) for s in rule.split(",")]
+    assert selectors and all(s.startswith(".bisect-ov-report") for s in selectors), selectors
+
+
+def _reports() -> list[Report]:
+    return [V1, V2, _wide(V1), _wide(V2), Report.load(GOLDEN / "demo_samples.json"),
+            Report.load(GOLDEN / "int8_twin.json")]
+
+
+@pytest.mark.parametrize("report", _reports(), ids=["v1", "v2", "v1-wide", "v2-wide", "samples", "twin"])
+def test_every_width_from_40_renders_and_no_line_is_longer(report):
+    assert report.culprits
+    for width in range(40, 141):
+        text = report.to_text(width=width)
+        long = [line for line in text.splitlines() if len(line) > width]
+        assert not long, (width, long)
+        assert "rank  node" in text and "Culprits (top" in text
+    assert len(report.to_text(width=80).splitlines()) > 20
+
+
+def test_a_narrow_table_keeps_rank_node_error_and_role():
+    row = ("12", "model.layers.3.self_attn/" * 3, "SquaredDifference", "35", "5.8e-01", "4.0e-04", "3.9e-03",
+           "1.46e+03x", "6.1e-01", "2.3e-01", "5/8", "source*", "1x16x32x32 f32", "0/0 -> 3/0",
+           "f16 jit_avx512_core_f16_kernel +3 fused")
+    header, rows = COLUMNS, [row, row]
+    for width in (40, 60, 90):
+        lines = fit_table(header, rows, width)
+        kept = lines[0].split()
+        assert {"rank", "node", "error", "role"} <= set(kept), kept
+        assert all(len(line) <= width for line in lines), (width, lines)
+    wide = fit_table(header, rows, 10_000)
+    assert wide[0].split() == ["rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "over",
+                               "tol", "role", "shape", "nan/inf", "target", "ran"]
+
+
+def test_the_culprit_table_gives_no_column_more_room_than_its_cells():
+    lines = V1.to_text(width=120).splitlines()
+    header = next(line for line in lines if line.startswith("rank  node"))
+    longest = max(len(n.label) for n in V1.culprits[:10])
+    assert header.index(" op ") - header.index("node") == longest + 1  # the node column, then two spaces
