@@ -61,12 +61,12 @@ def main() -> None:
 
     def run(executor):
         start = time.perf_counter()
-        report = bisect(model, "CPU", target, data, executor=executor, samples_per_unit=args.per_unit, local=False,
+        report = bisect(model, "CPU", target, data, executor=executor, samples_per_batch=args.per_unit, local=False,
                         impact=0, noise=False, progress=False)
         total = time.perf_counter() - start
         s = report.samples
         figures = (s.errors, s.ranking, {n.key: n.over_samples for n in report.nodes})
-        units = list(s.unit_seconds) + list(s.spread_unit_seconds)
+        units = list(s.batch_seconds) + list(s.spread_batch_seconds)
         return report.timings.get("samples", 0.0), total, statistics.median(units), figures
 
     print(f"{args.model}, {args.samples} samples of {shape}, {args.per_unit} per unit, CPU vs {target}")

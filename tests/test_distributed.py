@@ -50,7 +50,7 @@ def _folder(tmp_path: pathlib.Path, n: int = N) -> pathlib.Path:
 
 def _run(inputs, executor=None, target="EMU:f16", **extra) -> Report:
     """Many samples through the emulated f16 target (rebuilt on each worker), or another target."""
-    return bisect(_models(), "CPU", target, inputs, executor=executor, samples_per_unit=8, local=False, impact=0,
+    return bisect(_models(), "CPU", target, inputs, executor=executor, samples_per_batch=8, local=False, impact=0,
                   noise=False, progress=False, **extra)
 
 
@@ -98,7 +98,7 @@ def test_a_dask_cluster_gives_the_in_process_figures(cluster):
     assert there.samples.count == here.samples.count == N and not there.samples.partial
     assert there.samples.workers == 2 and there.samples.executor == "ClientExecutor"
     assert _figures(there) == _figures(here)
-    assert len(there.samples.unit_seconds) == -(-N // 8) and len(there.samples.spread_unit_seconds) == -(-N // 8)
+    assert len(there.samples.batch_seconds) == -(-N // 8) and len(there.samples.spread_batch_seconds) == -(-N // 8)
     # The search ran on the same (worst) sample in this process: the same culprit.
     assert there.first_divergence.name == here.first_divergence.name
     assert any(n.over_samples.get("count") == N for n in there.nodes)
@@ -138,11 +138,11 @@ def test_the_executor_flag_reaches_a_scheduler(cluster, tmp_path):
     address = cluster.scheduler.address.replace("tcp://", "dask://")
     out = tmp_path / "r.json"
     code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "CPU", "--inputs", str(folder), "--executor",
-                 address, "--samples-per-unit", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet",
+                 address, "--samples-per-batch", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet",
                  "--json", str(out)])
     assert code in (0, 1)
     samples = Report.load(out).samples
-    assert samples.count == 12 and samples.executor.startswith("dask tcp://") and len(samples.unit_seconds) == 3
+    assert samples.count == 12 and samples.executor.startswith("dask tcp://") and len(samples.batch_seconds) == 3
 
 
 def _ir(tmp_path: pathlib.Path) -> pathlib.Path:
@@ -184,10 +184,10 @@ def test_the_executor_flag_uses_ray(ray_executor, tmp_path):
     folder = _folder(tmp_path, 12)
     out = tmp_path / "r.json"
     code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "CPU", "--inputs", str(folder), "--executor", "ray",
-                 "--samples-per-unit", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet", "--json", str(out)])
+                 "--samples-per-batch", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet", "--json", str(out)])
     assert code in (0, 1)
     samples = Report.load(out).samples
-    assert samples.count == 12 and samples.executor == "ray local" and len(samples.unit_seconds) == 3
+    assert samples.count == 12 and samples.executor == "ray local" and len(samples.batch_seconds) == 3
     assert _figures(Report.load(out)) == _figures(_run(str(folder), target="CPU"))
     import ray
 
@@ -207,10 +207,10 @@ def test_a_twin_on_an_executor_gives_the_in_process_figures():
     clipped = _miscalibrated(_models(), "block2/pw/fq_in", 0.5)
     data = _data(24)
     here, there = (bisect(_models(), "CPU", "CPU:f32", Samples(data), target_model=clipped, executor=executor,
-                          samples_per_unit=5, progress=False, local=False, noise=False)
+                          samples_per_batch=5, progress=False, local=False, noise=False)
                    for executor in (None, ThreadPoolExecutor(2)))
     assert there.samples.top1_flips > 0 and _figures(there) == _figures(here)
-    assert len(there.samples.unit_seconds) == 5 and there.first_divergence.name == "block2/pw/fq_in"
+    assert len(there.samples.batch_seconds) == 5 and there.first_divergence.name == "block2/pw/fq_in"
 
 
 def test_the_executor_flag_runs_a_folder_on_a_local_pool(tmp_path):
@@ -219,11 +219,11 @@ def test_the_executor_flag_runs_a_folder_on_a_local_pool(tmp_path):
     folder = _folder(tmp_path, 10)
     out = tmp_path / "r.json"
     code = main([str(_ir(tmp_path)), "--ref", "CPU", "--target", "CPU", "--inputs", str(folder), "--executor",
-                 "threads:2", "--samples-per-unit", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet",
+                 "threads:2", "--samples-per-batch", "4", "--no-local", "--impact", "0", "--no-noise", "--quiet",
                  "--json", str(out)])
     assert code in (0, 1)
     samples = Report.load(out).samples
-    assert samples.count == 10 and samples.executor == "threads:2" and len(samples.unit_seconds) == 3
+    assert samples.count == 10 and samples.executor == "threads:2" and len(samples.batch_seconds) == 3
 
 
 # ----- faults --------------------------------------------------------------------------------------------------
@@ -250,7 +250,7 @@ def test_a_unit_that_raises_once_is_run_again():
 
 def test_a_unit_that_keeps_failing_is_reported_with_its_samples(tmp_path):
     data = _data(24)
-    report = _run(Samples(loader=_Flaky(data, {9}), count=24), ThreadPoolExecutor(2), "CPU", unit_retries=1)
+    report = _run(Samples(loader=_Flaky(data, {9}), count=24), ThreadPoolExecutor(2), "CPU", batch_retries=1)
     s = report.samples
     assert s.partial and s.count == 16 and s.given == 24
     assert s.missing == tuple(range(8, 16)) and s.spread_missing == tuple(range(8, 16))
@@ -269,7 +269,7 @@ def test_a_unit_that_keeps_failing_is_reported_with_its_samples(tmp_path):
 
 def test_nothing_measured_is_an_error_not_an_empty_answer():
     with pytest.raises(BisectError, match="No sample could be measured"):
-        _run(Samples(loader=_Flaky(_data(8), range(1, 8)), count=8), ThreadPoolExecutor(2), "CPU", unit_retries=0)
+        _run(Samples(loader=_Flaky(_data(8), range(1, 8)), count=8), ThreadPoolExecutor(2), "CPU", batch_retries=0)
 
 
 def test_a_bad_sample_stops_the_run_and_is_named(tmp_path):
@@ -324,6 +324,6 @@ def test_executor_options_are_checked():
             else:
                 bisect(tiny_chain(), "CPU", "CPU:f32", [[np.zeros((1, 8), np.float32)]] * 2, executor=bad,
                        progress=False)
-    with pytest.raises(InputError, match="samples_per_unit"):
-        BisectOptions(samples_per_unit=0)
+    with pytest.raises(InputError, match="samples_per_batch"):
+        BisectOptions(samples_per_batch=0)
     assert BisectOptions(executor=ThreadPoolExecutor(1)).to_dict()["executor"] == "ThreadPoolExecutor"

@@ -85,8 +85,8 @@ def test_bisect_passes_each_keyword_to_the_record(monkeypatch):
     values = {"ref_config": {"A": "1"}, "target_config": {"B": "2"}, "strategy": "full", "metric": "max_abs",
               "tolerance": 0.5, "refine": False, "max_tap_bytes": 1234, "budget": "fast", "local": False,
               "noise": False, "impact": 1, "fix": 0.25, "delegation": True, "curve": 2, "sensitivity": True,
-              "keep": ("a",), "patched_model": "out.xml", "seed": 7, "executor": "threads:2", "samples_per_unit": 3,
-              "unit_retries": 1, "classifier_outputs": ("logits",), "prompt_length": 5, "steps": 2, "progress": False}
+              "keep": ("a",), "patched_model": "out.xml", "seed": 7, "executor": "threads:2", "samples_per_batch": 3,
+              "batch_retries": 1, "classifier_outputs": ("logits",), "prompt_length": 5, "steps": 2, "progress": False}
     assert set(values) == set(KEYWORDS)
     monkeypatch.setattr(api, "run", fake_run)
     bisect("model.xml", **values)
@@ -157,8 +157,8 @@ def test_the_flags_defaults_are_the_records_defaults():
     (["--keep", "x", "--keep", "culprits"], {"keep": ("x", "culprits")}),
     (["--budget", "fast", "--no-local", "--no-refine", "--no-noise"],
      {"budget": "fast", "local": False, "refine": False, "noise": False}),
-    (["--unit-retries", "0", "--samples-per-unit", "4", "--executor", "threads:2"],
-     {"unit_retries": 0, "samples_per_unit": 4, "executor": "threads:2"}),
+    (["--batch-retries", "0", "--samples-per-batch", "4", "--executor", "threads:2"],
+     {"batch_retries": 0, "samples_per_batch": 4, "executor": "threads:2"}),
     (["--steps", "3", "--prompt-length", "8", "--seed", "5", "--impact", "0", "--curve", "4"],
      {"steps": 3, "prompt_length": 8, "seed": 5, "impact": 0, "curve": 4}),
 ])

@@ -21,7 +21,7 @@ from bisect_ov.pipeline.assemble import assemble, rank_by_impact, run_notes
 from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import BisectOptions
 from bisect_ov.pipeline.records import Measurement, Scored
-from bisect_ov.pipeline.stages import examine, experiments, open_comparison, plain_run, score
+from bisect_ov.pipeline.stages import examine, experiments, open_comparison, run_untouched, score
 from bisect_ov.search.strategies import BisectionSearch, FusionSearch, Results, Strategy
 from tests.conftest import tiny_chain
 
@@ -144,13 +144,13 @@ def test_notes_come_from_the_records():
     class _Opened:
         notes = ("from the plan",)
 
-    class _Plain:
+    class _Examined:
         engine = None
 
     measurement = Measurement(stats={}, groups={}, strategy="bisection", fell_back=True)
     scored = Scored(errors={}, tolerances={}, scores=None, outputs=(),  # type: ignore[arg-type]
                     noise=Noise(run_to_run=1e-4), fidelity=Fidelity(1.0, 3.0, 3.0, warning="changed"))
-    notes = run_notes(_Opened(), _Plain(), measurement, scored)  # type: ignore[arg-type]
+    notes = run_notes(_Opened(), _Examined(), measurement, scored)  # type: ignore[arg-type]
     assert notes[0] == "from the plan" and "not deterministic" in notes[1] and "1.00e-04" in notes[1]
     assert notes[2] == "changed" and "bisection strategy was used" in notes[3]
 
@@ -160,16 +160,16 @@ def test_stages_by_hand_match_bisect():
     model = tiny_chain(depth=5)
     twin = inject_fault(model, "mm3", "scale", 0.2)
     options = BisectOptions(progress=False)
-    opened = open_comparison(model, "CPU", "CPU:f32", None, twin, options)
-    assert opened.options.impact == 3  # twins get partitioned runs (segments cut from the twin)
-    plain = plain_run(opened)
-    measured = measure(opened, plain)
+    setup = open_comparison(model, "CPU", "CPU:f32", None, twin, options)
+    assert setup.options.impact == 3  # twins get partitioned runs (segments cut from the twin)
+    examined = run_untouched(setup)
+    measured = measure(setup, examined)
     assert measured.strategy == "fusion" and measured.stats
-    scored = score(opened, plain, measured)
+    scored = score(setup, examined, measured)
     assert scored.scores.first == ("mm3",)
-    findings = experiments(opened, plain, measured, scored)
-    assert findings.local and findings.fix is None
-    report = assemble(opened, plain, measured, scored, findings, model_source=model, target_source=twin)
+    findings = experiments(setup, examined, measured, scored)
+    assert findings.local_errors and findings.fix is None
+    report = assemble(setup, examined, measured, scored, findings, model_source=model, target_source=twin)
     direct = bisect(model, "CPU", "CPU:f32", target_model=twin, progress=False)
     assert report.first_divergence.name == direct.first_divergence.name == "mm3"
     assert [n.name for n in report.culprits] == [n.name for n in direct.culprits]
@@ -182,13 +182,13 @@ def test_a_group_is_refined_only_when_it_makes_error_of_its_own(makes_error, ref
 
     model = synthetic.conv_bn_net()
     options = BisectOptions(progress=False, noise=False)
-    opened = open_comparison(model, "CPU:f32", "CPU:f32", synthetic.sample_inputs(model, seed=1),
+    setup = open_comparison(model, "CPU:f32", "CPU:f32", synthetic.sample_inputs(model, seed=1),
                              inject_fault(model, "res/bn_a", "noise", 0.05, seed=7), options)
-    plain = plain_run(opened)
-    engine, tol = plain.engine, plain.tolerance
+    examined = run_untouched(setup)
+    engine, tol = examined.engine, examined.tolerance
 
     def diverged(tap, stats):
-        return opened.error_of(stats) > tol.for_node(engine.graph[tap.key], tap.port)
+        return setup.error_of(stats) > tol.for_node(engine.graph[tap.key], tap.port)
 
     # Local errors are asked for only when the strategy may use them; the answer here is made up.
     search = FusionSearch(engine.comparison, diverged, runtime=engine.target_runtime, local=makes_error is not None)

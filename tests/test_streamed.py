@@ -16,7 +16,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import plan_segments
 from bisect_ov.model.taps import Tap, default_taps, tensor_sizes
 from bisect_ov.pipeline.options import BisectOptions
-from bisect_ov.pipeline.stages import open_comparison, plain_run
+from bisect_ov.pipeline.stages import open_comparison, run_untouched
 from tests.conftest import FAULT_SHAPES, FaultyCPU, float_sites, needs_bf16, shape_inputs, shape_model
 
 SHAPES = FAULT_SHAPES
@@ -92,8 +92,8 @@ def test_a_streamed_run_holds_one_segment_at_a_time():
     total = sum(sizes[t] for t in taps)
     budget = total // 6
     options = BisectOptions(progress=False, noise=False)
-    opened = open_comparison(shape_model(shape), "CPU:f32", "CPU:f32", shape_inputs(shape), None, options)
-    engine = plain_run(opened).engine
+    setup = open_comparison(shape_model(shape), "CPU:f32", "CPU:f32", shape_inputs(shape), None, options)
+    engine = run_untouched(setup).engine
     held: list[int] = []
     stats = {}
     for part in stream(engine.runner, engine.sample, taps, budget, target_runtime=engine.target_runtime,

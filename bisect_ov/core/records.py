@@ -148,8 +148,8 @@ class SamplesSummary:
     ``topk_misses`` counts the samples whose reference top-1 is not among the target's top `k`. ``count`` is
     the samples measured of the ``given``; ``missing`` lists those whose unit failed (their ``errors`` are NaN)
     and ``spread_missing`` those missing from the per-node distributions; ``failures`` says why. ``executor``
-    names where the samples ran and ``workers`` how many processes ran units; ``unit_seconds`` (and
-    ``spread_unit_seconds``, the per-node pass) is the wall time of each unit of samples, ``retried`` how many
+    names where the samples ran and ``workers`` how many processes ran units; ``batch_seconds`` (and
+    ``spread_batch_seconds``, the per-node pass) is the wall time of each unit of samples, ``retried`` how many
     units ran again after a failure.
     """
 
@@ -175,8 +175,8 @@ class SamplesSummary:
     executor: str = "in-process"
     retried: int = 0
     workers: int = 0
-    unit_seconds: tuple[float, ...] = ()
-    spread_unit_seconds: tuple[float, ...] = ()
+    batch_seconds: tuple[float, ...] = ()
+    spread_batch_seconds: tuple[float, ...] = ()
 
     @property
     def partial(self) -> bool:
@@ -289,8 +289,8 @@ class RunOptions(_ByName):
     patched_model: str | None = None
     seed: int = 0
     executor: str | None = None
-    samples_per_unit: int = 16
-    unit_retries: int = 2
+    samples_per_batch: int = 16
+    batch_retries: int = 2
     classifier_outputs: tuple[str, ...] | None = None
     prompt_length: int = 16
     steps: int = 0

@@ -237,10 +237,12 @@ def patch_model(model, names: Sequence[str]):
 
 @dataclass(frozen=True)
 class Findings:
-    """What the experiments found, keyed by reference node keys."""
+    """What the experiments found, keyed by reference node keys: each node's local error (run alone on the
+    target, fed the reference's inputs), its impact (the final-output error with only it on the target), the
+    verified fix, the contribution curve, the delegation range, the partitioned runs made, layer sensitivity."""
 
-    local: dict[str, float] = field(default_factory=dict)
-    impact: dict[str, float] = field(default_factory=dict)
+    local_errors: dict[str, float] = field(default_factory=dict)
+    impacts: dict[str, float] = field(default_factory=dict)
     fix: Fix | None = None
     curve: list[CurvePoint] = field(default_factory=list)
     delegation: Delegation | None = None

@@ -19,7 +19,7 @@ from bisect_ov.engine.ledger import Clock
 from bisect_ov.pipeline.assemble import assemble
 from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import DEFAULT_MAX_TAP_BYTES, KEYWORDS, BisectOptions
-from bisect_ov.pipeline.stages import absorb, experiments, generate, open_comparison, plain_run, score
+from bisect_ov.pipeline.stages import absorb, experiments, generate, open_comparison, run_untouched, score
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device
 
@@ -83,8 +83,8 @@ def bisect(
     # inputs, samples and executors
     seed: int = 0,
     executor: Any = None,
-    samples_per_unit: int = 16,
-    unit_retries: int = 2,
+    samples_per_batch: int = 16,
+    batch_retries: int = 2,
     classifier_outputs: Sequence[str] | None = None,
     # LLM prompts and generation
     prompt_length: int = 16,
@@ -140,22 +140,22 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
     options.tolerance_model().check_metric(options.metric)
     clock = Clock()
     with clock.stage("open"):
-        opened = open_comparison(model, ref, target, inputs, target_model, options, clock)
+        setup = open_comparison(model, ref, target, inputs, target_model, options, clock)
     try:
         with clock.stage("plain"):
-            plain = plain_run(opened)
+            examined = run_untouched(setup)
         with clock.stage("generate"):
-            generation, plain = generate(opened, plain)
+            generation, examined = generate(setup, examined)
         with clock.stage("measure"):
-            measurement = measure(opened, plain)
+            measurement = measure(setup, examined)
         with clock.stage("score"):
-            scored = score(opened, plain, measurement)
+            scored = score(setup, examined, measurement)
         with clock.stage("experiments"):
-            findings = experiments(opened, plain, measurement, scored)
-            scored = absorb(opened, plain, scored, findings)
+            findings = experiments(setup, examined, measurement, scored)
+            scored = absorb(setup, examined, scored, findings)
         with clock.stage("assemble"):
-            return assemble(opened, plain, measurement, scored, findings, model_source=model,
+            return assemble(setup, examined, measurement, scored, findings, model_source=model,
                             target_source=target_model, generation=generation)
     finally:
-        if opened.samples is not None:  # an executor opened from a name, a generator's spill folder
-            opened.samples.close()
+        if setup.samples is not None:  # an executor setup from a name, a generator's spill folder
+            setup.samples.close()

@@ -27,45 +27,45 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
-from bisect_ov.pipeline.records import Measurement, Opened, Plain, Scored
+from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
 
 __all__ = ["assemble", "run_notes", "rank_by_impact", "record_of"]
 
 
-def assemble(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored, findings: Findings,
+def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
              *, model_source: Any, target_source: Any = None, generation: Any = None) -> Report:
     """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
-    session, options = plain.engine, opened.options
+    session, options = examined.engine, setup.options
     ref_info, target_info = session.ref_info, session.target_info
     assert ref_info is not None and target_info is not None  # both sides ran in the plain run
-    precision = plain.tolerance.precision
-    assert precision is not None  # `plain_run` set it (`Tolerance.with_precision`)
-    with opened.clock("score"):
-        ranking = rank_by_impact(scored.scores.ranking, findings.impact)
+    precision = examined.tolerance.precision
+    assert precision is not None  # `run_untouched` set it (`Tolerance.with_precision`)
+    with setup.clock("score"):
+        ranking = rank_by_impact(scored.scores.ranking, findings.impacts)
         nodes = node_results(session, measurement, scored, precision, findings, ranking,
-                             frozenset(plain.tolerance.quantization))
+                             frozenset(examined.tolerance.quantization))
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
         fix = dataclasses.replace(
-            fix, patched_model=str(save_patched(opened.model, session.graph, fix.keep, options.patched_model)))
+            fix, patched_model=str(save_patched(setup.model, session.graph, fix.keep, options.patched_model)))
     match = session.match
-    twin = opened.target_model is not None
+    twin = setup.target_model is not None
     report = Report(
         model=model_label(model_source), ref=ref_info, target=target_info, nodes=nodes,
-        outputs=scored.outputs, metric=options.metric_name, tolerance=record_of(ToleranceInfo, plain.tolerance.to_dict()),
+        outputs=scored.outputs, metric=options.metric_name, tolerance=record_of(ToleranceInfo, examined.tolerance.to_dict()),
         first_keys=scored.scores.first, ranking=ranking, model_hash=session.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
         unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin else {},
-        timings=dict(opened.clock.stages), compiles=session.compiles,
-        costs={stage: record_of(StageCost, cost) for stage, cost in opened.clock.snapshot().items()},
+        timings=dict(setup.clock.stages), compiles=session.compiles,
+        costs={stage: record_of(StageCost, cost) for stage, cost in setup.clock.snapshot().items()},
         options=record_of(RunOptions, options.to_dict()), strategy=measurement.strategy,
         inputs=tuple(InputInfo(p.get_friendly_name(), tuple(int(d) for d in a.shape), str(a.dtype))
-                     for p, a in zip(opened.model.get_parameters(), session.ref_arrays)),
-        samples=opened.summary.to_record() if opened.summary is not None else None,
+                     for p, a in zip(setup.model.get_parameters(), session.ref_arrays)),
+        samples=setup.summary.to_record() if setup.summary is not None else None,
         openvino_version=ov.get_version(),
-        notes=tuple(run_notes(opened, plain, measurement, scored)) + _local_note(opened, plain, measurement, findings)
+        notes=tuple(run_notes(setup, examined, measurement, scored)) + _local_note(setup, examined, measurement, findings)
         + _generation_note(generation),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
@@ -95,12 +95,12 @@ def _generation_note(generation: Any) -> tuple[str, ...]:
     return (f"Generation: {generation.why}{examined}",)
 
 
-def _local_note(opened: Opened, plain: Plain, measurement: Measurement, findings: Findings) -> tuple[str, ...]:
+def _local_note(setup: Setup, examined: Examined, measurement: Measurement, findings: Findings) -> tuple[str, ...]:
     """Which nodes' local errors were measured, when the options asked for them and some were not."""
-    if not opened.options.local or opened.comparison.twin:
+    if not setup.options.local or setup.comparison.twin:
         return ()
     measured = list(dict.fromkeys(t.key for t in measurement.stats))
-    left = [k for k in measured if k not in findings.local]
+    left = [k for k in measured if k not in findings.local_errors]
     if not left:
         return ()
     return (f"Local errors (each node alone on the target, fed with the reference's inputs) were measured for the "
@@ -108,10 +108,10 @@ def _local_note(opened: Opened, plain: Plain, measurement: Measurement, findings
             f"{len(left):,} stay under it, so their own error was not isolated.",)
 
 
-def run_notes(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored) -> list[str]:
+def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored) -> list[str]:
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
-    session = plain.engine
-    notes = list(opened.notes)
+    session = examined.engine
+    notes = list(setup.notes)
     if scored.absorbed_why:
         notes.append(scored.absorbed_why)
     saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
@@ -216,7 +216,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
         results.append(NodeResult(
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,
-            rank=rank_of.get(key), local_error=findings.local.get(key), impact=findings.impact.get(key),
+            rank=rank_of.get(key), local_error=findings.local_errors.get(key), impact=findings.impacts.get(key),
             # Only meaningful where a node was handed real error: inputs over its tolerance.
             amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None,
             outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),

@@ -24,7 +24,7 @@ from bisect_ov.engine.runner import FinalOutput
 from bisect_ov.experiments.local import LOCAL_SHARE, LocalErrors, local_units, measure_local, owned_units
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
-from bisect_ov.pipeline.records import Measurement, Opened, Plain
+from bisect_ov.pipeline.records import Examined, Measurement, Setup
 from bisect_ov.samples.runs import node_spread
 from bisect_ov.search.strategies import Results, Strategy, fusion_taps, make_strategy
 
@@ -38,28 +38,28 @@ class _Search:
     """What one strategy's search measured: summed measurements and the local errors it ran."""
 
     measured: Measured = field(default_factory=Measured)
-    local: LocalErrors = field(default_factory=dict)
+    local_runs: LocalErrors = field(default_factory=dict)
 
 
-def measure(opened: Opened, plain: Plain) -> Measurement:
+def measure(setup: Setup, examined: Examined) -> Measurement:
     """Run the chosen strategy; ``auto`` is ``fusion``, falling back to ``bisection`` when unfaithful."""
-    engine, options = plain.engine, opened.options
-    graph, tol = engine.graph, plain.tolerance
+    engine, options = examined.engine, setup.options
+    graph, tol = engine.graph, examined.tolerance
     max_bytes = options.tap_bytes
 
     def diverged(tap: Tap, stats: TensorStats) -> bool:
-        return opened.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
+        return setup.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
 
     name = "fusion" if options.strategy == "auto" else options.strategy
     fusion = name == "fusion"
-    search = _run(opened, plain, _strategy(name, engine, diverged, options), max_bytes, local=fusion)
+    search = _run(setup, examined, _strategy(name, engine, diverged, options), max_bytes, local=fusion)
     faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric)
     fell_back = False
     reproduced = any(r.reproduced for r in search.measured.runs)
     groups = search.strategy.groups()
     if options.strategy == "auto" and faithful is not None and faithful.warning:
         # The fusion taps changed what the target computes: their runs do not speak for the bisection's.
-        search = _run(opened, plain, _strategy("bisection", engine, diverged, options), max_bytes, local=False)
+        search = _run(setup, examined, _strategy("bisection", engine, diverged, options), max_bytes, local=False)
         faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric)
         reproduced = reproduced or any(r.reproduced for r in search.measured.runs)
         groups, fell_back, name = {}, True, "bisection"
@@ -75,10 +75,10 @@ def measure(opened: Opened, plain: Plain) -> Measurement:
     # The metric travels to workers as a partial of a module-level function: picklable. Each node over every
     # sample runs each sample again with the measured tensors exposed: several plain inferences per sample,
     # which the fast budget leaves out (the outputs' pass still ranks the samples).
-    spread = (node_spread(engine.runner, list(measured.stats), opened.samples, partial(metric_value, metric=options.metric),
+    spread = (node_spread(engine.runner, list(measured.stats), setup.samples, partial(metric_value, metric=options.metric),
                           seed=options.seed)
-              if opened.samples is not None and opened.summary is not None and options.node_spread else {})
-    return Measurement(dict(measured.stats), groups, name, fell_back, spread, search.local if fusion and not fell_back
+              if setup.samples is not None and setup.summary is not None and options.node_spread else {})
+    return Measurement(dict(measured.stats), groups, name, fell_back, spread, search.local_runs if fusion and not fell_back
                        else {}, faithful, reproduced, dict(measured.exact))
 
 
@@ -93,10 +93,10 @@ class _Driven(_Search):
     strategy: Strategy = cast(Strategy, None)
 
 
-def _run(opened: Opened, plain: Plain, strategy: Strategy, max_bytes: int | None, *, local: bool) -> _Driven:
+def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | None, *, local: bool) -> _Driven:
     """Drive one strategy's search to its end; with `local`, local errors run where the strategy asks for them
     and on each streamed segment (see the module docstring)."""
-    engine, options, tol = plain.engine, opened.options, plain.tolerance
+    engine, options, tol = examined.engine, setup.options, examined.tolerance
     graph = engine.graph
     can_local = local and options.local
     done = _Driven(strategy=strategy)
@@ -107,7 +107,7 @@ def _run(opened: Opened, plain: Plain, strategy: Strategy, max_bytes: int | None
     results = Results()
     while (step := strategy.next_step(results)) is not None:
         if step.local:
-            results = results.plus(creates=_creates(opened, plain, done, results, strategy))
+            results = results.plus(creates=_creates(setup, examined, done, results, strategy))
             continue
         parts = (engine.measure_parts(step.taps, max_bytes, desc=step.desc) if step.chunked
                  else iter([engine.measure_part(step.taps)]))
@@ -119,11 +119,11 @@ def _run(opened: Opened, plain: Plain, strategy: Strategy, max_bytes: int | None
                 # reference compile is needed for them later.
                 worst: dict[str, float] = {}
                 for t, st in part.stats.items():
-                    worst[t.key] = max(worst.get(t.key, 0.0), opened.error_of(st))
+                    worst[t.key] = max(worst.get(t.key, 0.0), setup.error_of(st))
                 units = {k: planned[k] for k, e in worst.items()
                          if k in planned and e >= LOCAL_SHARE * tol.for_node(graph[k])}
                 if units:
-                    done.local.update(measure_local(engine, units, done.local, max_bytes=max_bytes,
+                    done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=max_bytes,
                                                     values=part.values))
         measured = Measured.of(got)
         done.measured = done.measured.plus(measured)
@@ -131,24 +131,24 @@ def _run(opened: Opened, plain: Plain, strategy: Strategy, max_bytes: int | None
     return done
 
 
-def _creates(opened: Opened, plain: Plain, done: _Driven, results: Results, strategy: Strategy) -> dict[str, bool]:
+def _creates(setup: Setup, examined: Examined, done: _Driven, results: Results, strategy: Strategy) -> dict[str, bool]:
     """For the groups whose local error is measured (now, for those the experiments need anyway), whether each
     makes error of its own; nothing when local errors cannot run or the taps so far are unfaithful."""
-    engine, options, tol = plain.engine, opened.options, plain.tolerance
+    engine, options, tol = examined.engine, setup.options, examined.tolerance
     graph = engine.graph
     faithful = fidelity(engine.untouched.outputs, done.measured.runs, options.metric)
     if not options.local or (faithful is not None and faithful.warning):
         return {}
     stats = results.stats
-    errors = {(t.key, t.port): opened.error_of(st) for t, st in stats.items()}
+    errors = {(t.key, t.port): setup.error_of(st) for t, st in stats.items()}
     limits = {t.key: tol.for_node(graph[t.key]) for t in stats}
     units = local_units(engine.comparison, stats, strategy.groups(), errors, limits)
-    done.local.update(measure_local(engine, units, done.local, max_bytes=options.tap_bytes))
+    done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=options.tap_bytes))
 
     def over(tap: Tap, st: TensorStats) -> bool:
-        return opened.error_of(st) > tol.for_node(graph[tap.key], tap.port)
+        return setup.error_of(st) > tol.for_node(graph[tap.key], tap.port)
 
-    return {key: any(over(t, st) for t, st in got.items()) for key, (_, got) in done.local.items() if got}
+    return {key: any(over(t, st) for t, st in got.items()) for key, (_, got) in done.local_runs.items() if got}
 
 
 def fidelity(untouched: Sequence[FinalOutput], runs: Sequence[TappedRun],

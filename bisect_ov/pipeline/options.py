@@ -321,16 +321,16 @@ class BisectOptions:
     executor: Any = _opt(
         None, "samples", "Where many samples run: None (this process), any `concurrent.futures.Executor` (Dask's "
         "``distributed.Client(...).get_executor()``, Ray's, a ``ProcessPoolExecutor``), or ``'processes:N'``, "
-        "``'threads:N'``, ``'dask://HOST:PORT'``, ``'ray'``, ``'ray://HOST:PORT'``. Units of `samples_per_unit` samples "
+        "``'threads:N'``, ``'dask://HOST:PORT'``, ``'ray'``, ``'ray://HOST:PORT'``. Batches of `samples_per_batch` samples "
         "travel to the workers with the model as IR and the devices, and return summaries, never tensors "
         "(`bisect_ov.samples.executors`).", _executor, kind=str, metavar="WHERE",
         help="where many samples run: processes:N, threads:N, dask://HOST:PORT, ray or ray://HOST:PORT (default: here)")
-    samples_per_unit: int = _opt(16, "samples", "Samples per work unit when many samples run.", _at_least(1), kind=int,
-                                 metavar="N")
-    unit_retries: int = _opt(
-        2, "samples", "Times a unit that raised (or whose worker died) runs again; what still fails is reported with "
+    samples_per_batch: int = _opt(16, "samples", "Samples per batch (the work that travels to a worker at once) when "
+                                  "many samples run.", _at_least(1), kind=int, metavar="N")
+    batch_retries: int = _opt(
+        2, "samples", "Times a batch that raised (or whose worker died) runs again; what still fails is reported with "
         "its sample indices and the run is marked partial (`SamplesSummary.partial`).", _at_least(0), kind=int,
-        metavar="N", help="times a failed unit of samples runs again before it is reported")
+        metavar="N", help="times a failed batch of samples runs again before it is reported")
     classifier_outputs: tuple[str, ...] | None = _opt(
         None, "samples", "With many samples: the outputs holding class scores, whose top-1 and top-5 answers are "
         "compared. None takes ``[batch, classes]`` outputs and outputs named like logits (``[batch, seq, vocab]``).",

@@ -1,7 +1,7 @@
 """The records the pipeline's stages hand to each other, frozen, in the order the stages make them.
 
-    Opened       open_comparison   the comparison, the runner, the examined sample, resolved options, samples
-    Plain        plain_run         the engine of the examined sample (its untouched run) and the tolerance
+    Setup       open_comparison   the comparison, the runner, the examined sample, resolved options, samples
+    Examined        run_untouched         the engine of the examined sample (its untouched run) and the tolerance
     Measurement  measure           statistics per tap, groups, local errors, fidelity, exact checks, spread
     Scored       score, absorb     errors, tolerances, scores, final outputs, noise
     Findings     experiments       (`bisect_ov.experiments.partitioned`)
@@ -30,11 +30,11 @@ from bisect_ov.report.report import OutputResult
 from bisect_ov.samples.runs import SampleRun
 from bisect_ov.samples.sources import SampleSummary
 
-__all__ = ["Opened", "Plain", "Measurement", "Scored"]
+__all__ = ["Setup", "Examined", "Measurement", "Scored"]
 
 
 @dataclass(frozen=True, eq=False)
-class Opened:
+class Setup:
     """A comparison ready to run: what is compared, the resolved options, the sample to examine, the samples
     and why options changed."""
 
@@ -59,7 +59,7 @@ class Opened:
 
 
 @dataclass(frozen=True, eq=False)
-class Plain:
+class Examined:
     """After the untouched model ran on both sides: the engine of the examined sample, and the tolerance for
     the precision really in play."""
 
@@ -78,7 +78,7 @@ class Measurement:
     spread: dict[str, Distribution] = field(default_factory=dict)  # each node's error over the samples
     # Local errors measured while measuring (to decide which fusion groups to refine), by unit key; the
     # experiments reuse those whose unit did not change.
-    local: LocalErrors = field(default_factory=dict)
+    local_runs: LocalErrors = field(default_factory=dict)
     fidelity: Fidelity | None = None  # did exposing taps change the final-output error?
     reproduced: bool = False  # some instrumented target compile gave the untouched outputs bit for bit
     exact: dict[str, ExactCheck] = field(default_factory=dict)  # integer nodes checked against the exact result

@@ -1,14 +1,14 @@
 """The stages of a `bisect()` run, each a function from the frozen records of the stages before it to the
 next one (`bisect_ov.pipeline.records`):
 
-    open_comparison(model, ref, target, inputs, target_model, options)  -> Opened
-    plain_run(opened)                                                    -> Plain     (engine, tolerance)
-    generate(opened, plain)                                              -> (Generation | None, Plain)
-    measure(opened, plain)                                               -> Measurement (`pipeline.measure`)
-    score(opened, plain, measurement)                                    -> Scored
-    experiments(opened, plain, measurement, scored)                      -> Findings  (`experiments.partitioned`)
-    absorb(opened, plain, scored, findings)                              -> Scored
-    assemble(opened, plain, measurement, scored, findings)               -> Report    (`pipeline.assemble`)
+    open_comparison(model, ref, target, inputs, target_model, options)  -> Setup
+    run_untouched(setup)                                                    -> Examined     (engine, tolerance)
+    generate(setup, examined)                                              -> (Generation | None, Examined)
+    measure(setup, examined)                                               -> Measurement (`pipeline.measure`)
+    score(setup, examined, measurement)                                    -> Scored
+    experiments(setup, examined, measurement, scored)                      -> Findings  (`experiments.partitioned`)
+    absorb(setup, examined, scored, findings)                              -> Scored
+    assemble(setup, examined, measurement, scored, findings)               -> Report    (`pipeline.assemble`)
 
 No stage assigns to another object's fields. The options arrive resolved (`BisectOptions.resolve`): a
 stage never re-decides what can run.
@@ -56,22 +56,22 @@ from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, plan_chunks, tensor_sizes
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
-from bisect_ov.pipeline.records import Measurement, Opened, Plain, Scored
+from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
+from bisect_ov.samples.batches import prepare_pair
 from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, as_samples
-from bisect_ov.samples.units import prepare_pair
 from bisect_ov.search.strategies import fusion_taps
 
-__all__ = ["open_comparison", "plain_run", "examine", "generate", "score", "experiments", "absorb",
-           "first_causes", "comparison_precision", "twin_fix_candidates"]
+__all__ = ["open_comparison", "run_untouched", "examine", "generate", "score", "experiments", "absorb",
+           "diagnosis_of", "comparison_precision", "twin_fix_candidates"]
 
 
 # ----- stages -----------------------------------------------------------------------------------------------
 def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model: Any, options: BisectOptions,
-                    clock: Clock | None = None) -> Opened:
+                    clock: Clock | None = None) -> Setup:
     """Load the model(s), walk and match them, build both devices and inputs; run many samples when given."""
     clock = clock or Clock()
     with clock("load"):
@@ -106,8 +106,8 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     run = None
     if many is not None:
         # Samples are read as they run and only summaries kept: memory does not grow with their number.
-        run = SampleRun(many, options.executor, samples_per_unit=options.samples_per_unit,
-                        unit_retries=options.unit_retries, progress=show, owned=not isinstance(plan.inputs, Samples))
+        run = SampleRun(many, options.executor, samples_per_batch=options.samples_per_batch,
+                        batch_retries=options.batch_retries, progress=show, owned=not isinstance(plan.inputs, Samples))
     if many is None:
         ref_arrays = prepare_inputs(user_model, plan.inputs, seed=options.seed, prompt_length=options.prompt_length)
         if state is not None:  # the variables as `reset_state()` leaves them
@@ -156,11 +156,11 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                   "compared with the states reset before each run; each is an input holding its initial value and "
                   f"an output '{state.model.outputs[state.n_outputs].get_any_name()}', ... compared like any "
                   "output.",)
-    return Opened(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock, state,
+    return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock, state,
                   target_state)
 
 
-def plain_run(opened: Opened) -> Plain:
+def run_untouched(setup: Setup) -> Examined:
     """Run the untouched model on both sides (the target first); set the tolerance from the precision really used.
 
     An f32 reference's plain run can expose the tensors later stages measure, so it need not compile again:
@@ -171,14 +171,14 @@ def plain_run(opened: Opened) -> Plain:
     or f16 rounding but a false divergence between two f32 runs. With fusion taps beyond the budget, the
     reference's plain run is the streamed measurement itself (`bisect_ov.engine.untouched`).
     """
-    runner, options, comparison = opened.runner, opened.options, opened.comparison
-    engine = examine(runner, opened.sample, options)
+    runner, options, comparison = setup.runner, setup.options, setup.comparison
+    engine = examine(runner, setup.sample, options)
     precision = comparison_precision(engine.ref_info, engine.target_info,
                                      comparison.target_graph if comparison.twin else None)
     tolerance = options.tolerance_model().with_precision(precision)
     if comparison.twin and comparison.match.quantized:
         tolerance = twin_tolerance(tolerance, comparison.graph, comparison.target_graph, comparison.match)
-    return Plain(engine, tolerance)
+    return Examined(engine, tolerance)
 
 
 def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = None) -> Engine:
@@ -217,81 +217,81 @@ def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = No
                                                 streamed_taps=compared))
 
 
-def generate(opened: Opened, plain: Plain) -> tuple[Generation | None, Plain]:
+def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Examined]:
     """With ``steps``: the prefill and decode steps on both sides (`bisect_ov.experiments.steps`); None without them.
 
     When a decode step is where divergence starts, that step's inputs are examined instead (their untouched
-    run is made, a new engine), so the node results explain that step: the `Plain` returned is then that
-    step's, else `plain` itself.
+    run is made, a new engine), so the node results explain that step: the `Examined` returned is then that
+    step's, else `examined` itself.
     """
-    engine, options, state = plain.engine, opened.options, opened.state
+    engine, options, state = examined.engine, setup.options, setup.state
     if not options.steps or state is None:
-        return None, plain
-    if opened.target_model is not None and (opened.state_of_target is None
-                                            or opened.state_of_target.variables != state.variables):
-        return None, plain
+        return None, examined
+    if setup.target_model is not None and (setup.state_of_target is None
+                                            or setup.state_of_target.variables != state.variables):
+        return None, examined
     graph = engine.graph
     result = graph.results()[0]
     producer, port = result.inputs[0]
-    tolerance = plain.tolerance.for_node(graph[producer], port)
+    tolerance = examined.tolerance.for_node(graph[producer], port)
     names = []
     for param in state.model.get_parameters()[: state.n_inputs]:
         found = set(param.output(0).get_names()) | {param.get_friendly_name()}
         names.append(next((n for n in ("input_ids", "attention_mask", "position_ids", "beam_idx") if n in found),
                           param.get_friendly_name()))
     arrays = engine.ref_arrays
-    with opened.clock("steps"):
+    with setup.clock("steps"):
         generation = run_steps(state, names, engine.ref, engine.target, arrays[: state.n_inputs],
-                               arrays[state.n_inputs:], options.steps, opened.error_of, tolerance,
-                               target_stateless=opened.state_of_target)
+                               arrays[state.n_inputs:], options.steps, setup.error_of, tolerance,
+                               target_stateless=setup.state_of_target)
     if generation.examine is not None:
         step = Sample.of(*generation.examine)
-        return generation, replace(plain, engine=examine(opened.runner, step))
-    return generation, plain
+        return generation, replace(examined, engine=examine(setup.runner, step))
+    return generation, examined
 
 
-def score(opened: Opened, plain: Plain, measurement: Measurement) -> Scored:
+def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
-    engine, options, tol = plain.engine, opened.options, plain.tolerance
+    engine, options, tol = examined.engine, setup.options, examined.tolerance
     graph = engine.graph
     measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs)
                       if options.noise else {})
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
-    with opened.clock("score"):
-        errors = {(tap.key, tap.port): opened.error_of(s) for tap, s in measurement.stats.items()}
+    with setup.clock("score"):
+        errors = {(tap.key, tap.port): setup.error_of(s) for tap, s in measurement.stats.items()}
         exact = measurement.exact
         # An integer computation has one right answer: the two sides must agree exactly.
         tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, tol.for_node(graph[tap.key]))
                       for tap in measurement.stats}
         scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
         outputs = tuple(
-            OutputResult(name, s, opened.error_of(s), max(floor, tol.for_node(graph[graph[key].inputs[0][0]],
+            OutputResult(name, s, setup.error_of(s), max(floor, tol.for_node(graph[graph[key].inputs[0][0]],
                                                                               graph[key].inputs[0][1])))
             for name, key, s in engine.outputs
         )
     return Scored(errors, tolerances, scores, outputs, noise, measurement.fidelity)
 
 
-def experiments(opened: Opened, plain: Plain, measurement: Measurement, scored: Scored) -> Findings:
+def experiments(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored) -> Findings:
     """Local errors, impacts, the delegation range, the contribution curve and the fix, as the options ask."""
-    engine, options = plain.engine, opened.options
+    engine, options = examined.engine, setup.options
     if not (options.local or options.partitioned):
         return Findings()
-    with opened.clock("experiments"):
+    with setup.clock("experiments"):
         stats, scores = measurement.stats, scored.scores
         measured = list(dict.fromkeys(t.key for t in stats))
         units = {k: tuple(dict.fromkeys([k, *measurement.groups.get(k, ())])) for k in measured}
         local: dict[str, float] = {}
-        twin = opened.comparison.twin
+        twin = setup.comparison.twin
         if options.local and measured:
-            units_run = local_units(opened.comparison, stats, measurement.groups, scored.errors, scored.tolerances)
-            found, todo = split_known(units_run, measurement.local)
+            units_run = local_units(setup.comparison, stats, measurement.groups, scored.errors, scored.tolerances)
+            found, todo = split_known(units_run, measurement.local_runs)
             if todo:
                 found.update(local_errors(engine, todo, max_bytes=options.tap_bytes))
             for tap, st in found.items():
-                local[tap.key] = max(local.get(tap.key, 0.0), opened.error_of(st))
-        runs = MixedRuns(engine, opened.error_of)
+                local[tap.key] = max(local.get(tap.key, 0.0), setup.error_of(st))
+        runs = MixedRuns(engine, setup.error_of)
         try:
             curve = contribution_curve(runs, options.curve) if options.curve else []
             delegation = smallest_range(runs) if options.delegation else None
@@ -310,14 +310,14 @@ def experiments(opened: Opened, plain: Plain, measurement: Measurement, scored: 
                     candidates = twin_fix_candidates(engine, sensitivity, local)
                     fix = find_fix(runs, candidates, limit)
                 else:
-                    causes = {k: tuple(first_causes(engine.graph, stats, scores, k)) for k in scores.first}
+                    causes = {k: tuple(diagnosis_of(engine.graph, stats, scores, k)) for k in scores.first}
                     candidates = suspects_for_fix(engine.graph, scores.ranking, scores.first, units, local,
                                                   scored.tolerances, causes, delegation)
                     pattern_of = {n.key: pattern(n.name) for n in engine.graph.candidates()}
                     fix = find_fix(runs, candidates, limit, pattern_of=pattern_of)
         finally:
             runs.close()
-    return Findings(local=local, impact=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
+    return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
                     sensitivity=sensitivity)
 
 
@@ -332,7 +332,7 @@ def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float]) ->
     return [(k,) for k in keys]
 
 
-def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> Scored:
+def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings) -> Scored:
     """Nodes over their tolerance whose error the network absorbs: not first divergences, not culprits.
 
     A diverged node is absorbed when its measured consumers (the next measured nodes downstream) come back
@@ -342,12 +342,12 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
     measurement for all of them at once: a verdict
     must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
     """
-    scores, graph = scored.scores, opened.comparison.graph
+    scores, graph = scored.scores, setup.comparison.graph
     diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
     if not diverged or not scored.outputs:
         return scored
     limit = min(o.tolerance for o in scored.outputs)
-    flips = len(opened.summary.flips_top1) if opened.summary is not None else 0
+    flips = len(setup.summary.flips_top1) if setup.summary is not None else 0
     # Class answers that flip over many samples are outputs disagreeing, whatever the examined sample's error.
     outputs_ok = not any(o.diverged for o in scored.outputs) and not flips
     if outputs_ok:
@@ -356,7 +356,7 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
         why = (f"{len(absorbed)} node(s) exceed their tolerance but the network absorbs their error: every final "
                f"output is within its tolerance (worst '{worst.name}' {worst.error:.1e} <= {worst.tolerance:.1e}) "
                "with all of them on the target")
-        measured = {k: v for k, v in findings.impact.items() if k in absorbed}
+        measured = {k: v for k, v in findings.impacts.items() if k in absorbed}
         if measured:
             why += "; alone on the target, " + ", ".join(f"'{graph[k].name}' moves them by {v:.1e}"
                                                          for k, v in list(measured.items())[:3])
@@ -365,7 +365,7 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
         measured_keys = {k for k, s in scores.nodes.items()}
         absorbed = set()
         for key in diverged:
-            impact = findings.impact.get(key)
+            impact = findings.impacts.get(key)
             if impact is None or impact >= limit:
                 continue
             consumers = [c for c in graph.downstream(key, include_self=False, stop=lambda c: c in measured_keys)
@@ -376,16 +376,16 @@ def absorb(opened: Opened, plain: Plain, scored: Scored, findings: Findings) -> 
             return scored
         why = (f"{len(absorbed)} node(s) exceed their tolerance, but their consumers come back within tolerance and "
                f"each alone on the target moves the final outputs by less than their tolerance ({limit:.1e}): "
-               + ", ".join(f"'{graph[k].name}' {findings.impact[k]:.1e}" for k in sorted(absorbed)[:3])
+               + ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}" for k in sorted(absorbed)[:3])
                + "; they are absorbed, not first divergences.")
-    tol = plain.tolerance
+    tol = examined.tolerance
     rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed)
     return replace(scored, scores=rescored, absorbed=tuple(sorted(absorbed, key=lambda k: graph[k].index)),
                    absorbed_why=why)
 
 
 # ----- helpers shared by the stages -------------------------------------------------------------------------
-def first_causes(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Scores, key: str) -> list[Cause]:
+def diagnosis_of(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Scores, key: str) -> list[Cause]:
     """The diagnosis of one scored node from its own and its inputs' statistics (precision-agnostic)."""
     node, s = graph[key], scores.nodes[key]
     taps = [t for t in stats if t.key == key]

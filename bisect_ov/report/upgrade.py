@@ -8,7 +8,9 @@ to `SCHEMA_VERSION`. The input is never changed (the steps copy what they rewrit
 * 2 -> 3: a node's causes were sentences only; they become `Cause` records (``diagnosis``) whose kind is read
   from how the sentence starts (`bisect_ov.analysis.diagnosis.kind_of_text`) and whose numbers are unknown
   (``{}``): the sentences hold them as they were written. The pipeline stage ``capture`` is now ``measure``
-  in the costs; options never recorded (``{}``) are null.
+  in the costs; options never recorded (``{}``) are null. A batch of samples (the work sent to a worker) was
+  called a unit: ``samples_per_unit``, ``unit_retries``, ``unit_seconds`` and ``spread_unit_seconds`` are now
+  ``samples_per_batch``, ``batch_retries``, ``batch_seconds`` and ``spread_batch_seconds``.
 
 Assumes the dict came from JSON (plain dicts, lists, strings and numbers); what is not the shape a step
 expects is left alone for the codec to refuse with the field's name.
@@ -27,6 +29,8 @@ __all__ = ["SCHEMA_VERSION", "upgrade"]
 SCHEMA_VERSION = 3
 
 RENAMED_STAGES = {"capture": "measure"}
+RENAMED_OPTIONS = {"samples_per_unit": "samples_per_batch", "unit_retries": "batch_retries"}
+RENAMED_SAMPLES = {"unit_seconds": "batch_seconds", "spread_unit_seconds": "spread_batch_seconds"}
 
 
 def upgrade(d: Mapping[str, Any], version: int) -> dict[str, Any]:
@@ -68,6 +72,9 @@ def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
         d["costs"] = {RENAMED_STAGES.get(k, k): v for k, v in costs.items()}
     if d.get("options") == {}:
         d["options"] = None
+    for key, renamed in (("options", RENAMED_OPTIONS), ("samples", RENAMED_SAMPLES)):
+        if isinstance(d.get(key), dict):
+            d[key] = {renamed.get(k, k): v for k, v in d[key].items()}
     return d
 
 

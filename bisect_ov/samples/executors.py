@@ -8,7 +8,7 @@ given and left open), or a name: ``'processes:N'`` and ``'threads:N'`` (local po
 extras, imported only when named. `executor_width` guesses how many workers stand behind an executor.
 
 Assumed: whatever is submitted is picklable and importable on the workers (the functions of
-`bisect_ov.samples.units`); the executors know nothing of models or samples.
+`bisect_ov.samples.batches`); the executors know nothing of models or samples.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class RayExecutor(Executor):
     Uses the Ray instance this process is connected to, else connects with ``ray.init(address, **init)``
     (``address=None``: a local instance; ``'ray://HOST:PORT'``: a cluster's client server) and disconnects
     on `shutdown`. `share` puts an object in Ray's object store once, so the model's IR travels to each node
-    once per pass rather than with every unit. Ray schedules each task on a worker process it keeps, so a
-    worker compiles each plan once (`bisect_ov.samples.units.run_unit`).
+    once per pass rather than with every batch. Ray schedules each task on a worker process it keeps, so a
+    worker compiles each plan once (`bisect_ov.samples.batches.run_batch`).
 
     >>> executor = RayExecutor()                                   # doctest: +SKIP
     >>> bisect("model.xml", "CPU", "CPU:bf16", samples, executor=executor)  # doctest: +SKIP
@@ -138,7 +138,7 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
 
 
 def executor_width(executor: Executor | None) -> int:
-    """Workers behind an executor, to keep about two units per worker in flight (a guess for unknown kinds)."""
+    """Workers behind an executor, to keep about two batches per worker in flight (a guess for unknown kinds)."""
     if executor is None or isinstance(executor, Inline):
         return 1
     count = getattr(executor, "_max_workers", None)

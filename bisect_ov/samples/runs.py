@@ -1,17 +1,17 @@
-"""Running many samples: in this process, or as work units on any `concurrent.futures.Executor`.
+"""Running many samples: in this process, or as work batches on any `concurrent.futures.Executor`.
 
-The samples are cut into units (`samples_per_unit` consecutive indices). A unit runs one pass over its
-samples on both sides and returns what is kept of them, never tensors (`bisect_ov.samples.units`). Two passes
+The samples are cut into batches (`samples_per_batch` consecutive indices). A batch runs one pass over its
+samples on both sides and returns what is kept of them, never tensors (`bisect_ov.samples.batches`). Two passes
 run: the untouched model on every sample (`run_samples`: the ranking; the detailed search then runs on the
 worst sample, in this process), and after the search the model with the measured nodes exposed
 (`node_spread`: each node's error over the samples). `SampleRun` holds the samples, the executor
-(`bisect_ov.samples.executors`) and the log of both passes, and hands out the units.
+(`bisect_ov.samples.executors`) and the log of both passes, and hands out the batches.
 
-On an executor, every unit of a pass refers to one `Plan` (on Dask sent once to every worker, on Ray put
+On an executor, every batch of a pass refers to one `Plan` (on Dask sent once to every worker, on Ray put
 once in its object store), and a worker compiles each plan once. Merging does not depend on where or in
-which order units ran: per-sample results are keyed by index and distributions merge exactly
-(`bisect_ov.analysis.spread`), so a cluster's figures are an in-process run's. A unit that raises is run
-again (`unit_retries` times); what still fails is reported with the sample indices it held, and the summary
+which order batches ran: per-sample results are keyed by index and distributions merge exactly
+(`bisect_ov.analysis.spread`), so a cluster's figures are an in-process run's. A batch that raises is run
+again (`batch_retries` times); what still fails is reported with the sample indices it held, and the summary
 says the run is partial. Bad inputs are not retried: they stop the run as they would in-process. Recorded
 sides (captures) replay from a file on this machine: they run in-process.
 
@@ -35,9 +35,9 @@ from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core.errors import DeviceError, InputError, first_line
 from bisect_ov.engine.runner import Runner
 from bisect_ov.model.taps import Tap, tap_model
+from bisect_ov.samples.batches import Batch, BatchResult, ModelPayload, Plan, execute, run_batch
 from bisect_ov.samples.executors import Inline, RayExecutor, executor_width, open_executor
 from bisect_ov.samples.sources import RunLog, Samples, SampleSummary
-from bisect_ov.samples.units import ModelPayload, Plan, Unit, UnitResult, execute, run_unit
 
 __all__ = ["SampleRun", "node_spread", "run_samples"]
 
@@ -54,22 +54,22 @@ class SampleRun:
         The samples.
     executor
         An `open_executor` form (None: in this process).
-    samples_per_unit, unit_retries
-        Samples per unit; how many times a failed unit runs again.
+    samples_per_batch, batch_retries
+        Samples per batch; how many times a failed batch runs again.
     owned
         Close (remove a generator's spill folder) at the end: the samples were made from the user's inputs.
     """
 
-    def __init__(self, samples: Samples, executor: Any = None, *, samples_per_unit: int = 16, unit_retries: int = 2,
+    def __init__(self, samples: Samples, executor: Any = None, *, samples_per_batch: int = 16, batch_retries: int = 2,
                  progress: bool = False, owned: bool = True):
         self.samples = samples
         self.executor, label, self._close_executor = open_executor(executor)
-        self.per_unit, self.retries, self.progress, self.owned = samples_per_unit, unit_retries, progress, owned
+        self.per_unit, self.retries, self.progress, self.owned = samples_per_batch, batch_retries, progress, owned
         self.log = RunLog(executor=label)
         self.notes: list[str] = []
 
     def remote(self, runner: Runner) -> bool:
-        """True when units go to the executor: recorded sides replay from a file here, so they stay."""
+        """True when batches go to the executor: recorded sides replay from a file here, so they stay."""
         if self.executor is None:
             return False
         if runner.ref.recorded or runner.target.recorded:
@@ -82,8 +82,8 @@ class SampleRun:
         return True
 
     def share(self, plan: Plan) -> Any:
-        """What the units refer to for `plan`: on Dask, the plan sent once to every worker (a future the
-        workers resolve), on Ray put once in its object store, rather than the model's IR with every unit;
+        """What the batches refer to for `plan`: on Dask, the plan sent once to every worker (a future the
+        workers resolve), on Ray put once in its object store, rather than the model's IR with every batch;
         elsewhere the plan itself."""
         if isinstance(self.executor, RayExecutor):
             return self.executor.share(plan)
@@ -92,8 +92,8 @@ class SampleRun:
             return plan
         try:
             return client.scatter(plan, broadcast=True, hash=False)
-        except Exception as err:  # the plan then travels with each unit, as with other executors
-            log.info("Could not send the plan to the workers once (%s); it travels with each unit", first_line(err))
+        except Exception as err:  # the plan then travels with each batch, as with other executors
+            log.info("Could not send the plan to the workers once (%s); it travels with each batch", first_line(err))
             return plan
 
     def close(self) -> None:
@@ -101,8 +101,8 @@ class SampleRun:
         if self.owned:
             self.samples.close()
 
-    def units(self) -> Iterator[Unit]:
-        """The samples cut into units, read as the units are handed out."""
+    def batches(self) -> Iterator[Batch]:
+        """The samples cut into batches, read as the batches are handed out."""
         batch: list[tuple[int, Any]] = []
         number = 0
         for index, sample in self.samples.stream():
@@ -113,40 +113,40 @@ class SampleRun:
         if batch:
             yield self._unit(number, batch)
 
-    def _unit(self, number: int, batch: list[tuple[int, Any]]) -> Unit:
+    def _unit(self, number: int, batch: list[tuple[int, Any]]) -> Batch:
         s = self.samples
         if self.executor is None:  # in this process: the samples as they are (a spill file is read when prepared)
-            return Unit(number, tuple(i for i, _ in batch), tuple(x for _, x in batch), s.loader,
+            return Batch(number, tuple(i for i, _ in batch), tuple(x for _, x in batch), s.loader,
                         tuple(s.names_file(i, x) for i, x in batch))
-        return Unit(number, tuple(i for i, _ in batch), tuple(s.travelling(i, x) for i, x in batch), s.loader,
+        return Batch(number, tuple(i for i, _ in batch), tuple(s.travelling(i, x) for i, x in batch), s.loader,
                     tuple(s.names_file(i, x) for i, x in batch))
 
-    def drive(self, submit: Callable[[Unit], Future], desc: str,
-              seconds: list[float]) -> tuple[list[UnitResult], list[int]]:
-        """Hand out the units (about two per worker in flight), retry failures, collect results in unit order.
+    def drive(self, submit: Callable[[Batch], Future], desc: str,
+              seconds: list[float]) -> tuple[list[BatchResult], list[int]]:
+        """Hand out the batches (about two per worker in flight), retry failures, collect results in batch order.
 
-        Returns the results and the sample indices of units that failed every attempt (their failures logged).
+        Returns the results and the sample indices of batches that failed every attempt (their failures logged).
         """
         window = 2 * executor_width(self.executor) + 1
         total = -(-len(self.samples) // self.per_unit) if self.samples.kind != "generator" else None
-        pending: dict[Future, tuple[Unit, int]] = {}
-        results: list[UnitResult] = []
+        pending: dict[Future, tuple[Batch, int]] = {}
+        results: list[BatchResult] = []
         lost: list[int] = []
-        source = self.units()
+        source = self.batches()
         exhausted = False
-        with tqdm(total=total, desc=desc, unit="unit", disable=not self.progress, leave=False) as bar:
+        with tqdm(total=total, desc=desc, batch="batch", disable=not self.progress, leave=False) as bar:
             while pending or not exhausted:
                 while not exhausted and len(pending) < window:
-                    unit = next(source, None)
-                    if unit is None:
+                    batch = next(source, None)
+                    if batch is None:
                         exhausted = True
                         break
-                    self._submit(submit, unit, 0, pending, lost)
+                    self._submit(submit, batch, 0, pending, lost)
                 if not pending:
                     continue
                 done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
                 for future in done:
-                    unit, attempt = pending.pop(future)
+                    batch, attempt = pending.pop(future)
                     error = future.exception()
                     if error is None:
                         result = future.result()
@@ -160,33 +160,33 @@ class SampleRun:
                             other.cancel()
                         raise error
                     if attempt < self.retries:
-                        log.info("Unit %d (samples %s) failed (%s); running it again", unit.number, _span(unit),
+                        log.info("Batch %d (samples %s) failed (%s); running it again", batch.number, _span(batch),
                                  first_line(error))
                         self.log.retried += 1
-                        self._submit(submit, replace(unit, attempt=attempt + 1), attempt + 1, pending, lost)
+                        self._submit(submit, replace(batch, attempt=attempt + 1), attempt + 1, pending, lost)
                     else:
-                        self._fail(unit, error, lost)
+                        self._fail(batch, error, lost)
                         bar.update(1)
         results.sort(key=lambda r: r.number)
         return results, sorted(lost)
 
-    def _submit(self, submit: Callable[[Unit], Future], unit: Unit, attempt: int,
-                pending: dict[Future, tuple[Unit, int]], lost: list[int]) -> None:
+    def _submit(self, submit: Callable[[Batch], Future], batch: Batch, attempt: int,
+                pending: dict[Future, tuple[Batch, int]], lost: list[int]) -> None:
         try:
-            pending[submit(unit)] = (unit, attempt)
-        except Exception as err:  # a broken pool refuses new work: the unit is reported, not dropped
-            self._fail(unit, err, lost)
+            pending[submit(batch)] = (batch, attempt)
+        except Exception as err:  # a broken pool refuses new work: the batch is reported, not dropped
+            self._fail(batch, err, lost)
 
-    def _fail(self, unit: Unit, error: BaseException, lost: list[int]) -> None:
-        message = (f"unit {unit.number} (samples {_span(unit)}) failed after {self.retries + 1} attempt(s): "
+    def _fail(self, batch: Batch, error: BaseException, lost: list[int]) -> None:
+        message = (f"batch {batch.number} (samples {_span(batch)}) failed after {self.retries + 1} attempt(s): "
                    f"{type(error).__name__}: {first_line(error)}")
         log.warning("%s", message)
         self.log.failures.append(message)
-        lost.extend(unit.indices)
+        lost.extend(batch.indices)
 
 
-def _span(unit: Unit) -> str:
-    first, last = unit.indices[0], unit.indices[-1]
+def _span(batch: Batch) -> str:
+    first, last = batch.indices[0], batch.indices[-1]
     return f"#{first}" if first == last else f"#{first}-#{last}"
 
 
@@ -237,7 +237,7 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
     InputError
         A bad sample (named), unknown `class_names`.
     DeviceError
-        No sample could be measured (every unit failed).
+        No sample could be measured (every batch failed).
     """
     names = tuple(runner.graph.output_name(r.key) for r in runner.graph.results())
     class_positions = None
@@ -256,8 +256,8 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
                 **_plan_models(runner, runner.graph.model, runner.target_graph.model, remote))
     with runner.clock("samples"):
         # Compiled here, `engine.untouched.run_target` reuses them for the worst sample.
-        results, lost = _run_units(run, plan, remote, runner.compile_untouched, models, "samples",
-                                   run.log.unit_seconds)
+        results, lost = _run_batches(run, plan, remote, runner.compile_untouched, models, "samples",
+                                   run.log.batch_seconds)
     _count_runs(runner, len(run.samples) - len(lost))
     flat = [s for r in results for s in r.samples]
     if not flat:
@@ -271,7 +271,7 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
 
 def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
                 error_of: Callable[[TensorStats], float], *, seed: int = 0) -> dict[str, Distribution]:
-    """Error of each tapped node over all samples, merged over the units (`Distribution.summary` gives mean,
+    """Error of each tapped node over all samples, merged over the batches (`Distribution.summary` gives mean,
     median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit)."""
     taps = [t for t in taps if t in runner.target_of]
     if not taps or len(run.samples) < 2:
@@ -287,16 +287,16 @@ def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
                 **_plan_models(runner, ref_tapped.model, target_tapped.model, remote))
     models = (runner.graph.model, runner.target_graph.model if twin else None)
     with runner.clock("samples"):
-        results, lost = _run_units(
+        results, lost = _run_batches(
             run, plan, remote,
             lambda: runner.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
                                          target_taps=target_tapped.added_outputs),
-            models, "samples over nodes", run.log.spread_unit_seconds)
+            models, "samples over nodes", run.log.spread_batch_seconds)
     _count_runs(runner, len(run.samples) - len(lost))
     if lost:
         run.log.spread_missing.extend(lost)
     merged: dict[str, Distribution] = {}
-    for result in results:  # in unit order; the merge is exact, so any order gives these figures
+    for result in results:  # in batch order; the merge is exact, so any order gives these figures
         for key, dist in result.spread.items():
             merged[key] = merged[key].merge(dist) if key in merged else dist
     return merged
@@ -309,14 +309,14 @@ def _count_runs(runner: Runner, samples: int) -> None:
         runner.ran(side, samples)
 
 
-def _run_units(run: SampleRun, plan: Plan, remote: bool, compile_here: Callable[[], Any],
+def _run_batches(run: SampleRun, plan: Plan, remote: bool, compile_here: Callable[[], Any],
                models: tuple[ov.Model, ov.Model | None], label: str, times: list[float]):
-    """Every unit of `plan`: on the run's executor when `remote`, else in this process with the (ref, target)
-    compiles `compile_here()` makes. Returns the unit results and the sample indices lost."""
+    """Every batch of `plan`: on the run's executor when `remote`, else in this process with the (ref, target)
+    compiles `compile_here()` makes. Returns the batch results and the sample indices lost."""
     if remote:
         pool, shared = run.executor, run.share(plan)
         assert pool is not None
-        return run.drive(lambda u: pool.submit(run_unit, shared, u), label, times)
+        return run.drive(lambda u: pool.submit(run_batch, shared, u), label, times)
     compiled = compile_here()
     inline = Inline()
     return run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), label, times)

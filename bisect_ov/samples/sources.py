@@ -11,7 +11,7 @@ What is kept of a sample is a summary (`sample_result`): its final-output error 
 class scores (`classifier_outputs`: ``[batch, classes]``, or logits), whether its top-1 answer differs or its
 reference top-1 is outside the target's top-k (`flips`; ties count as agreement). Per-node errors over the
 samples are `bisect_ov.analysis.spread.Distribution`s, which merge. `SampleSummary` collects the summaries
-and the run's log (units, their time, failures) into the report's `SamplesSummary`. Running the samples,
+and the run's log (batches, their time, failures) into the report's `SamplesSummary`. Running the samples,
 in this process or on an executor, is `bisect_ov.samples.runs`.
 """
 
@@ -160,7 +160,7 @@ class Samples:
         return self._spilled[index]
 
     def travelling(self, index: int, sample: Any) -> Any:
-        """What an executor's unit carries for sample `index` just read as `sample`: None when the worker loads
+        """What an executor's batch carries for sample `index` just read as `sample`: None when the worker loads
         it itself (`loader`), the arrays when only this machine can read them (a generator's spill file)."""
         if self.loader is not None:
             return None
@@ -258,15 +258,15 @@ def sample_result(index: int, ref_outs: Sequence[np.ndarray], target_all: Sequen
 
 @dataclass
 class RunLog:
-    """How the samples ran: where, the wall time of each unit (per pass), units retried, what failed."""
+    """How the samples ran: where, the wall time of each batch (per pass), batches retried, what failed."""
 
     executor: str = "in-process"
-    unit_seconds: list[float] = field(default_factory=list)
-    spread_unit_seconds: list[float] = field(default_factory=list)
+    batch_seconds: list[float] = field(default_factory=list)
+    spread_batch_seconds: list[float] = field(default_factory=list)
     retried: int = 0
     failures: list[str] = field(default_factory=list)
     spread_missing: list[int] = field(default_factory=list)
-    workers: set[str] = field(default_factory=set)  # host:pid of the processes that ran units
+    workers: set[str] = field(default_factory=set)  # host:pid of the processes that ran batches
 
 
 @dataclass
@@ -334,8 +334,8 @@ class SampleSummary:
             k=self.k, topk_misses=len(self.flips_topk), topk_missed=tuple(self.flips_topk),
             given=len(self.errors), missing=tuple(self.missing), spread_missing=tuple(log_.spread_missing),
             failures=tuple(log_.failures), executor=log_.executor, retried=log_.retried, workers=len(log_.workers),
-            unit_seconds=tuple(round(s, 4) for s in log_.unit_seconds),
-            spread_unit_seconds=tuple(round(s, 4) for s in log_.spread_unit_seconds),
+            batch_seconds=tuple(round(s, 4) for s in log_.batch_seconds),
+            spread_batch_seconds=tuple(round(s, 4) for s in log_.spread_batch_seconds),
         )
 
 

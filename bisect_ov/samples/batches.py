@@ -1,18 +1,18 @@
-"""What travels to a worker, and one unit of samples run there (or in this process).
+"""What travels to a worker, and one batch of samples run there (or in this process).
 
-A unit is consecutive samples (`Unit`: their indices, and what stands for each). It travels with a `Plan`
-shared by every unit of a pass: each model as IR bytes (`ModelPayload`: ``ov.serialize``, weights kept as
+A batch is consecutive samples (`Batch`: their indices, and what stands for each). It travels with a `Plan`
+shared by every batch of a pass: each model as IR bytes (`ModelPayload`: ``ov.serialize``, weights kept as
 they are, named by their digest), the two `Device` objects (a name and compile properties; an emulated
 device is rebuilt by the worker, whose compile does the rewrite), the indices of the exposed outputs, the
 metric. What stands for a sample is either nothing (a ``Samples(loader=...)``: the worker loads it), the path
 of a file the user gave (read by the worker: it must be at the same path there), or the arrays. `execute`
-runs a unit on compiled models and returns a `UnitResult`, never tensors: per sample its final-output error
+runs a batch on compiled models and returns a `BatchResult`, never tensors: per sample its final-output error
 and class answers (`bisect_ov.samples.sources.sample_result`), or per tapped node a mergeable
-`Distribution` of its error. `run_unit` is a worker's entry point: it compiles each plan once per process
-and keeps the compiles for the units that follow.
+`Distribution` of its error. `run_batch` is a worker's entry point: it compiles each plan once per process
+and keeps the compiles for the batches that follow.
 
-Assumed: a plan and a unit pickle (the devices are checked by the caller, `bisect_ov.samples.runs`), and an
-infer request is not shared between threads (one unit at a time per compile).
+Assumed: a plan and a batch pickle (the devices are checked by the caller, `bisect_ov.samples.runs`), and an
+infer request is not shared between threads (one batch at a time per compile).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from bisect_ov.run.devices import Device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
 from bisect_ov.samples.sources import sample_result
 
-__all__ = ["ModelPayload", "Plan", "Unit", "UnitResult", "execute", "prepare_pair", "run_unit"]
+__all__ = ["ModelPayload", "Plan", "Batch", "BatchResult", "execute", "prepare_pair", "run_batch"]
 
 
 # ----- what travels ----------------------------------------------------------------------------------------
@@ -73,7 +73,7 @@ class ModelPayload:
 
 @dataclass(frozen=True)
 class Plan:
-    """What every unit of one pass shares. `kind`: ``outputs`` (the untouched model) or ``taps``."""
+    """What every batch of one pass shares. `kind`: ``outputs`` (the untouched model) or ``taps``."""
 
     kind: str
     ref_model: ModelPayload | None  # None in this process: the session's compiles are used
@@ -96,7 +96,7 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Unit:
+class Batch:
     """Consecutive samples: their indices, and what stands for each (None: the worker's `loader` reads it)."""
 
     number: int
@@ -108,8 +108,8 @@ class Unit:
 
 
 @dataclass
-class UnitResult:
-    """What comes back from a unit: per-sample results (`outputs`) or per-node distributions (`taps`)."""
+class BatchResult:
+    """What comes back from a batch: per-sample results (`outputs`) or per-node distributions (`taps`)."""
 
     number: int
     seconds: float
@@ -118,7 +118,7 @@ class UnitResult:
     worker: str = ""
 
 
-# ----- one unit ----------------------------------------------------------------------------------------------
+# ----- one batch ----------------------------------------------------------------------------------------------
 def prepare_pair(index: int, sample: Any, ref_model: ov.Model, target_model: ov.Model | None, seed: int,
                  named: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """One sample's checked arrays for both sides; a bad sample is named (its number, and its file if any)."""
@@ -130,20 +130,20 @@ def prepare_pair(index: int, sample: Any, ref_model: ov.Model, target_model: ov.
         raise InputError(f"Sample #{index}{where}: {err}") from err
 
 
-def execute(plan: Plan, unit: Unit, compiled: tuple[Any, Any], models: tuple[ov.Model, ov.Model | None]) -> UnitResult:
-    """Run `unit` with compiled (ref, target) models; `models` are the untouched ones inputs are checked against."""
+def execute(plan: Plan, batch: Batch, compiled: tuple[Any, Any], models: tuple[ov.Model, ov.Model | None]) -> BatchResult:
+    """Run `batch` with compiled (ref, target) models; `models` are the untouched ones inputs are checked against."""
     start = time.perf_counter()
-    named = unit.named or (False,) * len(unit.indices)
+    named = batch.named or (False,) * len(batch.indices)
 
     def pairs() -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray]]]:
-        for i, item, is_file in zip(unit.indices, unit.items, named):
-            sample = unit.loader(i) if unit.loader is not None else item
+        for i, item, is_file in zip(batch.indices, batch.items, named):
+            sample = batch.loader(i) if batch.loader is not None else item
             yield (i, *prepare_pair(i, sample, models[0], models[1], plan.seed, is_file))
 
     ref_c, target_c = compiled
-    result = UnitResult(unit.number, 0.0, worker=f"{os.uname().nodename}:{os.getpid()}")
+    result = BatchResult(batch.number, 0.0, worker=f"{os.uname().nodename}:{os.getpid()}")
     if plan.kind == "outputs":
-        ready = list(pairs())  # one unit's inputs at a time: memory follows the unit, not the run
+        ready = list(pairs())  # one batch's inputs at a time: memory follows the batch, not the run
         ref_out, target_out = run_both(lambda: ref_c.infer_many([p[1] for p in ready], jobs=plan.jobs),
                                        lambda: target_c.infer_many([p[2] for p in ready], jobs=plan.jobs))
         n = len(plan.names)
@@ -174,8 +174,8 @@ _COMPILED_LOCK = threading.Lock()
 _KEEP_COMPILED = 4  # plans kept compiled per worker process (two passes, a few runs)
 
 
-def run_unit(plan: Plan, unit: Unit) -> UnitResult:
-    """A worker's entry point: compile `plan` once per process (kept for later units), then run `unit`."""
+def run_batch(plan: Plan, batch: Batch) -> BatchResult:
+    """A worker's entry point: compile `plan` once per process (kept for later batches), then run `batch`."""
     assert plan.ref_model is not None and plan.target_model is not None and plan.input_models is not None
     start = time.perf_counter()
     key = (plan.ref_model.digest, plan.target_model.digest, pickle.dumps(plan.ref_device),
@@ -200,7 +200,7 @@ def run_unit(plan: Plan, unit: Unit) -> UnitResult:
                 _COMPILED.popitem(last=False)
         _COMPILED.move_to_end(key)
     ref_c, target_c, untouched, lock = entry
-    with lock:  # one unit at a time per compile: an infer request is not shared between threads
-        result = execute(plan, unit, (ref_c, target_c), untouched)
-    result.seconds = time.perf_counter() - start  # the unit's time on the worker, its compile included
+    with lock:  # one batch at a time per compile: an infer request is not shared between threads
+        result = execute(plan, batch, (ref_c, target_c), untouched)
+    result.seconds = time.perf_counter() - start  # the batch's time on the worker, its compile included
     return result
