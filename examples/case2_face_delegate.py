@@ -104,7 +104,7 @@ def main() -> None:
     for key, report in reports.items():
         if report.fix is not None:
             fix = report.fix
-            print(f"Fix ({key}, verified by partitioned runs): keep {', '.join(fix.keep)} in f32: final error "
+            print(f"Fix ({key}, verified by partitioned runs): keep {', '.join(fix.on_reference)} in f32: final error "
                   f"{fix.error_before:.1e} -> {fix.error_after:.1e} (tolerance {fix.tolerance:.1e}).")
     print("Diagnosis: the error is created by the instance norm's cancellation and only inherited after it; "
           "keep the offset, the mean and the subtractions in f32, or remove the offset. Without the offset the "

@@ -100,7 +100,7 @@ def test_case2_depth_profile_shows_error_carried_to_the_output(case2):
 def test_case2_fix_keeps_few_nodes_and_is_verified(case2):
     fix = case2["f16"].fix
     assert fix.solved and fix.error_after <= fix.tolerance < fix.error_before
-    assert "inorm/sub" in fix.keep and len(fix.keep) <= 6
+    assert "inorm/sub" in fix.on_reference and len(fix.on_reference) <= 6
 
 
 def test_case2_without_the_offset_f16_stays_within_tolerance(case2):
@@ -236,7 +236,7 @@ def test_case5_fix_covers_every_layer_as_a_pattern_and_is_verified(case5):
 
     fix = case5["f16"].fix
     assert fix is not None and fix.solved and fix.error_before > fix.tolerance
-    squares = [k for k in fix.keep if k.endswith("input_layernorm/aten::pow/Power")]
-    assert len(squares) == LAYERS, fix.keep
+    squares = [k for k in fix.on_reference if k.endswith("input_layernorm/aten::pow/Power")]
+    assert len(squares) == LAYERS, fix.on_reference
     assert any(p.startswith("__module.model.layers.*.input_layernorm/aten::pow/Power") and f"({LAYERS} of {LAYERS})" in p
                for p in fix.patterns), fix.patterns

@@ -67,7 +67,7 @@ def test_case2_on_emulated_f16_tells_source_from_amplifiers_and_fixes_it():
     assert downstream and all(n.local_error < n.tolerance for n in downstream)  # they only pass it on
     fix = report.fix
     assert fix.solved and fix.error_after <= fix.tolerance < fix.error_before
-    assert set(fix.keep) >= {"inorm/sub"} and len(fix.keep) <= 6
+    assert set(fix.on_reference) >= {"inorm/sub"} and len(fix.on_reference) <= 6
     assert "Fix: keeping" in report.to_text()
 
 
@@ -78,12 +78,12 @@ def test_case2_face_resnet_on_bf16_fix_keeps_few_nodes(tmp_path):
                     patched_model=tmp_path / "patched.xml", progress=False)
     assert {n.name for n in report.first_divergences} <= {"inorm/sub", "inorm/sqdiff"}
     fix = report.fix
-    assert fix.solved and len(fix.keep) <= 6 and fix.error_before > 10 * fix.error_after
+    assert fix.solved and len(fix.on_reference) <= 6 and fix.error_before > 10 * fix.error_after
     patched = ov.Core().read_model(fix.patched_model)
     # OpenVINO 2026 writes the attribute as DisablePrecisionConversion; older versions keep the original key.
     keys = ("disable_fp16_compression_0", "DisablePrecisionConversion_0")
     marked = {op.get_friendly_name() for op in patched.get_ordered_ops() if any(k in op.get_rt_info() for k in keys)}
-    assert marked == set(fix.keep)
+    assert marked == set(fix.on_reference)
 
 
 def test_delegation_range_and_curve_find_the_node_that_breaks_it():

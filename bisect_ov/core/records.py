@@ -53,14 +53,14 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class Fix:
-    """Nodes to keep in the reference precision, and the final error before and after, verified.
+    """The nodes to run on the reference (in its precision), and the final error before and after, verified.
 
     ``patched_model`` is the path of the model saved with the fix marked for GPU/NPU plugins, when asked for.
     """
 
     JSON_PROPERTIES = ("solved",)  # derived, written for readers of the JSON; ignored when reading
 
-    keep: tuple[str, ...]
+    on_reference: tuple[str, ...]
     error_before: float
     error_after: float
     tolerance: float

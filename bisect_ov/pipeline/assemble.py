@@ -49,7 +49,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
         fix = dataclasses.replace(
-            fix, patched_model=str(save_patched(setup.model, session.graph, fix.keep, options.patched_model)))
+            fix, patched_model=str(save_patched(setup.model, session.graph, fix.on_reference, options.patched_model)))
     match = session.match
     twin = setup.target_model is not None
     report = Report(

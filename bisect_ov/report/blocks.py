@@ -54,7 +54,7 @@ def _fix(report: "Report") -> Block | None:
     fix = report.fix
     if fix is None:
         return None
-    keep = fix.keep
+    keep = fix.on_reference
     verdict = "brings" if fix.solved else "does NOT bring"
     lines = [f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {verdict} the final error "
              f"from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance {fmt(fix.tolerance)}), "

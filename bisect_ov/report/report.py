@@ -225,7 +225,7 @@ class Report:
             return []
         index = self._index()
         # Keys are friendly names; a repeated name gets a generated ``#<n>`` suffix, which NNCF does not know.
-        return [index[k].name if k in index else re.sub(r"#\d+$", "", k) for k in self.fix.keep]
+        return [index[k].name if k in index else re.sub(r"#\d+$", "", k) for k in self.fix.on_reference]
 
     @property
     def first_divergences(self) -> tuple[NodeResult, ...]:

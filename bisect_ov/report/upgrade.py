@@ -10,7 +10,8 @@ to `SCHEMA_VERSION`. The input is never changed (the steps copy what they rewrit
   (``{}``): the sentences hold them as they were written. The pipeline stage ``capture`` is now ``measure``
   in the costs; options never recorded (``{}``) are null. A batch of samples (the work sent to a worker) was
   called a unit: ``samples_per_unit``, ``unit_retries``, ``unit_seconds`` and ``spread_unit_seconds`` are now
-  ``samples_per_batch``, ``batch_retries``, ``batch_seconds`` and ``spread_batch_seconds``.
+  ``samples_per_batch``, ``batch_retries``, ``batch_seconds`` and ``spread_batch_seconds``. The fix's nodes
+  (``keep``, which read like the ``keep=`` option) are ``on_reference``.
 
 Assumes the dict came from JSON (plain dicts, lists, strings and numbers); what is not the shape a step
 expects is left alone for the codec to refuse with the field's name.
@@ -30,6 +31,7 @@ SCHEMA_VERSION = 3
 
 RENAMED_STAGES = {"capture": "measure"}
 RENAMED_OPTIONS = {"samples_per_unit": "samples_per_batch", "unit_retries": "batch_retries"}
+RENAMED_FIX = {"keep": "on_reference"}
 RENAMED_SAMPLES = {"unit_seconds": "batch_seconds", "spread_unit_seconds": "spread_batch_seconds"}
 
 
@@ -72,7 +74,7 @@ def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
         d["costs"] = {RENAMED_STAGES.get(k, k): v for k, v in costs.items()}
     if d.get("options") == {}:
         d["options"] = None
-    for key, renamed in (("options", RENAMED_OPTIONS), ("samples", RENAMED_SAMPLES)):
+    for key, renamed in (("options", RENAMED_OPTIONS), ("samples", RENAMED_SAMPLES), ("fix", RENAMED_FIX)):
         if isinstance(d.get(key), dict):
             d[key] = {renamed.get(k, k): v for k, v in d[key].items()}
     return d

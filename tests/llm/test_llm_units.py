@@ -164,7 +164,7 @@ def test_fix_search_takes_a_pattern_for_every_layer():
 
     runs = Runs()
     fix = find_fix(runs, [("layer0/square",)], 0.5, pattern_of={k: pattern(k) for k in runs.order})
-    assert len(fix.keep) == 32 and all(k.endswith("square") for k in fix.keep)
+    assert len(fix.on_reference) == 32 and all(k.endswith("square") for k in fix.on_reference)
     assert fix.error_after <= 0.5 and fix.patterns == ("layer*/square (32 of 32)",)
     assert runs.runs < 40
 

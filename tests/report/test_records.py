@@ -40,7 +40,7 @@ V2 = DATA / "report_v2.json"
 def test_a_schema_1_report_loads_into_typed_records_and_renders_as_before():
     report = Report.load(V1)
     assert isinstance(report.fix, Fix) and report.fix.solved and report.fix.patched_model == "patched.xml"
-    assert report.fix.keep == ("inorm/offset", "inorm/mean", "inorm/sub", "inorm/sqdiff")
+    assert report.fix.on_reference == ("inorm/offset", "inorm/mean", "inorm/sub", "inorm/sqdiff")
     assert isinstance(report.delegation, Delegation) and report.delegation.first == "inorm/mean"
     assert report.curve[0] == CurvePoint(0.0, 0, 0.0) and len(report.curve) == 3
     assert report.noise == Noise(run_to_run=0.0)
@@ -122,13 +122,13 @@ def test_save_and_load_round_trip_and_keep_empty_experiments_null(tmp_path):
 
 
 def test_codec_writes_non_finite_floats_as_strings_and_reads_them_back():
-    fix = Fix(keep=("a",), error_before=math.inf, error_after=math.nan, tolerance=-math.inf, verified=True, runs=2)
+    fix = Fix(on_reference=("a",), error_before=math.inf, error_after=math.nan, tolerance=-math.inf, verified=True, runs=2)
     data = codec.to_dict(fix)
     assert (data["error_before"], data["error_after"], data["tolerance"]) == ("inf", "nan", "-inf")
-    assert data["keep"] == ["a"] and data["solved"] is False  # derived property, written for readers
+    assert data["on_reference"] == ["a"] and data["solved"] is False  # derived property, written for readers
     json.dumps(data, allow_nan=False)
     back = codec.from_dict(Fix, data)
-    assert back.keep == ("a",) and math.isinf(back.error_before) and math.isnan(back.error_after)
+    assert back.on_reference == ("a",) and math.isinf(back.error_before) and math.isnan(back.error_after)
     info = DeviceInfo("CPU", "CPU", config={"A": "1"}, precision_counts={"f32": 3})
     assert codec.from_dict(DeviceInfo, codec.to_dict(info)) == info
 
