@@ -146,3 +146,28 @@ def test_the_report_says_on_how_many_samples_a_node_is_over_its_tolerance(tmp_pa
     assert df.loc["relu", "samples_over_tol"] == 8
     assert "8 of 12 samples" in report.save_html(tmp_path / "r.html").read_text()  # the first divergence's card
     assert "8 of 12 samples" in " ".join(report._repr_html_().split())  # Jupyter shows the same card
+
+
+def test_a_batch_the_executor_cancels_is_run_again(tmp_path):
+    """An executor may cancel a future (Dask does when the worker holding it dies): the batch runs again."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    class CancelsTheFirst(ThreadPoolExecutor):
+        cancelled = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            if not CancelsTheFirst.cancelled:
+                CancelsTheFirst.cancelled += 1
+                future: Future = Future()
+                future.cancel()
+                future.set_running_or_notify_cancel()  # what an executor does with a future it cancels
+                return future
+            return super().submit(fn, *args, **kwargs)
+
+    model = tiny_chain()
+    samples = [{"x": np.full((1, 8), i, np.float32)} for i in range(6)]
+    with CancelsTheFirst(max_workers=1) as pool:
+        report = bisect(model, "CPU:f32", "CPU:f32", samples, executor=pool, samples_per_batch=2, local=False,
+                        impact=0, noise=False, progress=False)
+    assert CancelsTheFirst.cancelled == 1
+    assert report.samples.count == 6 and not report.samples.partial and report.samples.retried == 1

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import pickle
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Sequence
 
@@ -134,7 +134,7 @@ class SampleRun:
         lost: list[int] = []
         source = self.batches()
         exhausted = False
-        with tqdm(total=total, desc=desc, batch="batch", disable=not self.progress, leave=False) as bar:
+        with tqdm(total=total, desc=desc, unit="batch", disable=not self.progress, leave=False) as bar:
             while pending or not exhausted:
                 while not exhausted and len(pending) < window:
                     batch = next(source, None)
@@ -147,7 +147,10 @@ class SampleRun:
                 done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
                 for future in done:
                     batch, attempt = pending.pop(future)
-                    error = future.exception()
+                    # A future the executor cancelled (Dask does when the worker holding it dies) is a failed
+                    # attempt like any other: asking it for its exception would raise instead.
+                    error = (CancelledError(f"the executor cancelled batch {batch.number}") if future.cancelled()
+                             else future.exception())
                     if error is None:
                         result = future.result()
                         results.append(result)
