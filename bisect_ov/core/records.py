@@ -279,6 +279,7 @@ class RunOptions(_ByName):
     budget: str = "default"
     local: bool = True
     noise: bool = True
+    baseline: bool = True
     impact: int = 3
     fix: bool = False
     fix_tolerance: float | None = None

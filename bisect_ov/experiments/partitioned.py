@@ -32,6 +32,7 @@ from tqdm import tqdm
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.records import Cause, CurvePoint, Delegation, Fix, LayerSensitivity
 from bisect_ov.engine.engine import Engine
+from bisect_ov.experiments.baseline import Baseline
 from bisect_ov.model.partition import extract, segments
 from bisect_ov.model.taps import Tap
 
@@ -248,6 +249,7 @@ class Findings:
     delegation: Delegation | None = None
     runs: int = 0
     sensitivity: tuple[LayerSensitivity, ...] = ()
+    baseline: Baseline | None = None  # what rounding alone does, when measured
 
 
 def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],

@@ -73,6 +73,7 @@ def bisect(
     budget: str = "default",
     local: bool = True,
     noise: bool = True,
+    baseline: bool = True,
     impact: int = 3,
     fix: bool | float = False,
     delegation: bool = False,

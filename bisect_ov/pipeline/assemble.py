@@ -21,6 +21,7 @@ from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core import codec
 from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo
 from bisect_ov.engine.engine import Engine
+from bisect_ov.experiments.baseline import EXCESS
 from bisect_ov.experiments.local import LOCAL_SHARE
 from bisect_ov.experiments.partitioned import Findings, patch_model
 from bisect_ov.model.graph import ModelGraph
@@ -54,7 +55,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
     twin = setup.target_model is not None
     report = Report(
         model=model_label(model_source), ref=ref_info, target=target_info, nodes=nodes,
-        outputs=scored.outputs, metric=options.metric_name, tolerance=record_of(ToleranceInfo, examined.tolerance.to_dict()),
+        outputs=_with_expected(scored.outputs, findings), metric=options.metric_name,
+        tolerance=record_of(ToleranceInfo, examined.tolerance.to_dict()),
         first_keys=scored.scores.first, ranking=ranking, model_hash=session.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
         unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin else {},
@@ -66,7 +68,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         samples=setup.summary.to_record() if setup.summary is not None else None,
         openvino_version=ov.get_version(),
         notes=tuple(run_notes(setup, examined, measurement, scored)) + _local_note(setup, examined, measurement, findings)
-        + _generation_note(generation),
+        + _baseline_note(findings) + _generation_note(generation),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
         sensitivity=tuple(findings.sensitivity),
@@ -86,6 +88,27 @@ def record_of(cls: type[Any], values: dict[str, Any]) -> Any:
     if unknown:
         raise TypeError(f"{cls.__name__} has no field for {sorted(unknown)}")
     return codec.from_dict(cls, codec.encode(values))
+
+
+def _with_expected(outputs, findings: Findings) -> tuple:
+    """The final outputs with their rounding-only errors, when the baseline measured them."""
+    baseline = findings.baseline
+    if baseline is None or len(baseline.outputs) != len(outputs):
+        return tuple(outputs)
+    return tuple(dataclasses.replace(o, expected=e) for o, e in zip(outputs, baseline.outputs))
+
+
+def _baseline_note(findings: Findings) -> tuple[str, ...]:
+    """What the rounding-only baseline measured, or why it could not."""
+    baseline = findings.baseline
+    if baseline is None:
+        return ()
+    if baseline.note:
+        return (baseline.note,)
+    return (f"Rounding alone ({baseline.device}: the reference's model with every tensor rounded to the target's "
+            f"precision) gives the final outputs {', '.join(f'{e:.1e}' for e in baseline.outputs[:3])} and the "
+            f"{len(baseline.local)} suspect node(s) run alone their expected local error; a node whose local error is "
+            f"{EXCESS:g}x its expected one is worse than its precision explains.",)
 
 
 def _generation_note(generation: Any) -> tuple[str, ...]:
@@ -217,6 +240,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,
             rank=rank_of.get(key), local_error=findings.local_errors.get(key), impact=findings.impacts.get(key),
+            expected_error=findings.baseline.local.get(key) if findings.baseline is not None else None,
             # Only meaningful where a node was handed real error: inputs over its tolerance.
             amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None,
             outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),

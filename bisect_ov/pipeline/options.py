@@ -281,6 +281,12 @@ class BisectOptions:
     noise: bool = _opt(
         True, "experiments", "Run the target against itself (twice, and a second compile): differences below that "
         "floor are noise.", _flag, help="skip running the target against itself")
+    baseline: bool = _opt(
+        True, "experiments", "Against a bf16 or f16 target, measure what rounding alone does: the model on the "
+        "emulated device of that precision (the final outputs, and each suspect alone fed the reference's values). "
+        "A node whose local error is several times its rounding-only one is named as an origin even when the final "
+        "outputs stay within tolerance; the report shows each node's expected error and the ratio.", _flag,
+        help="skip the rounding-only baseline (the emulated device of the target's precision)")
     impact: int = _opt(
         3, "experiments", "For this many top suspects, the final-output error when only that node runs on the target "
         "(partitioned runs); the culprit ranking puts higher impact first.",
@@ -411,7 +417,7 @@ class BisectOptions:
             # What the fast budget leaves out; noise is read from the compiles made anyway (see Engine.noise).
             # Without local errors, refining would re-measure every diverged group's members (one more compile
             # per side): the report names fusion groups instead.
-            resolved = replace(resolved, local=False, impact=0, refine=False)
+            resolved = replace(resolved, local=False, impact=0, refine=False, baseline=False)
         if not local_possible and self.local:
             resolved = replace(resolved, local=False)
         if not twin and self.sensitivity:

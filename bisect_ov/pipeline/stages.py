@@ -38,6 +38,7 @@ from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.ledger import Clock, Ledger
 from bisect_ov.engine.runner import Runner
 from bisect_ov.engine.untouched import run_reference, run_target
+from bisect_ov.experiments.baseline import EXCESS, baseline_device, excess, rounding_baseline
 from bisect_ov.experiments.local import local_errors, local_units, owned_units, split_known
 from bisect_ov.experiments.partitioned import (
     Findings,
@@ -284,6 +285,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
         units = {k: tuple(dict.fromkeys([k, *measurement.groups.get(k, ())])) for k in measured}
         local: dict[str, float] = {}
         twin = setup.comparison.twin
+        units_run: dict[str, tuple[str, ...]] = {}
         if options.local and measured:
             units_run = local_units(setup.comparison, stats, measurement.groups, scored.errors, scored.tolerances)
             found, todo = split_known(units_run, measurement.local_runs)
@@ -291,6 +293,12 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                 found.update(local_errors(engine, todo, max_bytes=options.tap_bytes))
             for tap, st in found.items():
                 local[tap.key] = max(local.get(tap.key, 0.0), setup.error_of(st))
+        device = baseline_device(setup.comparison, examined.tolerance.precision) if options.baseline else None
+        baseline = None
+        if device is not None:
+            # The same units as the target's local errors: rounding alone, to compare them with.
+            baseline = rounding_baseline(engine, {k: u for k, u in units_run.items() if k in local}, device,
+                                         setup.error_of, max_bytes=options.tap_bytes)
         runs = MixedRuns(engine, setup.error_of)
         try:
             curve = contribution_curve(runs, options.curve) if options.curve else []
@@ -318,7 +326,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
         finally:
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
-                    sensitivity=sensitivity)
+                    sensitivity=sensitivity, baseline=baseline)
 
 
 def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float]) -> list[tuple[str, ...]]:
@@ -335,12 +343,15 @@ def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float]) ->
 def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings) -> Scored:
     """Nodes over their tolerance whose error the network absorbs: not first divergences, not culprits.
 
-    A diverged node is absorbed when its measured consumers (the next measured nodes downstream) come back
-    within their tolerance and its impact on the final outputs (the final error when only it runs on the
-    target, `Findings.impact`) is below the outputs' tolerance. When every final output is within its
-    tolerance (and, over many samples, no top-1 answer flips), the plain run (every node on the target) is that
-    measurement for all of them at once: a verdict
-    must not contradict the final outputs, so every diverged node is then absorbed, and the report says why.
+    When a final output is over its tolerance, a diverged node is absorbed when its measured consumers (the next
+    measured nodes downstream) come back within their tolerance and its impact on the final outputs (the final
+    error when only it runs on the target, `Findings.impacts`) is below the outputs' tolerance.
+
+    When every final output is within its tolerance (and, over many samples, no top-1 answer flips), a diverged
+    node is absorbed unless it is an origin (`origins`): its own (local) error is over its tolerance, and either
+    it is several times what rounding alone gives it (`experiments.baseline`) or alone on the target it accounts
+    for most of the final error. An origin stays a culprit whatever the outputs do, and so do the nodes
+    downstream of it (they inherit its error); the rest are absorbed, and the report says why.
     """
     scores, graph = scored.scores, setup.comparison.graph
     diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
@@ -351,7 +362,11 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
     # Class answers that flip over many samples are outputs disagreeing, whatever the examined sample's error.
     outputs_ok = not any(o.diverged for o in scored.outputs) and not flips
     if outputs_ok:
-        absorbed = set(diverged)
+        found = origins(diverged, scored, findings)
+        inheriting = {d for k in found for d in graph.downstream(k, include_self=True)}
+        absorbed = {k for k in diverged if k not in inheriting}
+        if not absorbed:
+            return scored
         worst = max(scored.outputs, key=lambda o: o.error / o.tolerance if o.tolerance else math.inf)
         why = (f"{len(absorbed)} node(s) exceed their tolerance but the network absorbs their error: every final "
                f"output is within its tolerance (worst '{worst.name}' {worst.error:.1e} <= {worst.tolerance:.1e}) "
@@ -382,6 +397,34 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
     rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed)
     return replace(scored, scores=rescored, absorbed=tuple(sorted(absorbed, key=lambda k: graph[k].index)),
                    absorbed_why=why)
+
+
+SMALL_SHARE = 0.25  # an impact below this share of both the final error and its tolerance is absorbed
+MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
+
+
+def origins(diverged: list[str], scored: Scored, findings: Findings) -> list[str]:
+    """Of the diverged nodes, those that create error the final outputs do not explain away (see `absorb`).
+
+    A node is an origin when its local error is over its tolerance, its impact (when measured) is not a small
+    share of both the final error and the final tolerance, and either its local error is `EXCESS` times its
+    rounding-only local error or its impact is most of the final error.
+    """
+    worst = max(o.error for o in scored.outputs)
+    limit = min(o.tolerance for o in scored.outputs)
+    expected = findings.baseline.local if findings.baseline is not None else {}
+    found = []
+    for key in diverged:
+        local = findings.local_errors.get(key)
+        if local is None or local <= scored.tolerances.get(key, 0.0):
+            continue  # no error of its own over its tolerance: what it shows, it inherited
+        impact = findings.impacts.get(key)
+        if impact is not None and impact < SMALL_SHARE * worst and impact < SMALL_SHARE * limit:
+            continue
+        ratio = excess(local, expected.get(key))
+        if (ratio is not None and ratio >= EXCESS) or (impact is not None and worst > 0 and impact >= MOST * worst):
+            found.append(key)
+    return found
 
 
 # ----- helpers shared by the stages -------------------------------------------------------------------------

@@ -84,6 +84,8 @@ class NodeResult:
     amplification: float | None = None  # error / input_error: how much it magnifies what it inherited
     impact: float | None = None  # final-output error when only this node runs on the target
     over_samples: dict[str, float] = field(default_factory=dict)  # error over many samples: mean, p50, p90, max
+    # Its local error with rounding alone (the emulated device of the target's precision): what it should make.
+    expected_error: float | None = None
 
     @property
     def diverged(self) -> bool:
@@ -142,10 +144,18 @@ class OutputResult:
     stats: TensorStats
     error: float
     tolerance: float
+    expected: float | None = None  # its error with rounding alone (the emulated device of the target's precision)
 
     @property
     def diverged(self) -> bool:
         return self.error > self.tolerance
+
+    @property
+    def over_expected(self) -> float | None:
+        """How many times what rounding alone gives this output's error is (None without a baseline)."""
+        if self.expected is None:
+            return None
+        return self.error / self.expected if self.expected > 0 else (math.inf if self.error > 0 else 1.0)
 
 
 

@@ -29,10 +29,11 @@ __all__ = ["view", "View", "Verdict", "FirstDivergence", "SamplesOver", "Fact", 
            "CulpritRow", "CulpritTable", "Block", "COLUMNS", "OPTIONAL_COLUMNS", "VERDICT_KINDS", "fmt", "fmt_growth",
            "samples_over"]
 
-COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "impact", "over tol", "role",
-           "shape", "nan/inf", "target ran")
-# Left out when no culprit has a value; "over tol": on how many of the samples the node is over its tolerance.
-OPTIONAL_COLUMNS = ("local", "impact", "over tol", "nan/inf", "target ran")
+COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "x rounding", "impact", "over tol",
+           "role", "shape", "nan/inf", "target ran")
+# Left out when no culprit has a value; "over tol": on how many of the samples the node is over its tolerance;
+# "x rounding": its local error over what rounding alone gives it (the rounding-only baseline).
+OPTIONAL_COLUMNS = ("local", "x rounding", "impact", "over tol", "nan/inf", "target ran")
 # diverges: error starts at named nodes; accumulates: over tolerance at the outputs with no single source;
 # absorbed: nodes over their tolerance, outputs within theirs; no_divergence: every node within its tolerance.
 VERDICT_KINDS = ("diverges", "accumulates", "absorbed", "no_divergence")
@@ -246,10 +247,10 @@ def verdict(report: "Report") -> Verdict:
     closest = None
     if not report.diverges and absorbed:
         kind, label = "absorbed", "no divergence"
-        big = max(absorbed, key=lambda n: n.error / n.tolerance if n.tolerance else math.inf)
+        start = absorbed_start(absorbed)
         headline = (f"Every final output is within its tolerance; {len(absorbed)} node(s) exceed theirs but the "
-                    f"network absorbs the error (the largest, '{big.label}' ({big.op_type}), at {metric} "
-                    f"{fmt(big.error)} > {fmt(big.tolerance)}): absorbed, not culprits.")
+                    f"network absorbs the error (it starts at '{start.label}' ({start.op_type}), {metric} "
+                    f"{fmt(start.error)} > {fmt(start.tolerance)}): absorbed, not culprits.")
     elif not report.diverges:
         kind, label = "no_divergence", "no divergence"
         headline = f"Every compared node is within what {report.tolerance.precision or 'f32'} rounding predicts"
@@ -274,6 +275,14 @@ def verdict(report: "Report") -> Verdict:
                    facts=tuple(_verdict_facts(report, worst, absorbed)))
 
 
+def absorbed_start(absorbed: Sequence["NodeResult"]) -> "NodeResult":
+    """Where absorbed error starts: the earliest absorbed node that makes error of its own (its local error over
+    its tolerance, else its growth), else the earliest absorbed node; never merely the largest."""
+    own = [n for n in absorbed if n.local_error is not None and n.local_error > n.tolerance]
+    grown = [n for n in absorbed if n.growth >= 2.0]
+    return min(own or grown or list(absorbed), key=lambda n: n.index)
+
+
 def _verdict_facts(report: "Report", worst: "OutputResult | None", absorbed: Sequence["NodeResult"]) -> list[Fact]:
     facts = []
     if worst is not None:
@@ -281,6 +290,10 @@ def _verdict_facts(report: "Report", worst: "OutputResult | None", absorbed: Seq
         facts.append(Fact("final_output", f"Final output '{worst.name}': {report.metric} {fmt(worst.error)} ({state} "
                                           f"tolerance {fmt(worst.tolerance)}), max abs {fmt(worst.stats.max_abs)}, "
                                           f"cosine {worst.stats.cosine:.6f}."))
+        ratio = worst.over_expected
+        if ratio is not None and worst.expected is not None:
+            facts.append(Fact("rounding_baseline", f"Rounding alone gives it {fmt(worst.expected)}: the target's "
+                                                   f"output error is {ratio:.1f}x what its precision explains."))
     if report.diverges and absorbed:
         facts.append(Fact("absorbed", f"Absorbed: {len(absorbed)} node(s) over their tolerance whose error the network "
                                       "takes out again (not first divergences): "
@@ -356,6 +369,12 @@ def _nan_inf(n: "NodeResult") -> str:
     return f"{c['ref_nan']}/{c['ref_inf']} -> {c['target_nan']}/{c['target_inf']}"
 
 
+def _over_rounding(n: "NodeResult") -> str:
+    if n.local_error is None or n.expected_error is None:
+        return "-"
+    return fmt_growth(n.local_error / max(n.expected_error, 1e-7))
+
+
 def culprit_row(n: "NodeResult") -> CulpritRow:
     """A culprit's cells, one per `COLUMNS` entry (``-`` where there is nothing)."""
     shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
@@ -363,7 +382,7 @@ def culprit_row(n: "NodeResult") -> CulpritRow:
     counts = samples_over(n)
     return CulpritRow(n, (
         str(n.rank), n.label, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
-        fmt_growth(n.growth), fmt(n.local_error), fmt(n.impact), "-" if counts is None else f"{counts[0]}/{counts[1]}",
+        fmt_growth(n.growth), fmt(n.local_error), _over_rounding(n), fmt(n.impact), "-" if counts is None else f"{counts[0]}/{counts[1]}",
         n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime(n),
     ))
 
