@@ -20,7 +20,10 @@ among the tensors it reads):
   ``ok``: within tolerance; ``absorbed``: over its tolerance, but its consumers come back within tolerance
   and its measured impact on the final outputs is below theirs (decided by the caller, passed as
   `absorbed`): the network takes its error out again, so it is neither blamed nor ranked, and its consumers
-  count as reading clean inputs.
+  count as reading clean inputs; ``internal``: over its tolerance as tapped, but its tensor exists only inside
+  a kernel of the untouched target whose output is within tolerance (decided by the caller, passed as
+  `internal`): the tap showed what a compile exposing it computed, not what the target computed, so it is
+  treated like an absorbed node (neither blamed nor ranked, its readers reading clean inputs).
 * first divergence: the sources and amplifiers with no source or amplifier upstream (several when
   independent branches start diverging).
 * ranking of the diverged nodes: first divergences, then the other sources and amplifiers by growth, then
@@ -38,9 +41,10 @@ from typing import Collection, Mapping
 
 from bisect_ov.model.graph import ModelGraph
 
-__all__ = ["NodeScore", "Scores", "score_graph", "ROLES"]
+__all__ = ["NodeScore", "Scores", "score_graph", "ROLES", "NOT_DIVERGED"]
 
-ROLES = ("source", "amplifier", "inherits", "absorbed", "ok")
+ROLES = ("source", "amplifier", "inherits", "absorbed", "internal", "ok")
+NOT_DIVERGED = ("ok", "absorbed", "internal")
 _GROWTH_FLOOR = 0.1
 
 
@@ -57,7 +61,7 @@ class NodeScore:
 
     @property
     def diverged(self) -> bool:
-        return self.role not in ("ok", "absorbed")
+        return self.role not in NOT_DIVERGED
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ def score_graph(
     *,
     min_growth: float = 2.0,
     absorbed: Collection[str] = (),
+    internal: Collection[str] = (),
 ) -> Scores:
     """Score every measured node of `graph`.
 
@@ -89,6 +94,9 @@ def score_graph(
         Growth a diverged node needs to be a source or an amplifier.
     absorbed
         Keys of nodes over their tolerance whose error the network absorbs (see the module docstring).
+    internal
+        Keys of nodes whose tapped value the untouched target never computed, inside a kernel whose output is
+        within tolerance (see the module docstring); scored like absorbed nodes, with the role ``internal``.
     """
     effective: dict[tuple[str, int], float] = {}
     over: dict[tuple[str, int], bool] = {}
@@ -118,12 +126,13 @@ def score_graph(
             over[(node.key, t.port)] = e > tol
         error = max(effective[(node.key, p)] for p in measured)
         growth = _growth(error, inherited, tol)
-        if error > tol and node.key in absorbed:
+        set_aside = "internal" if node.key in internal else "absorbed" if node.key in absorbed else None
+        if error > tol and set_aside:
             for t in node.outputs:  # what it hands on comes back within tolerance downstream
                 effective[(node.key, t.port)] = min(effective[(node.key, t.port)], tol)
                 over[(node.key, t.port)] = False
             blamed_upstream[node.key] = upstream
-            results[node.key] = NodeScore(node.key, error, inherited, tol, growth, "absorbed", False, None)
+            results[node.key] = NodeScore(node.key, error, inherited, tol, growth, set_aside, False, None)
             continue
         if error <= tol:
             role = "ok"

@@ -12,12 +12,15 @@ device, no session.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Mapping
+
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 
-__all__ = ["fusion_boundaries", "unmeasured_ancestors", "int8_internal"]
+__all__ = ["fusion_boundaries", "unmeasured_ancestors", "int8_internal", "KernelTensors", "kernel_tensors"]
 
 
 def fusion_boundaries(graph: ModelGraph, target_graph: ModelGraph, match: Match, target_runtime: RuntimeGraph
@@ -115,3 +118,96 @@ def int8_internal(target_graph: ModelGraph, target_runtime: RuntimeGraph) -> set
             if readers and all(r in members for r in readers):
                 internal.add(m)
     return internal
+
+
+# Ops that only move or select values: an unnamed one holds the values of its input, stored or not.
+_TRANSPARENT = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Transpose", "Broadcast", "StridedSlice", "Slice",
+                          "Gather", "Tile"})
+
+
+@dataclass(frozen=True)
+class KernelTensors:
+    """Which node tensors exist only inside a kernel of the untouched target, and what each kernel stores.
+
+    ``inside``: node key -> the name of the runtime layer (the fused kernel) inside which its tensor exists,
+    never stored; ``outputs``: layer name -> the keys of the nodes whose tensors that kernel stores (its
+    outputs, read by other kernels or returned). Keys are the reference model's (`kernel_tensors` maps a twin's
+    through the match). Empty when the target exposes no runtime graph.
+    """
+
+    inside: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def kernel_of(self, key: str) -> str | None:
+        """The kernel inside which `key`'s tensor exists only; None when the target stored it (or nothing is known)."""
+        return self.inside.get(key)
+
+
+def kernel_tensors(target_graph: ModelGraph, target_runtime: RuntimeGraph, match: Match | None = None) -> KernelTensors:
+    """Whether the untouched target stored each node's tensor, from its runtime graph.
+
+    Each compute layer runs the user's ops its ``originalLayersNames`` lists; ops no layer names were folded
+    into a kernel without being named (the CPU plugin's ``RMS`` layer names only the op it was built from,
+    not ``x*x``, the mean or the square root; a Convolution merged with its BatchNorm is named after a new op).
+    Such an op belongs to the kernel that reads it: the layer owning all its readers (walked in reverse
+    topological order, so chains of unnamed ops join the kernel they feed). A node's tensor exists only inside
+    its kernel when every reader belongs to that kernel too and no model output reads it; otherwise the kernel
+    stores it. Unnamed ops that only move values (a Reshape, a Transpose) hold their input's values and share
+    its status. Assumptions and limits: an op the plugin eliminated (a multiply by ones) reads as folded into
+    the kernel that reads it; an unnamed op whose readers lie in several kernels is taken as stored (unknown).
+
+    Parameters
+    ----------
+    target_graph
+        The target model's graph.
+    target_runtime
+        The runtime graph of the untouched target compile.
+    match
+        Pairs of reference and target taps, to key the answer by the reference's nodes; None: one model.
+    """
+    layer_of: dict[str, str] = {}
+    for runtime_layer in target_runtime.layers:
+        if not runtime_layer.is_compute:
+            continue
+        for name in runtime_layer.original_names:
+            if name in target_graph and target_graph[name].is_candidate:
+                layer_of.setdefault(name, runtime_layer.name)
+    if not layer_of:
+        return KernelTensors()
+    named = set(target_runtime.by_original)
+    candidates = target_graph.candidates()
+    for node in reversed(candidates):
+        if node.key in layer_of or node.key in named or node.name in named:
+            continue
+        readers = target_graph.consumers(node.key)
+        owners = {layer_of.get(r, "") for r in readers}
+        owner = owners.pop() if len(owners) == 1 else ""
+        if owner and not any(target_graph[r].kind == "result" for r in readers):
+            layer_of[node.key] = owner
+    inside: dict[str, str] = {}
+    for node in candidates:  # topological: a transparent op's producer is decided before it
+        layer = layer_of.get(node.key)
+        if layer is None:
+            continue
+        data = target_graph.data_inputs(node.key)
+        if node.key not in named and node.name not in named and node.op_type in _TRANSPARENT and len(data) == 1:
+            if data[0][0] in inside and inside[data[0][0]] == layer:
+                inside[node.key] = layer
+            continue
+        readers = target_graph.consumers(node.key)
+        if readers and all(layer_of.get(r) == layer for r in readers):
+            inside[node.key] = layer
+    outputs: dict[str, list[str]] = {}
+    for key, layer in layer_of.items():
+        if key not in inside:
+            outputs.setdefault(layer, []).append(key)
+    ref_of = {t.key: r.key for r, t in match.pairs} if match is not None else None
+
+    def ref(key: str) -> str | None:
+        return key if ref_of is None else ref_of.get(key)
+
+    by_index = {layer: sorted(keys, key=lambda k: target_graph[k].index) for layer, keys in outputs.items()}
+    return KernelTensors(
+        inside={r: layer for key, layer in inside.items() if (r := ref(key)) is not None},
+        outputs={layer: tuple(r for k in keys if (r := ref(k)) is not None) for layer, keys in by_index.items()},
+    )

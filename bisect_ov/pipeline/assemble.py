@@ -5,6 +5,12 @@ Builds one `NodeResult` per measured node (error, inherited error, role, local e
 settings and costs as typed records (`ToleranceInfo`, `RunOptions`, `InputInfo`, `StageCost`), writes the run's
 notes, keeps the tensors the user asked for and saves the patched model of a fix. Reads the examined sample's
 `Engine`; changes nothing in it.
+
+Values the untouched target never computed are not reported as its values: each node whose tensor exists only
+inside a kernel the target fused (from its runtime graph, `bisect_ov.model.fusion.kernel_tensors`) carries that
+kernel's name (`NodeResult.inside_kernel`), and such a node over its tolerance whose kernel's measured output is
+within its tolerance is set aside before ranking (`set_aside_inside_kernels`: role ``internal``, not a first
+divergence nor a culprit), the notes saying which and why.
 """
 
 from __future__ import annotations
@@ -12,11 +18,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import pathlib
+from dataclasses import replace
 from typing import Any, Sequence
 
 import openvino as ov
 
 from bisect_ov.analysis.diagnosis import diagnose, observations
+from bisect_ov.analysis.scoring import score_graph
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core import codec
 from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo
@@ -24,6 +32,7 @@ from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.baseline import EXCESS
 from bisect_ov.experiments.local import LOCAL_SHARE
 from bisect_ov.experiments.partitioned import Findings, patch_model
+from bisect_ov.model.fusion import KernelTensors, kernel_tensors
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.match import foreign_inputs
@@ -31,7 +40,7 @@ from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
 
-__all__ = ["assemble", "run_notes", "rank_by_impact", "record_of"]
+__all__ = ["assemble", "run_notes", "rank_by_impact", "record_of", "set_aside_inside_kernels"]
 
 
 def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
@@ -43,9 +52,11 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
     precision = examined.tolerance.precision
     assert precision is not None  # `run_untouched` set it (`Tolerance.with_precision`)
     with setup.clock("score"):
+        kernels = kernel_tensors(session.target_graph, session.target_runtime, session.match)
+        scored, aside_notes = set_aside_inside_kernels(session.graph, scored, kernels, examined.tolerance.min_growth)
         ranking = rank_by_impact(scored.scores.ranking, findings.impacts)
         nodes = node_results(session, measurement, scored, precision, findings, ranking,
-                             frozenset(examined.tolerance.quantization))
+                             frozenset(examined.tolerance.quantization), kernels)
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
@@ -67,8 +78,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
                      for p, a in zip(setup.model.get_parameters(), session.ref_arrays)),
         samples=setup.summary.to_record() if setup.summary is not None else None,
         openvino_version=ov.get_version(),
-        notes=tuple(run_notes(setup, examined, measurement, scored)) + _local_note(setup, examined, measurement, findings)
-        + _baseline_note(findings) + _generation_note(generation),
+        notes=tuple(run_notes(setup, examined, measurement, scored)) + aside_notes
+        + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
         sensitivity=tuple(findings.sensitivity),
@@ -76,6 +87,50 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         examined_step=generation.examined_step if generation is not None else None,
     )
     return report
+
+
+def set_aside_inside_kernels(graph: ModelGraph, scored: Scored, kernels: KernelTensors, min_growth: float
+                             ) -> tuple[Scored, tuple[str, ...]]:
+    """`scored` with the values the untouched target never computed set aside, and the note saying which and why.
+
+    A node is set aside when it is over its tolerance as tapped, its tensor exists only inside a fused kernel of
+    the untouched target (`kernels`), and that kernel's outputs, measured (at least one), are all within their
+    tolerance: the tap showed what a compile exposing the tensor computed, and what the kernel really handed
+    on is clean. Such nodes are scored again with the role ``internal`` (`score_graph`: like absorbed nodes,
+    neither blamed nor ranked); nodes the absorb stage absorbed stay absorbed, and its note is dropped when
+    every node it counted is set aside. When a kernel's output diverges its members keep their roles (the
+    refinement names the member where error starts) and are only marked. Unchanged when nothing is set aside.
+    """
+    nodes = scored.scores.nodes
+    aside: dict[str, tuple[str, ...]] = {}  # node -> its kernel's measured outputs
+    for key, s in nodes.items():
+        layer = kernels.kernel_of(key)
+        if layer is None or not s.error > s.tolerance:
+            continue
+        outputs = tuple(k for k in kernels.outputs.get(layer, ()) if k in nodes and k != key)
+        if outputs and all(nodes[k].error <= nodes[k].tolerance for k in outputs):
+            aside[key] = outputs
+    if not aside:
+        return scored, ()
+    absorbed = tuple(k for k in scored.absorbed if k not in aside)
+    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=min_growth, absorbed=absorbed,
+                           internal=set(aside))
+    why = scored.absorbed_why if absorbed else ""
+    shown = []
+    for key in sorted(aside, key=lambda k: graph[k].index)[:3]:
+        out = nodes[aside[key][0]]
+        shown.append(f"'{graph[key].name}' ({_fmt_error(nodes[key].error)} as tapped) exists only inside the fused kernel "
+                     f"'{kernels.kernel_of(key)}', whose output '{graph[out.key].name}' is within its tolerance "
+                     f"({_fmt_error(out.error)} <= {_fmt_error(out.tolerance)})")
+    more = f", and {len(aside) - 3} more" if len(aside) > 3 else ""
+    note = (f"{len(aside)} value(s) set aside: " + "; ".join(shown) + more + ". The untouched target never stored "
+            "these tensors: a tapped value there is what a compile exposing it computed, not what the target "
+            "computed, so it is not blamed on the target (neither a first divergence nor a culprit).")
+    return replace(scored, scores=rescored, absorbed=absorbed, absorbed_why=why), (note,)
+
+
+def _fmt_error(x: float) -> str:
+    return f"{x:.1e}" if math.isfinite(x) else str(x)
 
 
 def record_of(cls: type[Any], values: dict[str, Any]) -> Any:
@@ -191,9 +246,10 @@ def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) 
 
 
 def node_results(session: Engine, measurement: Measurement, scored: Scored, precision: str, findings: Findings,
-                 ranking: tuple[str, ...], tolerance_quantized: Any = frozenset()) -> tuple[NodeResult, ...]:
+                 ranking: tuple[str, ...], tolerance_quantized: Any = frozenset(),
+                 kernels: KernelTensors | None = None) -> tuple[NodeResult, ...]:
     """One `NodeResult` per measured node, in topological order (`tolerance_quantized`: names of the nodes a
-    twin's quantization model judges)."""
+    twin's quantization model judges; `kernels`: which tensors exist only inside a kernel of the target)."""
     stats, scores, groups = measurement.stats, scored.scores, measurement.groups
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.graph
@@ -247,6 +303,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
             inputs=tuple(k for k, _ in graph.data_inputs(key)), diagnosis=tuple(causes), runtime=runtime,
             group=tuple(m for m in groups.get(key, ()) if m != key),
             over_samples=_over_samples(measurement.spread.get(key), s.tolerance),
+            inside_kernel=kernels.kernel_of(key) if kernels is not None else None,
         ))
     return tuple(results)
 

@@ -399,19 +399,18 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
                    absorbed_why=why)
 
 
-SMALL_SHARE = 0.25  # an impact below this share of both the final error and its tolerance is absorbed
 MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
 
 
 def origins(diverged: list[str], scored: Scored, findings: Findings) -> list[str]:
     """Of the diverged nodes, those that create error the final outputs do not explain away (see `absorb`).
 
-    A node is an origin when its local error is over its tolerance, its impact (when measured) is not a small
-    share of both the final error and the final tolerance, and either its local error is `EXCESS` times its
-    rounding-only local error or its impact is most of the final error.
+    A node is an origin when its local error is over its tolerance and either that local error is `EXCESS`
+    times its rounding-only local error (it is worse than its precision explains, whatever the outputs do: a
+    defect the outputs' rounding hides is still a defect) or, alone on the target, it makes most of the final
+    error. Nodes without error of their own over their tolerance only show what they inherited: absorbed.
     """
     worst = max(o.error for o in scored.outputs)
-    limit = min(o.tolerance for o in scored.outputs)
     expected = findings.baseline.local if findings.baseline is not None else {}
     found = []
     for key in diverged:
@@ -419,8 +418,6 @@ def origins(diverged: list[str], scored: Scored, findings: Findings) -> list[str
         if local is None or local <= scored.tolerances.get(key, 0.0):
             continue  # no error of its own over its tolerance: what it shows, it inherited
         impact = findings.impacts.get(key)
-        if impact is not None and impact < SMALL_SHARE * worst and impact < SMALL_SHARE * limit:
-            continue
         ratio = excess(local, expected.get(key))
         if (ratio is not None and ratio >= EXCESS) or (impact is not None and worst > 0 and impact >= MOST * worst):
             found.append(key)

@@ -42,7 +42,7 @@ _KINDS: dict[str, str] = {
     **{f"samples_{k}": "float" for k in SAMPLE_STATS}, "samples_over_tol": "Int",
     "ref_nan": "int", "ref_inf": "int", "target_nan": "int", "target_inf": "int",
     "causes": "list", "shape": "list", "dtype": "list", "n_outputs": "int", "tensor_names": "list",
-    "inputs": "list", "group": "list",
+    "inputs": "list", "group": "list", "inside_kernel": "string",
     **{f"out_{f.name}": ("object" if f.name == "shape" else "string" if f.type in ("str", str)
                          else "boolean" if f.type in ("bool", bool) else "Int" if f.type in ("int", int) else "float")
        for f in _STATS},
@@ -61,7 +61,9 @@ def to_dataframe(report: "Report") -> "pd.DataFrame":
     (`DATAFRAME_COLUMNS`), each of one dtype whatever the report holds:
 
     * text, pandas' ``"string"`` dtype (missing values are ``<NA>``): ``name``, ``op_type``, ``role`` (source /
-      amplifier / inherits / ok), ``out_dtype``, ``out_note``, and what the runtime graph says ran the node
+      amplifier / inherits / absorbed / internal / ok), ``inside_kernel`` (the target's fused kernel the node's
+      tensor exists only inside, missing when the target stored it), ``out_dtype``, ``out_note``, and what the
+      runtime graph says ran the node
       (``NodeResult.runtime``): ``ref_precision``, ``ref_kernel``, ``target_precision``, ``target_kernel``;
     * numbers, sortable: ``error``, ``input_error``, ``tolerance``, ``over_tolerance`` (error / tolerance),
       ``growth``, ``local_error`` (the node alone on the target, fed the reference's inputs),
@@ -119,7 +121,7 @@ def _row(n: "NodeResult") -> dict[str, Any]:
         **counts,
         "causes": list(n.causes), "shape": [tuple(s.shape) if s.shape is not None else None for s in n.outputs],
         "dtype": [s.dtype for s in n.outputs], "n_outputs": len(n.outputs), "tensor_names": list(n.tensor_names),
-        "inputs": list(n.inputs), "group": list(n.group or ()),
+        "inputs": list(n.inputs), "group": list(n.group or ()), "inside_kernel": n.inside_kernel,
     }
     first = n.outputs[0] if n.outputs else None
     for f in _STATS_FIELDS:

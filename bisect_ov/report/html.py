@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from bisect_ov.core.fileio import write_text_atomic
 from bisect_ov.report.numbers import fmt, fmt_growth
 from bisect_ov.report.style import PAGE_STYLE, ROOT, style
-from bisect_ov.report.view import FirstDivergence, Side, View, view
+from bisect_ov.report.view import INSIDE_LEGEND, FirstDivergence, Side, View, view
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,8 @@ def _card(first: FirstDivergence) -> str:
     causes = ""
     if first.causes:
         causes = '<div class="causes"><b>Why:</b> ' + "; ".join(e(c.text) for c in first.causes) + "</div>"
+    if first.inside:
+        causes += f'<div class="causes"><b>Inside a kernel:</b> {e(first.inside)}</div>'
     ran_line = _ran_line(n)
     group = [str(g) for g in getattr(n, "group", ()) or () if g != n.name]
     if group:
@@ -243,7 +245,8 @@ def _culprits(v: View, top: int) -> str:
 
     body = [tr(r.node, cells) for r, cells in zip(table.rows, table.cells())]
     shown = min(len(body), _VISIBLE_ROWS)
-    out = [f"<h2>Culprits <small>ranked; top {len(body)} of {table.total}; * = first divergence; "
+    inside = f"; {e(INSIDE_LEGEND)}" if any(r.node.inside_kernel for r in table.rows) else ""
+    out = [f"<h2>Culprits <small>ranked; top {len(body)} of {table.total}; * = first divergence{inside}; "
            f"error = {e(v.report.metric)}, inputs = largest error among the tensors it reads</small></h2>"]
     out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body[:shown])}</tbody></table>")
     if len(body) > shown:

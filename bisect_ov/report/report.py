@@ -56,9 +56,13 @@ class NodeResult:
 
     ``error`` is the node's output error under the report's metric (the worst of its outputs),
     ``input_error`` the largest error among the tensors it reads, ``growth`` their ratio (see
-    `bisect_ov.analysis.scoring`), ``role`` one of source / amplifier / inherits / absorbed / ok (absorbed:
-    over its tolerance, but the network takes the error out again before the final outputs). ``diagnosis``
-    holds why, as `Cause` records (test their ``kind``); ``causes`` gives their sentences.
+    `bisect_ov.analysis.scoring`), ``role`` one of source / amplifier / inherits / absorbed / internal / ok
+    (absorbed: over its tolerance, but the network takes the error out again before the final outputs;
+    internal: over its tolerance as tapped, but its tensor exists only inside a kernel of the untouched target
+    whose output is within tolerance). ``diagnosis`` holds why, as `Cause` records (test their ``kind``);
+    ``causes`` gives their sentences. ``inside_kernel`` names the target's fused kernel (its runtime layer)
+    inside which the node's tensor exists only: the untouched target never stored it, so the tapped value is
+    what a compile exposing it computed; None when the target stored it or its runtime graph says nothing.
     """
 
     JSON_PROPERTIES = ("causes",)  # the sentences, for readers of the JSON; ignored when reading
@@ -86,10 +90,11 @@ class NodeResult:
     over_samples: dict[str, float] = field(default_factory=dict)  # error over many samples: mean, p50, p90, max
     # Its local error with rounding alone (the emulated device of the target's precision): what it should make.
     expected_error: float | None = None
+    inside_kernel: str | None = None  # the untouched target's fused kernel its tensor exists only inside
 
     @property
     def diverged(self) -> bool:
-        return self.role not in ("ok", "absorbed")
+        return self.role not in ("ok", "absorbed", "internal")
 
     @property
     def causes(self) -> tuple[str, ...]:
@@ -106,6 +111,12 @@ class NodeResult:
     @property
     def absorbed(self) -> bool:
         return self.role == "absorbed"
+
+    @property
+    def set_aside(self) -> bool:
+        """Over its tolerance as tapped, but not blamed: the untouched target never computed that value (its
+        kernel's output is within tolerance)."""
+        return self.role == "internal"
 
     @property
     def shapes(self) -> tuple[tuple[int, ...], ...]:

@@ -15,7 +15,7 @@ import textwrap
 from typing import TYPE_CHECKING, Sequence
 
 from bisect_ov.report.numbers import fmt, fmt_growth
-from bisect_ov.report.view import COLUMNS, OPTIONAL_COLUMNS, View, samples_over, view
+from bisect_ov.report.view import COLUMNS, INSIDE_LEGEND, OPTIONAL_COLUMNS, View, samples_over, view
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import Report
@@ -108,7 +108,9 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     table = v.table(top)
     fitted: list[str] = []
     if table.rows:
-        lines.append(f"Culprits (top {len(table.rows)} of {table.total}; * = first divergence; error = {report.metric}):")
+        inside = f"; {INSIDE_LEGEND}" if any(r.node.inside_kernel for r in table.rows) else ""
+        lines.append(f"Culprits (top {len(table.rows)} of {table.total}; * = first divergence{inside}; "
+                     f"error = {report.metric}):")
         fitted = fit_table(table.columns, [tuple(map(printable, r)) for r in table.cells()], width)
         lines += fitted
     else:

@@ -13,6 +13,10 @@ to `SCHEMA_VERSION`. The input is never changed (the steps copy what they rewrit
   ``samples_per_batch``, ``batch_retries``, ``batch_seconds`` and ``spread_batch_seconds``. The fix's nodes
   (``keep``, which read like the ``keep=`` option) are ``on_reference``.
 
+Fields added since with a default need no step and no new version: a node's ``inside_kernel`` (the target's
+fused kernel its tensor exists only inside) is absent from reports saved before it, and reads as null
+(unknown, taken as stored); the role ``internal`` is a new value of a string field.
+
 Assumes the dict came from JSON (plain dicts, lists, strings and numbers); what is not the shape a step
 expects is left alone for the codec to refuse with the field's name.
 """

@@ -8,6 +8,11 @@ record carries the numbers code reads and the sentence people read (``text``); r
 sentence goes and how it looks (a ``Verdict: `` prefix, a badge, a card), never take another rendering's
 output apart. Logic tests ``kind``, never the prose.
 
+A node whose tensor exists only inside a kernel the untouched target fused (`NodeResult.inside_kernel`) is
+marked wherever it shows (`inside_kernel_text`, the culprit table's `INSIDE_MARK`); nodes set aside for that
+(role ``internal``: their kernel's output is within tolerance) are named in the verdict's facts, never as
+culprits.
+
 Assumes a finished `Report` (records of statistics, no tensors) and imports nothing from the renderers; the
 sentences are plain text: the terminal escapes control characters, HTML escapes everything.
 """
@@ -27,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["view", "View", "Verdict", "FirstDivergence", "SamplesOver", "Fact", "Side", "ToleranceFacts",
            "CulpritRow", "CulpritTable", "Block", "COLUMNS", "OPTIONAL_COLUMNS", "VERDICT_KINDS", "fmt", "fmt_growth",
-           "samples_over"]
+           "samples_over", "inside_kernel_text", "kernel_output", "INSIDE_MARK", "INSIDE_LEGEND"]
 
 COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "x rounding", "impact", "over tol",
            "role", "shape", "nan/inf", "target ran")
@@ -40,6 +45,9 @@ VERDICT_KINDS = ("diverges", "accumulates", "absorbed", "no_divergence")
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
                  "uint8": "u8", "bool": "bool"}
 _RECORDED = "capture:"  # the device-name prefix of a recorded run (`bisect_ov.capture`)
+# After the role of a culprit whose tensor exists only inside a fused kernel of the target, and its legend.
+INSIDE_MARK = "^"
+INSIDE_LEGEND = "^ = exists only inside a kernel the target fused"
 
 
 # ----- records -----------------------------------------------------------------------------------------------
@@ -59,13 +67,15 @@ class SamplesOver:
 
 @dataclass(frozen=True)
 class FirstDivergence:
-    """A node where error starts: `ratio` is its error over its tolerance (inf when that has no value)."""
+    """A node where error starts: `ratio` is its error over its tolerance (inf when that has no value); `inside`
+    says that its tensor exists only inside a fused kernel of the target (`inside_kernel_text`), else ``""``."""
 
     node: "NodeResult"
     causes: tuple[Cause, ...]
     ratio: float
     samples: SamplesOver | None
     text: str
+    inside: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,8 +97,9 @@ class Verdict:
     """The answer: `kind` (one of `VERDICT_KINDS`), `label` (``DIVERGES`` or ``no divergence``), `headline` (the
     sentence after the label, capitalised) and `text` (label and sentence as one line), the first divergences
     (at most three; `more_first` the others), the worst final output, the node closest to its tolerance (when
-    nothing diverges), the absorbed nodes and the facts that follow (kinds ``final_output``, ``absorbed``,
-    ``by_layer``, ``downstream``)."""
+    nothing diverges), the absorbed nodes, the nodes set aside because the untouched target never computed
+    their tapped values (role ``internal``) and the facts that follow (kinds ``final_output``, ``absorbed``,
+    ``set_aside``, ``inside_kernel``, ``by_layer``, ``downstream``)."""
 
     kind: str
     label: str
@@ -100,6 +111,7 @@ class Verdict:
     closest: "NodeResult | None"
     absorbed: tuple["NodeResult", ...]
     facts: tuple[Fact, ...]
+    set_aside: tuple["NodeResult", ...] = ()
 
     @property
     def diverges(self) -> bool:
@@ -230,12 +242,30 @@ def _samples(n: "NodeResult", metric: str) -> SamplesOver | None:
     return SamplesOver(counts[0], counts[1], s["p50"], s["p90"], s["max"], int(s["worst_sample"]), text)
 
 
-def _first(n: "NodeResult", metric: str) -> FirstDivergence:
+def inside_kernel_text(n: "NodeResult", report: "Report | None" = None) -> str:
+    """What a node inside a fused kernel of the target is, in a sentence (naming the kernel's compared output
+    when `report` has it); ``""`` for a tensor the target stored."""
+    if not n.inside_kernel:
+        return ""
+    output = kernel_output(report, n.inside_kernel) if report is not None else None
+    ends = f" (whose output is '{output.label}')" if output is not None else ""
+    return (f"It exists only inside the fused kernel '{n.inside_kernel}'{ends}: the tapped value is what a compile "
+            "exposing it computed, not what the untouched target computed.")
+
+
+def kernel_output(report: "Report", kernel: str) -> "NodeResult | None":
+    """The compared node whose tensor the target's fused kernel `kernel` stores (the first), if any."""
+    return next((n for n in report.nodes if n.inside_kernel is None
+                 and ((n.runtime or {}).get("target") or {}).get("layer") == kernel), None)
+
+
+def _first(n: "NodeResult", metric: str, report: "Report | None" = None) -> FirstDivergence:
     why = f"; {'; '.join(c.text for c in n.diagnosis)}" if n.diagnosis else ""
+    inside = inside_kernel_text(n, report)
     text = (f"'{n.label}': {metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, its inputs carry "
-            f"{fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}.")
+            f"{fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}." + (f" {inside}" if inside else ""))
     ratio = n.error / n.tolerance if n.tolerance and math.isfinite(n.error) else math.inf
-    return FirstDivergence(n, n.diagnosis, ratio, _samples(n, metric), text)
+    return FirstDivergence(n, n.diagnosis, ratio, _samples(n, metric), text, inside)
 
 
 def verdict(report: "Report") -> Verdict:
@@ -244,6 +274,7 @@ def verdict(report: "Report") -> Verdict:
     worst = max(report.outputs, key=lambda o: o.error, default=None)
     firsts = report.first_divergences
     absorbed = tuple(n for n in report.nodes if n.absorbed)
+    aside = tuple(n for n in report.nodes if n.set_aside)
     closest = None
     if not report.diverges and absorbed:
         kind, label = "absorbed", "no divergence"
@@ -253,8 +284,11 @@ def verdict(report: "Report") -> Verdict:
                     f"{fmt(start.error)} > {fmt(start.tolerance)}): absorbed, not culprits.")
     elif not report.diverges:
         kind, label = "no_divergence", "no divergence"
-        headline = f"Every compared node is within what {report.tolerance.precision or 'f32'} rounding predicts"
-        closest = max((n for n in report.nodes if n.tolerance > 0), key=lambda n: n.error / n.tolerance, default=None)
+        headline = (f"Every compared node is within what {report.tolerance.precision or 'f32'} rounding predicts"
+                    if not aside else f"Every compared value the target computed is within what "
+                    f"{report.tolerance.precision or 'f32'} rounding predicts ({len(aside)} set aside: see below)")
+        closest = max((n for n in report.nodes if n.tolerance > 0 and not n.set_aside),
+                      key=lambda n: n.error / n.tolerance, default=None)
         if closest is not None and closest.error > 0:
             headline += (f"; the largest error is {closest.error / closest.tolerance:.0%} of its tolerance "
                          f"({metric} {fmt(closest.error)} at '{closest.name}'): expected rounding, not a culprit")
@@ -270,9 +304,10 @@ def verdict(report: "Report") -> Verdict:
                     "the tolerance). See the nodes that inherit it below.")
     text = f"{label}{', ' if kind == 'accumulates' else '. '}{headline}"
     return Verdict(kind=kind, label=label, headline=headline[:1].upper() + headline[1:], text=text,
-                   first=tuple(_first(n, metric) for n in firsts[:3]) if kind == "diverges" else (),
+                   first=tuple(_first(n, metric, report) for n in firsts[:3]) if kind == "diverges" else (),
                    more_first=tuple(firsts[3:]), worst_output=worst, closest=closest, absorbed=absorbed,
-                   facts=tuple(_verdict_facts(report, worst, absorbed)))
+                   facts=tuple(_verdict_facts(report, worst, absorbed) + _kernel_facts(report, aside)),
+                   set_aside=aside)
 
 
 def absorbed_start(absorbed: Sequence["NodeResult"]) -> "NodeResult":
@@ -310,6 +345,26 @@ def _verdict_facts(report: "Report", worst: "OutputResult | None", absorbed: Seq
     if amplifiers or inheritors:
         facts.append(Fact("downstream", f"Downstream: {len(amplifiers)} node(s) amplify inherited error, "
                                         f"{len(inheritors)} only pass it on."))
+    return facts
+
+
+def _kernel_facts(report: "Report", aside: Sequence["NodeResult"]) -> list[Fact]:
+    """Values the untouched target never computed: those set aside, and the culprits inside a fused kernel."""
+    facts = []
+    if aside:
+        shown = ", ".join(f"'{n.label}' ({report.metric} {fmt(n.error)}, inside '{n.inside_kernel}')" for n in aside[:3])
+        facts.append(Fact("set_aside", f"Set aside: {len(aside)} node(s) over their tolerance as tapped exist only "
+                                       f"inside a fused kernel of the target whose output is within tolerance: {shown}"
+                                       + (" ..." if len(aside) > 3 else "") + "; the untouched target never computed "
+                                       "those values, so they are not culprits."))
+    inside = [n for n in report.culprits if n.inside_kernel]
+    if inside:
+        shown = ", ".join(f"'{n.label}' (in '{n.inside_kernel}'" + (f", whose output is '{out.label}')" if (
+            out := kernel_output(report, n.inside_kernel or "")) is not None else ")") for n in inside[:3])
+        facts.append(Fact("inside_kernel", f"Inside kernels: {len(inside)} culprit(s) exist only inside a kernel the "
+                                           f"target fused ({shown}{' ...' if len(inside) > 3 else ''}): their tapped "
+                                           "values are what a compile exposing them computed, not what the untouched "
+                                           "target computed; the kernel's output is what it computed."))
     return facts
 
 
@@ -382,8 +437,10 @@ def culprit_row(n: "NodeResult") -> CulpritRow:
     counts = samples_over(n)
     return CulpritRow(n, (
         str(n.rank), n.label, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
-        fmt_growth(n.growth), fmt(n.local_error), _over_rounding(n), fmt(n.impact), "-" if counts is None else f"{counts[0]}/{counts[1]}",
-        n.role + ("*" if n.first else ""), f"{shape} {dtypes}", _nan_inf(n), _runtime(n),
+        fmt_growth(n.growth), fmt(n.local_error), _over_rounding(n), fmt(n.impact),
+        "-" if counts is None else f"{counts[0]}/{counts[1]}",
+        n.role + ("*" if n.first else "") + (INSIDE_MARK if n.inside_kernel else ""), f"{shape} {dtypes}",
+        _nan_inf(n), _runtime(n),
     ))
 
 
