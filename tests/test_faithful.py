@@ -12,6 +12,8 @@ it) or no node at all, with the reason.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from openvino import opset13 as ops
@@ -176,6 +178,18 @@ def test_a_saved_report_keeps_the_outcome(tmp_path):
     assert view(again).verdict.kind == "localized_by_partitions"
 
 
+def test_unfaithful_taps_with_outputs_within_tolerance_name_nothing():
+    shape = "chain"
+    node = _sites(shape)[1]
+    report = bisect(shape_model(shape), "CPU:f32", HiddenByTaps(node, shape_model(shape)), shape_inputs(shape), **FAST)
+    calm = dataclasses.replace(report, outputs=tuple(dataclasses.replace(o, error=o.tolerance / 2) for o in report.outputs),
+                               first_keys=(), ranking=(),
+                               fidelity=dataclasses.replace(report.fidelity, outcome="unfaithful", node=None))
+    v = view(calm)
+    assert v.verdict.kind == "no_divergence" and not v.verdict.absorbed and v.verdict.closest is None
+    assert "no node is named" in v.verdict.headline
+
+
 # ----- the CPU's bf16: the demo's cancellation at inorm/sub --------------------------------------------------
 INORM = ("inorm/sub", "inorm/sqdiff")
 
@@ -197,6 +211,7 @@ def test_auto_and_hetero_run_taps_where_the_plain_run_ran(target):
     assert report.target.execution_devices == ("CPU",)
     assert report.target.precision == "bf16"
     assert "ran the model on CPU in bf16" in report.target.note
+    assert any(note.startswith(f"Target: {target} ran the model on CPU in bf16") for note in report.notes)
     side = view(report).sides[1]
     assert side.execution_devices == ("CPU",) and "on CPU" in side.text
     if report.fidelity is not None and report.fidelity.rejected:

@@ -116,6 +116,9 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = examined.engine
     notes = list(setup.notes)
+    for role, info in (("Reference", session.ref_info), ("Target", session.target_info)):
+        if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
+            notes.append(f"{role}: {info.note}.")
     if scored.absorbed_why:
         notes.append(scored.absorbed_why)
     saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
