@@ -144,8 +144,11 @@ def test_notes_come_from_the_records():
     class _Opened:
         notes = ("from the plan",)
 
+    class _Engine:
+        ref_info = target_info = None
+
     class _Examined:
-        engine = None
+        engine = _Engine()
 
     measurement = Measurement(stats={}, groups={}, strategy="bisection", fell_back=True)
     scored = Scored(errors={}, tolerances={}, scores=None, outputs=(),  # type: ignore[arg-type]

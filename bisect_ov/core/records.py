@@ -43,6 +43,8 @@ class DeviceInfo:
     note: str = ""
     precision_counts: dict[str, int] = field(default_factory=dict)
     weights: str | None = None  # the precision weights are stored in, when lower than the arithmetic's
+    # For AUTO, HETERO and MULTI: the devices the plugin really ran the model on (its EXECUTION_DEVICES).
+    execution_devices: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -120,6 +122,24 @@ class Fidelity:
     tapped_error: float
     ratio: float
     warning: str = ""
+    # When the ratio is out of range, what the verdict rests on instead: `outcome` "localized_by_partitions"
+    # (runs that expose nothing named `node`, the last node of the shortest prefix of the graph whose run on the
+    # target, the rest on the reference, reaches half the full final-output error: `prefix_error`, against
+    # `before_error` up to the node before, in `partitioned_runs` runs) or "unfaithful" (no node can be named:
+    # `reason` says why); "" when the taps were faithful.
+    outcome: str = ""
+    node: str | None = None
+    group: tuple[str, ...] = ()  # the nodes the target fused with `node` (its runtime graph)
+    prefix_error: float | None = None
+    before_error: float | None = None
+    full_error: float | None = None
+    partitioned_runs: int = 0
+    reason: str = ""
+
+    @property
+    def rejected(self) -> bool:
+        """True when the tapped runs did not reproduce the plain run: their per-node errors are not evidence."""
+        return bool(self.warning)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ This module answers with experiments on the real target:
 * `contribution_curve`: the final-output error when the first f of the graph runs on the target.
 * `smallest_range`: the shortest node range whose delegation alone reproduces a share (default half) of the
   full final-output error, found by two binary searches: O(log N) partitioned runs.
+* `first_prefix`: the shortest prefix of the graph whose run on the target (the rest on the reference) reaches
+  a final-output error, by binary search: where error starts, found by runs that expose nothing but their cuts
+  (when the tapped runs are unfaithful). `target_in_pieces`: the whole graph on the target, cut in two, to check
+  that cutting it does not change what the target computes.
 * `impact`: the final-output error when only one node (or group) runs on the target.
 * `find_fix`: the smallest set of nodes which, kept on the reference, brings the final error under a
   tolerance: greedy over the ranked suspects, then minimised by dropping members one at a time, each step
@@ -33,7 +37,7 @@ from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.records import Cause, CurvePoint, Delegation, Fix, LayerSensitivity
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.baseline import Baseline
-from bisect_ov.model.partition import extract, segments
+from bisect_ov.model.partition import cut_after, extract, segments
 from bisect_ov.model.taps import Tap
 
 log = logging.getLogger(__name__)
@@ -44,7 +48,7 @@ def _twin_mixed_run(engine, on_target, order):
 
     return twin_mixed_run(engine, on_target, order)
 
-__all__ = ["mixed_run", "contribution_curve", "smallest_range",
+__all__ = ["mixed_run", "contribution_curve", "smallest_range", "first_prefix", "target_in_pieces",
            "impact", "find_fix", "Fix",
            "patch_model"]
 
@@ -142,6 +146,44 @@ def smallest_range(runs: MixedRuns, share: float = 0.5) -> Delegation:
     error = runs.error(set(order[start:end + 1]))
     return Delegation(full_error=full, goal=goal, start=start, end=end, error=error, runs=runs.runs,
                       first=order[start], last=order[end], nodes=end - start + 1)
+
+
+def first_prefix(runs: MixedRuns, goal: float) -> int | None:
+    """The smallest position i such that the prefix ``order[:i + 1]`` on the target (the rest on the reference)
+    gives a final-output error of at least `goal`: O(log N) partitioned runs, assuming error grows with what
+    runs on the target. None when even the whole graph on the target stays under `goal`."""
+    order = runs.order
+    if not order or runs.error(set(order)) < goal:
+        return None
+    lo, hi = 0, len(order) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if runs.error(set(order[: mid + 1])) >= goal:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def target_in_pieces(engine: Engine, cut: int, order: Sequence[str] | None = None) -> list[TensorStats]:
+    """Every node on the target, as two pieces: ``order[:cut + 1]`` and the rest, values handed across the cut;
+    final outputs against the reference's. When this differs from the plain run, cutting the graph changes what
+    the target computes, and partitioned runs cut there are not evidence either. (Not for twins.)"""
+    graph = engine.graph
+    order = list(order or [n.key for n in graph.candidates()])
+    results = graph.results()
+    final = frozenset(Tap(*r.inputs[0]) for r in results)
+    values: dict[Tap, np.ndarray] = {Tap(p.key, 0): engine.ref_arrays[graph.parameter_position[p.key]]
+                                     for p in graph.parameters()}
+    for start, end in ((0, cut), (cut + 1, len(order) - 1)):
+        if start > end:
+            continue
+        segment = list(order[start:end + 1])
+        produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
+        outputs = [t for t in cut_after(graph, order, end) if t in produced]
+        got = engine.run_segment("target", segment, outputs, partial(extract, graph, segment, outputs), values, final)
+        values.update(zip(outputs, got))
+    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.ref_final)]
 
 
 def impact(runs: MixedRuns, units: Mapping[str, Sequence[str]]) -> dict[str, float]:

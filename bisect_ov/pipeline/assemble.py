@@ -37,6 +37,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
+from bisect_ov.pipeline.measure import faithful_nodes
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
 
@@ -57,6 +58,9 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         ranking = rank_by_impact(scored.scores.ranking, findings.impacts)
         nodes = node_results(session, measurement, scored, precision, findings, ranking,
                              frozenset(examined.tolerance.quantization), kernels)
+        # Taps the fidelity check rejected name nothing (`pipeline.measure.faithful_nodes`).
+        nodes, first_keys, ranking = faithful_nodes(nodes, scored.scores.first, ranking, scored.fidelity,
+                                                    session.graph, min((o.tolerance for o in scored.outputs), default=0.0))
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
@@ -68,7 +72,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         model=model_label(model_source), ref=ref_info, target=target_info, nodes=nodes,
         outputs=_with_expected(scored.outputs, findings), metric=options.metric_name,
         tolerance=record_of(ToleranceInfo, examined.tolerance.to_dict()),
-        first_keys=scored.scores.first, ranking=ranking, model_hash=session.graph.structure_hash(),
+        first_keys=first_keys, ranking=ranking, model_hash=session.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
         unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin else {},
         timings=dict(setup.clock.stages), compiles=session.compiles,
@@ -190,6 +194,9 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = examined.engine
     notes = list(setup.notes)
+    for role, info in (("Reference", session.ref_info), ("Target", session.target_info)):
+        if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
+            notes.append(f"{role}: {info.note}.")
     if scored.absorbed_why:
         notes.append(scored.absorbed_why)
     saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
@@ -204,7 +211,10 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     for key, check in measurement.exact.items():
         if not (check.ref_exact and check.target_exact):
             notes.append(f"'{session.graph[key].name}' computes on integers: {check.describe()}.")
-    if scored.fidelity is not None and scored.fidelity.warning:
+    if scored.fidelity is not None and scored.fidelity.outcome:
+        notes.append(scored.fidelity.reason[:1].upper() + scored.fidelity.reason[1:] + ". The per-node errors below "
+                     "were measured with those taps: they are kept, marked unfaithful, and no culprit is named from them.")
+    elif scored.fidelity is not None and scored.fidelity.warning:
         notes.append(scored.fidelity.warning)
     if measurement.fell_back:
         notes.append("The fusion-boundary taps did not reproduce the plain run faithfully; the bisection strategy was used.")

@@ -5,32 +5,46 @@ The driver loop is the one place that both measures and runs local errors: a str
 the driver answers it (taps through `Engine.measure_parts`, local errors through `experiments.local`) and
 hands back the results. Values flow down: a streamed measurement yields its segments, and the driver runs the
 local errors of each while the reference's values are held.
+
+When no strategy keeps the fidelity in `FIDELITY_RANGE` (the taps changed what the target computes), the
+per-node errors are not evidence: `localize` then finds where error starts with partitioned runs that expose
+nothing but their cuts (a prefix of the graph on the target, the rest on the reference, bisected over its
+length; `experiments.partitioned.first_prefix`), checked by running the whole graph on the target cut in two
+at the answer, or says why no node can be named. The outcome rides in the `Fidelity` record;
+`faithful_nodes` makes the report's first divergences and culprits say only that.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Callable, Sequence, cast
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 
 from bisect_ov.analysis.metrics import TensorStats, metric_value
-from bisect_ov.core.records import Fidelity
+from bisect_ov.core.errors import BisectError, first_line
+from bisect_ov.core.records import Cause, Fidelity
 from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.measured import Measured, TappedRun
 from bisect_ov.engine.runner import FinalOutput
 from bisect_ov.experiments.local import LOCAL_SHARE, LocalErrors, local_units, measure_local, owned_units
+from bisect_ov.experiments.partitioned import MixedRuns, first_prefix, target_in_pieces
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.pipeline.records import Examined, Measurement, Setup
+from bisect_ov.report.report import NodeResult
 from bisect_ov.samples.runs import node_spread
 from bisect_ov.search.strategies import Results, Strategy, fusion_taps, make_strategy
 
-__all__ = ["measure", "fidelity", "FIDELITY_RANGE"]
+__all__ = ["measure", "fidelity", "localize", "faithful_nodes", "FIDELITY_RANGE", "PREFIX_SHARE"]
 
 FIDELITY_RANGE = (0.5, 2.0)
+# Final-output errors this small are f32-level agreement (different f32 kernels differ by about 1e-7..1e-6): their
+# ratio says nothing about whether taps changed what the target computes.
+FIDELITY_FLOOR = 1e-5
+PREFIX_SHARE = 0.5  # error starts at the end of the shortest prefix reaching this share of the full error
 
 
 @dataclass
@@ -53,14 +67,14 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     name = "fusion" if options.strategy == "auto" else options.strategy
     fusion = name == "fusion"
     search = _run(setup, examined, _strategy(name, engine, diverged, options), max_bytes, local=fusion)
-    faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric)
+    faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric, _negligible(examined))
     fell_back = False
     reproduced = any(r.reproduced for r in search.measured.runs)
     groups = search.strategy.groups()
     if options.strategy == "auto" and faithful is not None and faithful.warning:
         # The fusion taps changed what the target computes: their runs do not speak for the bisection's.
         search = _run(setup, examined, _strategy("bisection", engine, diverged, options), max_bytes, local=False)
-        faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric)
+        faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric, _negligible(examined))
         reproduced = reproduced or any(r.reproduced for r in search.measured.runs)
         groups, fell_back, name = {}, True, "bisection"
     measured = search.measured
@@ -70,8 +84,11 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
         # that compile is instrumented like the others, so it votes in the fidelity check too.
         taps = {Tap(k, 0) for k in pending} | {Tap(i, p) for k in pending for i, p in graph.data_inputs(k)}
         measured = measured.plus(engine.measure(sorted(taps, key=lambda t: graph[t.key].index)))
-        faithful = fidelity(engine.untouched.outputs, measured.runs, options.metric)
+        faithful = fidelity(engine.untouched.outputs, measured.runs, options.metric, _negligible(examined))
         reproduced = reproduced or any(r.reproduced for r in measured.runs)
+    if faithful is not None and faithful.rejected:
+        # No strategy kept the taps faithful: where error starts comes from runs that expose nothing, or nowhere.
+        faithful = localize(setup, examined, faithful)
     # The metric travels to workers as a partial of a module-level function: picklable. Each node over every
     # sample runs each sample again with the measured tensors exposed: several plain inferences per sample,
     # which the fast budget leaves out (the outputs' pass still ranks the samples).
@@ -136,7 +153,7 @@ def _creates(setup: Setup, examined: Examined, done: _Driven, results: Results, 
     makes error of its own; nothing when local errors cannot run or the taps so far are unfaithful."""
     engine, options, tol = examined.engine, setup.options, examined.tolerance
     graph = engine.graph
-    faithful = fidelity(engine.untouched.outputs, done.measured.runs, options.metric)
+    faithful = fidelity(engine.untouched.outputs, done.measured.runs, options.metric, _negligible(examined))
     if not options.local or (faithful is not None and faithful.warning):
         return {}
     stats = results.stats
@@ -152,8 +169,12 @@ def _creates(setup: Setup, examined: Examined, done: _Driven, results: Results, 
 
 
 def fidelity(untouched: Sequence[FinalOutput], runs: Sequence[TappedRun],
-             metric: str | Callable[[TensorStats], float]) -> Fidelity | None:
-    """Did exposing taps change the final-output error? The worst ratio of instrumented to plain error."""
+             metric: str | Callable[[TensorStats], float], negligible: float = 0.0) -> Fidelity | None:
+    """Did exposing taps change the final-output error? The worst ratio of instrumented to plain error.
+
+    `negligible`: errors at most this (f32-level agreement within the outputs' tolerance) are not judged: the
+    ratio of two such errors says nothing about what the taps changed.
+    """
     if not runs or not untouched:
         return None
     plain = max(metric_value(s, metric) for _, _, s in untouched)
@@ -167,7 +188,7 @@ def fidelity(untouched: Sequence[FinalOutput], runs: Sequence[TappedRun],
     tapped, ratio = worst
     low, high = FIDELITY_RANGE
     warning = ""
-    if not low <= ratio <= high:
+    if not low <= ratio <= high and max(plain, tapped) > negligible:
         warning = (
             f"Exposing intermediate tensors changed the final-output error from {plain:.2e} to {tapped:.2e} "
             f"(ratio {ratio:.2f}, outside [{low}, {high}]): the target compiled differently with taps, so the "
@@ -176,9 +197,128 @@ def fidelity(untouched: Sequence[FinalOutput], runs: Sequence[TappedRun],
     return Fidelity(plain_error=plain, tapped_error=tapped, ratio=ratio, warning=warning)
 
 
+def _negligible(examined: Examined) -> float:
+    """Final-output errors below both `FIDELITY_FLOOR` and every output's tolerance: f32-level agreement."""
+    graph, tol = examined.engine.graph, examined.tolerance
+    limits = [tol.for_node(graph[graph[r.key].inputs[0][0]], graph[r.key].inputs[0][1]) for r in graph.results()]
+    return min([FIDELITY_FLOOR, *limits])
+
+
 def _ratio(tapped: float, plain: float) -> float:
     if tapped == plain:
         return 1.0
     if plain == 0 or not math.isfinite(plain):
         return float("inf") if tapped > plain else 0.0
     return tapped / plain
+
+
+# ----- when the taps are unfaithful -------------------------------------------------------------------------
+def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
+    """`rejected` (a fidelity out of range) with what the verdict rests on instead (see the module docstring).
+
+    Only runs when the fidelity check failed: a whole-graph run in one piece (it must give the plain run's
+    error), O(log N) prefix runs, and two runs of the whole graph on the target cut in two at the answer (they
+    must give it too, or cutting changes what the target computes). Outcome ``localized_by_partitions`` with the
+    node, or ``unfaithful`` with the reason.
+    """
+    engine, options = examined.engine, setup.options
+    graph, plain = engine.graph, rejected.plain_error
+    taps = (f"exposing intermediate tensors changed the final-output error from {plain:.2e} to "
+            f"{rejected.tapped_error:.2e} (fidelity {rejected.ratio:.2f}, outside [{FIDELITY_RANGE[0]}, "
+            f"{FIDELITY_RANGE[1]}]), so the per-node errors do not explain the plain run")
+    limit = options.fix_tolerance
+    if limit is None:
+        limit = min((examined.tolerance.for_node(graph[graph[key].inputs[0][0]], graph[key].inputs[0][1])
+                     for _, key, _ in engine.outputs), default=0.0)
+
+    def refuse(why: str, runs: int = 0, full_error: float | None = None) -> Fidelity:
+        return replace(rejected, outcome="unfaithful", partitioned_runs=runs, reason=f"{taps}; {why}",
+                       full_error=full_error)
+
+    if plain <= limit:
+        return refuse(f"the final outputs are within their tolerance ({plain:.2e} <= {limit:.2e}), so there is no "
+                      "divergence to localize")
+    if not (engine.ref.can_run_pieces and engine.target.can_run_pieces):
+        return refuse(f"{engine.target.name} cannot run pieces of the model, so no run that exposes nothing can "
+                      "tell where error starts: the node cannot be localized on this device")
+    if engine.comparison.twin:
+        return refuse("runs that expose nothing cannot localize it with a twin (target_model) here; compare the "
+                      "model with itself on both devices to localize it")
+    runs = MixedRuns(engine, setup.error_of)
+    order, checks = runs.order, 0
+    try:
+        full = runs.error(set(order))
+        if not _in_range(full, plain):
+            return refuse(f"the whole model compiled as one piece on {engine.target.name} gives {full:.2e}, not the "
+                          f"plain {plain:.2e}: pieces do not run what the plain run ran either, so the node cannot be "
+                          "localized on this device", runs.runs, full_error=full)
+        end = first_prefix(runs, PREFIX_SHARE * full)
+        if end is None:
+            return refuse("no prefix of the graph on the target reaches the error", runs.runs, full_error=full)
+        at = runs.error(set(order[:end + 1]))
+        before = runs.error(set(order[:end]))
+        name = graph[order[end]].name
+        for cut in (end - 1, end):
+            if not 0 <= cut < len(order) - 1:
+                continue
+            checks += 1
+            whole = max((setup.error_of(st) for st in target_in_pieces(engine, cut, order)), default=0.0)
+            if not _in_range(whole, plain):
+                return refuse(f"the whole model on {engine.target.name} in two pieces cut after "
+                              f"'{graph[order[cut]].name}' gives {whole:.2e}, not the plain "
+                              f"{plain:.2e}: cutting the graph changes what the target computes, so the node cannot "
+                              "be localized on this device", runs.runs + checks, full_error=full)
+    except BisectError as err:
+        return refuse(f"the partitioned runs that would localize it failed: {first_line(err)}", runs.runs + checks)
+    finally:
+        runs.close()
+    layer = engine.target_runtime.by_original.get(engine.target_of.get(Tap(order[end], 0), Tap(order[end], 0)).key)
+    known = {n.name for n in graph.candidates()}
+    group = tuple(n for n in (layer.original_names if layer is not None else ()) if n != name and n in known)
+    count = runs.runs + checks
+    return replace(rejected, outcome="localized_by_partitions", node=name, group=group, prefix_error=at,
+                   before_error=before, full_error=full, partitioned_runs=count, reason=(
+                       f"{taps}. Found instead by {count} partitioned runs that expose nothing but their cuts: with the "
+                       f"graph up to '{name}' on the target and the rest on the reference the final-output error is "
+                       f"{at:.2e}, up to the node before {before:.2e} (all of it on the target: {full:.2e}); the "
+                       f"target cut in two there reproduces the plain run"))
+
+
+def _in_range(error: float, plain: float) -> bool:
+    low, high = FIDELITY_RANGE
+    return low <= _ratio(error, plain) <= high
+
+
+def faithful_nodes(nodes: Sequence[NodeResult], first: tuple[str, ...], ranking: tuple[str, ...], found: Fidelity | None,
+                   graph: Any, output_tolerance: float) -> tuple[tuple[NodeResult, ...], tuple[str, ...], tuple[str, ...]]:
+    """The report's (nodes, first divergence keys, ranking) once the fidelity check has spoken.
+
+    Faithful taps: unchanged. Rejected ones: no first divergence or culprit comes from them; a node localized
+    by partitioned runs is the one first divergence and culprit (a `NodeResult` made for it when no tap
+    measured it, its error the final-output error with the graph up to it on the target). The measured nodes
+    stay, their numbers marked unfaithful by the report's notes and verdict.
+    """
+    if found is None or not found.rejected:
+        return tuple(nodes), first, ranking
+    kept = [replace(n, first=False, rank=None) if (n.first or n.rank is not None) else n for n in nodes]
+    if found.outcome != "localized_by_partitions" or found.node is None:
+        return tuple(kept), (), ()
+    node = graph.find(found.node)
+    how = Cause("note", f"localized by {found.partitioned_runs} partitioned runs (the per-node errors measured with "
+                        f"taps are unfaithful): the final-output error is {found.prefix_error:.2e} with the graph up "
+                        f"to here on the target, {found.before_error:.2e} up to the node before",
+                {"prefix_error": float(found.prefix_error or 0.0), "before_error": float(found.before_error or 0.0),
+                 "runs": float(found.partitioned_runs)})
+    at = next((i for i, n in enumerate(kept) if n.key == node.key), None)
+    if at is not None:
+        kept[at] = replace(kept[at], first=True, rank=1, role="source", diagnosis=(how, *kept[at].diagnosis))
+    else:
+        before = float(found.before_error or 0.0)
+        made = NodeResult(name=node.name, key=node.key, op_type=node.op_type, index=node.index,
+                          error=float(found.prefix_error or 0.0), input_error=before, tolerance=output_tolerance,
+                          growth=(found.prefix_error or 0.0) / before if before else math.inf, role="source",
+                          first=True, rank=1, diagnosis=(how,), group=found.group,
+                          inputs=tuple(k for k, _ in graph.data_inputs(node.key)))
+        kept.append(made)
+        kept.sort(key=lambda n: n.index)
+    return tuple(kept), (node.key,), (node.key,)

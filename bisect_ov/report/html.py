@@ -213,7 +213,8 @@ def _fidelity(report: "Report") -> str:
     detail = (f"final-output error {fmt(f.plain_error)} in the plain run, {fmt(f.tapped_error)} with "
               "the intermediate outputs exposed")
     if f.warning:
-        return f'<div class="warn">\u26a0 Fidelity ratio {e(_num(ratio))}: {e(f.warning)}</div>'
+        # With an outcome, the verdict rests on partitioned runs or on nothing: say that, not what to try.
+        return f'<div class="warn">\u26a0 Fidelity ratio {e(_num(ratio))}: {e(f.reason if f.outcome else f.warning)}</div>'
     if not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and 0.5 <= ratio <= 2.0):
         return (f'<div class="warn">\u26a0 Fidelity ratio {e(_num(ratio))}: exposing intermediate tensors changed what '
                 f"ran ({e(detail)}); the node errors may not be those of the plain model.</div>")

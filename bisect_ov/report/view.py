@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from bisect_ov.core.records import Cause, DeviceInfo, StageCost, ToleranceInfo
+from bisect_ov.core.records import Cause, DeviceInfo, Fidelity, StageCost, ToleranceInfo
 from bisect_ov.report.blocks import Block, experiment_blocks
 from bisect_ov.report.numbers import fmt, fmt_growth
 
@@ -41,7 +41,10 @@ COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local
 OPTIONAL_COLUMNS = ("local", "x rounding", "impact", "over tol", "nan/inf", "target ran")
 # diverges: error starts at named nodes; accumulates: over tolerance at the outputs with no single source;
 # absorbed: nodes over their tolerance, outputs within theirs; no_divergence: every node within its tolerance.
-VERDICT_KINDS = ("diverges", "accumulates", "absorbed", "no_divergence")
+# When the taps changed what the target computed (the fidelity check failed): localized_by_partitions: error
+# starts at a node found by partitioned runs that expose nothing; unfaithful: the outputs diverge and no node can
+# be localized on this device (the reason is the headline).
+VERDICT_KINDS = ("diverges", "accumulates", "absorbed", "no_divergence", "localized_by_partitions", "unfaithful")
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
                  "uint8": "u8", "bool": "bool"}
 _RECORDED = "capture:"  # the device-name prefix of a recorded run (`bisect_ov.capture`)
@@ -115,14 +118,15 @@ class Verdict:
 
     @property
     def diverges(self) -> bool:
-        return self.kind in ("diverges", "accumulates")
+        return self.kind in ("diverges", "accumulates", "localized_by_partitions", "unfaithful")
 
 
 @dataclass(frozen=True)
 class Side:
     """What one side ran with: `role` ``ref``/``target``, `title` ``Reference``/``Target``, the precision that ran
     and the one asked for (`requested`), emulated or `recorded` (a saved run), the hardware, the device's note,
-    runtime ops by precision (`kernels`) and the compile config; `text` says it in a line."""
+    runtime ops by precision (`kernels`) and the compile config, and for AUTO/HETERO/MULTI the devices that
+    really ran (`execution_devices`); `text` says it in a line."""
 
     role: str
     title: str
@@ -137,6 +141,7 @@ class Side:
     kernels: tuple[tuple[str, int], ...]
     config: tuple[tuple[str, str], ...]
     text: str
+    execution_devices: tuple[str, ...] = ()  # AUTO/HETERO/MULTI: the devices that really ran
 
     @property
     def substituted(self) -> str | None:
@@ -276,6 +281,9 @@ def verdict(report: "Report") -> Verdict:
     absorbed = tuple(n for n in report.nodes if n.absorbed)
     aside = tuple(n for n in report.nodes if n.set_aside)
     closest = None
+    found = report.fidelity
+    if found is not None and found.outcome:
+        return _unfaithful_verdict(report, found, worst)
     if not report.diverges and absorbed:
         kind, label = "absorbed", "no divergence"
         start = absorbed_start(absorbed)
@@ -316,6 +324,35 @@ def absorbed_start(absorbed: Sequence["NodeResult"]) -> "NodeResult":
     own = [n for n in absorbed if n.local_error is not None and n.local_error > n.tolerance]
     grown = [n for n in absorbed if n.growth >= 2.0]
     return min(own or grown or list(absorbed), key=lambda n: n.index)
+
+
+def _unfaithful_verdict(report: "Report", found: Fidelity, worst: "OutputResult | None") -> Verdict:
+    """The verdict when the taps changed what the target computed: no node named from them (see `VERDICT_KINDS`)."""
+    facts = tuple(_verdict_facts(report, worst, ()))[:1]
+    fidelity = f"fidelity {found.ratio:.2f}: {fmt(found.plain_error)} plain, {fmt(found.tapped_error)} with taps"
+    if not any(o.diverged for o in report.outputs):
+        headline = (f"Every final output is within its tolerance; the per-node errors were measured with taps that "
+                    f"changed what the target computed ({fidelity}), so no node is named from them.")
+        return Verdict(kind="no_divergence", label="no divergence", headline=headline, text=f"no divergence. {headline}",
+                       first=(), more_first=(), worst_output=worst, closest=None, absorbed=(), facts=facts)
+    firsts = report.first_divergences
+    if found.outcome == "localized_by_partitions" and firsts:
+        n = firsts[0]
+        group = f" (fused on the target with {', '.join(found.group[:3])})" if found.group else ""
+        headline = (f"Error starts at '{n.label}' ({n.op_type}, #{n.index}){group}, found by {found.partitioned_runs} "
+                    f"partitioned runs that expose nothing: the final-output error is {fmt(found.prefix_error)} with the "
+                    f"graph up to it on the target, {fmt(found.before_error)} up to the node before. The per-node "
+                    f"errors measured with taps are unfaithful ({fidelity}).")
+        first = FirstDivergence(n, n.diagnosis[:1], math.inf, None, f"'{n.label}': {n.diagnosis[0].text}."
+                                if n.diagnosis else f"'{n.label}'.")
+        return Verdict(kind="localized_by_partitions", label="DIVERGES", headline=headline,
+                       text=f"DIVERGES. {headline}", first=(first,), more_first=(), worst_output=worst, closest=None,
+                       absorbed=(), facts=facts)
+    reason = found.reason or "the taps changed what the target computed"
+    headline = (f"The final outputs diverge, but the node where error starts cannot be localized on this device: "
+                f"{reason[:1].lower() + reason[1:]}.")
+    return Verdict(kind="unfaithful", label="DIVERGES", headline=headline, text=f"DIVERGES. {headline}", first=(),
+                   more_first=(), worst_output=worst, closest=None, absorbed=(), facts=facts)
 
 
 def _verdict_facts(report: "Report", worst: "OutputResult | None", absorbed: Sequence["NodeResult"]) -> list[Fact]:
@@ -377,7 +414,9 @@ def side(role: str, info: DeviceInfo) -> Side:
         text += f" (asked for {info.requested_precision})"
     if info.emulated:
         text += " (emulated)"
-    if info.full_name:
+    if info.execution_devices:
+        text += f" on {', '.join(info.execution_devices)}" + (f" ({info.full_name})" if info.full_name else "")
+    elif info.full_name:
         text += f" on {info.full_name}"
     if info.note:
         text += f" [{info.note}]"
@@ -385,7 +424,8 @@ def side(role: str, info: DeviceInfo) -> Side:
                 precision=info.precision, requested=info.requested_precision, emulated=info.emulated,
                 recorded=info.name.startswith(_RECORDED), hardware=info.full_name, note=info.note,
                 kernels=tuple((str(k), int(v)) for k, v in (info.precision_counts or {}).items()),
-                config=tuple((str(k), str(v)) for k, v in (info.config or {}).items()), text=text)
+                config=tuple((str(k), str(v)) for k, v in (info.config or {}).items()), text=text,
+                execution_devices=tuple(info.execution_devices))
 
 
 def tolerance_facts(t: ToleranceInfo) -> ToleranceFacts:

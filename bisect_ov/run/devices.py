@@ -40,6 +40,7 @@ from bisect_ov.run.device_base import Compiled, Device, infer_each
 from bisect_ov.run.emulated_device import EmulatedDevice
 from bisect_ov.run.openvino_device import (
     PRECISION_SUFFIXES,
+    VIRTUAL_DEVICES,
     OpenVINOCompiled,
     OpenVINODevice,
     available_devices,
@@ -47,6 +48,7 @@ from bisect_ov.run.openvino_device import (
     capabilities,
     cpu_supports_bf16,
     kept_outputs,
+    listed_devices,
     shared_core,
     supports_property,
 )
@@ -155,7 +157,10 @@ def _openvino_device(spec: str, config: dict[str, Any], role: str) -> Device:
     else:
         device = spec
     merged.update(config)
-    if role == "ref" and not any(k in merged for k in _PRECISION_KEYS) and supports_property(device, "INFERENCE_PRECISION_HINT"):
+    # AUTO/HETERO/MULTI do not list the property themselves but hand it to the device they run on.
+    listed = listed_devices(device, merged) if device.split(":")[0].upper() in VIRTUAL_DEVICES else [device]
+    if (role == "ref" and not any(k in merged for k in _PRECISION_KEYS) and listed
+            and all(supports_property(d, "INFERENCE_PRECISION_HINT") for d in listed)):
         merged["INFERENCE_PRECISION_HINT"] = "f32"
     return OpenVINODevice(device, merged, name=spec)
 

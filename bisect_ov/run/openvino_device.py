@@ -3,7 +3,10 @@
 `OpenVINODevice` predicts the precision it will store activations in (`activation_precision`, from the
 ``INFERENCE_PRECISION_HINT`` and ``EXECUTION_MODE_HINT`` properties and the CPU's capabilities), gives
 exposed outputs and fed inputs that precision, compiles, and reads back what the plugin really ran with
-(`DeviceInfo`: the plugin's precision hint, the runtime graph's layer precisions). `OpenVINOCompiled` runs
+(`DeviceInfo`: the plugin's precision hint, the runtime graph's layer precisions). For ``AUTO:``, ``HETERO:``
+and ``MULTI:`` it reads which device really ran (``EXECUTION_DEVICES``) and with which properties
+(``DEVICE_PROPERTIES``); when that is one device, taps and pieces compile on it with those properties
+(`OpenVINODevice.runs_on`), so they compute what the plain run computed. `OpenVINOCompiled` runs
 one input set (`infer`) or many through an infer queue (`infer_many`), resetting a stateful model's
 variables before each run. numpy has no bfloat16: bf16 outputs are handed over as float16-labelled bits,
 widened to float32 when read (`bf16_to_f32`, `kept_outputs`). One `ov.Core` serves the process
@@ -27,10 +30,17 @@ from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
 from bisect_ov.run.device_base import Device
 
-__all__ = ["PRECISION_SUFFIXES", "OpenVINOCompiled", "OpenVINODevice", "available_devices", "bf16_to_f32", "capabilities",
-           "cpu_supports_bf16", "kept_outputs", "shared_core", "supports_property"]
+__all__ = ["PRECISION_SUFFIXES", "VIRTUAL_DEVICES", "OpenVINOCompiled", "OpenVINODevice", "available_devices",
+           "bf16_to_f32", "capabilities", "cpu_supports_bf16", "kept_outputs", "listed_devices", "shared_core",
+           "supports_property"]
 
 PRECISION_SUFFIXES = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
+VIRTUAL_DEVICES = ("AUTO", "HETERO", "MULTI")
+# The properties of the device that really ran (read back from an AUTO/HETERO/MULTI compile) that decide what it
+# computes; taps and pieces compile with them.
+RUNNING_PROPERTIES = ("INFERENCE_PRECISION_HINT", "EXECUTION_MODE_HINT", "PERFORMANCE_HINT", "INFERENCE_NUM_THREADS",
+                      "DYNAMIC_QUANTIZATION_GROUP_SIZE", "KV_CACHE_PRECISION", "KEY_CACHE_PRECISION",
+                      "VALUE_CACHE_PRECISION", "CPU_DENORMALS_OPTIMIZATION", "CPU_SPARSE_WEIGHTS_DECOMPRESSION_RATE")
 log = logging.getLogger(__name__)
 _core: ov.Core | None = None
 
@@ -183,42 +193,56 @@ class OpenVINODevice(Device):
         self.device = device
         self.config = {str(k): _prop_str(v) for k, v in (config or {}).items()}
         self.name = name or device
+        self.virtual = device.split(":")[0].upper() in VIRTUAL_DEVICES
+        # What an AUTO/HETERO/MULTI plain compile really ran on: (device, properties), read back once.
+        self._ran: tuple[str, dict[str, Any]] | None = None
+
+    @property
+    def runs_on(self) -> tuple[str, dict[str, Any]]:
+        """The device and properties taps and pieces compile with.
+
+        For an ``AUTO:``/``HETERO:``/``MULTI:`` device: the one device its plain compile ran on, with the
+        properties read back from it (`RUNNING_PROPERTIES`); before any plain compile, the one device its name
+        lists, with the properties given for it. Otherwise (a plain device, several devices) itself: the plugin
+        then decides again for each compile.
+        """
+        if not self.virtual:
+            return self.device, self.config
+        if self._ran is not None:
+            return self._ran
+        listed = listed_devices(self.device, self.config)
+        if len(listed) == 1 and listed[0].split(":")[0].upper() not in VIRTUAL_DEVICES:
+            return listed[0], _own_properties(listed[0], self.config)
+        return self.device, self.config
 
     @property
     def activation_precision(self) -> str:
         """The precision this device will store activations in, predicted before compiling."""
-        config = {k.upper(): str(v) for k, v in self.config.items()}
-        if config.get("EXECUTION_MODE_HINT", "").upper() == "ACCURACY":
-            return "f32"
-        asked = config.get("INFERENCE_PRECISION_HINT")
-        if asked is None:
-            try:
-                asked = _type_name(shared_core().get_property(self.device, "INFERENCE_PRECISION_HINT"))
-            except Exception as err:
-                log.info("%s does not report INFERENCE_PRECISION_HINT (%s); taps stay f32.", self.device, first_line(err))
-                return "f32"
-        asked = PRECISION_SUFFIXES.get(str(asked).lower(), str(asked).lower())
-        if asked == "f16" and self.device.startswith("CPU"):
-            # The CPU runs f16 only with AVX512_FP16/AMX_FP16; otherwise it silently takes bf16, or f32.
-            caps = capabilities(self.device)
-            if "FP16" not in caps:
-                return "bf16" if "BF16" in caps else "f32"
-        return asked
+        device, config = self.runs_on
+        return _predicted_precision(device, config)
 
     def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> OpenVINOCompiled:
         core = shared_core()
+        device, config = self.runs_on if (taps or fed) else (self.device, self.config)
         if taps or fed:
             model = _type_taps(model, taps, self.activation_precision, fed)
         try:
-            compiled = core.compile_model(model, self.device, self.config)
+            compiled = core.compile_model(model, device, config)
         except Exception as err:
             raise DeviceError(
-                f"Compiling for {self.name} with {self.config or 'default properties'} failed: {first_line(err)}"
+                f"Compiling for {self.name} with {config or 'default properties'} failed: {first_line(err)}"
             ) from err
         runtime = read_runtime_graph(compiled)
-        return OpenVINOCompiled(compiled, self._info(compiled, runtime), runtime)
+        if self.virtual and device == self.device:
+            ran = _ran_on(compiled)
+            if ran is not None and self._ran is None:
+                self._ran = (ran[0], {**_own_properties(ran[0], self.config), **ran[1]})
+        return OpenVINOCompiled(compiled, self._info(compiled, runtime, device=device), runtime)
 
-    def _info(self, compiled: ov.CompiledModel, runtime: RuntimeGraph, *, emulated: bool = False) -> DeviceInfo:
+    def _info(self, compiled: ov.CompiledModel, runtime: RuntimeGraph, *, emulated: bool = False,
+              device: str | None = None) -> DeviceInfo:
+        if self.virtual:
+            return self._virtual_info(compiled, runtime, device or self.device)
         hint = _read_precision_hint(compiled)
         counts = runtime.precision_counts()
         # The plugin's own read-back is authoritative (the CPU reports bf16 when f16 was asked for); the
@@ -242,6 +266,115 @@ class OpenVINODevice(Device):
             config=dict(self.config), emulated=emulated, note=note, precision_counts=counts,
             weights=runtime.weight_precision() if used == "f32" else None,
         )
+
+    def _virtual_info(self, compiled: ov.CompiledModel, runtime: RuntimeGraph, device: str) -> DeviceInfo:
+        """`DeviceInfo` of an AUTO/HETERO/MULTI device: the devices that really ran and the precision they used."""
+        if device == self.device:
+            executed = _execution_devices(compiled)
+            ran = _ran_on(compiled)
+            hint = _type_name(ran[1]["INFERENCE_PRECISION_HINT"]) if ran and "INFERENCE_PRECISION_HINT" in ran[1] else None
+        else:  # a tapped compile or a piece on the device the plain run ran on
+            executed, hint = (device,), _read_precision_hint(compiled)
+        seen = runtime.dominant_precision()
+        used = hint or seen or "unknown"
+        requested = _own_properties(executed[0], self.config).get("INFERENCE_PRECISION_HINT") if executed else None
+        requested = PRECISION_SUFFIXES.get(str(requested).lower(), str(requested)) if requested else None
+        where = ", ".join(executed) or "devices it does not report"
+        if len(executed) == 1:
+            note = (f"{self.device} ran the model on {where} in {used}; taps and pieces compile on {where} with the "
+                    "properties it ran with")
+        else:
+            note = (f"{self.device} ran the model on {where}; taps and pieces compile on {self.device}, which may place "
+                    "them differently")
+        if requested and hint and requested != hint:
+            note += f" (asked for {requested})"
+        try:
+            full = str(shared_core().get_property(executed[0], "FULL_DEVICE_NAME")) if len(executed) == 1 else ""
+        except Exception as err:
+            log.debug("No FULL_DEVICE_NAME for %s: %s", executed[0], first_line(err))
+            full = ""
+        return DeviceInfo(
+            name=self.name, device=self.device, full_name=full, precision=used, requested_precision=requested,
+            config=dict(self.config), note=note, precision_counts=runtime.precision_counts(),
+            weights=runtime.weight_precision() if used == "f32" else None, execution_devices=tuple(executed),
+        )
+
+
+def listed_devices(device: str, config: dict[str, Any] | None = None) -> list[str]:
+    """The devices an ``AUTO:``/``HETERO:``/``MULTI:`` name (or its ``MULTI_DEVICE_PRIORITIES``) lists, in order,
+    without request counts (``GPU(4)`` is ``GPU``); empty for a bare ``AUTO``."""
+    _, _, listed = device.partition(":")
+    if not listed:
+        listed = str((config or {}).get("MULTI_DEVICE_PRIORITIES", ""))
+    return [name.split("(")[0].strip() for name in listed.split(",") if name.strip()]
+
+
+def _own_properties(device: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Of a virtual device's `config`, what `device` itself accepts, with its entry of ``DEVICE_PROPERTIES``."""
+    try:
+        supported = set(shared_core().get_property(device.split(".")[0], "SUPPORTED_PROPERTIES"))
+    except Exception as err:
+        log.debug("%s does not list its supported properties (%s).", device, first_line(err))
+        supported = set()
+    own = {k: v for k, v in config.items() if k in supported and k != "DEVICE_PROPERTIES"}
+    given = config.get("DEVICE_PROPERTIES")
+    if isinstance(given, dict) and isinstance(given.get(device), dict):
+        own.update({str(k): _prop_str(v) for k, v in given[device].items()})
+    return own
+
+
+def _execution_devices(compiled: ov.CompiledModel) -> tuple[str, ...]:
+    try:
+        return tuple(str(d) for d in compiled.get_property("EXECUTION_DEVICES"))
+    except Exception as err:
+        log.debug("The compiled model does not report EXECUTION_DEVICES (%s).", first_line(err))
+        return ()
+
+
+def _ran_on(compiled: ov.CompiledModel) -> tuple[str, dict[str, Any]] | None:
+    """The one device an AUTO/HETERO/MULTI compile ran on and the `RUNNING_PROPERTIES` it ran with (None when
+    it ran on several, or does not say)."""
+    executed = _execution_devices(compiled)
+    if len(executed) != 1:
+        return None
+    device = executed[0]
+    try:
+        properties = compiled.get_property("DEVICE_PROPERTIES")
+        own = properties.get(device) or properties.get(device.split(".")[0]) or {}
+    except Exception as err:
+        log.debug("The compiled model does not report DEVICE_PROPERTIES (%s).", first_line(err))
+        own = {}
+    return device, {k: _property_value(own[k]) for k in RUNNING_PROPERTIES if k in own}
+
+
+def _property_value(value: Any) -> Any:
+    """A read-back property as `compile_model` takes it: a type by its name, an enum by its name."""
+    if hasattr(value, "get_type_name"):
+        return value.get_type_name()
+    if hasattr(value, "name") and not isinstance(value, (str, int, float, bool)):
+        return str(value.name)
+    return _prop_str(value)
+
+
+def _predicted_precision(device: str, config: dict[str, Any]) -> str:
+    """The precision `device` will store activations in with `config`, predicted before compiling."""
+    upper = {k.upper(): str(v) for k, v in config.items()}
+    if upper.get("EXECUTION_MODE_HINT", "").upper() == "ACCURACY":
+        return "f32"
+    asked = upper.get("INFERENCE_PRECISION_HINT")
+    if asked is None:
+        try:
+            asked = _type_name(shared_core().get_property(device, "INFERENCE_PRECISION_HINT"))
+        except Exception as err:
+            log.info("%s does not report INFERENCE_PRECISION_HINT (%s); taps stay f32.", device, first_line(err))
+            return "f32"
+    asked = PRECISION_SUFFIXES.get(str(asked).lower(), str(asked).lower())
+    if asked == "f16" and device.startswith("CPU"):
+        # The CPU runs f16 only with AVX512_FP16/AMX_FP16; otherwise it silently takes bf16, or f32.
+        caps = capabilities(device)
+        if "FP16" not in caps:
+            return "bf16" if "BF16" in caps else "f32"
+    return asked
 
 
 def _check_device(device: str) -> None:

@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from bisect_ov.core.records import Fidelity
 from bisect_ov.report.html import render_fragment, render_page
 from bisect_ov.report.report import Report
 from bisect_ov.report.text import fit_table
@@ -43,11 +44,24 @@ def _calm(report: Report, *, absorbed: bool) -> Report:
     return dataclasses.replace(report, nodes=nodes, outputs=outputs, ranking=(), first_keys=())
 
 
+def _unfaithful(report: Report, *, localized: bool) -> Report:
+    """`report` whose taps the fidelity check rejected: localized by partitioned runs at its first node, or not."""
+    first = report.first_divergences[0]
+    fidelity = Fidelity(report.outputs[0].error, report.outputs[0].error / 100, 0.01, warning="taps changed it",
+                        outcome="localized_by_partitions" if localized else "unfaithful",
+                        node=first.name if localized else None, prefix_error=0.1, before_error=0.001,
+                        partitioned_runs=7, reason="exposing tensors changed what ran; pieces do not either")
+    keys = (first.key,) if localized else ()
+    return dataclasses.replace(report, fidelity=fidelity, first_keys=keys, ranking=keys)
+
+
 @pytest.mark.parametrize("report, kind", [
     (V1, "diverges"),
     (dataclasses.replace(V1, first_keys=()), "accumulates"),
     (_calm(V1, absorbed=True), "absorbed"),
     (_calm(V1, absorbed=False), "no_divergence"),
+    (_unfaithful(V1, localized=True), "localized_by_partitions"),
+    (_unfaithful(V1, localized=False), "unfaithful"),
 ], ids=VERDICT_KINDS)
 def test_each_kind_of_verdict_is_a_kind_the_renderings_agree_on(report, kind):
     v = view(report)
@@ -59,7 +73,7 @@ def test_each_kind_of_verdict_is_a_kind_the_renderings_agree_on(report, kind):
         assert f'{badge}</span>{html.escape(v.verdict.headline)}</div>' in shown
         assert all(html.escape(f.text) in shown for f in v.verdict.facts)
     assert all(f.text in text for f in v.verdict.facts)
-    assert (len(v.verdict.first) > 0) == (kind == "diverges")
+    assert (len(v.verdict.first) > 0) == (kind in ("diverges", "localized_by_partitions"))
 
 
 def test_the_first_divergence_carries_its_cause_records():
