@@ -105,19 +105,9 @@ def _convert_tokens(model, key: str, vocab: int) -> tuple[Any, dict]:
     except Exception:  # noqa: BLE001 - tracing fails in ways that depend on the transformers version
         pass
 
-    class Plain(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
+    from bisect_ov.zoo.hf import export_plain
 
-        def forward(self, input_ids, attention_mask):
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, return_dict=True)
-            return out[key]
-
-    seq = torch.export.Dim("seq", min=2, max=256)
-    with torch.no_grad():
-        program = torch.export.export(Plain().eval(), (ids, mask), dynamic_shapes=({1: seq}, {1: seq}))
-    return ov.convert_model(program), _token_meta(vocab, "torch.export.export + ov.convert_model")
+    return export_plain(model, key, (ids, mask), max_length=256), _token_meta(vocab, "torch.export.export + ov.convert_model")
 
 
 def _distilbert():

@@ -127,14 +127,8 @@ def smallest_range(runs: MixedRuns, share: float = 0.5) -> Delegation:
     goal = share * full
     if not order or full == 0:
         return Delegation(full_error=full, goal=goal, start=None, end=None, error=0.0, runs=runs.runs)
-    lo, hi = 0, len(order) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if runs.error(set(order[: mid + 1])) >= goal:
-            hi = mid
-        else:
-            lo = mid + 1
-    end = hi
+    found = first_prefix(runs, goal)
+    end = found if found is not None else len(order) - 1
     lo, hi = 0, end
     while lo < hi:
         mid = (lo + hi + 1) // 2

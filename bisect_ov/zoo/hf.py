@@ -28,7 +28,7 @@ from typing import Any
 
 import openvino as ov
 
-__all__ = ["BUILDERS", "bert", "bert_large", "gpt2", "llama", "llama_config", "vit", "whisper_encoder"]
+__all__ = ["BUILDERS", "bert", "bert_large", "gpt2", "llama", "llama_config", "vit", "whisper_encoder", "export_plain"]
 
 # Layers, width, heads, MLP width, vocabulary; the sequence length of the sample inputs.
 _BERT = {
@@ -119,10 +119,11 @@ class _Plain:
         return Plain().eval()
 
 
-def _export(model, key: str, example: tuple) -> ov.Model:
-    """torch.export with a dynamic sequence length, then ov.convert_model: how users get past failed tracing."""
+def export_plain(model, key: str, example: tuple, max_length: int = MAX_POSITIONS) -> ov.Model:
+    """torch.export with a dynamic sequence length (up to `max_length`), then ov.convert_model: how users get
+    past failed tracing."""
     torch = _torch()
-    seq = torch.export.Dim("seq", min=2, max=MAX_POSITIONS)
+    seq = torch.export.Dim("seq", min=2, max=max_length)
     with torch.no_grad():
         program = torch.export.export(_Plain.make(model, key), example, dynamic_shapes=({1: seq}, {1: seq}))
     return ov.convert_model(program)
@@ -142,7 +143,7 @@ def _convert_tokens(model, key: str, vocab: int, size: str, *, trace: bool) -> t
             converted = None
     if converted is not None:
         return converted, _token_meta(vocab, seq, "ov.convert_model(example_input=...)")
-    return _export(model, key, example), _token_meta(vocab, seq, "torch.export.export + ov.convert_model")
+    return export_plain(model, key, example), _token_meta(vocab, seq, "torch.export.export + ov.convert_model")
 
 
 def _encoder(config_kwargs: dict, size: str, seed: int) -> tuple[ov.Model, Meta]:
