@@ -27,3 +27,7 @@ UNIT_ROUNDOFF = {
     "u8": 2.0**-8,
 }
 """Unit roundoff (half the distance from 1 to the next value) per precision name."""
+
+# Errors this small are f32-level agreement: different f32 kernels of one op differ by about 1e-7..1e-6, so
+# below this a ratio of two errors, or a share of one, says nothing about a defect.
+F32_AGREEMENT = 1e-5

@@ -25,6 +25,7 @@ import numpy as np
 
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.core.errors import BisectError, first_line
+from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.core.records import Cause, Fidelity
 from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.measured import Measured, TappedRun
@@ -41,9 +42,8 @@ from bisect_ov.search.strategies import Results, Strategy, fusion_taps, make_str
 __all__ = ["measure", "fidelity", "localize", "faithful_nodes", "FIDELITY_RANGE", "PREFIX_SHARE"]
 
 FIDELITY_RANGE = (0.5, 2.0)
-# Final-output errors this small are f32-level agreement (different f32 kernels differ by about 1e-7..1e-6): their
-# ratio says nothing about whether taps changed what the target computes.
-FIDELITY_FLOOR = 1e-5
+# Final-output errors at f32-level agreement: their ratio says nothing about whether taps changed what ran.
+FIDELITY_FLOOR = F32_AGREEMENT
 PREFIX_SHARE = 0.5  # error starts at the end of the shortest prefix reaching this share of the full error
 
 

@@ -32,6 +32,7 @@ from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.tolerance import unit_roundoff
 from bisect_ov.capture.device import plan_recorded
 from bisect_ov.core.errors import InputError
+from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.core.records import DeviceInfo, Noise
 from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.engine import Engine
@@ -400,6 +401,7 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
 
 
 MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
+NOTABLE = 0.1  # ... when it is this share of the outputs' tolerance and beyond f32-level agreement
 
 
 def origins(diverged: list[str], scored: Scored, findings: Findings) -> list[str]:
@@ -408,9 +410,11 @@ def origins(diverged: list[str], scored: Scored, findings: Findings) -> list[str
     A node is an origin when its local error is over its tolerance and either that local error is `EXCESS`
     times its rounding-only local error (it is worse than its precision explains, whatever the outputs do: a
     defect the outputs' rounding hides is still a defect) or, alone on the target, it makes most of the final
-    error. Nodes without error of their own over their tolerance only show what they inherited: absorbed.
+    error (and at least `NOTABLE` of the outputs' tolerance: most of a noise-level error says nothing). Nodes
+    without error of their own over their tolerance only show what they inherited: absorbed.
     """
     worst = max(o.error for o in scored.outputs)
+    limit = min(o.tolerance for o in scored.outputs)
     expected = findings.baseline.local if findings.baseline is not None else {}
     found = []
     for key in diverged:
@@ -419,7 +423,8 @@ def origins(diverged: list[str], scored: Scored, findings: Findings) -> list[str
             continue  # no error of its own over its tolerance: what it shows, it inherited
         impact = findings.impacts.get(key)
         ratio = excess(local, expected.get(key))
-        if (ratio is not None and ratio >= EXCESS) or (impact is not None and worst > 0 and impact >= MOST * worst):
+        dominant = impact is not None and impact >= MOST * worst and impact >= max(NOTABLE * limit, F32_AGREEMENT)
+        if (ratio is not None and ratio >= EXCESS) or dominant:
             found.append(key)
     return found
 

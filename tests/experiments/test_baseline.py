@@ -126,6 +126,12 @@ def test_an_origin_makes_its_own_error_and_matters(local, expected, impact, orig
     assert (origins(["a"], _scored(0.02), findings) == ["a"]) == origin
 
 
+def test_most_of_a_noise_level_error_makes_no_origin():
+    # Two f32 runs agreeing to 1e-7: a node that "makes most of" that is no defect.
+    findings = Findings(local_errors={"a": 0.05}, impacts={"a": 1e-7}, baseline=None)
+    assert origins(["a"], _scored(1.5e-7, tolerance=1e-6), findings) == []
+
+
 def test_absorbed_error_is_named_where_it_starts_not_where_it_is_largest():
     from bisect_ov.report.report import NodeResult
     from bisect_ov.report.view import absorbed_start
