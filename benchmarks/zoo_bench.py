@@ -99,7 +99,7 @@ def run_one(name: str, job: str, target: str, size: str, max_tap_mb: float | Non
                    verdict="DIVERGES" if report.diverges else "no divergence", first=first.name if first else None,
                    final_error=max((o.error for o in report.outputs), default=None),
                    target_precision=report.target.precision, compiles=report.compiles.get("target"),
-                   costs=report.costs)
+                   costs=report.to_dict()["costs"])  # plain JSON values of the typed records
     row["seconds"] = round(time.perf_counter() - start, 2)
     row["peak_rss_mb"] = round(_peak_rss_mb(), 0)
     return row

@@ -10,8 +10,9 @@ its rounding may make, but not how much it does make on this model. The emulated
   rounding-only local error (``local``): a node whose local error on the target is several times this is
   worse than its precision, whatever the final outputs do.
 
-Measured for the units whose local error on the target was measured (those at half their tolerance or more),
-so the cost follows the suspects, not the model. Not measured when the target is itself that emulated device
+Measured only where it decides something (`pipeline.stages`): when the final outputs are within their
+tolerance and diverged nodes make local error over their own tolerance, for those nodes; so the cost follows
+the suspects, and a job with none pays nothing. Not measured when the target is itself that emulated device
 comparing one model (its error *is* the rounding), for a quantized twin (quantization has its own model,
 `experiments.twin`), or when the emulation cannot run the model (then the formula alone is used, and the
 notes say so).

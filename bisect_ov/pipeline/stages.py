@@ -294,11 +294,12 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                 found.update(local_errors(engine, todo, max_bytes=options.tap_bytes))
             for tap, st in found.items():
                 local[tap.key] = max(local.get(tap.key, 0.0), setup.error_of(st))
-        device = baseline_device(setup.comparison, examined.tolerance.precision) if options.baseline else None
         baseline = None
-        if device is not None:
-            # The same units as the target's local errors: rounding alone, to compare them with.
-            baseline = rounding_baseline(engine, {k: u for k, u in units_run.items() if k in local}, device,
+        suspects = _origin_candidates(setup, scored, local)
+        device = baseline_device(setup.comparison, examined.tolerance.precision) if options.baseline else None
+        if device is not None and suspects:
+            # Rounding alone for the units that could be origins: it decides whether they are.
+            baseline = rounding_baseline(engine, {k: u for k, u in units_run.items() if k in suspects}, device,
                                          setup.error_of, max_bytes=options.tap_bytes)
         runs = MixedRuns(engine, setup.error_of)
         try:
@@ -328,6 +329,18 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
                     sensitivity=sensitivity, baseline=baseline)
+
+
+def _origin_candidates(setup: Setup, scored: Scored, local: dict[str, float]) -> list[str]:
+    """The nodes the rounding-only baseline is measured for: only where it decides something. That is when the
+    final outputs are within their tolerance (over it, the verdict stands on them) and a diverged node makes
+    local error over its own tolerance (`origins` can name no other); none, most of the time, so a benign job
+    pays nothing for it."""
+    flips = len(setup.summary.flips_top1) if setup.summary is not None else 0
+    if not scored.outputs or flips or any(o.diverged for o in scored.outputs):
+        return []
+    nodes = scored.scores.nodes
+    return [k for k, e in local.items() if k in nodes and nodes[k].diverged and e > scored.tolerances.get(k, 0.0)]
 
 
 def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float]) -> list[tuple[str, ...]]:

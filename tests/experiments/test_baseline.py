@@ -30,8 +30,12 @@ def _check(report, site: str) -> None:
     """Whatever the outputs do: a fault that moves them clearly beyond rounding is named; one rounding hides is
     not blamed on another node."""
     worst = max(report.outputs, key=lambda o: o.error)
-    assert worst.expected is not None, report.notes  # the baseline ran
-    if worst.diverged or worst.error > 1.5 * worst.expected:
+    if worst.diverged:
+        assert _named(report, site), report.to_text(width=140)
+        return
+    if worst.expected is None:  # no node makes error of its own over its tolerance: nothing may be named
+        assert report.first_divergence is None, report.to_text(width=140)
+    elif worst.error > 1.5 * worst.expected:
         assert _named(report, site), report.to_text(width=140)
     elif worst.error <= worst.expected:
         assert report.first_divergence is None or _named(report, site), report.to_text(width=140)
@@ -76,7 +80,7 @@ def test_what_bf16_rounding_alone_does_is_not_a_divergence(shape):
     report = bisect(shape_model(shape), "CPU:f32", "CPU:bf16", shape_inputs(shape), progress=False)
     assert report.first_divergence is None and not report.diverges, report.to_text(width=140)
     worst = max(report.outputs, key=lambda o: o.error)
-    assert worst.expected is not None and worst.over_expected < 2.5
+    assert worst.expected is None or worst.over_expected < 2.5  # measured only where a node could be an origin
 
 
 def test_the_baseline_applies_to_low_precision_targets_only():
