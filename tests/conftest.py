@@ -7,6 +7,8 @@ reason elsewhere; everything else runs on any x86 CPU.
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 
 import numpy as np
 import openvino as ov
@@ -104,3 +106,14 @@ class FaultyCPU(OpenVINODevice):
                 inp.replace_source_output(faulty.output(0))
             model.validate_nodes_and_infer_types()
         return super()._compile(model, taps, fed)
+
+
+def run_without_openvino(code: str, **kwargs) -> subprocess.CompletedProcess:
+    """Run Python `code` in a fresh interpreter where importing OpenVINO fails, as where it is not installed."""
+    block = ("import sys\n"
+             "class Block:\n"
+             "    def find_spec(self, name, *a):\n"
+             "        if name == 'openvino' or name.startswith('openvino.'):\n"
+             "            raise ImportError('no openvino here')\n"
+             "sys.meta_path.insert(0, Block())\n")
+    return subprocess.run([sys.executable, "-c", block + code], capture_output=True, text=True, **kwargs)

@@ -148,14 +148,8 @@ def test_version_names_the_package_and_openvino(capsys):
 
 
 def test_version_without_openvino_still_answers():
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, *a):\n"
-            "        if name == 'openvino' or name.startswith('openvino.'):\n"
-            "            raise ImportError('no openvino here')\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "from bisect_ov.cli import main\n"
-            "sys.exit(main(['--version']))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    from tests.conftest import run_without_openvino
+
+    proc = run_without_openvino("from bisect_ov.cli import main\nsys.exit(main(['--version']))\n", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[1] == "OpenVINO: not installed"

@@ -136,22 +136,16 @@ def test_no_module_is_much_over_500_lines(name):
 def test_the_package_and_a_saved_report_load_without_openvino(tmp_path):
     """`import bisect_ov` is lazy: a report saved on a server reads on a laptop without OpenVINO."""
     import json
-    import subprocess
-    import sys
 
     saved = tmp_path / "r.json"
     saved.write_text((pathlib.Path(__file__).parent / "report" / "data" / "report_v1.json").read_text())
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, *a):\n"
-            "        if name == 'openvino' or name.startswith('openvino.'):\n"
-            "            raise ImportError('no openvino here')\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "from bisect_ov import Report\n"
+    from tests.conftest import run_without_openvino
+
+    code = ("from bisect_ov import Report\n"
             f"r = Report.load({str(saved)!r})\n"
             "print(r.to_text().splitlines()[0])\n"
             "print('openvino' in sys.modules)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
+    proc = run_without_openvino(code, cwd=PACKAGE.parent)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "False"
     assert json.loads(saved.read_text())  # the file read is the saved report

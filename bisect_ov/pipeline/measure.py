@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -48,9 +48,10 @@ PREFIX_SHARE = 0.5  # error starts at the end of the shortest prefix reaching th
 
 
 @dataclass
-class _Search:
-    """What one strategy's search measured: summed measurements and the local errors it ran."""
+class _Driven:
+    """One strategy's search: the strategy, its summed measurements and the local errors it ran."""
 
+    strategy: Strategy
     measured: Measured = field(default_factory=Measured)
     local_runs: LocalErrors = field(default_factory=dict)
 
@@ -103,11 +104,6 @@ def _strategy(name: str, engine: Engine, diverged: Callable[[Tap, TensorStats], 
               options: ResolvedOptions) -> Strategy:
     return make_strategy(name, engine.comparison, diverged, runtime=engine.target_runtime,
                          untappable=engine.untappable, refine=options.refine, local=options.local)
-
-
-@dataclass
-class _Driven(_Search):
-    strategy: Strategy = cast(Strategy, None)
 
 
 def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | None, *, local: bool) -> _Driven:
