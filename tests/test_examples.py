@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -192,7 +193,12 @@ def test_case4_f16_saturates_at_the_conv(case4):
 def test_case4_f32_agrees_but_notes_the_reference_is_off(case4):
     report = case4["f32"]
     assert not report.diverges
-    assert any("off by 1,927" in note and "179,209,319" in note for note in report.notes)
+    # 179,209,319 is odd and above 2**24, so no f32 result can equal it: the note must say by how much the f32
+    # reference is off (how much depends on the CPU's accumulation order: 1,927 with AVX-512, 7 with AVX2).
+    notes = [n for n in report.notes if "179,209,319" in n]
+    assert notes
+    off = [int(m.replace(",", "")) for n in notes for m in re.findall(r"reference off by ([\d,]+)", n)]
+    assert off and all(o >= 1 for o in off)
 
 
 @needs_bf16

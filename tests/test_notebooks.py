@@ -24,7 +24,7 @@ EXPECTED = {
     "02_case1_softmax": ["expected f16 rounding", "long reduction"],
     "03_case2_face_delegate": ["inorm/sub", "cancellation", "keep in f32: inorm/sqdiff, inorm/sub"],
     "04_case3_int8_cpus": ["first divergence: stem/", "stem/conv", "coverage 100%"],
-    "05_case4_int_conv": ["179,209,319", "65,504", "off by 1,927"],
+    "05_case4_int_conv": ["179,209,319", "65,504", "reference off by"],
     "06_case5_llm_overflow": ["first divergence: model.layers.0.input_layernorm (aten::pow -> Power)", "x*x = 1.6e+05",
                               "solved: True", "pattern: __module.model.layers.*.input_layernorm/aten::pow/Power"],
 }
