@@ -65,7 +65,7 @@ class FrameworkSide(Device):
 
     def __init__(self, dtype: str = "f32", *, name: str | None = None):
         self.dtype = check_dtype(dtype)
-        self.name = name or f"{self.framework}:{self.dtype}"
+        self.name = name or self.framework
 
     @property
     def activation_precision(self) -> str:

@@ -45,7 +45,7 @@ __all__ = ["assemble", "run_notes", "rank_by_impact", "record_of", "set_aside_in
 
 
 def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
-             *, model_source: Any, target_source: Any = None, generation: Any = None) -> Report:
+             *, model_source: Any, target_source: Any = None, generation: Any = None, truth: Any = None) -> Report:
     """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
     session, options = examined.engine, setup.options
     ref_info, target_info = session.ref_info, session.target_info
@@ -61,6 +61,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         # Taps the fidelity check rejected name nothing (`pipeline.measure.faithful_nodes`).
         nodes, first_keys, ranking = faithful_nodes(nodes, scored.scores.first, ranking, scored.fidelity,
                                                     session.graph, min((o.tolerance for o in scored.outputs), default=0.0))
+        if truth is not None:
+            nodes = tuple(replace(n, truth_errors=truth.nodes.get(n.key)) for n in nodes)
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
@@ -74,7 +76,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         tolerance=record_of(ToleranceInfo, examined.tolerance.to_dict()),
         first_keys=first_keys, ranking=ranking, model_hash=session.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
-        unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin else {},
+        unmatched=({"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin
+                   else {f"{r.role} ({r.framework})": list(r.unmatched) for r in setup.frameworks if r.unmatched}),
         timings=dict(setup.clock.stages), compiles=session.compiles,
         costs={stage: record_of(StageCost, cost) for stage, cost in setup.clock.snapshot().items()},
         options=record_of(RunOptions, options.to_dict()), strategy=measurement.strategy,
@@ -89,6 +92,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         sensitivity=tuple(findings.sensitivity),
         steps=generation.steps if generation is not None else (),
         examined_step=generation.examined_step if generation is not None else None,
+        frameworks=setup.frameworks, truth=truth.record if truth is not None else None,
     )
     return report
 
