@@ -33,7 +33,8 @@ from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 from bisect_ov.run.device_base import Device, infer_each
 
-__all__ = ["FrameworkSide", "Binding", "BoundSide", "FrameworkCompiled", "DTYPES", "static_shapes", "inputs_key"]
+__all__ = ["FrameworkSide", "Binding", "BoundSide", "FrameworkCompiled", "DTYPES", "static_shapes", "inputs_key",
+           "covered_by_consumers"]
 
 DTYPES = ("f32", "f64")
 
@@ -121,6 +122,20 @@ def check_outputs(graph: ModelGraph, framework: str, shapes: Sequence[tuple[int,
                 f"Output {i} ('{graph.output_name(result.key)}') has shape {list(shape)} in the {what} but "
                 f"{list(expected)} in the OpenVINO model for the same inputs: they are not the same model, or the "
                 "outputs come in another order. Pass the model the OpenVINO model was converted from.")
+
+
+def covered_by_consumers(graph: ModelGraph, matched: set[str]) -> frozenset[str]:
+    """Unmatched compute nodes whose every value ends up in one matched node (through unmatched ones only): the
+    pieces OpenVINO split one framework op into (a Conv's ``WithoutBiases`` before its bias Add, a layer norm's
+    MVN before its scale), compared through that node."""
+    owner: dict[str, str | None] = {}
+    for key in reversed(graph.order):
+        node = graph[key]
+        if not node.is_candidate or key in matched:
+            continue
+        found = {c if c in matched else owner.get(c) for c in graph.consumers(key)}
+        owner[key] = found.pop() if len(found) == 1 else None
+    return frozenset(k for k, v in owner.items() if v is not None)
 
 
 def static_shapes(graph: ModelGraph, arrays: Sequence[np.ndarray]) -> dict[Tap, tuple[int, ...]]:
