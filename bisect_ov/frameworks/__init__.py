@@ -7,3 +7,21 @@ nodes by the names the conversion gave them (`bisect_ov.frameworks.side`). PyTor
 in `torch_match`), ONNX Runtime in `ort_side`; `resolve` turns what the user passed (a module, ``"ORT"``, a
 side object, ``truth="f64"``) into sides. torch and onnxruntime are imported only when such a side is made.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Torch", "ORT"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Torch":
+        from bisect_ov.frameworks.torch_side import Torch
+
+        return Torch
+    if name == "ORT":
+        from bisect_ov.frameworks.ort_side import ORT
+
+        return ORT
+    raise AttributeError(f"module 'bisect_ov.frameworks' has no attribute {name!r}")

@@ -174,7 +174,8 @@ class Torch(FrameworkSide):
             raise InputError(
                 f"The module's parameters are on {', '.join(elsewhere)}; the PyTorch side runs on the CPU, like the "
                 "OpenVINO model it is compared with. Pass a CPU copy: copy.deepcopy(module).cpu() (or module.cpu()).")
-        if self.program is None and module.training:
+        changing = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
+        if self.program is None and any(m.training and isinstance(m, changing) for m in module.modules()):
             raise InputError(
                 f"The module ({type(module).__name__}) is in training mode: dropout and batch-norm statistics would "
                 "change every run, unlike the converted model. Call module.eval() first.")
