@@ -148,13 +148,14 @@ class ORT(FrameworkSide):
             tap = Tap(*result.inputs[0])
             if graph[tap.key].is_candidate and tap not in sources:
                 sources[tap] = ("output", j)
-        kinds = {t: ("tensor" if a[0] == "onnx" else "output") for t, a in sources.items()}
-        return Binding(sources, kinds, covered_by_consumers(graph, {t.key for t in sources}), tuple(("output", j) for j in range(len(outputs))),
+        kinds = {t: ("tensor" if a[0] == "onnx" else "output") for t, a in sources.items()}  # type: ignore[index]
+        covered = covered_by_consumers(graph, {t.key for t in sources})
+        return Binding(sources, kinds, covered, tuple(("output", j) for j in range(len(outputs))),
                        note=f"ONNX Runtime, CPU execution provider, graph optimizations off; {len(values)} ONNX values")
 
     def _run(self, arrays: list[np.ndarray], addresses: Sequence[Hashable], binding: Binding) -> dict[Hashable, np.ndarray]:
         outputs = [o.name for o in self.source.graph.output]
-        names = list(dict.fromkeys([a[1] for a in addresses if a[0] == "onnx"]))
+        names = list(dict.fromkeys([a[1] for a in addresses if a[0] == "onnx"]))  # type: ignore[index]
         session = self._session_for(self._values())
         got = session.run(outputs + names, self._feed(arrays))
         found: dict[Hashable, np.ndarray] = {("output", j): got[j] for j in range(len(outputs))}

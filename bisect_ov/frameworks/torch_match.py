@@ -135,8 +135,8 @@ def ov_calls(graph: ModelGraph) -> list[OVCall]:
             groups.setdefault(root(key), []).append(key)
     readers: dict[tuple[str, int], list[str]] = {}
     for node in graph:
-        for src in node.inputs:
-            readers.setdefault(src, []).append(node.key)
+        for source in node.inputs:
+            readers.setdefault(source, []).append(node.key)
     calls = []
     for members in groups.values():
         inside = set(members)

@@ -214,7 +214,7 @@ class Torch(FrameworkSide):
     def _call(self, module, tensors: list, names: Sequence[str]):
         """Call `module` with the inputs by name when the forward takes those names, else in order."""
         try:
-            params = inspect.signature(module.forward).parameters
+            params: Any = inspect.signature(module.forward).parameters
         except (TypeError, ValueError):
             params = {}
         by_name = names and all(n in params for n in names)
@@ -251,7 +251,7 @@ class Torch(FrameworkSide):
         shapes: dict[str, tuple] = {}
         values: dict[Hashable, np.ndarray] = {}
 
-        class Interpreter(torch.fx.Interpreter):
+        class Interpreter(torch.fx.Interpreter):  # type: ignore[name-defined]
             def run_node(self, n):
                 out = super().run_node(n)
                 if n.op == "call_function":
