@@ -81,6 +81,12 @@ class RecordedDevice(Device):
     def sampled(self) -> bool:  # type: ignore[override]
         return self.capture.mode == "stats"
 
+    def provides(self, graph: ModelGraph) -> frozenset[Tap] | None:
+        """A recorded framework side (PyTorch, ONNX Runtime) has its recorded tensors only; other captures all."""
+        if not self.capture.header["device"].get("provides_only_recorded"):
+            return None
+        return frozenset(Tap(t["key"], t["port"]) for t in self.capture.header["taps"] if t is not None)
+
     def device_info(self) -> DeviceInfo:
         """The recorded `DeviceInfo`, named ``capture:<file>``, with a note saying where it was recorded."""
         header = self.capture.header

@@ -36,6 +36,7 @@ from bisect_ov.core.records import (
     DeviceInfo,
     Fidelity,
     Fix,
+    FrameworkMatch,
     InputInfo,
     LayerSensitivity,
     Noise,
@@ -44,6 +45,7 @@ from bisect_ov.core.records import (
     StageCost,
     Step,
     ToleranceInfo,
+    Truth,
 )
 from bisect_ov.report.upgrade import SCHEMA_VERSION, upgrade
 
@@ -91,6 +93,8 @@ class NodeResult:
     # Its local error with rounding alone (the emulated device of the target's precision): what it should make.
     expected_error: float | None = None
     inside_kernel: str | None = None  # the untouched target's fused kernel its tensor exists only inside
+    # With truth="f64": the (reference, target) errors against the float64 run.
+    truth_errors: tuple[float, float] | None = None
 
     @property
     def diverged(self) -> bool:
@@ -219,6 +223,10 @@ class Report:
     # Generation steps of a stateful LLM (`bisect(..., steps=N)`): step 0 is the prefill.
     steps: tuple[Step, ...] = ()
     examined_step: int | None = None  # the step whose inputs the node results are measured on
+    # Framework sides (PyTorch eager, ONNX Runtime): what each matched of the model, and what it did not.
+    frameworks: tuple[FrameworkMatch, ...] = ()
+    # Both sides against a float64 run (truth="f64"): who is right.
+    truth: Truth | None = None
     schema_version: int = SCHEMA_VERSION
     # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
     kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,
