@@ -41,6 +41,24 @@ def run_in_fresh_process(name: str, out: pathlib.Path) -> str:
     return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
 
 
+def set_name(facts: dict[str, Any]) -> str:
+    """The folder a machine's golden reports live in: its widest vector ISA with bf16 or fp16 (``avx512_fp16``,
+    ``avx512_bf16``, ``amx_bf16``) or ``avx2``/``baseline`` (the saved numbers depend on the kernels it runs)."""
+    isa = set(facts["isa"])
+    for flag in ("amx_bf16", "avx512_fp16", "avx512_bf16", "avx512f", "avx2"):
+        if flag in isa:
+            return flag
+    return "baseline"
+
+
+def saved_set(facts: dict[str, Any]) -> pathlib.Path | None:
+    """The folder of golden reports saved on a machine with exactly these facts, or None."""
+    for folder in sorted(p.parent for p in FOLDER.glob("*/machine.json")):
+        if json.loads((folder / "machine.json").read_text()) == facts:
+            return folder
+    return None
+
+
 def machine() -> dict[str, Any]:
     """What the saved numbers depend on: the OpenVINO build, the CPU plugin's capabilities, the ISA flags."""
     import openvino as ov
