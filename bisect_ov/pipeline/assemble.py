@@ -39,6 +39,7 @@ from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.measure import faithful_nodes
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
+from bisect_ov.repro import ReproSource
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
 
 __all__ = ["assemble", "run_notes", "rank_by_impact", "record_of", "set_aside_inside_kernels"]
@@ -86,6 +87,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
+        repro_source=ReproSource(session.comparison, session.sample, session.target_runtime),
         sensitivity=tuple(findings.sensitivity),
         steps=generation.steps if generation is not None else (),
         examined_step=generation.examined_step if generation is not None else None,

@@ -39,6 +39,7 @@ from bisect_ov.core.records import (
     InputInfo,
     LayerSensitivity,
     Noise,
+    Repro,
     RunOptions,
     SamplesSummary,
     StageCost,
@@ -223,6 +224,9 @@ class Report:
     # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
     kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,
                                                          metadata={"json": False})
+    # What `repro` needs of the run (its models, devices and examined inputs, a `bisect_ov.repro.ReproSource`):
+    # in memory only, never saved; None in a report loaded from JSON.
+    repro_source: Any = field(default=None, compare=False, repr=False, metadata={"json": False})
 
     # ----- questions a user asks ----------------------------------------------------------------------
     @property
@@ -400,6 +404,30 @@ class Report:
                 f"keep='culprits'); reports loaded from JSON hold statistics only."
             )
         return kept[node.key]
+
+    def repro(self, folder: str | os.PathLike, *, node: str | None = None, anonymize: bool = False,
+              overwrite: bool = False, **options: Any) -> Repro:
+        """Write a reproducer of the first divergence (or `node`) into `folder`: the smallest piece of the model
+        that still shows it, verified, with a ``run.py`` that needs only OpenVINO and numpy.
+
+        The piece is the node's fused group fed the reference's values (grown upstream when that alone does not
+        reproduce its local error within `FACTOR`); ``anonymize=True`` replaces its weights and names, kept only
+        if it still reproduces. Options: ``factor`` (default 2), ``max_nodes`` (48), ``seed``.
+        See docs/repro.md.
+
+        Raises
+        ------
+        InputError
+            A report loaded from JSON (it holds statistics only: re-run), nothing diverging, a non-empty or
+            unwritable folder without `overwrite`, a side run.py cannot rebuild, no piece that reproduces.
+        """
+        if self.repro_source is None:
+            raise InputError(
+                "This report holds statistics only (loaded from JSON, or built by hand), not the model, devices and "
+                "tensors a reproducer needs. Re-run the comparison and call repro on the report it returns: "
+                f"bisect(model, ref={self.ref.name!r}, target={self.target.name!r}, ...).repro(folder), or "
+                f"bisect-ov repro MODEL --ref {self.ref.name} --target {self.target.name} -o FOLDER.")
+        return self.repro_source.write(self, folder, node=node, anonymize=anonymize, overwrite=overwrite, **options)
 
     def plot_values(self, name: str | int):
         """Reference against target values of a kept node: scatter and histogram of the difference."""
