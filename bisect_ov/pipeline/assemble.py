@@ -39,8 +39,8 @@ from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.measure import faithful_nodes
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
-from bisect_ov.repro import ReproSource
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
+from bisect_ov.repro import ReproSource
 
 __all__ = ["assemble", "run_notes", "rank_by_impact", "record_of", "set_aside_inside_kernels"]
 

@@ -182,8 +182,10 @@ def feed_values(piece: Piece, sample: Sample, values: Mapping[Tap, object]) -> d
     """The arrays of every parameter of both sides, by name: reference values of activations, the sample's
     inputs for the model's own inputs (the twin's for a twin's)."""
     arrays: dict[str, object] = {}
-    for name, tap, position in piece.ref.feeds:
-        arrays[name] = values[tap] if tap is not None else sample.ref[position]
-    for name, tap, position in piece.target.feeds:
-        arrays[name] = values[tap] if tap is not None else (sample.target if piece.twin else sample.ref)[position]
+    for side, inputs in ((piece.ref, sample.ref), (piece.target, sample.target if piece.twin else sample.ref)):
+        for name, tap, position in side.feeds:
+            if tap is not None:
+                arrays[name] = values[tap]
+            elif position is not None:
+                arrays[name] = inputs[position]
     return arrays

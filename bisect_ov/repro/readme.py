@@ -57,9 +57,11 @@ def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pie
                      "releases |")
     else:
         lines.append(f"| OpenVINO | {target_version or report.openvino_version} |")
+    first = report.first_divergence
+    role = "first divergence" if first is not None and first.name == record.node else "node asked for"
     lines += [
-        f"| the node | {what}, the {'first divergence' if report.first_divergence is not None and report.first_divergence.name == record.node else 'node asked for'} of "
-        f"{'the model' if hidden else repr(report.model)} ({len(report.nodes)} nodes compared) |",
+        f"| the node | {what}, the {role} of {'the model' if hidden else repr(report.model)} "
+        f"({len(report.nodes)} nodes compared) |",
         f"| metric, tolerance | {report.metric}, {_fmt(record.tolerance)} |",
         f"| its local error in the run (alone on the target, fed the reference's inputs) | {_fmt(record.local_error)} |",
         f"| this piece on the target | {_fmt(record.anonymized_error if hidden else record.error)} "

@@ -42,7 +42,7 @@ from bisect_ov.repro.readme import readme
 from bisect_ov.repro.sides import side_spec
 from bisect_ov.run.emulate_ir import saveable_emulation
 
-__all__ = ["FACTOR", "FILES", "ReproSource", "reproduces", "write_repro"]
+__all__ = ["FACTOR", "FILES", "ReproSource", "check_folder", "reproduces", "write_repro"]
 
 FACTOR = 2.0  # the piece alone must give the node's local error within this factor
 FILES = ("README.md", "run.py", "repro.json", "inputs.npz", "expected.npz", "piece.xml", "piece.bin",
@@ -87,7 +87,7 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
     """
     if not (isinstance(factor, (int, float)) and factor >= 1):
         raise InputError(f"factor must be a number >= 1 (how far the piece's error may be from the local error); got {factor!r}.")
-    folder = _check_folder(pathlib.Path(folder), overwrite)
+    folder = check_folder(pathlib.Path(folder), overwrite)
     comparison = source.comparison
     graph = comparison.graph
     if report.metric not in script.METRICS:
@@ -199,13 +199,17 @@ def _write_files(where: pathlib.Path, piece: Piece, inputs: dict[str, Any], expe
         "openvino": ov.get_version(),
     }
     (where / "repro.json").write_text(json.dumps(spec_doc, indent=1), encoding="utf-8")
-    np.savez(where / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
+    _savez(where / "inputs.npz", {k: np.asarray(v) for k, v in inputs.items()})
     shutil.copyfile(script.__file__, where / "run.py")
     if expected is None:
         spec_loaded = json.loads((where / "repro.json").read_text(encoding="utf-8"))
         expected = dict(zip(piece.names, script.run_side(ov.Core(), where, spec_loaded, "reference",
                                                          {k: np.asarray(v) for k, v in inputs.items()})))
-    np.savez(where / "expected.npz", **expected)
+    _savez(where / "expected.npz", expected)
+
+
+def _savez(path: pathlib.Path, arrays: dict[str, np.ndarray]) -> None:
+    np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy's stub types the keyword arrays as allow_pickle
 
 
 def _anonymize(scratch: pathlib.Path, piece: Piece, sample: Sample, values, *, seed: int, local: float, factor: float,
@@ -221,7 +225,7 @@ def _anonymize(scratch: pathlib.Path, piece: Piece, sample: Sample, values, *, s
     return None
 
 
-def _check_folder(folder: pathlib.Path, overwrite: bool) -> pathlib.Path:
+def check_folder(folder: pathlib.Path, overwrite: bool) -> pathlib.Path:
     """`folder`, checked: absent (its parent writable) or an empty folder, or any folder with `overwrite`."""
     folder = folder.expanduser().absolute()
     if folder.exists() and not folder.is_dir():
