@@ -196,6 +196,12 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = examined.engine
     notes = list(setup.notes)
+    ref_version = session.ref_info.openvino_version if session.ref_info is not None else ""
+    target_version = session.target_info.openvino_version if session.target_info is not None else ""
+    if ref_version and target_version and ref_version != target_version:
+        notes.append(f"The sides ran different OpenVINO releases: the reference {ref_version}, the target "
+                     f"{target_version}. A divergence may come from the release (its kernels, fusions or "
+                     "precision defaults), not only from the device.")
     for role, info in (("Reference", session.ref_info), ("Target", session.target_info)):
         if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
             notes.append(f"{role}: {info.note}.")

@@ -253,6 +253,17 @@ class Report:
         return [index[k].name if k in index else re.sub(r"#\d+$", "", k) for k in self.fix.on_reference]
 
     @property
+    def openvino_versions(self) -> dict[str, str]:
+        """The OpenVINO version and build each side ran, ``{"reference": ..., "target": ...}`` when they differ (a
+        run recorded with one release compared with another), else one entry ``{"both": ...}``; empty when the
+        report does not say (saved before the sides recorded it, and no version)."""
+        ref, target = self.ref.openvino_version, self.target.openvino_version
+        if ref and target and ref != target:
+            return {"reference": ref, "target": target}
+        one = ref or target or self.openvino_version
+        return {"both": one} if one else {}
+
+    @property
     def first_divergences(self) -> tuple[NodeResult, ...]:
         """Every node where error starts (several when independent branches start diverging)."""
         return tuple(self.node(k) for k in self.first_keys)
