@@ -11,12 +11,14 @@ statistics, its ops renamed.
   (which can hold the names of fused ops) is cleared.
 
 Shape and index constants (read by Reshape, Gather's indices, axes) are kept: they are the piece's structure.
-A twin's piece is anonymized on its own (its weights differ from the model's). Whether the replaced piece still
+A twin's piece is anonymized with the same replacements for the weights it shares with the model (an injected
+fault's copy keeps them all), its own (quantizers, the fault's constants) on their own. Whether the replaced piece still
 reproduces is for the caller to check (`bisect_ov.repro.write`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 
 import numpy as np
@@ -32,9 +34,11 @@ _KEPT_NAMES = ("in", "out", "model_input", "target_input")
 
 def anonymized(piece: Piece, *, seed: int = 0) -> Piece:
     """`piece` with its weights and names replaced; see the module docstring."""
-    ref_model = _anonymized_model(piece.ref.model, seed)
+    rng = np.random.default_rng(seed)
+    chosen: dict[tuple, np.ndarray] = {}  # one replacement per distinct weight, shared by the two sides
+    ref_model = _anonymized_model(piece.ref.model, rng, chosen)
     ref = replace(piece.ref, model=ref_model)
-    target: Side = (replace(piece.target, model=_anonymized_model(piece.target.model, seed + 1)) if piece.twin
+    target: Side = (replace(piece.target, model=_anonymized_model(piece.target.model, rng, chosen)) if piece.twin
                     else replace(piece.target, model=ref_model))
     return replace(piece, ref=ref, target=target)
 
@@ -55,12 +59,16 @@ def replaced_weights(model: ov.Model) -> list[ov.Node]:
     return found
 
 
-def _anonymized_model(model: ov.Model, seed: int) -> ov.Model:
+def _anonymized_model(model: ov.Model, rng: np.random.Generator, chosen: dict[tuple, np.ndarray]) -> ov.Model:
+    """A renamed copy of `model` with its weights replaced; a weight equal to one replaced before (the twin's
+    copy of the model's weight) gets the same replacement, so the two sides still compute the same function."""
     clone = model.clone()
-    rng = np.random.default_rng(seed)
     for node in replaced_weights(clone):
         original = np.asarray(node.get_data())
-        new = ops.constant(_like(original, rng), node.get_output_element_type(0))
+        key = (original.shape, original.dtype.str, hashlib.sha256(original.tobytes()).hexdigest())
+        if key not in chosen:
+            chosen[key] = _like(original, rng)
+        new = ops.constant(chosen[key], node.get_output_element_type(0))
         for target in list(node.output(0).get_target_inputs()):
             target.replace_source_output(new.output(0))
     clone.validate_nodes_and_infer_types()

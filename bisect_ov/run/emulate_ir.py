@@ -33,29 +33,42 @@ __all__ = ["round_ops", "saveable_emulation"]
 _SPLIT = {"f16": 2.0 ** 13 + 1, "bf16": 2.0 ** 16 + 1}
 
 
-def _c(value: float) -> ov.Output:
-    return ops.constant(np.float32(value)).output(0)
+class _Named:
+    """Names every op it makes ``<prefix>/<n>``: saved models then read the same whenever they are written
+    (OpenVINO's own names come from a process-wide counter)."""
+
+    def __init__(self, prefix: str):
+        self.prefix, self.n = prefix, 0
+
+    def __call__(self, node):
+        node.set_friendly_name(f"{self.prefix}/{self.n}")
+        self.n += 1
+        return node
+
+    def c(self, value: float) -> ov.Output:
+        return self(ops.constant(np.float32(value))).output(0)
 
 
 def round_ops(x: ov.Output, precision: str, name: str = "round") -> ov.Output:
     """`x` (f32) rounded to `precision` (``f16`` or ``bf16``) with opset arithmetic only; see the module docstring."""
     if precision not in _SPLIT:
         raise InputError(f"round_ops rounds to 'f16' or 'bf16'; got {precision!r}.")
-    magnitude = ops.abs(x)
+    n = _Named(name)
+    magnitude = n(ops.abs(x))
     if precision == "bf16":
-        huge = ops.greater_equal(magnitude, _c(2.0 ** 100))
-        x_in = ops.select(huge, ops.multiply(x, _c(2.0 ** -64)), x)
+        huge = n(ops.greater_equal(magnitude, n.c(2.0 ** 100)))
+        x_in = n(ops.select(huge, n(ops.multiply(x, n.c(2.0 ** -64))), x)).output(0)
     else:
         x_in = x
-    p = ops.multiply(x_in, _c(_SPLIT[precision]))
-    hi = ops.subtract(p, ops.subtract(p, x_in)).output(0)
+    p = n(ops.multiply(x_in, n.c(_SPLIT[precision])))
+    hi = n(ops.subtract(p, n(ops.subtract(p, x_in)))).output(0)
     if precision == "bf16":
-        hi = ops.select(huge, ops.multiply(hi, _c(2.0 ** 64)), hi).output(0)
-        out = ops.select(ops.is_inf(x), x, hi)
+        hi = n(ops.select(huge, n(ops.multiply(hi, n.c(2.0 ** 64))), hi)).output(0)
+        out = ops.select(n(ops.is_inf(x)), x, hi)
     else:
-        sub = ops.multiply(ops.round(ops.multiply(x, _c(2.0 ** 24)), "half_to_even"), _c(2.0 ** -24))
-        hi = ops.select(ops.less(magnitude, _c(2.0 ** -14)), sub, hi).output(0)
-        out = ops.select(ops.greater_equal(magnitude, _c(65520.0)), ops.multiply(ops.sign(x), _c(np.inf)), hi)
+        sub = n(ops.multiply(n(ops.round(n(ops.multiply(x, n.c(2.0 ** 24))), "half_to_even")), n.c(2.0 ** -24)))
+        hi = n(ops.select(n(ops.less(magnitude, n.c(2.0 ** -14))), sub, hi)).output(0)
+        out = ops.select(n(ops.greater_equal(magnitude, n.c(65520.0))), n(ops.multiply(n(ops.sign(x)), n.c(np.inf))), hi)
     out.set_friendly_name(name)
     return out.output(0)
 
