@@ -418,19 +418,16 @@ class Report:
 
     def repro(self, folder: str | os.PathLike, *, node: str | None = None, anonymize: bool = False,
               overwrite: bool = False, **options: Any) -> Repro:
-        """Write a reproducer of the first divergence (or `node`) into `folder`: the smallest piece of the model
-        that still shows it, verified, with a ``run.py`` that needs only OpenVINO and numpy.
-
-        The piece is the node's fused group fed the reference's values (grown upstream when that alone does not
-        reproduce its local error within `FACTOR`); ``anonymize=True`` replaces its weights and names, kept only
-        if it still reproduces. Options: ``factor`` (default 2), ``max_nodes`` (48), ``seed``.
-        See docs/repro.md.
+        """Write a reproducer of the first divergence (or `node`) into `folder`, verified: the smallest piece of
+        the model that still shows it, with a ``run.py`` needing only OpenVINO and numpy (docs/repro.md).
+        ``anonymize=True`` replaces its weights and names, kept only if it still reproduces; options:
+        ``factor`` (2), ``max_nodes`` (48), ``seed``. Returns the `Repro` record.
 
         Raises
         ------
         InputError
-            A report loaded from JSON (it holds statistics only: re-run), nothing diverging, a non-empty or
-            unwritable folder without `overwrite`, a side run.py cannot rebuild, no piece that reproduces.
+            A report loaded from JSON (statistics only: re-run), nothing diverging, a non-empty or unwritable
+            folder without `overwrite`, a side run.py cannot rebuild, no piece that reproduces.
         """
         if self.repro_source is None:
             raise InputError(
