@@ -224,8 +224,7 @@ class Report:
     # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
     kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,
                                                          metadata={"json": False})
-    # What `repro` needs of the run (its models, devices and examined inputs, a `bisect_ov.repro.ReproSource`):
-    # in memory only, never saved; None in a report loaded from JSON.
+    # What `repro` needs of the run (a `bisect_ov.repro.ReproSource`): in memory only; None when loaded from JSON.
     repro_source: Any = field(default=None, compare=False, repr=False, metadata={"json": False})
 
     # ----- questions a user asks ----------------------------------------------------------------------
@@ -254,9 +253,8 @@ class Report:
 
     @property
     def openvino_versions(self) -> dict[str, str]:
-        """The OpenVINO version and build each side ran, ``{"reference": ..., "target": ...}`` when they differ (a
-        run recorded with one release compared with another), else one entry ``{"both": ...}``; empty when the
-        report does not say (saved before the sides recorded it, and no version)."""
+        """The OpenVINO version and build each side ran: ``{"reference": ..., "target": ...}`` when they differ,
+        else ``{"both": ...}`` (empty when the report does not say)."""
         ref, target = self.ref.openvino_version, self.target.openvino_version
         if ref and target and ref != target:
             return {"reference": ref, "target": target}
