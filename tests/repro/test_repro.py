@@ -60,29 +60,37 @@ def test_the_demo_s_first_divergence_reproduces_in_a_fresh_process(demo_f16, tmp
         assert sorted(inputs.files) == ["in0", "in1"]
 
 
-def test_the_four_cases_culprits_reproduce(tmp_path):
-    """Case 2 (an instance norm behind an offset, in f16), case 3 (an int8 twin on the CPU), case 4 (an integer
-    convolution saturating f16); case 1's culprit needs f16 accumulation, which run.py cannot compute: refused."""
-    face = synthetic.face_resnet(depth=2, width=8)
-    fp32, int8 = synthetic.fp32_and_int8()
-    runs = {
-        "case2": bisect(face, "CPU", "EMU:f16", synthetic.sample_inputs(face, seed=1), **CHEAP),
-        "case3": bisect(fp32, "CPU", "CPU:f32", target_model=int8, **CHEAP),
-        "case4": bisect(synthetic.int_conv(11111, 127), "CPU", "EMU:f16",
-                        {"input": synthetic.int_conv_input(11111, 127)}, **CHEAP),
-    }
-    expected = {"case2": "inorm/sub", "case3": "stem/add", "case4": "conv"}
-    for name, report in runs.items():
-        record = report.repro(tmp_path / name)
-        assert record.node == expected[name] == report.first_divergence.name
-        check_fresh(tmp_path / name, tmp_path, record)
-    assert "target_piece.xml" in {p.name for p in (tmp_path / "case3").iterdir()}  # the twin's own piece
-    long = synthetic.softmax_model((1, 10_000), axis=1)
+def _case(name: str):
+    """(report, the culprit's name) of a case: 2 (an instance norm behind an offset, in f16), 3 (an int8 twin on
+    the CPU), 4 (an integer convolution saturating f16), 1 (a long softmax with one f16 accumulator)."""
+    if name == "case2":
+        face = synthetic.face_resnet(depth=2, width=8)
+        return bisect(face, "CPU", "EMU:f16", synthetic.sample_inputs(face, seed=1), **CHEAP), "inorm/sub"
+    if name == "case3":
+        fp32, int8 = synthetic.fp32_and_int8()
+        return bisect(fp32, "CPU", "CPU:f32", target_model=int8, **CHEAP), "stem/add"
+    if name == "case4":
+        return bisect(synthetic.int_conv(11111, 127), "CPU", "EMU:f16",
+                      {"input": synthetic.int_conv_input(11111, 127)}, **CHEAP), "conv"
     x = np.random.default_rng(0).standard_normal([1, 10_000]).astype(np.float32)
-    case1 = bisect(long, "CPU", "EMU:f16-acc1", {"input": x}, **CHEAP)
-    assert case1.first_divergence is not None
+    return bisect(synthetic.softmax_model((1, 10_000), axis=1), "CPU", "EMU:f16-acc1", {"input": x}, **CHEAP), "softmax"
+
+
+@pytest.mark.parametrize("case", ["case2", "case3", "case4"])
+def test_the_cases_culprits_reproduce(case, tmp_path):
+    report, culprit = _case(case)
+    record = report.repro(tmp_path / case)
+    assert record.node == culprit == report.first_divergence.name
+    check_fresh(tmp_path / case, tmp_path, record)
+    if case == "case3":
+        assert "target_piece.xml" in {p.name for p in (tmp_path / case).iterdir()}  # the twin's own piece
+
+
+def test_case_1_s_culprit_needs_f16_accumulation_which_run_py_cannot_compute(tmp_path):
+    report, culprit = _case("case1")
+    assert report.first_divergence.name == culprit
     with pytest.raises(InputError, match="accumulates reductions in f16 with Python kernels"):
-        case1.repro(tmp_path / "case1")
+        report.repro(tmp_path / "case1")
     assert not (tmp_path / "case1").exists()
 
 
