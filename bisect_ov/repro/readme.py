@@ -25,8 +25,10 @@ def _side_line(spec: dict) -> str:
     where = f" ({spec['full_name']})" if spec.get("full_name") else ""
     line = f"{spec['device']}{where}, {config}; ran {spec['precision']}"
     if spec["emulated"]:
-        line += (f"; emulated: the CPU in f32 with every tensor rounded to {spec['emulated']} between ops, written "
-                 f"in opset arithmetic ({spec['model']}); on another device run.py runs {spec['model_elsewhere']}")
+        acc = (f", reductions accumulating in {spec['emulated']} over {spec['lanes']} lane(s) (a Loop)"
+               if spec.get("lanes") else "")
+        line += (f"; emulated: the CPU in f32 with every tensor rounded to {spec['emulated']} between ops{acc}, "
+                 f"written in opset arithmetic ({spec['model']}); on another device run.py runs {spec['model_elsewhere']}")
     if not spec["runnable"]:
         line += f"; a recorded run ({spec.get('recorded', '')}): its recorded values are expected.npz, run.py does not run it"
     return line

@@ -2,11 +2,12 @@
 with, which model file it runs, and what a side that cannot be rebuilt outside bisect_ov is refused with.
 
 A plain OpenVINO device (`OpenVINODevice`) is written as its device name and properties. An emulated device
-(``EMU:f16``, ``EMU:bf16``) is the CPU in f32 running the piece with the rounding written in opset arithmetic
+(``EMU:f16``, ``EMU:bf16``, and the ``-acc`` devices for Softmax, ReduceSum and ReduceMean) is the CPU in f32
+running the piece with the rounding and the low-precision accumulation written in opset ops
 (`bisect_ov.run.emulate_ir.saveable_emulation`), so the folder runs with OpenVINO alone; on any other device
 ``run.py`` runs the piece itself. A recorded reference (``capture:``) is written as the device it was
 recorded on, not run by default: its recorded values are the expected ones. A recorded or sampled target, an
-emulation that accumulates in the low precision (``-acc``) and device classes of the user's own are refused:
+``-acc`` emulation of MVN, MatMul or attention, and device classes of the user's own are refused:
 ``run.py`` could not compute what they computed.
 """
 
@@ -42,12 +43,10 @@ def side_spec(device: Device, info: DeviceInfo, role: str) -> dict[str, Any]:
         return {**spec, "device": info.device, "config": dict(info.config), "runnable": False,
                 "recorded": device.capture.path.name}
     if type(device) is EmulatedDevice:
-        if device.reductions:
-            raise InputError(
-                f"The {role} '{info.name}' accumulates reductions in {device.precision} with Python kernels that only "
-                f"bisect_ov runs, so run.py (OpenVINO and numpy only) cannot compute it. Reproduce against "
-                f"'EMU:{device.precision}' (rounding at op boundaries, written in opset arithmetic) or a real device.")
-        return {**spec, "device": "CPU", "config": {"INFERENCE_PRECISION_HINT": "f32"}, "emulated": device.precision}
+        # Accumulation in the low precision is written in opset ops for Softmax, ReduceSum and ReduceMean; a
+        # piece holding another accumulating op is refused when it is written (`saveable_emulation`).
+        return {**spec, "device": "CPU", "config": {"INFERENCE_PRECISION_HINT": "f32"}, "emulated": device.precision,
+                "lanes": device.lanes if device.reductions else None}
     if type(device) is OpenVINODevice:
         return {**spec, "device": device.device, "config": {str(k): str(v) for k, v in device.config.items()}}
     if getattr(device, "sampled", False):

@@ -183,7 +183,9 @@ def _write_files(where: pathlib.Path, piece: Piece, inputs: dict[str, Any], expe
         spec["model"] = spec["model_elsewhere"] = real
         if spec["emulated"]:
             emulated = f"{role}_emulated.xml"
-            ov.save_model(saveable_emulation(side.model, spec["emulated"]), str(where / emulated), compress_to_fp16=False)
+            lanes = spec.get("lanes")
+            model = saveable_emulation(side.model, spec["emulated"], reductions=lanes is not None, lanes=lanes or 16)
+            ov.save_model(model, str(where / emulated), compress_to_fp16=False)
             spec["model"] = emulated
         precision = spec.pop("activation_precision", "") or None
         spec["typed_precision"] = precision

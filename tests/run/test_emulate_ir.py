@@ -8,6 +8,7 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
+from bisect_ov.core.errors import InputError
 from bisect_ov.run.devices import EmulatedDevice
 from bisect_ov.run.emulate_ir import round_ops, saveable_emulation
 from bisect_ov.run.lowp import round_array
@@ -47,3 +48,33 @@ def test_a_saved_emulation_computes_what_the_emulated_device_computes(precision,
     again = core.compile_model(core.read_model(str(tmp_path / "m.xml")), "CPU", F32)(x)[0]
     assert np.array_equal(device, again)
     assert not np.array_equal(again, core.compile_model(model, "CPU", F32)(x)[0])  # it did round
+
+
+@pytest.mark.parametrize(("lanes", "build"), [
+    (1, lambda: synthetic.softmax_model((2, 3000), axis=1)),
+    (16, lambda: synthetic.softmax_model((2, 3000), axis=1)),
+    (16, lambda: _reduce("mean", [2, 40, 37], [1, 2], False)),
+    (4, lambda: _reduce("sum", [3, 5], [0], True)),
+])
+def test_a_saved_low_precision_accumulation_computes_what_the_emulated_device_computes(lanes, build, tmp_path):
+    model = build()
+    x = np.abs(np.random.default_rng(0).standard_normal([int(d) for d in model.inputs[0].get_shape()])).astype(np.float32)
+    device = EmulatedDevice("f16", reductions=True, lanes=lanes).compile(model).infer([x])[0]
+    ov.save_model(saveable_emulation(model, "f16", reductions=True, lanes=lanes), str(tmp_path / "m.xml"))
+    core = ov.Core()
+    again = core.compile_model(core.read_model(str(tmp_path / "m.xml")), "CPU", F32)([x])[0]
+    # exp may differ from numpy's in the last f32 bit: then by an f16 ulp or two, rarely (0.1% of the values)
+    assert np.allclose(device, again, rtol=2 ** -9, atol=0) and np.mean(device != again) < 0.01
+
+
+def _reduce(kind: str, shape, axes, keep: bool) -> ov.Model:
+    x = ops.parameter(shape, np.float32, name="input")
+    op = (ops.reduce_mean if kind == "mean" else ops.reduce_sum)(x, np.array(axes, np.int64), keep)
+    return ov.Model([op], [x])
+
+
+def test_an_accumulating_matmul_has_no_saveable_form():
+    x = ops.parameter([2, 64], np.float32)
+    model = ov.Model([ops.matmul(x, ops.constant(np.ones([64, 3], np.float32)), False, False, name="mm")], [x])
+    with pytest.raises(InputError, match=r"'mm' \(MatMul\) accumulates in f16 with a Python kernel"):
+        saveable_emulation(model, "f16", reductions=True)
