@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from bisect_ov.pipeline.options import BisectOptions
     from bisect_ov.report.report import Report
 
-__all__ = ["main", "build_parser", "build_demo_parser", "build_capture_parser", "option_flags", "versions", "EXIT_CODES"]
+__all__ = ["main", "build_parser", "build_demo_parser", "build_capture_parser", "build_repro_parser", "option_flags",
+           "versions", "EXIT_CODES"]
 
 EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_CODES = """exit codes:
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find the node where a model's output on a target device starts to differ from a reference.",
         epilog="commands: 'bisect-ov MODEL ...' compares; 'bisect-ov demo' runs a built-in example; "
                "'bisect-ov capture MODEL -o FILE.npz'\nrecords a run to compare on another machine "
-               "(--ref capture:FILE.npz).\n\n" + EXIT_CODES,
+               "(--ref capture:FILE.npz); 'bisect-ov repro MODEL -o FOLDER' writes a reproducer.\n\n" + EXIT_CODES,
     )
     parser.add_argument("--version", action=_Version)
     parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
@@ -180,18 +181,42 @@ def build_capture_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_repro_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="bisect-ov repro",
+        description="Compare, then write a reproducer of the first divergence (or --node) into a folder: the smallest "
+                    "piece of the model that still shows it, as IR with its input values, a run.py that needs only "
+                    "OpenVINO and numpy, and a README. Verified before it is written.",
+        epilog="exit codes: 0 the reproducer was written; 2 an error reported on one line (nothing diverges, a "
+               "non-empty folder without --overwrite, no piece that reproduces, ...); 130 interrupted",
+    )
+    parser.add_argument("--version", action=_Version)
+    parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
+    parser.add_argument("-o", "--out", type=pathlib.Path, required=True, metavar="FOLDER",
+                        help="folder to write (new or empty, or any with --overwrite)")
+    parser.add_argument("--node", help="the node to reproduce (default: the first divergence)")
+    parser.add_argument("--anonymize", action="store_true",
+                        help="replace the piece's weights (same shape, dtype, statistics) and names; kept only if it "
+                             "still reproduces")
+    parser.add_argument("--overwrite", action="store_true", help="replace a reproducer's files in a non-empty folder")
+    parser.add_argument("--max-nodes", type=int, default=48, help="largest piece to grow to (default 48)")
+    _common(parser, compare=True)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--version"]:  # answered before any parser is built: it needs no OpenVINO
         print(versions())
         return EXIT_OK
-    command = argv[0] if argv and argv[0] in ("demo", "capture") and not pathlib.Path(argv[0]).exists() else None
-    parsers = {"demo": build_demo_parser, "capture": build_capture_parser}
+    command = argv[0] if argv and argv[0] in ("demo", "capture", "repro") and not pathlib.Path(argv[0]).exists() else None
+    parsers = {"demo": build_demo_parser, "capture": build_capture_parser, "repro": build_repro_parser}
     try:
         args = parsers[command]().parse_args(argv[1:]) if command else build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed on one line
         return int(stop.code or 0)
-    commands: dict[str | None, Callable[[argparse.Namespace], int]] = {"demo": _demo, "capture": _capture}
+    commands: dict[str | None, Callable[[argparse.Namespace], int]] = {"demo": _demo, "capture": _capture,
+                                                                       "repro": _repro}
     try:
         return commands.get(command, _compare)(args)
     except BisectError as err:
@@ -318,6 +343,32 @@ def _capture(args) -> int:
                         f"({path.stat().st_size / 1e6:.1f} MB, {cap.mode} mode)."))
         print(printable(f"Compare on another machine: bisect-ov {args.model} --ref capture:{path} "
                         f"--target {args.device}"))
+    return EXIT_OK
+
+
+def _repro(args) -> int:
+    from bisect_ov.pipeline.api import run
+    from bisect_ov.repro.write import check_folder
+
+    if args.target is None:
+        args.target = "GPU"
+    if args.max_nodes < 1:
+        raise InputError(f"--max-nodes must be at least 1; got {args.max_nodes}.")
+    _check_display(args)
+    check_folder(args.out, args.overwrite)  # refused before the run, not after it
+    report = run(args.model, args.ref, args.target, _inputs(args), _options(args), target_model=args.target_model)
+    print(report.to_text(top=args.top, width=args.width))
+    if args.json:
+        report.save(args.json)
+    written = report.repro(args.out, node=args.node, anonymize=args.anonymize, overwrite=args.overwrite,
+                           max_nodes=args.max_nodes)
+    grown = f", grown {written.grown} step(s) upstream" if written.grown else ""
+    anonymized = ("; anonymized" if written.anonymized else
+                  "; anonymizing did not reproduce: it holds the model's own weights") if written.anonymize_tried else ""
+    print(printable(f"\nReproducer of '{written.node}' ({written.op_type}, {len(written.nodes)} node(s){grown}) written "
+                    f"to {written.folder}: {report.metric} {written.error:.2e} on the target against the local error "
+                    f"{written.local_error:.2e} (tolerance {written.tolerance:.2e}){anonymized}. Run: python "
+                    f"{pathlib.Path(written.folder) / 'run.py'}"))
     return EXIT_OK
 
 

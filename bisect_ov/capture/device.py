@@ -97,7 +97,9 @@ class RecordedDevice(Device):
             note += f"; {self.capture.sample_size} sampled values per tensor"
         if recorded.note:
             note += f"; {recorded.note}"
-        return replace(recorded, name=self.name, note=note)
+        # The runtime that recorded it, even in captures whose device record predates the field.
+        version = recorded.openvino_version or str(header.get("openvino_version", ""))
+        return replace(recorded, name=self.name, note=note, openvino_version=version)
 
     def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> "RecordedCompiled":
         cap = self.capture

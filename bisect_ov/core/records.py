@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary",
            "Step", "Cause", "CAUSE_KINDS", "ToleranceInfo", "RunOptions", "InputInfo", "StageCost", "FrameworkMatch",
-           "Truth"]
+           "Truth", "Repro"]
 
 # What a `Cause` can say. Observations (any role): "nonfinite" (NaN/Inf appeared on the target), "f16_limit",
 # "int_limit" (values at a type's limits), "kernel_difference" (the sides ran different kernels),
@@ -46,6 +46,9 @@ class DeviceInfo:
     weights: str | None = None  # the precision weights are stored in, when lower than the arithmetic's
     # For AUTO, HETERO and MULTI: the devices the plugin really ran the model on (its EXECUTION_DEVICES).
     execution_devices: tuple[str, ...] = ()
+    # The OpenVINO runtime that ran this side, version and build (``ov.get_version()``): for a recorded run,
+    # the one it was recorded with. Empty in reports saved before it was recorded.
+    openvino_version: str = ""
 
     @property
     def label(self) -> str:
@@ -226,6 +229,37 @@ class Step:
     @property
     def diverged(self) -> bool:
         return self.error > self.tolerance
+
+
+@dataclass(frozen=True)
+class Repro:
+    """A reproducer folder written by `Report.repro`: the piece of the model that shows a divergence alone.
+
+    ``error`` is the piece's error on the target (against the reference's values, under the report's metric),
+    ``local_error`` the node's local error in the run it reproduces (its error there when none was measured),
+    ``reproduces`` whether the piece's error is over ``tolerance`` and within ``factor`` of ``local_error``.
+    ``nodes`` are the piece's nodes (the model's names), ``grown`` how many steps it grew upstream past the
+    node's fused group to reproduce. ``anonymized``: its weights and names were replaced (and it still
+    reproduced, with ``anonymized_error``); ``anonymize_tried`` without ``anonymized``: the replaced piece did
+    not reproduce, so the folder holds the model's own weights.
+    """
+
+    folder: str
+    node: str
+    op_type: str
+    nodes: tuple[str, ...]
+    error: float
+    local_error: float
+    tolerance: float
+    factor: float
+    reproduces: bool
+    grown: int = 0
+    attempts: tuple[float, ...] = ()  # the piece's error at each size tried, smallest first
+    anonymize_tried: bool = False
+    anonymized: bool = False
+    anonymized_error: float | None = None
+    files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.measure import faithful_nodes
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report, kernel_difference
+from bisect_ov.repro import ReproSource
 
 __all__ = ["assemble", "run_notes", "rank_by_impact", "record_of", "set_aside_inside_kernels"]
 
@@ -91,6 +92,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
                       session.graph),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
+        repro_source=ReproSource(session.comparison, session.sample, session.target_runtime),
         sensitivity=tuple(findings.sensitivity),
         steps=generation.steps if generation is not None else (),
         examined_step=generation.examined_step if generation is not None else None,
@@ -228,6 +230,12 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = examined.engine
     notes = list(setup.notes)
+    ref_version = session.ref_info.openvino_version if session.ref_info is not None else ""
+    target_version = session.target_info.openvino_version if session.target_info is not None else ""
+    if ref_version and target_version and ref_version != target_version:
+        notes.append(f"The sides ran different OpenVINO releases: the reference {ref_version}, the target "
+                     f"{target_version}. A divergence may come from the release (its kernels, fusions or "
+                     "precision defaults), not only from the device.")
     for role, info in (("Reference", session.ref_info), ("Target", session.target_info)):
         if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
             notes.append(f"{role}: {info.note}.")

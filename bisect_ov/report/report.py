@@ -40,6 +40,7 @@ from bisect_ov.core.records import (
     InputInfo,
     LayerSensitivity,
     Noise,
+    Repro,
     RunOptions,
     SamplesSummary,
     StageCost,
@@ -231,6 +232,8 @@ class Report:
     # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
     kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,
                                                          metadata={"json": False})
+    # What `repro` needs of the run (a `bisect_ov.repro.ReproSource`): in memory only; None when loaded from JSON.
+    repro_source: Any = field(default=None, compare=False, repr=False, metadata={"json": False})
 
     # ----- questions a user asks ----------------------------------------------------------------------
     @property
@@ -255,6 +258,16 @@ class Report:
         index = self._index()
         # Keys are friendly names; a repeated name gets a generated ``#<n>`` suffix, which NNCF does not know.
         return [index[k].name if k in index else re.sub(r"#\d+$", "", k) for k in self.fix.on_reference]
+
+    @property
+    def openvino_versions(self) -> dict[str, str]:
+        """The OpenVINO version and build each side ran: ``{"reference": ..., "target": ...}`` when they differ,
+        else ``{"both": ...}`` (empty when the report does not say)."""
+        ref, target = self.ref.openvino_version, self.target.openvino_version
+        if ref and target and ref != target:
+            return {"reference": ref, "target": target}
+        one = ref or target or self.openvino_version
+        return {"both": one} if one else {}
 
     @property
     def first_divergences(self) -> tuple[NodeResult, ...]:
@@ -408,6 +421,27 @@ class Report:
                 f"keep='culprits'); reports loaded from JSON hold statistics only."
             )
         return kept[node.key]
+
+    def repro(self, folder: str | os.PathLike, *, node: str | None = None, anonymize: bool = False,
+              overwrite: bool = False, **options: Any) -> Repro:
+        """Write a reproducer of the first divergence (or `node`) into `folder`, verified: the smallest piece of
+        the model that still shows it, with a ``run.py`` needing only OpenVINO and numpy (docs/repro.md).
+        ``anonymize=True`` replaces its weights and names, kept only if it still reproduces; options:
+        ``factor`` (2), ``max_nodes`` (48), ``seed``. Returns the `Repro` record.
+
+        Raises
+        ------
+        InputError
+            A report loaded from JSON (statistics only: re-run), nothing diverging, a non-empty or unwritable
+            folder without `overwrite`, a side run.py cannot rebuild, no piece that reproduces.
+        """
+        if self.repro_source is None:
+            raise InputError(
+                "This report holds statistics only (loaded from JSON, or built by hand), not the model, devices and "
+                "tensors a reproducer needs. Re-run the comparison and call repro on the report it returns: "
+                f"bisect(model, ref={self.ref.name!r}, target={self.target.name!r}, ...).repro(folder), or "
+                f"bisect-ov repro MODEL --ref {self.ref.name} --target {self.target.name} -o FOLDER.")
+        return self.repro_source.write(self, folder, node=node, anonymize=anonymize, overwrite=overwrite, **options)
 
     def plot_values(self, name: str | int):
         """Reference against target values of a kept node: scatter and histogram of the difference."""

@@ -97,6 +97,9 @@ def normalized(report) -> dict[str, Any]:
 # Fields a schema version added that a report saved by an older one cannot hold, by that version: schema 3 gave
 # each cause its numbers (the cause's sentence, compared, holds them as written).
 _NEW_IN = {3: (("nodes", "diagnosis", "numbers"),)}
+# Fields added since with a default (no new schema version): left out of both sides when the saved report was
+# written before them, as the upgrade fills in the default rather than what the run would have recorded.
+_ADDED = (("ref", "openvino_version"), ("target", "openvino_version"))
 
 
 def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -104,7 +107,11 @@ def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, An
     from bisect_ov.report.report import Report
 
     version = saved.get("schema_version")
+    absent = [path for path in _ADDED if path[-1] not in saved.get(path[0], {})]
     saved, new = (normalized(Report.from_dict(d)) for d in (saved, new))
+    for path in absent:
+        for d in (saved, new):
+            _drop(d, path)
     for since, paths in _NEW_IN.items():
         if isinstance(version, int) and version < since:
             for path in paths:
