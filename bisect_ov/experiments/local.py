@@ -68,7 +68,8 @@ def local_units(comparison: Comparison, stats: Mapping[Tap, TensorStats], groups
 
     A node whose error stays under `LOCAL_SHARE` of its tolerance, fed with the target's own inputs, makes no
     error of its own worth isolating (its local error would have to cancel what it inherits), nor does one within
-    its tolerance at f32-level agreement: only the others run alone (`worth_isolating`). A twin's layers all run, as layer sensitivity ranks them by local error.
+    its tolerance at f32-level agreement: only the others run alone (`worth_isolating`). A twin's layers all run,
+    as layer sensitivity ranks them by local error.
     """
     worst: dict[str, float] = {}
     for (key, _), error in errors.items():

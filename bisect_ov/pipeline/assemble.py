@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import openvino as ov
 
-from bisect_ov.analysis.diagnosis import diagnose, observations
+from bisect_ov.analysis.diagnosis import diagnose, kernel_difference, observations
 from bisect_ov.analysis.scoring import score_graph
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core import codec
@@ -39,7 +39,7 @@ from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.measure import faithful_nodes
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
-from bisect_ov.report.report import NodeResult, Report, kernel_difference
+from bisect_ov.report.report import NodeResult, Report
 from bisect_ov.repro import ReproSource
 
 __all__ = ["assemble", "run_notes", "rank_by_impact", "record_of", "set_aside_inside_kernels"]

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from bisect_ov.analysis.diagnosis import kernel_difference
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core import codec
 from bisect_ov.core.errors import InputError
@@ -539,24 +540,6 @@ class Report:
         return self.to_dict() == other.to_dict()  # encoded: NaN equals NaN, kept tensors are ignored
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def kernel_difference(runtime: dict[str, dict], same_precision: bool) -> str:
-    """'ran differently: ...' when a node's kernel or precision differs between sides, else ''.
-
-    Both sides must report runtime info. When the two sides run different precisions on purpose (f32 against
-    bf16), every node differs in precision and kernel name; only a different kernel at the same runtime
-    precision is then worth a mention (another ISA, as VNNI against AVX2).
-    """
-    ref, target = runtime.get("ref"), runtime.get("target")
-    if not ref or not target:
-        return ""
-    kernel_differs = ref.get("kernel") != target.get("kernel")
-    precision_differs = ref.get("precision") != target.get("precision")
-    if not (kernel_differs or precision_differs) or (not same_precision and precision_differs):
-        return ""
-    return (f"ran differently: reference {ref.get('precision')} {ref.get('kernel')}, "
-            f"target {target.get('precision')} {target.get('kernel')}")
 
 
 def _fmt(x: float) -> str:
