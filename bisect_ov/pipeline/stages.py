@@ -380,6 +380,7 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
     for most of the final error. An origin stays a culprit whatever the outputs do, and so do the nodes
     downstream of it (they inherit its error); the rest are absorbed, and the report says why.
     """
+    scored = _accumulating(setup, examined, scored, findings)
     scores, graph = scored.scores, setup.comparison.graph
     diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
     if not diverged or not scored.outputs:
@@ -421,9 +422,26 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
                + ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}" for k in sorted(absorbed)[:3])
                + "; they are absorbed, not first divergences.")
     tol = examined.tolerance
-    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed)
+    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed,
+                           accumulating=scored.accumulating)
     return replace(scored, scores=rescored, absorbed=tuple(sorted(absorbed, key=lambda k: graph[k].index)),
                    absorbed_why=why)
+
+
+def _accumulating(setup: Setup, examined: Examined, scored: Scored, findings: Findings) -> Scored:
+    """Sources by growth whose own error is within their tolerance: measured alone on the target (fed the
+    reference's inputs) they stay within it, so their error over tolerance is their rounding added to what they
+    inherit, not error they make. They are rescored as inheriting (`score_graph`'s ``accumulating``), so the
+    first divergence is named where error is made."""
+    nodes = scored.scores.nodes
+    found = tuple(k for k in scored.scores.ranking
+                  if nodes[k].role == "source" and (e := findings.local_errors.get(k)) is not None
+                  and e <= scored.tolerances.get(k, 0.0))
+    if not found:
+        return scored
+    rescored = score_graph(setup.comparison.graph, scored.errors, scored.tolerances,
+                           min_growth=examined.tolerance.min_growth, accumulating=found)
+    return replace(scored, scores=rescored, accumulating=found)
 
 
 MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
