@@ -369,11 +369,14 @@ def _predicted_precision(device: str, config: dict[str, Any]) -> str:
             log.info("%s does not report INFERENCE_PRECISION_HINT (%s); taps stay f32.", device, first_line(err))
             return "f32"
     asked = PRECISION_SUFFIXES.get(str(asked).lower(), str(asked).lower())
-    if asked == "f16" and device.startswith("CPU"):
-        # The CPU runs f16 only with AVX512_FP16/AMX_FP16; otherwise it silently takes bf16, or f32.
+    if asked in ("f16", "bf16") and device.startswith("CPU"):
+        # The CPU runs f16 only with AVX512_FP16/AMX_FP16 (its capabilities list FP16), otherwise it silently
+        # takes bf16, or f32; and bf16 only with AVX512_BF16/AMX (BF16), otherwise f32.
         caps = capabilities(device)
-        if "FP16" not in caps:
+        if asked == "f16" and "FP16" not in caps:
             return "bf16" if "BF16" in caps else "f32"
+        if asked == "bf16" and "BF16" not in caps:
+            return "f32"
     return asked
 
 

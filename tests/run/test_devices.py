@@ -1,9 +1,11 @@
 import numpy as np
 import pytest
 
+from bisect_ov import bisect
 from bisect_ov.core.errors import DeviceError, InputError
+from bisect_ov.run import openvino_device
 from bisect_ov.run.devices import EmulatedDevice, OpenVINODevice, make_device
-from tests.conftest import needs_bf16, tiny_chain
+from tests.conftest import cpu_bf16_precision, cpu_default_precision, cpu_f16_precision, needs_bf16, tiny_chain
 
 
 def test_unknown_device_lists_available():
@@ -42,16 +44,22 @@ def test_infer_failure_is_a_device_error():
         compiled.infer([np.ones((3, 3), np.float32)])
 
 
-@needs_bf16
-def test_f16_on_a_bf16_cpu_is_reported_as_bf16():
+def test_cpu_f16_is_reported_as_what_the_plugin_ran():
+    """f16 on a CPU with AVX512_FP16/AMX_FP16; elsewhere the plugin falls back (bf16, or f32) and the device
+    info says that f16 was asked for."""
+    ran = cpu_f16_precision()
     info = make_device("CPU:f16").compile(tiny_chain()).info
-    assert info.precision == "bf16" and "asked for f16" in info.note
+    assert info.precision == ran and info.requested_precision == "f16"
+    if ran == "f16":
+        assert "asked for" not in info.note, info.note
+    else:
+        assert f"asked for f16; the plugin ran {ran}" in info.note
 
 
-@needs_bf16
-def test_default_cpu_target_runs_bf16_here():
+def test_default_cpu_target_runs_the_plugins_default_precision():
+    default = cpu_default_precision()
     info = OpenVINODevice("CPU").compile(tiny_chain()).info
-    assert info.precision == "bf16" and info.precision_counts.get("bf16", 0) > 0
+    assert info.precision == default and info.precision_counts.get(default, 0) > 0
 
 
 # ----- the device protocol ------------------------------------------------------------------------------------
@@ -70,11 +78,38 @@ def test_devices_declare_their_capabilities(tmp_path):
     assert (sampled.can_run_pieces, sampled.emulated, sampled.sampled) == (False, True, True)
 
 
-@needs_bf16
 def test_activation_precision_is_predicted_before_compiling():
-    assert make_device("CPU", role="target").activation_precision == "bf16"
-    assert make_device("CPU:f16").activation_precision == "bf16"  # no avx512_fp16 here: the plugin takes bf16
+    assert make_device("CPU", role="target").activation_precision == cpu_default_precision()
+    assert make_device("CPU:f16").activation_precision == cpu_f16_precision()
     assert make_device("CPU:accuracy").activation_precision == "f32"
+    assert make_device("CPU:f32").activation_precision == "f32"
+
+
+@pytest.mark.parametrize("caps, f16, bf16", [(["FP32", "BF16", "FP16", "INT8"], "f16", "bf16"),
+                                            (["FP32", "BF16", "INT8"], "bf16", "bf16"),
+                                            (["FP32", "FP16"], "f16", "f32"),
+                                            (["FP32", "INT8"], "f32", "f32"), ([], "f32", "f32")])
+def test_cpu_precision_prediction_reads_the_capabilities(monkeypatch, caps, f16, bf16):
+    """Every branch, whatever this CPU has: the prediction follows OPTIMIZATION_CAPABILITIES (a CPU without
+    BF16 runs ``CPU:bf16`` in f32, and its taps must not be rounded to bf16)."""
+    monkeypatch.setattr(openvino_device, "capabilities", lambda device: list(caps))
+    assert (cpu_f16_precision(caps), cpu_bf16_precision(caps)) == (f16, bf16)
+    assert make_device("CPU:f16").activation_precision == make_device("CPU:fp16").activation_precision == f16
+    assert make_device("CPU", {"INFERENCE_PRECISION_HINT": "bf16"}).activation_precision == bf16
+    assert make_device("CPU:bf16").activation_precision == bf16
+    assert make_device("CPU:f16", {"EXECUTION_MODE_HINT": "ACCURACY"}).activation_precision == "f32"
+    assert make_device("CPU:f32").activation_precision == "f32"
+
+
+def test_cpu_bf16_is_reported_as_what_the_plugin_ran_and_its_taps_hold_it():
+    ran = cpu_bf16_precision()
+    device = make_device("CPU:bf16")
+    assert device.activation_precision == ran
+    report = bisect(tiny_chain(), "CPU:f32", device, progress=False)
+    assert report.target.precision == ran
+    if ran == "f32":  # the plugin's fallback: the taps hold f32 values, not bf16-rounded ones
+        assert "asked for bf16; the plugin ran f32" in report.target.note
+        assert max(n.error for n in report.nodes) < 1e-6, report.to_text()
 
 
 def test_infer_many_gives_what_infer_gives_one_by_one(tmp_path):
