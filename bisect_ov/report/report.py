@@ -465,7 +465,11 @@ class Report:
             The folder is missing or not writable, the path is a folder, or the disk is full; an existing
             file is then left as it was.
         """
-        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False))
+        return write_text_atomic(path, self.to_json())
+
+    def to_json(self) -> str:
+        """The text `save` writes: strict JSON (non-finite numbers as strings, see `to_dict`)."""
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Report":

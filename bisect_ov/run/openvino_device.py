@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import openvino as ov
 
-from bisect_ov.core.errors import DeviceError, InputError, first_line
+from bisect_ov.core.errors import DeviceError, InputError, first_line, raise_if_interrupted
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
 from bisect_ov.run.device_base import Device
@@ -95,6 +95,7 @@ class OpenVINOCompiled:
                 self._request.reset_state()
             result = self._request.infer(inputs, share_outputs=share_outputs)
         except Exception as err:
+            raise_if_interrupted(err)
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
         arrays = [result[i] for i in range(self.n_outputs)]
         if share_outputs and self._bf16:
@@ -127,6 +128,7 @@ class OpenVINOCompiled:
                 queue.start_async([_as_input(a, t) for a, t in zip(arrays, self._input_types)], userdata=index)
             queue.wait_all()
         except Exception as err:
+            raise_if_interrupted(err)
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
         return results  # type: ignore[return-value]
 
@@ -229,6 +231,7 @@ class OpenVINODevice(Device):
         try:
             compiled = core.compile_model(model, device, config)
         except Exception as err:
+            raise_if_interrupted(err)
             raise DeviceError(
                 f"Compiling for {self.name} with {config or 'default properties'} failed: {first_line(err)}"
             ) from err

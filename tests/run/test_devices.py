@@ -13,6 +13,19 @@ def test_unknown_device_lists_available():
         make_device("TPU")
 
 
+def test_a_device_that_is_no_name_is_named_by_its_type_not_its_repr():
+    big = np.zeros(600)  # its repr is kilobytes
+    with pytest.raises(InputError) as caught:
+        make_device(big, role="ref")
+    message = str(caught.value)
+    assert "The ref device must be a device name such as 'CPU'" in message and "numpy.ndarray" in message
+    assert len(message) < 200 and "0., 0." not in message
+    with pytest.raises(InputError, match="The target device .* got an object of type object. Available"):
+        make_device(object())
+    with pytest.raises(InputError, match="got an empty name"):
+        make_device("  ")
+
+
 def test_reference_gets_f32_unless_chosen():
     assert make_device("CPU", role="ref").config["INFERENCE_PRECISION_HINT"] == "f32"
     assert "INFERENCE_PRECISION_HINT" not in make_device("CPU", role="target").config
@@ -184,3 +197,45 @@ def test_kept_outputs_hold_bf16_taps_as_bits_at_half_the_bytes():
     f32 = make_device("CPU:f32").compile(model)
     plain, none = kept_outputs(f32.infer(x))
     assert none == frozenset() and plain[0].dtype == np.float32
+
+
+def test_a_compile_interrupted_inside_a_python_op_raises_keyboard_interrupt(monkeypatch):
+    """OpenVINO calls the emulated ops' Python methods while it compiles; a Ctrl-C there comes back from C++ as
+    a RuntimeError whose text is 'KeyboardInterrupt: ...'. It must reach the caller as the interrupt it is (not
+    a DeviceError that a fallback could swallow)."""
+    import os
+    import signal
+    import threading
+
+    from bisect_ov.run import emulate
+
+    real = emulate.EmulatedRound.clone_with_new_inputs
+    calls = []
+
+    def interrupting(self, new_inputs):
+        calls.append(1)
+        if len(calls) == 2 and threading.current_thread() is threading.main_thread():
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, new_inputs)
+
+    monkeypatch.setattr(emulate.EmulatedRound, "clone_with_new_inputs", interrupting)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever runs the tests
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught:
+            make_device("EMU:f16").compile(tiny_chain())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert isinstance(caught.value.__cause__, RuntimeError) and "KeyboardInterrupt" in str(caught.value.__cause__)
+    assert len(calls) >= 2
+
+
+def test_interrupted_reads_the_cause_chain_and_pybind11s_text():
+    from bisect_ov.core.errors import interrupted
+
+    assert interrupted(KeyboardInterrupt())
+    assert interrupted(RuntimeError("Exception from src/inference/src/cpp/core.cpp:117:\nKeyboardInterrupt: <EMPTY MESSAGE>\n"))
+    wrapped = DeviceError("Compiling failed")
+    wrapped.__cause__ = RuntimeError("KeyboardInterrupt")
+    assert interrupted(wrapped)
+    assert not interrupted(RuntimeError("node 'KeyboardInterrupt_3' has no input"))
+    assert not interrupted(DeviceError("Inference failed")) and not interrupted(None)
