@@ -191,3 +191,28 @@ def test_help_names_the_inputs_folder_the_diagnostics_and_the_exit_codes(capsys)
     out = capsys.readouterr().out
     assert "--log-file FILE" in out and "--version" in out and "130  interrupted" in out
     assert "1    something diverges" not in out  # capture has no verdict
+
+
+def test_ctrl_c_during_a_capture_leaves_no_file(tmp_path):
+    import openvino as ov
+
+    from tests.conftest import tiny_chain
+
+    ov.save_model(tiny_chain(), tmp_path / "m.xml")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = subprocess.Popen([sys.executable, "-m", "bisect_ov", "capture", "m.xml", "-o", "c.npz", "-q", "-vv"],
+                            cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if "Compiled" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    err = "".join(seen) + proc.communicate(timeout=120)[1]
+    if proc.returncode == 0:  # the capture finished before the signal arrived: it is then whole
+        assert (tmp_path / "c.npz").stat().st_size > 0
+        return
+    assert proc.returncode == 130 and err.rstrip().endswith("bisect-ov: interrupted"), err[-2000:]
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
