@@ -14,7 +14,7 @@ import pytest
 
 from bisect_ov.run.devices import cpu_supports_bf16
 from examples import case1_softmax, case2_face_delegate, case3_int8_cpus, case4_int_conv
-from tests.conftest import needs_bf16
+from tests.conftest import cpu_f32_int_conv_off, needs_bf16
 from tests.zoo.conftest import needs_zoo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -192,7 +192,12 @@ def test_case4_f16_saturates_at_the_conv(case4):
 def test_case4_f32_agrees_but_notes_the_reference_is_off(case4):
     report = case4["f32"]
     assert not report.diverges
-    assert any("off by 1,927" in note and "179,209,319" in note for note in report.notes)
+    off = cpu_f32_int_conv_off()  # what this CPU's f32 kernel gives (1,927 low on an AVX-512 Xeon)
+    integer_notes = [note for note in report.notes if "computes on integers" in note]
+    if off:
+        assert any(f"reference off by {off:,}" in note and "179,209,319" in note for note in integer_notes), report.notes
+    else:  # a CPU whose f32 accumulation is exact here: both sides are, and nothing is noted
+        assert integer_notes == []
 
 
 @needs_bf16
