@@ -24,6 +24,7 @@ Usage::
     python benchmarks/zoo_bench.py --models bert llama --emulated --json out.json
     python benchmarks/zoo_bench.py --repeat 3          # each job 3 times: fastest time, largest peak RSS
     python benchmarks/zoo_bench.py --models resnet50 bert --jobs --samples 8 64    # memory over many samples
+    python benchmarks/zoo_bench.py --models --outside --jobs    # only the architectures outside the zoo
 
 This is a measuring script, not a test: nothing here passes or fails.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import platform
 import resource
 import subprocess
@@ -43,6 +45,14 @@ LABELS = {"bert": "BERT-base", "vit": "ViT-B/16", "convnext": "ConvNeXt-T", "res
           "gpt2": "GPT-2 (12 layers)", "bert_large": "BERT-large (24 layers)", "llama": "Llama (12 layers)",
           "whisper_encoder": "Whisper-base encoder", "efficientnet": "EfficientNet-B0",
           "mobilenetv3": "MobileNetV3-Large"}
+
+
+def _outside() -> tuple[str, ...]:
+    """The architectures outside the zoo (built by ``needle_bench.py``, beside this script)."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import needle_bench
+
+    return tuple(needle_bench.OUTSIDE)
 
 
 def _peak_rss_mb() -> float:
@@ -64,11 +74,25 @@ def run_one(name: str, job: str, target: str, size: str, max_tap_mb: float | Non
     from bisect_ov.model.graph import ModelGraph
     from bisect_ov.zoo import cache
 
-    model = cache.load(name, size)
-    inputs = cache.sample_inputs(name, size, seed=1, model=model)
+    if name in _outside():
+        import needle_bench
+
+        model, meta = needle_bench.load_outside(name)
+        inputs = needle_bench.outside_inputs(meta, model, seed=1)
+        converter, size = meta["converter"], "outside"
+
+        def sample(seed: int) -> dict:
+            return needle_bench.outside_inputs(meta, model, seed=seed)
+    else:
+        model = cache.load(name, size)
+        inputs = cache.sample_inputs(name, size, seed=1, model=model)
+        converter = cache.describe(name, size)["converter"]
+
+        def sample(seed: int) -> dict:
+            return cache.sample_inputs(name, size, seed=seed, model=model)
     graph = ModelGraph(model)
     row = {"model": name, "size": size, "job": job, "target": target, "ops": len(model.get_ops()),
-           "compute": len(graph.candidates()), "converter": cache.describe(name, size)["converter"]}
+           "compute": len(graph.candidates()), "converter": converter}
     start = time.perf_counter()
     if job == "plain":
         for role, device in (("ref", "CPU:f32"), ("target", target)):
@@ -91,7 +115,7 @@ def run_one(name: str, job: str, target: str, size: str, max_tap_mb: float | Non
             extra["max_tap_bytes"] = int(max_tap_mb * 2**20)
         if job.startswith("samples:"):
             count = int(job.split(":")[1])
-            inputs = Samples(cache.sample_inputs(name, size, seed=1 + i, model=model) for i in range(count))
+            inputs = Samples(sample(1 + i) for i in range(count))
             row["samples"] = count
         report = bisect(model, "CPU:f32", target, inputs, progress=False, **extra)
         first = report.first_divergence
@@ -124,7 +148,8 @@ def _table(rows: list[dict]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     plain = {r["model"]: r for r in rows if r["job"] == "plain" and "error" not in r}
     for r in rows:
-        label = LABELS.get(r["model"], r["model"]) if r.get("size", "full") == "full" else f"{r['model']} (small)"
+        size = r.get("size", "full")
+        label = LABELS.get(r["model"], r["model"]) if size == "full" else f"{r['model']} ({size})"
         if "error" in r:
             out.append(f"| {label} | | | {r['job']} | {r['target']} | failed: {r['error']} | | | | | | |")
             continue
@@ -139,7 +164,10 @@ def _table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
+    parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
+    parser.add_argument("--outside", nargs="*", default=None,
+                        help="also the architectures outside the zoo that needle_bench.py builds (all, or those "
+                             "named), at their own size")
     parser.add_argument("--target", default="CPU", help="CPU runs bf16 where the CPU supports it")
     parser.add_argument("--emulated", action="store_true", help="also run the default job against EMU:f16")
     parser.add_argument("--jobs", nargs="*", default=["fast", "naive"], choices=("fast", "naive"),
@@ -161,8 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     from bisect_ov.zoo import cache
 
     rows = []
-    for name in args.models:
-        cache.model_path(name, args.size)  # build outside the timed jobs
+    outside = [] if args.outside is None else (args.outside or list(_outside()))
+    for name in [*args.models, *[n for n in outside if n not in args.models]]:
+        if name in _outside():
+            import needle_bench
+
+            needle_bench.load_outside(name)  # build outside the timed jobs
+        else:
+            cache.model_path(name, args.size)
         jobs = [("plain", args.target), ("default", args.target)]
         jobs += [(job, args.target) for job in args.jobs]
         jobs += [(f"samples:{n}", args.target) for n in args.samples]

@@ -37,6 +37,8 @@ _EXPORTS = {
     "register_device": "bisect_ov.run.devices",
     "prepare_inputs": "bisect_ov.run.inputs",
     "record": "bisect_ov.capture.write",
+    "Torch": "bisect_ov.frameworks.torch_side",
+    "ORT": "bisect_ov.frameworks.ort_side",
     "load_capture": "bisect_ov.capture.read",
     "merge_captures": "bisect_ov.capture.read",
     "Capture": "bisect_ov.capture.read",
@@ -80,6 +82,8 @@ __all__ = [
     "merge_captures",
     "Capture",
     "RecordedDevice",
+    "Torch",
+    "ORT",
     "Samples",
     "RuntimeGraph",
     "read_runtime_graph",
@@ -125,6 +129,8 @@ if TYPE_CHECKING:  # what static checkers and IDEs see; at run time the names ab
     from bisect_ov.capture.write import record
     from bisect_ov.core.errors import BisectError, CaptureError, DeviceError, InputError, WriteError
     from bisect_ov.core.records import DeviceInfo
+    from bisect_ov.frameworks.ort_side import ORT
+    from bisect_ov.frameworks.torch_side import Torch
     from bisect_ov.model.graph import ModelGraph, NodeInfo
     from bisect_ov.model.inject import FAULT_KINDS, inject_fault
     from bisect_ov.model.load import load_model

@@ -8,7 +8,7 @@ it exits 0 when it ran (its model diverges by design).
 Output: the report's text on stdout (on stderr when stdout carries the JSON or the HTML page, ``--json -``),
 errors on one line on stderr. A reader that goes away (``| head -1``) ends the text, not the job: the files
 asked for are still written, and the exit code is 141, what a shell reports for a command SIGPIPE ended
-(`Console`). Ctrl-C, wherever it lands (in a compile too: OpenVINO hands an interrupted Python callback back as
+(`bisect_ov.core.console.Console`). Ctrl-C, wherever it lands (in a compile too: OpenVINO hands an interrupted Python callback back as
 an error, `bisect_ov.core.errors.interrupted`), ends with "interrupted" and 130; files are only ever written
 whole (`bisect_ov.core.fileio`). Diagnostics go through the ``bisect_ov`` logger: warnings on stderr, ``-v``
 adds progress (each stage's cost), ``-vv`` every compile, ``--log-file`` appends everything to a file.
@@ -22,19 +22,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import pathlib
 import sys
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
+from bisect_ov.core.console import Console, to_null
 from bisect_ov.core.errors import BisectError, InputError, interrupted
 
 if TYPE_CHECKING:
     from bisect_ov.pipeline.options import BisectOptions
     from bisect_ov.report.report import Report
 
-__all__ = ["main", "build_parser", "build_demo_parser", "build_capture_parser", "option_flags", "versions", "EXIT_CODES",
-           "Console"]
+__all__ = ["main", "build_parser", "build_demo_parser", "build_capture_parser", "build_repro_parser", "option_flags",
+           "versions", "EXIT_CODES", "Console"]
 
 EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_READER_GONE = 0, 1, 2, 130, 141
 EXIT_CODES = """exit codes:
@@ -53,57 +53,6 @@ def printable(text: str, *, keep: str = "") -> str:
     from bisect_ov.report.text import printable as escaped
 
     return escaped(text, keep=keep)
-
-
-class Console:
-    """Where the command writes: the report's text (stdout, or stderr when stdout carries a file), files
-    written to stdout, and one-line errors (stderr).
-
-    Each write is flushed, so a reader that went away is seen at the write that failed: its stream is then
-    pointed at the null device (nothing more is written to it, and the interpreter's last flush succeeds) and
-    `reader_gone` is set for the exit code. Nothing raises `BrokenPipeError` past this object.
-    """
-
-    def __init__(self) -> None:
-        self.text: IO[str] = sys.stdout
-        self.reader_gone = False
-
-    def say(self, text: str = "") -> None:
-        """One block of the report's text."""
-        self._write(self.text, text + "\n")
-
-    def data(self, text: str) -> None:
-        """A file's content written to stdout (``--json -``)."""
-        self._write(sys.stdout, text if text.endswith("\n") else text + "\n")
-
-    def error(self, text: str) -> None:
-        self._write(sys.stderr, text + "\n")
-
-    def _write(self, stream: IO[str], text: str) -> None:
-        if stream is sys.stdout and self.reader_gone:
-            return
-        try:
-            stream.write(text)
-            stream.flush()
-        except BrokenPipeError:
-            _to_null(stream)
-            if stream is sys.stdout:
-                self.reader_gone = True
-
-
-def _to_null(stream: IO[str]) -> None:
-    """Point `stream`'s descriptor at the null device, so what is still buffered flushes somewhere."""
-    try:
-        fd = stream.fileno()
-        null = os.open(os.devnull, os.O_WRONLY)
-    except (OSError, ValueError):
-        return
-    try:
-        os.dup2(null, fd)
-    except OSError:
-        pass
-    finally:
-        os.close(null)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -223,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find the node where a model's output on a target device starts to differ from a reference.",
         epilog="commands: 'bisect-ov MODEL ...' compares; 'bisect-ov demo' runs a built-in example; "
                "'bisect-ov capture MODEL -o FILE.npz'\nrecords a run to compare on another machine "
-               "(--ref capture:FILE.npz).\n\n" + EXIT_CODES,
+               "(--ref capture:FILE.npz); 'bisect-ov repro MODEL -o FOLDER' writes a reproducer.\n\n" + EXIT_CODES,
     )
     parser.add_argument("--version", action=_Version)
     parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
@@ -269,6 +218,30 @@ def build_capture_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_repro_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="bisect-ov repro",
+        description="Compare, then write a reproducer of the first divergence (or --node) into a folder: the smallest "
+                    "piece of the model that still shows it, as IR with its input values, a run.py that needs only "
+                    "OpenVINO and numpy, and a README. Verified before it is written.",
+        epilog="exit codes: 0 the reproducer was written; 2 an error reported on one line (nothing diverges, a "
+               "non-empty folder without --overwrite, no piece that reproduces, ...); 130 interrupted; 141 the reader of "
+               "the output went away",
+    )
+    parser.add_argument("--version", action=_Version)
+    parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
+    parser.add_argument("-o", "--out", type=pathlib.Path, required=True, metavar="FOLDER",
+                        help="folder to write (new or empty, or any with --overwrite)")
+    parser.add_argument("--node", help="the node to reproduce (default: the first divergence)")
+    parser.add_argument("--anonymize", action="store_true",
+                        help="replace the piece's weights (same shape, dtype, statistics) and names; kept only if it "
+                             "still reproduces")
+    parser.add_argument("--overwrite", action="store_true", help="replace a reproducer's files in a non-empty folder")
+    parser.add_argument("--max-nodes", type=int, default=48, help="largest piece to grow to (default 48)")
+    _common(parser, compare=True)
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     console = Console()
@@ -277,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         code = _interrupted(console)
     except BrokenPipeError:  # a write outside the console (a library printing): the reader is gone all the same
-        _to_null(sys.stdout)
+        to_null(sys.stdout)
         console.reader_gone = True
         code = EXIT_READER_GONE
     return EXIT_READER_GONE if console.reader_gone else code
@@ -287,13 +260,14 @@ def _main(argv: list[str], console: Console) -> int:
     if argv[:1] == ["--version"]:  # answered before any parser is built: it needs no OpenVINO
         console.say(versions())
         return EXIT_OK
-    command = argv[0] if argv and argv[0] in ("demo", "capture") and not pathlib.Path(argv[0]).exists() else None
-    parsers = {"demo": build_demo_parser, "capture": build_capture_parser}
+    command = argv[0] if argv and argv[0] in ("demo", "capture", "repro") and not pathlib.Path(argv[0]).exists() else None
+    parsers = {"demo": build_demo_parser, "capture": build_capture_parser, "repro": build_repro_parser}
     try:
         args = parsers[command]().parse_args(argv[1:]) if command else build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed on one line
         return int(stop.code or 0)
-    commands: dict[str | None, Callable[[argparse.Namespace, Console], int]] = {"demo": _demo, "capture": _capture}
+    commands: dict[str | None, Callable[[argparse.Namespace, Console], int]] = {"demo": _demo, "capture": _capture,
+                                                                                "repro": _repro}
     try:
         with _diagnostics_to(args, argv):
             try:
@@ -488,6 +462,36 @@ def _capture(args, console: Console) -> int:
                               f"({path.stat().st_size / 1e6:.1f} MB, {cap.mode} mode)."))
         console.say(printable(f"Compare on another machine: bisect-ov {args.model} --ref capture:{path} "
                               f"--target {args.device}"))
+    return EXIT_OK
+
+
+def _repro(args, console: Console) -> int:
+    from bisect_ov.pipeline.api import run
+    from bisect_ov.repro.write import check_folder
+
+    if args.target is None:
+        args.target = "GPU"
+    if args.max_nodes < 1:
+        raise InputError(f"--max-nodes must be at least 1; got {args.max_nodes}.")
+    _check_display(args)
+    check_folder(args.out, args.overwrite)  # refused before the run, not after it
+    report = run(args.model, args.ref, args.target, _inputs(args), _options(args), target_model=args.target_model)
+    if _stdout(args.json) or _stdout(args.html):
+        console.text = sys.stderr
+    console.say(report.to_text(top=args.top, width=args.width))
+    if _stdout(args.json):
+        console.data(report.to_json())
+    elif args.json:
+        report.save(args.json)
+    written = report.repro(args.out, node=args.node, anonymize=args.anonymize, overwrite=args.overwrite,
+                           max_nodes=args.max_nodes)
+    grown = f", grown {written.grown} step(s) upstream" if written.grown else ""
+    anonymized = ("; anonymized" if written.anonymized else
+                  "; anonymizing did not reproduce: it holds the model's own weights") if written.anonymize_tried else ""
+    console.say(printable(f"\nReproducer of '{written.node}' ({written.op_type}, {len(written.nodes)} node(s){grown}) "
+                          f"written to {written.folder}: {report.metric} {written.error:.2e} on the target against the "
+                          f"local error {written.local_error:.2e} (tolerance {written.tolerance:.2e}){anonymized}. Run: "
+                          f"python {pathlib.Path(written.folder) / 'run.py'}"))
     return EXIT_OK
 
 

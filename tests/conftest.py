@@ -44,18 +44,6 @@ def cpu_default_precision() -> str:
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
 
 
-@functools.lru_cache(maxsize=None)
-def cpu_f32_int_conv_off() -> int:
-    """How far the CPU plugin's f32 result of `synthetic.int_conv()` (exactly 127 * 127 * 11,111 = 179,209,319)
-    is from the exact sum here: the kernel's accumulation order differs between CPUs (1,927 low on an AVX-512
-    Xeon, 7 on an AVX2-only CPU), so a test reads it instead of assuming one."""
-    from bisect_ov.zoo import synthetic
-
-    compiled = ov.Core().compile_model(synthetic.int_conv(), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    got = int(np.asarray(compiled.create_infer_request().infer([synthetic.int_conv_input()])[0]).ravel()[0])
-    return abs(127 * 127 * 11111 - got)
-
-
 default_bf16 = pytest.mark.skipif(cpu_default_precision() != "bf16",
                                   reason="plain CPU does not run bf16 here (its default INFERENCE_PRECISION_HINT)")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import pytest
 
 from bisect_ov.run.devices import cpu_supports_bf16
 from examples import case1_softmax, case2_face_delegate, case3_int8_cpus, case4_int_conv
-from tests.conftest import cpu_f32_int_conv_off, needs_bf16
+from tests.conftest import needs_bf16
 from tests.zoo.conftest import needs_zoo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -192,12 +193,12 @@ def test_case4_f16_saturates_at_the_conv(case4):
 def test_case4_f32_agrees_but_notes_the_reference_is_off(case4):
     report = case4["f32"]
     assert not report.diverges
-    off = cpu_f32_int_conv_off()  # what this CPU's f32 kernel gives (1,927 low on an AVX-512 Xeon)
-    integer_notes = [note for note in report.notes if "computes on integers" in note]
-    if off:
-        assert any(f"reference off by {off:,}" in note and "179,209,319" in note for note in integer_notes), report.notes
-    else:  # a CPU whose f32 accumulation is exact here: both sides are, and nothing is noted
-        assert integer_notes == []
+    # 179,209,319 is odd and above 2**24, so no f32 result can equal it: the note must say by how much the f32
+    # reference is off (how much depends on the CPU's accumulation order: 1,927 with AVX-512, 7 with AVX2).
+    notes = [n for n in report.notes if "179,209,319" in n]
+    assert notes
+    off = [int(m.replace(",", "")) for n in notes for m in re.findall(r"reference off by ([\d,]+)", n)]
+    assert off and all(o >= 1 for o in off)
 
 
 @needs_bf16

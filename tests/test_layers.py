@@ -17,20 +17,24 @@ ALLOWED = {
     "model": set(),
     "analysis": {"model"},
     "run": {"model", "analysis"},
-    "capture": {"model", "run", "analysis"},
+    "frameworks": {"model", "run", "analysis"},
+    "capture": {"model", "run", "analysis", "frameworks"},
     "report": {"analysis"},
     "zoo": {"model", "run", "analysis"},
     "engine": {"model", "run", "analysis"},
     "search": {"engine", "model", "run", "analysis"},
     "experiments": {"engine", "search", "model", "run", "analysis"},
     "samples": {"engine", "model", "run", "analysis"},
-    "pipeline": {"samples", "experiments", "search", "engine", "capture", "report", "model", "run", "analysis"},
-    "cli": {"pipeline", "samples", "experiments", "search", "engine", "capture", "report", "model", "run",
+    "repro": {"engine", "capture", "model", "run", "analysis"},
+    "pipeline": {"repro", "samples", "experiments", "search", "engine", "capture", "frameworks", "report", "model",
+                 "run", "analysis"},
+    "cli": {"pipeline", "repro", "samples", "experiments", "search", "engine", "capture", "frameworks", "report",
+            "model", "run",
             "analysis", "zoo"},
     "__main__": {"cli"},
 }
 # The tiers that run a comparison: nothing below them imports them.
-ORCHESTRATION = {"engine", "search", "experiments", "samples", "pipeline", "cli"}
+ORCHESTRATION = {"engine", "search", "experiments", "samples", "repro", "pipeline", "cli"}
 TOP_LEVEL = {"__init__", "__main__", "cli"}  # besides the folders, at most four modules at the top
 
 def _modules() -> dict[str, ast.Module]:

@@ -29,7 +29,7 @@ from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
 from bisect_ov.core.records import Cause
 
-__all__ = ["observations", "diagnose", "overflow", "underflow", "kind_of_text", "Cause", "CANCELLATION_RATIO",
+__all__ = ["observations", "diagnose", "kernel_difference", "overflow", "underflow", "kind_of_text", "Cause", "CANCELLATION_RATIO",
            "LONG_REDUCTION", "CANCELLING_OPS"]
 
 # Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
@@ -190,3 +190,21 @@ def kind_of_text(text: str) -> str:
         if match:
             return kind or match.group(1)
     return "note"
+
+
+def kernel_difference(runtime: dict[str, dict], same_precision: bool) -> str:
+    """'ran differently: ...' when a node's kernel or precision differs between sides, else ''.
+
+    Both sides must report runtime info. When the two sides run different precisions on purpose (f32 against
+    bf16), every node differs in precision and kernel name; only a different kernel at the same runtime
+    precision is then worth a mention (another ISA, as VNNI against AVX2).
+    """
+    ref, target = runtime.get("ref"), runtime.get("target")
+    if not ref or not target:
+        return ""
+    kernel_differs = ref.get("kernel") != target.get("kernel")
+    precision_differs = ref.get("precision") != target.get("precision")
+    if not (kernel_differs or precision_differs) or (not same_precision and precision_differs):
+        return ""
+    return (f"ran differently: reference {ref.get('precision')} {ref.get('kernel')}, "
+            f"target {target.get('precision')} {target.get('kernel')}")

@@ -81,6 +81,12 @@ class RecordedDevice(Device):
     def sampled(self) -> bool:  # type: ignore[override]
         return self.capture.mode == "stats"
 
+    def provides(self, graph: ModelGraph) -> frozenset[Tap] | None:
+        """A recorded framework side (PyTorch, ONNX Runtime) has its recorded tensors only; other captures all."""
+        if not self.capture.header["device"].get("provides_only_recorded"):
+            return None
+        return frozenset(Tap(t["key"], t["port"]) for t in self.capture.header["taps"] if t is not None)
+
     def device_info(self) -> DeviceInfo:
         """The recorded `DeviceInfo`, named ``capture:<file>``, with a note saying where it was recorded."""
         header = self.capture.header
@@ -91,7 +97,9 @@ class RecordedDevice(Device):
             note += f"; {self.capture.sample_size} sampled values per tensor"
         if recorded.note:
             note += f"; {recorded.note}"
-        return replace(recorded, name=self.name, note=note)
+        # The runtime that recorded it, even in captures whose device record predates the field.
+        version = recorded.openvino_version or str(header.get("openvino_version", ""))
+        return replace(recorded, name=self.name, note=note, openvino_version=version)
 
     def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> "RecordedCompiled":
         cap = self.capture

@@ -60,6 +60,8 @@ from bisect_ov.capture.format import (
 )
 from bisect_ov.core import codec
 from bisect_ov.core.errors import CaptureError, InputError
+from bisect_ov.frameworks.resolve import plain_inputs
+from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.fusion import fusion_boundaries
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model, model_label
@@ -152,10 +154,13 @@ def record(
     ov_model = load_model(model)
     graph = ModelGraph(ov_model)
     dev = make_device(device, dict(config or {}), role="target")
-    arrays = prepare_inputs(ov_model, inputs, seed=seed)
+    arrays = prepare_inputs(ov_model, plain_inputs(inputs), seed=seed)
+    if isinstance(dev, FrameworkSide):  # PyTorch or ONNX Runtime: matched to the model, its matched tensors recorded
+        dev = dev.bind(graph, arrays)
+    provided = dev.provides(graph)
     names = input_names(ov_model)
     specs = ov_model.get_parameters()
-    taps = default_taps(graph)
+    taps = [t for t in default_taps(graph) if provided is None or t in provided]
     tap_index = {tap: i for i, tap in enumerate(taps)}
     sampled = mode == "stats"
 
@@ -224,7 +229,9 @@ def record(
                 "outputs": output_entries,
             },
             "device": {"spec": dev.name, "role": "target", "config": {str(k): str(v) for k, v in (config or {}).items()},
-                       "info": codec.to_dict(info), "capabilities": _capabilities(dev)},
+                       "info": codec.to_dict(info), "capabilities": _capabilities(dev),
+                       # A framework side has values for its matched tensors only: playing back provides those.
+                       "provides_only_recorded": provided is not None},
             "host": host_info(),
             "runtime": runtime_to_header(runtime),
             "mode": mode, "sample": sample, "seed": seed,

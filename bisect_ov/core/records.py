@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary",
-           "Step", "Cause", "CAUSE_KINDS", "ToleranceInfo", "RunOptions", "InputInfo", "StageCost"]
+           "Step", "Cause", "CAUSE_KINDS", "ToleranceInfo", "RunOptions", "InputInfo", "StageCost", "FrameworkMatch",
+           "Truth", "Repro"]
 
 # What a `Cause` can say. Observations (any role): "nonfinite" (NaN/Inf appeared on the target), "f16_limit",
 # "int_limit" (values at a type's limits), "kernel_difference" (the sides ran different kernels),
@@ -45,6 +46,9 @@ class DeviceInfo:
     weights: str | None = None  # the precision weights are stored in, when lower than the arithmetic's
     # For AUTO, HETERO and MULTI: the devices the plugin really ran the model on (its EXECUTION_DEVICES).
     execution_devices: tuple[str, ...] = ()
+    # The OpenVINO runtime that ran this side, version and build (``ov.get_version()``): for a recorded run,
+    # the one it was recorded with. Empty in reports saved before it was recorded.
+    openvino_version: str = ""
 
     @property
     def label(self) -> str:
@@ -228,6 +232,37 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Repro:
+    """A reproducer folder written by `Report.repro`: the piece of the model that shows a divergence alone.
+
+    ``error`` is the piece's error on the target (against the reference's values, under the report's metric),
+    ``local_error`` the node's local error in the run it reproduces (its error there when none was measured),
+    ``reproduces`` whether the piece's error is over ``tolerance`` and within ``factor`` of ``local_error``.
+    ``nodes`` are the piece's nodes (the model's names), ``grown`` how many steps it grew upstream past the
+    node's fused group to reproduce. ``anonymized``: its weights and names were replaced (and it still
+    reproduced, with ``anonymized_error``); ``anonymize_tried`` without ``anonymized``: the replaced piece did
+    not reproduce, so the folder holds the model's own weights.
+    """
+
+    folder: str
+    node: str
+    op_type: str
+    nodes: tuple[str, ...]
+    error: float
+    local_error: float
+    tolerance: float
+    factor: float
+    reproduces: bool
+    grown: int = 0
+    attempts: tuple[float, ...] = ()  # the piece's error at each size tried, smallest first
+    anonymize_tried: bool = False
+    anonymized: bool = False
+    anonymized_error: float | None = None
+    files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Cause:
     """One reason a node diverged (or one thing its values show): what code tests (`kind`, one of
     `CAUSE_KINDS`), the magnitudes behind it (`numbers`, by name: ``input_max``, ``output_max``, ``ratio``,
@@ -315,6 +350,7 @@ class RunOptions(_ByName):
     classifier_outputs: tuple[str, ...] | None = None
     prompt_length: int = 16
     steps: int = 0
+    truth: str | None = None
     progress: bool | None = None
 
 
@@ -336,3 +372,50 @@ class StageCost(_ByName):
     target_compiles: int = 0
     ref_infers: int = 0
     target_infers: int = 0
+
+
+@dataclass(frozen=True)
+class FrameworkMatch:
+    """How a framework side (PyTorch eager, ONNX Runtime) matched the OpenVINO model's nodes.
+
+    ``matched`` nodes have a framework value compared with theirs; ``covered`` adds the nodes inside a matched
+    aten call (a ``linear``'s MatMul before its bias Add), compared through the call's output. ``by_kind``
+    counts the matched values by how they were found (``aten``: an aten call of the eager run, ``module``: a
+    module's output from its forward hook, ``export``: a ``torch.export`` graph node, ``tensor``: an ONNX
+    tensor name). ``unmatched`` lists every compute node neither matched nor covered, by name.
+    """
+
+    role: str  # "ref", "target" or "truth"
+    framework: str  # "torch" or "onnxruntime"
+    dtype: str  # "f32" or "f64"
+    compute_nodes: int
+    matched: int
+    covered: int
+    by_kind: dict[str, int] = field(default_factory=dict)
+    unmatched: tuple[str, ...] = ()
+
+    @property
+    def coverage(self) -> float:
+        """Share of the model's compute nodes matched or covered."""
+        return self.covered / self.compute_nodes if self.compute_nodes else 0.0
+
+
+@dataclass(frozen=True)
+class Truth:
+    """Both sides against a float64 run of the model (``truth="f64"``): who is right.
+
+    ``outputs`` holds each final output's (reference error, target error) against float64; ``closer`` says
+    which side is closer at the final outputs (``"ref"``, ``"target"``, ``"tie"``). ``imprecise_ref`` lists the
+    diverged nodes where the reference itself is off float64 by more than the node's tolerance while the target
+    stays within `multiplier` times the reference's own error of float64: there the disagreement is the
+    reference's imprecision (a cancellation in f32), not a fault of the target. ``target_off`` lists the
+    diverged nodes where the target is further from float64 than that.
+    """
+
+    side: str  # the float64 side's label ("torch/f64")
+    multiplier: float
+    outputs: dict[str, tuple[float, float]] = field(default_factory=dict)
+    closer: str = "tie"
+    imprecise_ref: tuple[str, ...] = ()
+    target_off: tuple[str, ...] = ()
+    compared: int = 0  # nodes with both sides' errors against float64

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.engine.comparison import Comparison
 from bisect_ov.engine.engine import Engine
 from bisect_ov.model.graph import ModelGraph
@@ -24,9 +25,15 @@ from bisect_ov.model.taps import Tap
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LOCAL_SHARE", "LocalErrors", "local_errors", "measure_local", "local_units", "owned_units", "split_known"]
+__all__ = ["LOCAL_SHARE", "worth_isolating", "LocalErrors", "local_errors", "measure_local", "local_units", "owned_units", "split_known"]
 
 LOCAL_SHARE = 0.5  # local errors are measured for nodes whose error reaches this share of their tolerance
+
+
+def worth_isolating(error: float, tolerance: float) -> bool:
+    """Whether a node's local error is worth measuring: its error is over its tolerance, or reaches `LOCAL_SHARE`
+    of it beyond f32-level agreement (an f32 target's nodes at 5e-7 of a 1e-6 tolerance decide nothing)."""
+    return error > tolerance or (error >= LOCAL_SHARE * tolerance and error >= F32_AGREEMENT)
 
 # Unit key (its output node) -> (the unit's members, its outputs' statistics run alone).
 LocalErrors = dict[str, tuple[tuple[str, ...], dict[Tap, TensorStats]]]
@@ -60,15 +67,16 @@ def local_units(comparison: Comparison, stats: Mapping[Tap, TensorStats], groups
     """The units whose local error is measured: each measured node with its group's members, by node key.
 
     A node whose error stays under `LOCAL_SHARE` of its tolerance, fed with the target's own inputs, makes no
-    error of its own worth isolating (its local error would have to cancel what it inherits): only the others
-    run alone. A twin's layers all run, as layer sensitivity ranks them by local error.
+    error of its own worth isolating (its local error would have to cancel what it inherits), nor does one within
+    its tolerance at f32-level agreement: only the others run alone (`worth_isolating`). A twin's layers all run,
+    as layer sensitivity ranks them by local error.
     """
     worst: dict[str, float] = {}
     for (key, _), error in errors.items():
         worst[key] = max(worst.get(key, 0.0), error)
     units = owned_units(comparison.graph, list(dict.fromkeys(t.key for t in stats)), groups)
     return {k: u for k, u in units.items()
-            if comparison.twin or worst.get(k, 0.0) >= LOCAL_SHARE * tolerances.get(k, 0.0)}
+            if comparison.twin or worth_isolating(worst.get(k, 0.0), tolerances.get(k, 0.0))}
 
 
 def owned_units(graph: ModelGraph, keys: list[str], groups: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:

@@ -19,7 +19,9 @@ from bisect_ov.engine.ledger import Clock
 from bisect_ov.pipeline.assemble import assemble
 from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import DEFAULT_MAX_TAP_BYTES, KEYWORDS, BisectOptions
+from bisect_ov.pipeline.sides import resolve_sides
 from bisect_ov.pipeline.stages import absorb, experiments, generate, open_comparison, run_untouched, score
+from bisect_ov.pipeline.truth import judge_truth
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device
 
@@ -79,6 +81,7 @@ def bisect(
     delegation: bool = False,
     curve: int = 0,
     sensitivity: bool = False,
+    truth: Any = None,
     keep: Sequence[str] = (),
     patched_model: str | os.PathLike | None = None,
     # inputs, samples and executors
@@ -102,11 +105,13 @@ def bisect(
     ----------
     model
         An `ov.Model`, a path to an IR ``.xml`` or an ``.onnx`` file, or anything `openvino.convert_model`
-        takes. It is never modified.
+        takes. It is never modified. None with a PyTorch side: ``ov.convert_model(module, example_input=inputs)``.
     ref, target
         Device names: OpenVINO devices (``CPU``, ``GPU``, ``GPU.1``, ``NPU``), precision variants
         (``CPU:f32``, ``CPU:bf16``), emulated devices (``EMU:f16``), or `Device` objects. The reference
-        runs in f32 unless its name or `ref_config` chooses a precision.
+        runs in f32 unless its name or `ref_config` chooses a precision. Or the framework the model came from
+        (`bisect_ov.frameworks`): a `torch.nn.Module` or ``Torch(module, dtype="f32" | "f64")`` (PyTorch eager),
+        ``"ORT"`` (ONNX Runtime on the .onnx model); its values are matched to the nodes by name.
     inputs
         None (seeded random values), a dict name -> array, a list in input order, or a ``.npz``/``.npy`` path;
         or many samples: a `Samples`, a list of dicts (or of lists), a generator, or a folder of ``.npz``/``.npy``
@@ -141,7 +146,10 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
     options.tolerance_model().check_metric(options.metric)
     clock = Clock()
     with clock.stage("open"):
-        setup = open_comparison(model, ref, target, inputs, target_model, options, clock)
+        sides = resolve_sides(model, ref, target, options.truth, inputs)
+        model = sides.model
+        setup = open_comparison(model, sides.ref, sides.target, sides.inputs, target_model, options, clock,
+                                truth=sides.truth)
     try:
         with clock.stage("plain"):
             examined = run_untouched(setup)
@@ -154,9 +162,10 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
         with clock.stage("experiments"):
             findings = experiments(setup, examined, measurement, scored)
             scored = absorb(setup, examined, scored, findings)
+            truth = judge_truth(setup, examined, measurement, scored)
         with clock.stage("assemble"):
             return assemble(setup, examined, measurement, scored, findings, model_source=model,
-                            target_source=target_model, generation=generation)
+                            target_source=target_model, generation=generation, truth=truth)
     finally:
         if setup.samples is not None:  # an executor setup from a name, a generator's spill folder
             setup.samples.close()

@@ -23,12 +23,12 @@ from typing import Any, Sequence
 
 import openvino as ov
 
-from bisect_ov.analysis.diagnosis import diagnose, observations
+from bisect_ov.analysis.diagnosis import diagnose, kernel_difference, observations
 from bisect_ov.analysis.scoring import score_graph
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core import codec
 from bisect_ov.core.fileio import atomic_paths
-from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo
+from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo, Truth
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.baseline import EXCESS
 from bisect_ov.experiments.local import LOCAL_SHARE
@@ -40,13 +40,14 @@ from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.measure import faithful_nodes
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
-from bisect_ov.report.report import NodeResult, Report, kernel_difference
+from bisect_ov.report.report import NodeResult, Report
+from bisect_ov.repro import ReproSource
 
 __all__ = ["assemble", "run_notes", "rank_by_impact", "record_of", "set_aside_inside_kernels"]
 
 
 def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
-             *, model_source: Any, target_source: Any = None, generation: Any = None) -> Report:
+             *, model_source: Any, target_source: Any = None, generation: Any = None, truth: Any = None) -> Report:
     """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
     session, options = examined.engine, setup.options
     ref_info, target_info = session.ref_info, session.target_info
@@ -62,6 +63,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         # Taps the fidelity check rejected name nothing (`pipeline.measure.faithful_nodes`).
         nodes, first_keys, ranking = faithful_nodes(nodes, scored.scores.first, ranking, scored.fidelity,
                                                     session.graph, min((o.tolerance for o in scored.outputs), default=0.0))
+        if truth is not None:
+            nodes = tuple(replace(n, truth_errors=truth.nodes.get(n.key)) for n in nodes)
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
@@ -75,7 +78,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         tolerance=record_of(ToleranceInfo, examined.tolerance.to_dict()),
         first_keys=first_keys, ranking=ranking, model_hash=session.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
-        unmatched={"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin else {},
+        unmatched=({"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin
+                   else {f"{r.role} ({r.framework})": list(r.unmatched) for r in setup.frameworks if r.unmatched}),
         timings=dict(setup.clock.stages), compiles=session.compiles,
         costs={stage: record_of(StageCost, cost) for stage, cost in setup.clock.snapshot().items()},
         options=record_of(RunOptions, options.to_dict()), strategy=measurement.strategy,
@@ -84,12 +88,16 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         samples=setup.summary.to_record() if setup.summary is not None else None,
         openvino_version=ov.get_version(),
         notes=tuple(run_notes(setup, examined, measurement, scored)) + aside_notes
-        + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation),
+        + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation)
+        + truth_notes(truth.record if truth is not None else None, truth.nodes if truth is not None else {},
+                      session.graph),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
+        repro_source=ReproSource(session.comparison, session.sample, session.target_runtime),
         sensitivity=tuple(findings.sensitivity),
         steps=generation.steps if generation is not None else (),
         examined_step=generation.examined_step if generation is not None else None,
+        frameworks=setup.frameworks, truth=truth.record if truth is not None else None,
     )
     return report
 
@@ -171,6 +179,34 @@ def _baseline_note(findings: Findings) -> tuple[str, ...]:
             f"{EXCESS:g}x its expected one is worse than its precision explains.",)
 
 
+def truth_notes(truth: Truth | None, nodes: dict[str, tuple[float, float]], graph: ModelGraph) -> tuple[str, ...]:
+    """What the float64 side says: who is closer at the outputs, where the reference is the imprecise side,
+    where the target is off."""
+    if truth is None:
+        return ()
+    notes = []
+    if truth.outputs:
+        name, (ref_error, target_error) = max(truth.outputs.items(), key=lambda kv: max(kv[1]))
+        who = {"ref": "the reference is closer", "target": "the target is closer", "tie": "neither is clearly closer"}
+        notes.append(f"Against float64 ({truth.side}), output '{name}': the reference is off by {ref_error:.1e}, the "
+                     f"target by {target_error:.1e}: {who[truth.closer]}.")
+    if truth.imprecise_ref:
+        key = truth.imprecise_ref[0]
+        ref_error, target_error = nodes[key]
+        more = f" (and {len(truth.imprecise_ref) - 1} more)" if len(truth.imprecise_ref) > 1 else ""
+        notes.append(f"At '{graph[key].name}'{more} the f32 reference is itself the imprecise side: it is off float64 "
+                     f"by {ref_error:.1e}, over the node's tolerance, while the target is off by {target_error:.1e} "
+                     f"(within {truth.multiplier:g}x of it): the disagreement there is the reference's own rounding "
+                     "(a cancellation in f32), not a fault of the target.")
+    if truth.target_off:
+        key = truth.target_off[0]
+        ref_error, target_error = nodes[key]
+        more = f" (and {len(truth.target_off) - 1} more)" if len(truth.target_off) > 1 else ""
+        notes.append(f"At '{graph[key].name}'{more} the target is off float64 by {target_error:.1e}, more than "
+                     f"{truth.multiplier:g}x the reference's {ref_error:.1e}: the error is the target's.")
+    return tuple(notes)
+
+
 def _generation_note(generation: Any) -> tuple[str, ...]:
     if generation is None:
         return ()
@@ -195,6 +231,12 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = examined.engine
     notes = list(setup.notes)
+    ref_version = session.ref_info.openvino_version if session.ref_info is not None else ""
+    target_version = session.target_info.openvino_version if session.target_info is not None else ""
+    if ref_version and target_version and ref_version != target_version:
+        notes.append(f"The sides ran different OpenVINO releases: the reference {ref_version}, the target "
+                     f"{target_version}. A divergence may come from the release (its kernels, fusions or "
+                     "precision defaults), not only from the device.")
     for role, info in (("Reference", session.ref_info), ("Target", session.target_info)):
         if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
             notes.append(f"{role}: {info.note}.")

@@ -30,7 +30,7 @@ from bisect_ov.core.records import Cause, Fidelity
 from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.measured import Measured, TappedRun
 from bisect_ov.engine.runner import FinalOutput
-from bisect_ov.experiments.local import LOCAL_SHARE, LocalErrors, local_units, measure_local, owned_units
+from bisect_ov.experiments.local import LocalErrors, local_units, measure_local, owned_units, worth_isolating
 from bisect_ov.experiments.partitioned import MixedRuns, first_prefix, target_in_pieces
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
@@ -134,7 +134,7 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
                 for t, st in part.stats.items():
                     worst[t.key] = max(worst.get(t.key, 0.0), setup.error_of(st))
                 units = {k: planned[k] for k, e in worst.items()
-                         if k in planned and e >= LOCAL_SHARE * tol.for_node(graph[k])}
+                         if k in planned and worth_isolating(e, tol.for_node(graph[k]))}
                 if units:
                     done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=max_bytes,
                                                     values=part.values))

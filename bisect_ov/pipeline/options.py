@@ -142,6 +142,15 @@ def _tolerance(name: str, value: Any) -> Any:
     return value
 
 
+def _truth(name: str, value: Any) -> Any:
+    # A side object is checked where it is resolved (`bisect_ov.frameworks.resolve.truth_side`); names here.
+    if value is None or value == "f64" or (not isinstance(value, str) and hasattr(value, "compile")):
+        return value
+    if not isinstance(value, str) and type(value).__module__.startswith("torch"):
+        return value  # a module: PyTorch eager in float64 is asked for with Torch(module, dtype="f64")
+    raise InputError(f"truth must be None, 'f64' or a framework side such as Torch(module, dtype='f64'); got {value!r}.")
+
+
 def _seed(name: str, value: Any) -> int:
     if not _integer(value) or not 0 <= value < 2**32:
         raise InputError(f"seed must be an integer in [0, 2**32); got {value!r}.")
@@ -312,6 +321,13 @@ class BisectOptions:
         "by the final-output error when each alone is quantized (one partitioned run per layer); "
         "`Report.sensitivity`.", _flag, help="with a quantized twin, rank its quantized layers by their local error "
         "and their impact on the final outputs (one partitioned run per layer)")
+    truth: Any = _opt(
+        None, "experiments", "A float64 run that says which side is right: ``\"f64\"`` runs the reference's framework "
+        "(PyTorch eager, ONNX Runtime; else the target's, else ONNX Runtime on an .onnx model) in float64, or pass a "
+        "side such as ``Torch(module, dtype=\"f64\")``. Every compared node gets both sides' error against it, and "
+        "the verdict says which side is closer and where the f32 reference is itself the imprecise one "
+        "(`Report.truth`).", _truth, kind=str, choices=("f64",), metavar="f64",
+        help="compare both sides with a float64 run of the model's framework (who is right)")
     keep: tuple[str, ...] = _opt(
         (), "experiments", "Names of nodes whose reference and target tensors the report keeps in memory, for "
         "``report.tensors(name)`` and ``report.plot_values(name)`` (one more compile per side). ``\"culprits\"`` keeps "
@@ -443,6 +459,8 @@ class BisectOptions:
                 value = {str(k): str(v) for k, v in value.items()}
             elif f.name == "executor" and value is not None and not isinstance(value, str):
                 value = type(value).__name__
+            elif f.name == "truth" and value is not None and not isinstance(value, str):
+                value = getattr(value, "name", type(value).__name__)
             elif isinstance(value, os.PathLike):
                 value = os.fspath(value)
             elif isinstance(value, tuple):

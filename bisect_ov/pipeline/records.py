@@ -17,7 +17,7 @@ from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.scoring import Scores
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.analysis.tolerance import Tolerance
-from bisect_ov.core.records import Fidelity, Noise
+from bisect_ov.core.records import Fidelity, FrameworkMatch, Noise
 from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.ledger import Clock
@@ -52,6 +52,9 @@ class Setup:
     # stateless form, and `state_of_target` the target model's when it is stateful too.
     state: Stateless | None = None
     state_of_target: Stateless | None = None
+    # Framework sides (PyTorch, ONNX Runtime): what each matched; the bound float64 side of truth="f64".
+    frameworks: tuple[FrameworkMatch, ...] = ()
+    truth: Any = None
 
     def error_of(self, stats: TensorStats) -> float:
         """The options' metric on one tensor pair's statistics."""

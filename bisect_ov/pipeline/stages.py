@@ -52,6 +52,7 @@ from bisect_ov.experiments.partitioned import (
 from bisect_ov.experiments.partitioned import impact as impact_of
 from bisect_ov.experiments.steps import Generation, run_steps
 from bisect_ov.experiments.twin import layer_sensitivity, quantized_units, twin_tolerance
+from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
@@ -59,6 +60,7 @@ from bisect_ov.model.state import initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, plan_chunks, tensor_sizes
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
+from bisect_ov.pipeline.sides import bind_sides
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs
@@ -73,8 +75,11 @@ __all__ = ["open_comparison", "run_untouched", "examine", "generate", "score", "
 
 # ----- stages -----------------------------------------------------------------------------------------------
 def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model: Any, options: BisectOptions,
-                    clock: Clock | None = None) -> Setup:
-    """Load the model(s), walk and match them, build both devices and inputs; run many samples when given."""
+                    clock: Clock | None = None, truth: FrameworkSide | None = None) -> Setup:
+    """Load the model(s), walk and match them, build both devices and inputs; run many samples when given.
+
+    Framework sides (`bisect_ov.pipeline.sides.resolve_sides` made them) are bound to the walked model with the
+    examined inputs, and the match keeps the tensors they have values for; `truth` is the float64 side."""
     clock = clock or Clock()
     with clock("load"):
         ov_model = load_model(model)
@@ -102,7 +107,8 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     # the tap budget in bytes from the weights); later stages read the resolved values.
     weights = sum(op.get_byte_size() for op in ov_model.get_ops() if op.get_type_name() == "Constant")
     resolved, why = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,
-                                    pieces_possible=plan.pieces, twin=ov_target is not None, weight_bytes=weights)
+                                    pieces_possible=plan.pieces and plan.ref.can_run_pieces and plan.target.can_run_pieces,
+                                    twin=ov_target is not None, weight_bytes=weights)
     many = as_samples(plan.inputs)
     show = sys.stderr.isatty() if options.progress is None else options.progress
     run = None
@@ -126,7 +132,14 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             assert run is not None
             run.close()
             raise
-    comparison = Comparison(graph, target_graph, match, plan.ref, plan.target, exact_checks=plan.exact)
+    try:
+        bound = bind_sides(graph, first[0], plan.ref, plan.target, truth, match, twin=ov_target is not None,
+                           asked_pieces=bool(options.fix or options.delegation or options.curve))
+    except BaseException:
+        if run is not None:
+            run.close()
+        raise
+    comparison = Comparison(graph, target_graph, bound.match, bound.ref, bound.target, exact_checks=plan.exact)
     runner = Runner(comparison, Ledger(clock), progress=show)
     examined = Sample.of(*first)
     summary = None
@@ -143,7 +156,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             run.close()
             raise
         why = why + tuple(run.notes)
-    notes = tuple(plan.notes) + why
+    notes = tuple(plan.notes) + bound.notes + why
     for param, array in zip(graph.parameters(), first[0]):
         if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
             nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
@@ -159,7 +172,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                   f"an output '{state.model.outputs[state.n_outputs].get_any_name()}', ... compared like any "
                   "output.",)
     return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock, state,
-                  target_state)
+                  target_state, frameworks=bound.frameworks, truth=bound.truth)
 
 
 def run_untouched(setup: Setup) -> Examined:

@@ -391,7 +391,11 @@ def _run_facts(v: View) -> str:
         f = report.fidelity
         facts.append(("fidelity", e(f"plain_error {fmt(f.plain_error)}, tapped_error {fmt(f.tapped_error)}, "
                                     f"ratio {_num(f.ratio)}")))
-    if report.openvino_version:
+    versions = report.openvino_versions
+    if len(versions) > 1:
+        facts.append(("OpenVINO", e(f"reference {versions['reference']}, target {versions['target']} (different "
+                                    "releases)")))
+    elif report.openvino_version:
         facts.append(("OpenVINO", e(report.openvino_version)))
     out.append('<dl class="kv">' + "".join(f"<dt>{e(k)}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     return "\n".join(out)

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from bisect_ov.analysis.diagnosis import kernel_difference
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core import codec
 from bisect_ov.core.errors import InputError
@@ -37,14 +38,17 @@ from bisect_ov.core.records import (
     DeviceInfo,
     Fidelity,
     Fix,
+    FrameworkMatch,
     InputInfo,
     LayerSensitivity,
     Noise,
+    Repro,
     RunOptions,
     SamplesSummary,
     StageCost,
     Step,
     ToleranceInfo,
+    Truth,
 )
 from bisect_ov.report.upgrade import SCHEMA_VERSION, upgrade
 
@@ -92,6 +96,8 @@ class NodeResult:
     # Its local error with rounding alone (the emulated device of the target's precision): what it should make.
     expected_error: float | None = None
     inside_kernel: str | None = None  # the untouched target's fused kernel its tensor exists only inside
+    # With truth="f64": the (reference, target) errors against the float64 run.
+    truth_errors: tuple[float, float] | None = None
 
     @property
     def diverged(self) -> bool:
@@ -220,10 +226,16 @@ class Report:
     # Generation steps of a stateful LLM (`bisect(..., steps=N)`): step 0 is the prefill.
     steps: tuple[Step, ...] = ()
     examined_step: int | None = None  # the step whose inputs the node results are measured on
+    # Framework sides (PyTorch eager, ONNX Runtime): what each matched of the model, and what it did not.
+    frameworks: tuple[FrameworkMatch, ...] = ()
+    # Both sides against a float64 run (truth="f64"): who is right.
+    truth: Truth | None = None
     schema_version: int = SCHEMA_VERSION
     # (reference, target) arrays by node key, from bisect(..., keep=[...]): in memory only, never saved.
     kept_tensors: Mapping[str, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False,
                                                          metadata={"json": False})
+    # What `repro` needs of the run (a `bisect_ov.repro.ReproSource`): in memory only; None when loaded from JSON.
+    repro_source: Any = field(default=None, compare=False, repr=False, metadata={"json": False})
 
     # ----- questions a user asks ----------------------------------------------------------------------
     @property
@@ -248,6 +260,16 @@ class Report:
         index = self._index()
         # Keys are friendly names; a repeated name gets a generated ``#<n>`` suffix, which NNCF does not know.
         return [index[k].name if k in index else re.sub(r"#\d+$", "", k) for k in self.fix.on_reference]
+
+    @property
+    def openvino_versions(self) -> dict[str, str]:
+        """The OpenVINO version and build each side ran: ``{"reference": ..., "target": ...}`` when they differ,
+        else ``{"both": ...}`` (empty when the report does not say)."""
+        ref, target = self.ref.openvino_version, self.target.openvino_version
+        if ref and target and ref != target:
+            return {"reference": ref, "target": target}
+        one = ref or target or self.openvino_version
+        return {"both": one} if one else {}
 
     @property
     def first_divergences(self) -> tuple[NodeResult, ...]:
@@ -402,6 +424,27 @@ class Report:
             )
         return kept[node.key]
 
+    def repro(self, folder: str | os.PathLike, *, node: str | None = None, anonymize: bool = False,
+              overwrite: bool = False, **options: Any) -> Repro:
+        """Write a reproducer of the first divergence (or `node`) into `folder`, verified: the smallest piece of
+        the model that still shows it, with a ``run.py`` needing only OpenVINO and numpy (docs/repro.md).
+        ``anonymize=True`` replaces its weights and names, kept only if it still reproduces; options:
+        ``factor`` (2), ``max_nodes`` (48), ``seed``. Returns the `Repro` record.
+
+        Raises
+        ------
+        InputError
+            A report loaded from JSON (statistics only: re-run), nothing diverging, a non-empty or unwritable
+            folder without `overwrite`, a side run.py cannot rebuild, no piece that reproduces.
+        """
+        if self.repro_source is None:
+            raise InputError(
+                "This report holds statistics only (loaded from JSON, or built by hand), not the model, devices and "
+                "tensors a reproducer needs. Re-run the comparison and call repro on the report it returns: "
+                f"bisect(model, ref={self.ref.name!r}, target={self.target.name!r}, ...).repro(folder), or "
+                f"bisect-ov repro MODEL --ref {self.ref.name} --target {self.target.name} -o FOLDER.")
+        return self.repro_source.write(self, folder, node=node, anonymize=anonymize, overwrite=overwrite, **options)
+
     def plot_values(self, name: str | int):
         """Reference against target values of a kept node: scatter and histogram of the difference."""
         from bisect_ov.report.plots import plot_values
@@ -502,24 +545,6 @@ class Report:
         return self.to_dict() == other.to_dict()  # encoded: NaN equals NaN, kept tensors are ignored
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def kernel_difference(runtime: dict[str, dict], same_precision: bool) -> str:
-    """'ran differently: ...' when a node's kernel or precision differs between sides, else ''.
-
-    Both sides must report runtime info. When the two sides run different precisions on purpose (f32 against
-    bf16), every node differs in precision and kernel name; only a different kernel at the same runtime
-    precision is then worth a mention (another ISA, as VNNI against AVX2).
-    """
-    ref, target = runtime.get("ref"), runtime.get("target")
-    if not ref or not target:
-        return ""
-    kernel_differs = ref.get("kernel") != target.get("kernel")
-    precision_differs = ref.get("precision") != target.get("precision")
-    if not (kernel_differs or precision_differs) or (not same_precision and precision_differs):
-        return ""
-    return (f"ran differently: reference {ref.get('precision')} {ref.get('kernel')}, "
-            f"target {target.get('precision')} {target.get('kernel')}")
 
 
 def _fmt(x: float) -> str:

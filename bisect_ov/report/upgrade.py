@@ -19,7 +19,8 @@ to `SCHEMA_VERSION`. The input is never changed (the steps copy what they rewrit
 
 Fields added since with a default need no step and no new version: a node's ``inside_kernel`` (the target's
 fused kernel its tensor exists only inside) is absent from reports saved before it, and reads as null
-(unknown, taken as stored); the role ``internal`` is a new value of a string field.
+(unknown, taken as stored); the role ``internal`` is a new value of a string field; each side's
+``openvino_version`` (`DeviceInfo`) reads as empty (unknown) in reports saved before the sides recorded it.
 
 Assumes the dict came from JSON (plain dicts, lists, strings and numbers); what is not the shape a step
 expects is left alone for the codec to refuse with the field's name.

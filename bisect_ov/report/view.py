@@ -509,7 +509,12 @@ def footer(report: "Report") -> list[Fact]:
         facts.append(_labelled("compiles", "Compiles", ", ".join(f"{k} {v}" for k, v in report.compiles.items())))
     if report.costs:
         facts.append(_labelled("costs", "Cost per stage", "; ".join(_cost(k, c) for k, c in report.costs.items())))
-    if report.openvino_version:
+    versions = report.openvino_versions
+    if len(versions) > 1:
+        facts.append(Fact("openvino", f"OpenVINO: reference {versions['reference'].split('-')[0]}, target "
+                                      f"{versions['target'].split('-')[0]} (different releases); tolerance: "
+                                      f"{tolerance_facts(report.tolerance).text}"))
+    elif report.openvino_version:
         facts.append(Fact("openvino", f"OpenVINO {report.openvino_version.split('-')[0]}; tolerance: "
                                       f"{tolerance_facts(report.tolerance).text}"))
     return facts

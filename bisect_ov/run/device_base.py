@@ -68,7 +68,8 @@ class Device:
       when it does not apply or is unknown;
     * `can_run_pieces`: pieces of a model fed with other values can run (local errors, partitioned runs);
     * `emulated`: the numbers are an emulation on another device; `recorded`: a run played back from a file;
-      `sampled`: outputs are samples of the tensors, not whole tensors.
+      `sampled`: outputs are samples of the tensors, not whole tensors;
+    * `provides(graph)`: the tensors it has values for (None: all of them).
     """
 
     name: str = "device"
@@ -83,6 +84,14 @@ class Device:
     @property
     def can_run_pieces(self) -> bool:
         return not (self.recorded or self.sampled)
+
+    def provides(self, graph) -> frozenset | None:
+        """The tensors (`Tap`s of `graph`) this device has values for; None: every tensor of the model.
+
+        A framework side (PyTorch, ONNX Runtime) or a recording of one has values only for the nodes its run
+        matched: the comparison then compares those alone.
+        """
+        return None
 
     def compile(self, model: ov.Model, *, taps: Sequence[int] = (), fed: Sequence[int] = ()) -> Compiled:
         """Compile `model`; `taps` are the indices of outputs added only to observe intermediate tensors, `fed`

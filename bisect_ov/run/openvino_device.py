@@ -267,7 +267,7 @@ class OpenVINODevice(Device):
         return DeviceInfo(
             name=self.name, device=self.device, full_name=full, precision=used, requested_precision=requested,
             config=dict(self.config), emulated=emulated, note=note, precision_counts=counts,
-            weights=runtime.weight_precision() if used == "f32" else None,
+            weights=runtime.weight_precision() if used == "f32" else None, openvino_version=ov.get_version(),
         )
 
     def _virtual_info(self, compiled: ov.CompiledModel, runtime: RuntimeGraph, device: str) -> DeviceInfo:
@@ -300,6 +300,7 @@ class OpenVINODevice(Device):
             name=self.name, device=self.device, full_name=full, precision=used, requested_precision=requested,
             config=dict(self.config), note=note, precision_counts=runtime.precision_counts(),
             weights=runtime.weight_precision() if used == "f32" else None, execution_devices=tuple(executed),
+            openvino_version=ov.get_version(),
         )
 
 

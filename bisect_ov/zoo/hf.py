@@ -28,7 +28,8 @@ from typing import Any
 
 import openvino as ov
 
-__all__ = ["BUILDERS", "bert", "bert_large", "gpt2", "llama", "llama_config", "vit", "whisper_encoder", "export_plain"]
+__all__ = ["BUILDERS", "bert", "bert_large", "gpt2", "llama", "llama_config", "vit", "vit_module", "whisper_encoder",
+           "export_plain"]
 
 # Layers, width, heads, MLP width, vocabulary; the sequence length of the sample inputs.
 _BERT = {
@@ -200,14 +201,20 @@ def llama(size: str = "small", seed: int = 0) -> tuple[ov.Model, Meta]:
     return _convert_tokens(model, "logits", model.config.vocab_size, size, trace=False)
 
 
-def vit(size: str = "small", seed: int = 0) -> tuple[ov.Model, Meta]:
-    """Vision transformer (``ViTModel``, no pooler), traced; input ``pixel_values`` [1, 3, H, W]."""
+def vit_module(size: str = "small", seed: int = 0) -> Any:
+    """The random-init ``ViTModel`` itself (torch, eval mode), seeded: the module `vit` converts."""
     import transformers
 
-    torch = _torch()
-    torch.manual_seed(seed)
+    _torch().manual_seed(seed)
     config = transformers.ViTConfig(**_size(_VIT, size))
-    model = transformers.ViTModel(config, add_pooling_layer=False).eval()
+    return transformers.ViTModel(config, add_pooling_layer=False).eval()
+
+
+def vit(size: str = "small", seed: int = 0) -> tuple[ov.Model, Meta]:
+    """Vision transformer (``ViTModel``, no pooler), traced; input ``pixel_values`` [1, 3, H, W]."""
+    torch = _torch()
+    model = vit_module(size, seed)
+    config = model.config
     shape = [1, 3, config.image_size, config.image_size]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

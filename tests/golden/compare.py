@@ -41,6 +41,24 @@ def run_in_fresh_process(name: str, out: pathlib.Path) -> str:
     return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
 
 
+def set_name(facts: dict[str, Any]) -> str:
+    """The folder a machine's golden reports live in: its widest vector ISA with bf16 or fp16 (``avx512_fp16``,
+    ``avx512_bf16``, ``amx_bf16``) or ``avx2``/``baseline`` (the saved numbers depend on the kernels it runs)."""
+    isa = set(facts["isa"])
+    for flag in ("amx_bf16", "avx512_fp16", "avx512_bf16", "avx512f", "avx2"):
+        if flag in isa:
+            return flag
+    return "baseline"
+
+
+def saved_set(facts: dict[str, Any]) -> pathlib.Path | None:
+    """The folder of golden reports saved on a machine with exactly these facts, or None."""
+    for folder in sorted(p.parent for p in FOLDER.glob("*/machine.json")):
+        if json.loads((folder / "machine.json").read_text()) == facts:
+            return folder
+    return None
+
+
 def machine() -> dict[str, Any]:
     """What the saved numbers depend on: the OpenVINO build, the CPU plugin's capabilities, the ISA flags."""
     import openvino as ov
@@ -79,6 +97,9 @@ def normalized(report) -> dict[str, Any]:
 # Fields a schema version added that a report saved by an older one cannot hold, by that version: schema 3 gave
 # each cause its numbers (the cause's sentence, compared, holds them as written).
 _NEW_IN = {3: (("nodes", "diagnosis", "numbers"),)}
+# Fields added since with a default (no new schema version): left out of both sides when the saved report was
+# written before them, as the upgrade fills in the default rather than what the run would have recorded.
+_ADDED = (("ref", "openvino_version"), ("target", "openvino_version"))
 
 
 def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -86,7 +107,11 @@ def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, An
     from bisect_ov.report.report import Report
 
     version = saved.get("schema_version")
+    absent = [path for path in _ADDED if path[-1] not in saved.get(path[0], {})]
     saved, new = (normalized(Report.from_dict(d)) for d in (saved, new))
+    for path in absent:
+        for d in (saved, new):
+            _drop(d, path)
     for since, paths in _NEW_IN.items():
         if isinstance(version, int) and version < since:
             for path in paths:

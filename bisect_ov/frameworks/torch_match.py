@@ -1,0 +1,289 @@
+"""Matching a PyTorch eager run to the walked OpenVINO graph, by the names the PyTorch frontend gives.
+
+A traced conversion (``ov.convert_model(module, example_input=...)``) names each op after the module whose
+forward called the aten op it comes from: ``__module.encoder.layer.0.attention.output.dense/aten::linear/MatMul``
+(ops of the root module: ``aten::mean/ReduceMean``). One aten call may become several OpenVINO ops (``linear``:
+MatMul and Add), which share the label (module path, aten op); several calls of one op in one module share it
+too (the three ``aten::view`` of query, key and value), so a label alone does not say which call a node is.
+
+The eager run is recorded as `Event` s: each top-level torch call with the module it ran in, the op, which
+earlier events (or model inputs) its tensor arguments came from, and its outputs' shapes. On the OpenVINO side,
+connected nodes of one label form one *call* (`ov_calls`), whose value leaves it at an *exit*. `match_events`
+walks the events in execution order and pairs each with the unused OpenVINO call of the same label whose
+inputs come from the calls its own inputs were paired with (and of the same output shape): the query's view
+reads the query projection, the key's view the key projection. Events with no OpenVINO call (a dropout, a
+``contiguous``) and calls with no event (a Convert) are looked through, so what each reads is the nearest
+paired value upstream. `match_modules` pairs, for what that leaves, a module's output (forward hooks) with the
+one value leaving the module's ops that has its shape.
+
+Pure functions of the walked graph and the events: no torch, no OpenVINO. Assumes the events come in
+execution order, so an event's inputs come before it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.taps import Tap
+
+__all__ = ["Event", "ModuleOutput", "ov_label", "ov_calls", "normalize_op", "match_events", "match_modules",
+           "exported_label"]
+
+_TRACED = re.compile(r"^(?:__module(?:\.(?P<module>[^/]+))?/)?aten::(?P<op>[A-Za-z0-9_]+)(?:/|$)")
+_EXPORTED = re.compile(r"^(?P<call>[A-Za-z_][A-Za-z0-9_]*)/aten\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?(?:/|$)")
+# What torch calls an op in Python against what a trace records (normalised: no leading or trailing '_').
+_ALIASES = {
+    "conv1d": ("convolution",), "conv2d": ("convolution",), "conv3d": ("convolution",),
+    "conv_transpose1d": ("convolution",), "conv_transpose2d": ("convolution",), "iadd": ("add",),
+    "radd": ("add",), "rmul": ("mul",), "imul": ("mul",), "truediv": ("div",), "rtruediv": ("div",),
+    "isub": ("sub",), "floordiv": ("floor_divide",), "rpow": ("pow",), "matmul": ("matmul",),
+    "getitem": ("slice", "select", "index", "unsqueeze"), "max_pool2d": ("max_pool2d", "max_pool2d_with_indices"),
+    "avg_pool2d": ("avg_pool2d",), "softmax": ("softmax",), "log_softmax": ("log_softmax",),
+}
+
+# A value of the eager run: ("event", event index, output index) or ("input", position).
+Ref = tuple
+
+
+@dataclass(frozen=True)
+class Event:
+    """One top-level torch call of the eager run: where it ran, what it read, what it made."""
+
+    index: int
+    module: str  # module path ("" for the root module)
+    op: str  # the torch function's name (``linear``, ``__add__``, ``view``)
+    inputs: tuple[Ref, ...]  # the recorded values its tensor arguments are
+    shapes: tuple[tuple[int, ...], ...]  # of its tensor outputs
+
+
+@dataclass(frozen=True)
+class ModuleOutput:
+    """One output tensor of one module call (a forward hook), and the recorded value it is."""
+
+    call: int  # the module call's position among all module calls
+    module: str
+    position: int
+    value: Ref
+    shape: tuple[int, ...]
+
+
+def normalize_op(name: str) -> str:
+    """An op name without leading or trailing underscores: ``__add__`` -> ``add``, ``_convolution`` -> ``convolution``."""
+    return name.strip("_")
+
+
+def _names_for(op: str) -> tuple[str, ...]:
+    op = normalize_op(op)
+    return _ALIASES.get(op, (op,))
+
+
+def ov_label(name: str) -> tuple[str, str] | None:
+    """(module path, aten op) of a traced-conversion op name, or None.
+
+    >>> ov_label("__module.encoder.layer.0.output.dense/aten::linear/MatMul")
+    ('encoder.layer.0.output.dense', 'linear')
+    >>> ov_label("aten::mean/ReduceMean")
+    ('', 'mean')
+    >>> ov_label("conv2_1/Add") is None
+    True
+    """
+    m = _TRACED.match(name)
+    if m is None:
+        return None
+    return m["module"] or "", normalize_op(m["op"])
+
+
+def exported_label(name: str) -> str | None:
+    """The ``torch.export`` graph node an op comes from (``linear_6/aten.linear.default/MatMul`` -> ``linear_6``)."""
+    m = _EXPORTED.match(name)
+    return m["call"] if m else None
+
+
+@dataclass(frozen=True)
+class OVCall:
+    """Connected OpenVINO ops of one label: one aten call, as far as the names tell."""
+
+    label: tuple[str, str]
+    members: tuple[str, ...]  # keys, topological order
+    exits: tuple[Tap, ...]  # values read outside the call (or model outputs)
+    inputs: tuple[tuple[str, int], ...]  # values it reads from outside
+
+
+def ov_calls(graph: ModelGraph) -> list[OVCall]:
+    """The traced-name calls of `graph` (see the module docstring), in topological order."""
+    labels = {n.key: ov_label(n.name) for n in graph.candidates()}
+    parent = {k: k for k, v in labels.items() if v is not None}
+
+    def root(k: str) -> str:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for key in parent:
+        for src, _ in graph.data_inputs(key):
+            if src in parent and labels[src] == labels[key]:
+                a, b = root(src), root(key)
+                if a != b:
+                    parent[max(a, b, key=lambda k: graph[k].index)] = min(a, b, key=lambda k: graph[k].index)
+    groups: dict[str, list[str]] = {}
+    for key in graph.order:
+        if key in parent:
+            groups.setdefault(root(key), []).append(key)
+    readers: dict[tuple[str, int], list[str]] = {}
+    for node in graph:
+        for source in node.inputs:
+            readers.setdefault(source, []).append(node.key)
+    calls = []
+    for members in groups.values():
+        inside = set(members)
+        exits = [Tap(k, t.port) for k in members for t in graph[k].outputs
+                 if any(r not in inside for r in readers.get((k, t.port), ()))]
+        inputs = [(s, p) for k in members for s, p in graph.data_inputs(k) if s not in inside]
+        label = labels[members[0]]
+        assert label is not None
+        calls.append(OVCall(label, tuple(members), tuple(exits), tuple(dict.fromkeys(inputs))))
+    return calls
+
+
+def _shape_fits(shape: tuple[int, ...] | None, wanted: tuple[int, ...]) -> bool:
+    return shape is None or tuple(shape) == tuple(wanted)
+
+
+def match_events(graph: ModelGraph, events: Sequence[Event], shapes: Mapping[Tap, tuple[int, ...]]
+                 ) -> tuple[dict[Tap, Ref], set[str]]:
+    """Pair the eager run's events with the graph's traced-name calls (see the module docstring).
+
+    Parameters
+    ----------
+    graph
+        The walked OpenVINO model.
+    events
+        The eager run, in execution order.
+    shapes
+        The graph's tensor shapes for the inputs the events were recorded with (unknown ones are not checked).
+
+    Returns
+    -------
+    tuple of (dict, set)
+        OpenVINO tap -> the event output it is (``("event", i, j)``), and the keys of every node inside a
+        paired call (what the comparison covers through the call's exit).
+    """
+    calls = ov_calls(graph)
+    call_of = {k: i for i, c in enumerate(calls) for k in c.members}
+    by_label: dict[tuple[str, str], list[int]] = {}
+    for i, c in enumerate(calls):
+        by_label.setdefault(c.label, []).append(i)
+    paired_call: dict[int, int] = {}  # OV call -> event
+    paired_event: dict[int, int] = {}  # event -> OV call
+    event_at = {e.index: e for e in events}
+
+    def ov_rep(src: str, port: int, memo: dict) -> frozenset:
+        if (src, port) in memo:
+            return memo[(src, port)]
+        memo[(src, port)] = frozenset()  # a cycle cannot happen in a DAG; this only guards the recursion
+        node = graph[src]
+        if node.kind == "parameter":
+            found: frozenset = frozenset({("input", graph.parameter_position[src])})
+        elif node.kind != "compute":
+            found = frozenset()
+        elif src in call_of and call_of[src] in paired_call:
+            found = frozenset({("call", call_of[src])})
+        elif src in call_of:
+            found = frozenset().union(*(ov_rep(s, p, memo) for s, p in calls[call_of[src]].inputs))
+        else:
+            found = frozenset().union(*(ov_rep(s, p, memo) for s, p in graph.data_inputs(src)))
+        memo[(src, port)] = found
+        return found
+
+    def torch_rep(ref: Ref, memo: dict) -> frozenset:
+        if ref[0] == "input":
+            return frozenset({ref})
+        index = ref[1]
+        if index in memo:
+            return memo[index]
+        if index in paired_event:
+            found: frozenset = frozenset({("call", paired_event[index])})
+        else:
+            event = event_at.get(index)
+            found = frozenset().union(*(torch_rep(r, memo) for r in event.inputs)) if event is not None else frozenset()
+        memo[index] = found
+        return found
+
+    taps: dict[Tap, Ref] = {}
+    for event in events:
+        if not event.shapes:
+            continue
+        options = [i for name in _names_for(event.op) for i in by_label.get((event.module, name), ())
+                   if i not in paired_call]
+        if not options:
+            continue
+        wanted = frozenset().union(*(torch_rep(r, {}) for r in event.inputs))
+        memo: dict = {}
+        for i in sorted(options, key=lambda i: graph[calls[i].members[0]].index):
+            call = calls[i]
+            have = frozenset().union(*(ov_rep(s, p, memo) for s, p in call.inputs))
+            if have != wanted:
+                continue
+            pairs = _pair_outputs(call, event, shapes)
+            if pairs is None:
+                continue
+            paired_call[i] = event.index
+            paired_event[event.index] = i
+            for tap, j in pairs:
+                taps[tap] = ("event", event.index, j)
+            break
+    covered = {k for i in paired_call for k in calls[i].members}
+    return taps, covered
+
+
+def _pair_outputs(call: OVCall, event: Event, shapes: Mapping[Tap, tuple[int, ...]]) -> list[tuple[Tap, int]] | None:
+    """The call's exits paired with the event's outputs by shape; None when an output finds no exit."""
+    exits = list(call.exits)
+    if not exits:
+        return None
+    pairs: list[tuple[Tap, int]] = []
+    used: set[Tap] = set()
+    for j, shape in enumerate(event.shapes):
+        fitting = [t for t in exits if t not in used and _shape_fits(shapes.get(t), shape)]
+        if not fitting:
+            if len(event.shapes) == 1:
+                return None
+            continue
+        # One output and several exits of its shape: the call's last value is the one it hands on.
+        tap = fitting[-1] if len(event.shapes) == 1 else fitting[0]
+        used.add(tap)
+        pairs.append((tap, j))
+    return pairs or None
+
+
+def match_modules(graph: ModelGraph, outputs: Sequence[ModuleOutput], taken: Mapping[Tap, Ref],
+                  shapes: Mapping[Tap, tuple[int, ...]]) -> dict[Tap, Ref]:
+    """Module outputs whose value no paired call holds, paired with the one value leaving the module's ops
+    (nodes whose label's module path is the module or inside it) that has the output's shape."""
+    labels = {n.key: ov_label(n.name) for n in graph.candidates()}
+    readers: dict[str, list[str]] = {}
+    for node in graph:
+        for src, _ in node.inputs:
+            readers.setdefault(src, []).append(node.key)
+    held = set(taken.values())
+    found: dict[Tap, Ref] = {}
+    done: set[str] = set()
+    for out in outputs:
+        if out.value in held or (out.module, out.position) in done:
+            continue
+        done.add((out.module, out.position))  # type: ignore[arg-type]
+        prefix = out.module + "."
+        inside = {k for k, v in labels.items() if v is not None and (v[0] == out.module or v[0].startswith(prefix))}
+        if not out.module or not inside:
+            continue
+        exits = [Tap(k, t.port) for k in inside for t in graph[k].outputs
+                 if any(r not in inside for r in readers.get(k, ()))
+                 and _shape_fits(shapes.get(Tap(k, t.port)), out.shape) and shapes.get(Tap(k, t.port)) is not None]
+        exits = [t for t in exits if t not in taken and t not in found]
+        if len(exits) == 1:
+            found[exits[0]] = out.value
+    return found

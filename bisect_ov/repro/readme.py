@@ -1,0 +1,114 @@
+"""The README of a reproducer folder: what diverges, on which devices, precisions and OpenVINO versions, the
+figures seen in the whole model and in the piece alone, and, for an anonymized piece, what was replaced.
+
+An anonymized reproducer's README names no op of the model: the node is described by its type alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from bisect_ov.core.records import Repro
+
+__all__ = ["readme"]
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.2e}" if math.isfinite(x) else str(x)
+
+
+def _side_line(spec: dict) -> str:
+    config = ", ".join(f"{k}={v}" for k, v in spec["config"].items()) or "default properties"
+    where = f" ({spec['full_name']})" if spec.get("full_name") else ""
+    line = f"{spec['device']}{where}, {config}; ran {spec['precision']}"
+    if spec["emulated"]:
+        acc = (f", reductions accumulating in {spec['emulated']} over {spec['lanes']} lane(s) (a Loop)"
+               if spec.get("lanes") else "")
+        line += (f"; emulated: the CPU in f32 with every tensor rounded to {spec['emulated']} between ops{acc}, "
+                 f"written in opset arithmetic ({spec['model']}); on another device run.py runs {spec['model_elsewhere']}")
+    if not spec["runnable"]:
+        line += f"; a recorded run ({spec.get('recorded', '')}): its recorded values are expected.npz, run.py does not run it"
+    return line
+
+
+def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pieces: Sequence[Any]) -> str:
+    """The README.md text of the folder `record` describes."""
+    hidden = record.anonymized
+    what = record.op_type if hidden else f"{record.op_type} '{record.node}'"
+    ref_version, target_version = ref_spec.get("openvino") or "", target_spec.get("openvino") or ""
+    lines = [
+        f"# Reproducer: {what} diverges on {target_spec['label']} against {ref_spec['label']}",
+        "",
+        "Run it with only OpenVINO and numpy installed (`pip install openvino numpy`):",
+        "",
+        "```",
+        "python run.py                # the devices below; exit code 1 when the divergence reproduces",
+        "python run.py --target GPU   # another target device, with its default properties",
+        "```",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| reference | {report.ref.label}: {_side_line(ref_spec)} |",
+        f"| target | {report.target.label}: {_side_line(target_spec)} |",
+    ]
+    if ref_version and target_version and ref_version != target_version:
+        lines.append(f"| OpenVINO | reference {ref_version}, target {target_version}: the sides ran different "
+                     "releases |")
+    else:
+        lines.append(f"| OpenVINO | {target_version or report.openvino_version} |")
+    first = report.first_divergence
+    role = "first divergence" if first is not None and first.name == record.node else "node asked for"
+    lines += [
+        f"| the node | {what}, the {role} of {'the model' if hidden else repr(report.model)} "
+        f"({len(report.nodes)} nodes compared) |",
+        f"| metric, tolerance | {report.metric}, {_fmt(record.tolerance)} |",
+        f"| its local error in the run (alone on the target, fed the reference's inputs) | {_fmt(record.local_error)} |",
+        f"| this piece on the target | {_fmt(record.anonymized_error if hidden else record.error)} "
+        f"(reproduces: over the tolerance and within {record.factor:g}x of the local error) |",
+        f"| the piece | {_piece_line(record, pieces, hidden)} |",
+        "",
+        "## Files",
+        "",
+        "* `piece.xml`/`piece.bin`: the piece as OpenVINO IR, weights in f32; its inputs are `in0`, `in1`, ... (the "
+        "tensors it reads, with the reference's values) and `model_input<i>` (the model's own inputs a shape "
+        "computation reads); its outputs `out0`, ...",
+    ]
+    if "target_piece.xml" in record.files:
+        lines.append("* `target_piece.xml`/`.bin`: the same piece of the target's own model (a second model: a "
+                     "quantized twin, the model after a change), fed the same values.")
+    if any(f.endswith("_emulated.xml") for f in record.files):
+        lines.append("* `*_emulated.xml`: the emulated side's piece with the rounding written in opset arithmetic.")
+    lines += [
+        "* `inputs.npz`: the values fed, by input name; `expected.npz`: the reference's values of the outputs"
+        + (" (the reference run on this piece)." if hidden else " (in the whole model)."),
+        "* `repro.json`: devices, properties, tolerance, which inputs and outputs the target stores in its "
+        "activation precision (run.py hands them over in it, as the whole model did); `run.py`: the script.",
+    ]
+    if record.anonymize_tried:
+        lines += ["", "## Anonymization", ""]
+        if hidden:
+            lines.append("Every weight (floating constants of two or more values, integer weights read by a Convert) "
+                         "was replaced by seeded normal values of the same shape, dtype, mean and standard deviation; "
+                         "every op was renamed after its type and position and its runtime info cleared. The "
+                         f"replaced piece still reproduces: {_fmt(record.anonymized_error)} on the target (the "
+                         f"original piece: {_fmt(record.error)}).")
+        else:
+            lines.append("Replacing the weights was tried and the replaced piece did NOT reproduce, so this folder "
+                         "holds the model's own weights and names: do not share it where the model must stay private.")
+    if record.notes:
+        lines += ["", "## Notes", ""] + [f"* {n}" for n in record.notes]
+    lines += ["", "Written by bisect_ov (`report.repro(folder)` or `bisect-ov repro`)."]
+    return "\n".join(lines) + "\n"
+
+
+def _piece_line(record: Repro, pieces: Sequence[Any], hidden: bool) -> str:
+    size = len(record.nodes)
+    names = "" if hidden else ": " + ", ".join(f"'{n}'" for n in record.nodes[:8]) + (" ..." if size > 8 else "")
+    if record.grown == 0:
+        return f"{size} node(s), the node's fused group{names}"
+    tried = "; ".join(f"{len(p.keys)} node(s): {_fmt(e)}" for p, e in zip(pieces, record.attempts))
+    return (f"{size} node(s){names}. The fused group alone did not reproduce: the piece grew {record.grown} step(s) "
+            f"upstream ({tried})")

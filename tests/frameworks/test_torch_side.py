@@ -1,0 +1,153 @@
+"""PyTorch eager as a side: a zoo ViT against its own module, conversion defects edited into the converted model,
+float64 truth on a cancellation, recorded torch runs, and the inputs a PyTorch side refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import openvino as ov  # noqa: E402
+import openvino.opset13 as ops  # noqa: E402
+
+from bisect_ov import bisect  # noqa: E402
+from bisect_ov.core.errors import InputError  # noqa: E402
+from bisect_ov.frameworks import Torch  # noqa: E402
+from tests.zoo.conftest import needs_zoo, zoo_inputs, zoo_model  # noqa: E402
+
+pytestmark = [pytest.mark.zoo, needs_zoo]
+
+FAST = dict(progress=False, noise=False, impact=0)
+
+
+@pytest.fixture(scope="module")
+def vit():
+    """The zoo's small ViT: the cached converted model, its module (same seed, same weights) and inputs."""
+    from bisect_ov.zoo.hf import vit_module
+
+    return zoo_model("vit"), vit_module("small", 0), zoo_inputs("vit")
+
+
+def _edit(model: ov.Model, name: str, change) -> ov.Model:
+    """A copy of `model` whose op `name` is replaced by `change(op)` (a conversion defect, simulated)."""
+    clone = model.clone()
+    op = next(o for o in clone.get_ordered_ops() if o.get_friendly_name() == name)
+    new = change(op)
+    new.set_friendly_name(name)
+    for target in op.output(0).get_target_inputs():
+        target.replace_source_output(new.output(0))
+    return clone
+
+
+def test_vit_against_its_module_agrees_and_reports_coverage(vit):
+    model, module, inputs = vit
+    report = bisect(model, ref=Torch(module), target="CPU:f32", inputs=inputs, **FAST)
+    assert report.first_divergence is None and not report.diverges
+    (match,) = report.frameworks
+    assert (match.role, match.framework, match.dtype) == ("ref", "torch", "f32")
+    # Every compute node of the traced ViT has a value of the eager run (query, key and value told apart).
+    assert match.coverage == 1.0 and match.unmatched == () and match.by_kind.get("aten", 0) > 30
+    assert "46 of the model's 46 compute nodes" in report.to_text() or match.matched == match.compute_nodes
+    assert report.ref.precision == "f32" and report.ref.name == "torch"
+
+
+@pytest.mark.parametrize("defect", ["scaled weight", "gelu as tanh"])
+def test_conversion_defect_is_named_at_its_node_with_the_module_path(vit, defect):
+    model, module, inputs = vit
+    if defect == "scaled weight":
+        name = "__module.encoder.layer.1.attention.attention.value/aten::linear/MatMul"
+
+        def change(op):
+            weight = op.input_value(1).get_node()
+            data = np.array(weight.get_data()) * 1.01
+            return ops.matmul(op.input_value(0), ops.constant(data.astype(np.float32)), *_transposes(op))
+    else:
+        name = "__module.encoder.layer.0.intermediate.intermediate_act_fn/aten::gelu/Gelu"
+
+        def change(op):
+            return ops.gelu(op.input_value(0), approximation_mode="tanh")
+    broken = _edit(model, name, change)
+    report = bisect(broken, ref=module, target="CPU:f32", inputs=inputs, **FAST)
+    first = report.first_divergence
+    assert first is not None and first.name == name, report.to_text()
+    assert report.nodes_in(name.split("/")[0][len("__module."):])
+
+
+def _transposes(op) -> tuple[bool, bool]:
+    attributes = op.get_attributes()
+    return bool(attributes.get("transpose_a", False)), bool(attributes.get("transpose_b", False))
+
+
+class _Offset(torch.nn.Module):
+    """x - mean(x) on data 1000 away from zero: f32 rounds the offset, the subtraction magnifies it."""
+
+    def forward(self, x):
+        y = x + 1000.0
+        return (y - y.mean(dim=-1, keepdim=True)) * 2.0
+
+
+def test_float64_truth_says_the_f32_reference_is_the_imprecise_side():
+    x = np.random.default_rng(0).standard_normal((4, 256)).astype(np.float32)
+    report = bisect(None, ref=_Offset().eval(), target="CPU:f32", inputs=[x], truth="f64", **FAST)
+    first = report.first_divergence
+    assert first is not None  # the two f32 runs disagree far beyond f32's tolerance
+    truth = report.truth
+    assert truth is not None and truth.side == "torch/f64" and truth.compared >= 1
+    ref_error, target_error = first.truth_errors
+    assert ref_error > first.tolerance  # the reference itself is far from float64
+    assert first.key in truth.imprecise_ref and first.key not in truth.target_off
+    assert "the f32 reference is itself the imprecise side" in report.to_text()
+
+
+def test_float64_truth_blames_the_target_for_a_real_defect():
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    module = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()).eval()
+    model = ov.convert_model(module, example_input=torch.from_numpy(x))
+    name = next(o.get_friendly_name() for o in model.get_ordered_ops() if o.get_type_name() == "Tanh")
+    broken = _edit(model, name, lambda op: ops.multiply(ops.tanh(op.input_value(0)), ops.constant(np.float32(1.001))))
+    report = bisect(broken, ref=Torch(module), target="CPU:f32", inputs=[x], truth=Torch(module, dtype="f64"), **FAST)
+    assert report.first_divergence is not None and report.first_divergence.name == name
+    assert report.truth.target_off == (report.first_divergence.key,) and report.truth.closer == "ref"
+
+
+def test_recorded_torch_run_replays_as_the_reference(tmp_path, vit):
+    from bisect_ov import record
+
+    model, module, inputs = vit
+    path = record(model, Torch(module), inputs, tmp_path / "torch.npz")
+    live = bisect(model, ref=Torch(module), target="CPU:f32", inputs=inputs, **FAST)
+    replayed = bisect(model, ref=f"capture:{path}", target="CPU:f32", **FAST)
+    assert [n.name for n in replayed.nodes] == [n.name for n in live.nodes]
+    assert [n.error for n in replayed.nodes] == pytest.approx([n.error for n in live.nodes], rel=1e-6, abs=1e-12)
+
+
+class _Two(torch.nn.Module):
+    def forward(self, x):
+        return x * 2.0, x + 1.0
+
+
+def test_a_module_with_other_outputs_is_refused_saying_what_differs():
+    x = np.ones((2, 4), np.float32)
+    model = ov.convert_model(torch.nn.Tanh(), example_input=torch.from_numpy(x))
+    with pytest.raises(InputError, match=r"gives 2 output\(s\) but the OpenVINO model has 1"):
+        bisect(model, ref=_Two(), target="CPU:f32", inputs=[x], **FAST)
+    wider = torch.nn.Linear(4, 3).eval()
+    other = ov.convert_model(torch.nn.Linear(4, 5).eval(), example_input=torch.from_numpy(x))
+    with pytest.raises(InputError, match=r"shape \[2, 3\] in the module.*\[2, 5\] in the OpenVINO model"):
+        bisect(other, ref=wider, target="CPU:f32", inputs=[x], **FAST)
+
+
+def test_inputs_the_module_rejects_surface_its_error():
+    module = torch.nn.Linear(4, 3).eval()
+    model = ov.convert_model(torch.nn.Tanh(), example_input=torch.ones(2, 5))
+    with pytest.raises(InputError, match="rejected the inputs.*RuntimeError"):
+        bisect(model, ref=module, target="CPU:f32", inputs=[np.ones((2, 5), np.float32)], **FAST)
+
+
+def test_modules_off_the_cpu_or_in_training_are_refused():
+    with pytest.raises(InputError, match="parameters are on meta.*CPU copy"):
+        Torch(torch.nn.Linear(4, 3, device="meta"))
+    with pytest.raises(InputError, match="training mode.*module.eval"):
+        Torch(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Dropout(0.1)))
