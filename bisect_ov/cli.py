@@ -1,36 +1,58 @@
 """The `bisect-ov` command line: argument parsing and printing only; the work is in `bisect_ov.pipeline.api`.
 
 Exit codes (`EXIT_CODES`, shown by ``--help``): 0 nothing diverges, 1 something diverges, 2 an error reported on
-one line (a bad flag, file, model, device or option; a device that failed), 130 interrupted.
-``bisect-ov demo`` runs the whole job on a built-in example model and needs nothing else; it exits 0 when it
-ran (its model diverges by design).
+one line (a bad flag, file, model, device or option; a device that failed), 130 interrupted, 141 the reader of
+the output went away. ``bisect-ov demo`` runs the whole job on a built-in example model and needs nothing else;
+it exits 0 when it ran (its model diverges by design).
+
+Output: the report's text on stdout (on stderr when stdout carries the JSON or the HTML page, ``--json -``),
+errors on one line on stderr. A reader that goes away (``| head -1``) ends the text, not the job: the files
+asked for are still written, and the exit code is 141, what a shell reports for a command SIGPIPE ended
+(`bisect_ov.core.console.Console`). Ctrl-C, wherever it lands (in a compile too: OpenVINO hands an interrupted Python callback back as
+an error, `bisect_ov.core.errors.interrupted`), ends with "interrupted" and 130; files are only ever written
+whole (`bisect_ov.core.fileio`). Diagnostics go through the ``bisect_ov`` logger: warnings on stderr, ``-v``
+adds progress (each stage's cost), ``-vv`` every compile, ``--log-file`` appends everything to a file.
+
+Assumes the parsers are built per call (``main`` is re-entrant: tests call it in-process); imports at module
+level stay light, so that a Ctrl-C right after start still lands in ``main``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import contextlib
+import logging
 import pathlib
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
-from bisect_ov.core.errors import BisectError, InputError
-from bisect_ov.report.text import printable
+from bisect_ov.core.console import Console, to_null
+from bisect_ov.core.errors import BisectError, InputError, interrupted
 
 if TYPE_CHECKING:
     from bisect_ov.pipeline.options import BisectOptions
     from bisect_ov.report.report import Report
 
 __all__ = ["main", "build_parser", "build_demo_parser", "build_capture_parser", "build_repro_parser", "option_flags",
-           "versions", "EXIT_CODES"]
+           "versions", "EXIT_CODES", "Console"]
 
-EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_READER_GONE = 0, 1, 2, 130, 141
 EXIT_CODES = """exit codes:
   0    nothing diverges (demo and capture: the run completed)
   1    something diverges
   2    an error reported on one line: a bad flag, file, model, device name or option, or a device that
        failed to compile or run
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C); no file is left half-written
+  141  the reader of the output went away (a closed pipe, as with '| head -1'): the rest of the text is
+       dropped, the files asked for are still written"""
+log = logging.getLogger(__name__)
+
+
+def printable(text: str, *, keep: str = "") -> str:
+    """`bisect_ov.report.text.printable`, imported when first needed (it imports the report's view)."""
+    from bisect_ov.report.text import printable as escaped
+
+    return escaped(text, keep=keep)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,7 +89,7 @@ class _Version(argparse.Action):
                          help="print bisect_ov's version and OpenVINO's, and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, namespace, values, option_string=None) -> NoReturn:
-        print(versions())
+        Console().say(versions())
         parser.exit(EXIT_OK)
 
 
@@ -105,6 +127,14 @@ def option_flags(groups: Mapping[str, Any]) -> None:
                            **extra)
 
 
+def _diagnostics(group: Any) -> None:
+    """``-v`` and ``--log-file``, in `group` (every command has them)."""
+    group.add_argument("-v", "--verbose", action="count", default=0,
+                       help="more diagnostics on stderr: -v each stage's time and cost, -vv every compile")
+    group.add_argument("--log-file", type=pathlib.Path, metavar="FILE",
+                       help="append every diagnostic (debug level, with timestamps) and the full text of an error to FILE")
+
+
 def _common(parser: argparse.ArgumentParser, *, compare: bool) -> None:
     """The flags of a comparison (``bisect-ov MODEL`` when `compare`, ``bisect-ov demo`` otherwise), grouped by
     concern as `BisectOptions` groups its fields."""
@@ -120,16 +150,20 @@ def _common(parser: argparse.ArgumentParser, *, compare: bool) -> None:
                              help="a second model (e.g. the int8 twin) run on the target, matched by name")
         samples.add_argument("--input", action="append", type=_key_value, default=[], metavar="NAME=FILE.npy",
                              help="value of one input (repeatable)")
-        samples.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz",
-                             help="values of all inputs, one array per name")
+        samples.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz|FOLDER",
+                             help="values of all inputs: an .npz with one array per input name (or an .npy for a "
+                                  "single input), or a folder of such files, one sample each")
     output.add_argument("--top", type=int, default=10, help="culprits to print (default 10)")
     output.add_argument("--width", type=int, default=120, help="text width of the printed report (default 120)")
-    output.add_argument("--json", type=pathlib.Path, help="write the report as JSON to this path")
-    output.add_argument("--html", type=pathlib.Path, help="write a standalone HTML report to this path")
+    output.add_argument("--json", type=pathlib.Path, metavar="FILE",
+                        help="write the report as JSON to FILE ('-': to stdout, the text then going to stderr)")
+    output.add_argument("--html", type=pathlib.Path, metavar="FILE",
+                        help="write a standalone HTML report to FILE ('-': to stdout, the text then going to stderr)")
     output.add_argument("--ignored-scope", type=pathlib.Path, metavar="OUT.json",
                         help='with --fix, write the nodes to keep as JSON {"names": [...]}, the arguments of '
                              "nncf.IgnoredScope (for a twin quantized with NNCF)")
     option_flags(groups)
+    _diagnostics(output)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,7 +196,9 @@ def build_capture_parser() -> argparse.ArgumentParser:
         prog="bisect-ov capture",
         description="Record a run (every intermediate tensor, the inputs, what the device ran with) into one .npz "
                     "file, to compare on another machine: bisect-ov MODEL --ref capture:FILE.npz --target CPU.",
+        epilog=EXIT_CODES.replace("  1    something diverges\n", ""),
     )
+    parser.add_argument("--version", action=_Version)
     parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
     parser.add_argument("-o", "--out", type=pathlib.Path, default=pathlib.Path("capture.npz"),
                         help="file to write (default capture.npz); replaced only once complete")
@@ -178,6 +214,7 @@ def build_capture_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of the sample positions")
     parser.add_argument("--max-tap-mb", type=float, default=512.0, help="most MB of exposed tensors per compile (default 512)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    _diagnostics(parser)
     return parser
 
 
@@ -188,7 +225,8 @@ def build_repro_parser() -> argparse.ArgumentParser:
                     "piece of the model that still shows it, as IR with its input values, a run.py that needs only "
                     "OpenVINO and numpy, and a README. Verified before it is written.",
         epilog="exit codes: 0 the reproducer was written; 2 an error reported on one line (nothing diverges, a "
-               "non-empty folder without --overwrite, no piece that reproduces, ...); 130 interrupted",
+               "non-empty folder without --overwrite, no piece that reproduces, ...); 130 interrupted; 141 the reader of "
+               "the output went away",
     )
     parser.add_argument("--version", action=_Version)
     parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
@@ -206,8 +244,21 @@ def build_repro_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    console = Console()
+    try:
+        code = _main(argv, console)
+    except KeyboardInterrupt:
+        code = _interrupted(console)
+    except BrokenPipeError:  # a write outside the console (a library printing): the reader is gone all the same
+        to_null(sys.stdout)
+        console.reader_gone = True
+        code = EXIT_READER_GONE
+    return EXIT_READER_GONE if console.reader_gone else code
+
+
+def _main(argv: list[str], console: Console) -> int:
     if argv[:1] == ["--version"]:  # answered before any parser is built: it needs no OpenVINO
-        print(versions())
+        console.say(versions())
         return EXIT_OK
     command = argv[0] if argv and argv[0] in ("demo", "capture", "repro") and not pathlib.Path(argv[0]).exists() else None
     parsers = {"demo": build_demo_parser, "capture": build_capture_parser, "repro": build_repro_parser}
@@ -215,16 +266,76 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parsers[command]().parse_args(argv[1:]) if command else build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed on one line
         return int(stop.code or 0)
-    commands: dict[str | None, Callable[[argparse.Namespace], int]] = {"demo": _demo, "capture": _capture,
-                                                                       "repro": _repro}
+    commands: dict[str | None, Callable[[argparse.Namespace, Console], int]] = {"demo": _demo, "capture": _capture,
+                                                                                "repro": _repro}
     try:
-        return commands.get(command, _compare)(args)
-    except BisectError as err:
-        print(f"bisect-ov: error: {printable(str(err), keep=chr(10))}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        with _diagnostics_to(args, argv):
+            try:
+                return commands.get(command, _compare)(args, console)
+            except Exception as err:
+                if interrupted(err):  # a Ctrl-C that crossed OpenVINO's C++ as an error
+                    raise KeyboardInterrupt from err
+                if not isinstance(err, BisectError):
+                    raise
+                log.debug("The error in full:", exc_info=True)
+                console.error(f"bisect-ov: error: {printable(str(err), keep=chr(10))}")
+                return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        print("bisect-ov: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return _interrupted(console)
+    except BisectError as err:  # the log file cannot be opened
+        console.error(f"bisect-ov: error: {printable(str(err), keep=chr(10))}")
+        return EXIT_USER_ERROR
+
+
+def _interrupted(console: Console) -> int:
+    console.error("bisect-ov: interrupted")
+    return EXIT_INTERRUPTED
+
+
+class _ConsoleFormat(logging.Formatter):
+    """``bisect-ov: warning: ...`` (progress without a level), control characters escaped."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        level = "" if record.levelno == logging.INFO else record.levelname.lower() + ": "
+        return f"bisect-ov: {level}{printable(super().format(record), keep=chr(10))}"
+
+
+@contextlib.contextmanager
+def _diagnostics_to(args: argparse.Namespace, argv: Sequence[str]) -> Iterator[None]:
+    """The ``bisect_ov`` logger's records on stderr (warnings; ``-v`` progress, ``-vv`` debug) and, with
+    ``--log-file``, all of them appended to that file, while the command runs; the logger as it was after."""
+    from bisect_ov.core.fileio import check_writable
+
+    logger = logging.getLogger("bisect_ov")
+    handlers: list[logging.Handler] = []
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel({0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG))
+    console.setFormatter(_ConsoleFormat())
+    handlers.append(console)
+    if args.log_file is not None:
+        check_writable(args.log_file, what="the log file ")
+        try:
+            file = logging.FileHandler(args.log_file, mode="a", encoding="utf-8")
+        except OSError as err:
+            raise InputError(f"Cannot open the log file '{args.log_file}': {err.strerror or err}.") from err
+        file.setLevel(logging.DEBUG)
+        file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handlers.append(file)
+    saved = logger.level, logger.propagate
+    logger.setLevel(min(h.level for h in handlers))
+    logger.propagate = False  # the command's own handlers speak for it; nothing twice through the root logger
+    for handler in handlers:
+        logger.addHandler(handler)
+    try:
+        log.debug("bisect-ov %s", " ".join(argv))
+        log.debug("%s", versions().replace("\n", "; "))
+        yield
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
 
 
 def _inputs(args) -> object:
@@ -269,66 +380,74 @@ def _options(args) -> "BisectOptions":
     return BisectOptions.from_keywords(**values)
 
 
-def _check_output_path(flag: str, path: pathlib.Path | None) -> None:
-    """Refuse an output path before the run rather than after it: a missing folder, a folder, no write access."""
-    if path is None:
-        return
-    if path.is_dir():
-        raise InputError(f"{flag} '{path}' is a directory; give a file path.")
-    folder = path.parent if str(path.parent) else pathlib.Path(".")
-    if not folder.is_dir():
-        raise InputError(f"{flag} '{path}': the folder '{folder}' does not exist; create it first.")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise InputError(f"{flag} '{path}' cannot be written (no write permission); choose another path.")
-
-
 def _check_display(args) -> None:
+    from bisect_ov.core.fileio import check_writable
+
     if args.top < 0:
         raise InputError(f"--top must be 0 or more; got {args.top}.")
     if args.width < 40:
         raise InputError(f"--width must be at least 40 columns; got {args.width}.")
+    if _stdout(args.json) and _stdout(args.html):
+        raise InputError("--json - and --html - both ask for stdout: write one of them to a file.")
     for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model),
                        ("--ignored-scope", getattr(args, "ignored_scope", None))):
-        _check_output_path(flag, path)
+        if path is not None and not _stdout(path):
+            check_writable(path, what=f"{flag} ", error=InputError)
     if getattr(args, "ignored_scope", None) is not None and not args.fix:
         raise InputError("--ignored-scope writes the nodes a fix keeps: add --fix (or --fix TOL).")
 
 
-def _run(args, model, target_model=None, inputs=None) -> Report:
+def _stdout(path: pathlib.Path | None) -> bool:
+    return path is not None and str(path) == "-"
+
+
+def _run(args, console: Console, model, target_model=None, inputs=None) -> Report:
     """Run the comparison and write what was asked; returns the report."""
     from bisect_ov.pipeline.api import run
 
     _check_display(args)
     report = run(model, args.ref, args.target, inputs, _options(args), target_model=target_model)
-    print(report.to_text(top=args.top, width=args.width))
+    if _stdout(args.json) or _stdout(args.html):
+        console.text = sys.stderr  # stdout carries the file: the text must not mix with it
+    console.say(report.to_text(top=args.top, width=args.width))
     try:
         if args.json:
-            report.save(args.json)
-            print(f"\nReport written to {printable(str(args.json))}")
+            if _stdout(args.json):
+                console.data(report.to_json())
+            else:
+                report.save(args.json)
+                console.say(f"\nReport written to {printable(str(args.json))}")
         if args.html:
-            report.save_html(args.html)
-            print(f"HTML report written to {printable(str(args.html))}")
+            if _stdout(args.html):
+                from bisect_ov.report.html import render_page
+
+                console.data(render_page(report))
+            else:
+                report.save_html(args.html)
+                console.say(f"HTML report written to {printable(str(args.html))}")
         if getattr(args, "ignored_scope", None) is not None:
             import json
 
             from bisect_ov.core.fileio import write_text_atomic
 
             write_text_atomic(args.ignored_scope, json.dumps({"names": report.ignored_scope()}, indent=1) + "\n")
-            print(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "
-                  "nncf.IgnoredScope(**json.load(open(path)))")
+            console.say(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "
+                        "nncf.IgnoredScope(**json.load(open(path)))")
     except OSError as err:
+        if isinstance(err, BisectError):
+            raise
         raise InputError(f"Writing the report failed: {err.strerror or err} ('{err.filename or ''}').") from err
     return report
 
 
-def _compare(args) -> int:
+def _compare(args, console: Console) -> int:
     if args.target is None:
         args.target = "GPU"
-    report = _run(args, args.model, args.target_model, _inputs(args))
+    report = _run(args, console, args.model, args.target_model, _inputs(args))
     return EXIT_DIVERGES if report.diverges else EXIT_OK
 
 
-def _capture(args) -> int:
+def _capture(args, console: Console) -> int:
     from bisect_ov.capture import load_capture, record
 
     path = record(
@@ -338,15 +457,15 @@ def _capture(args) -> int:
     )
     with load_capture(path) as cap:
         info = cap.device_info
-        print(printable(f"Recorded {len(cap.taps)} tensors of {cap.model_label} on {info.name} "
-                        f"({info.full_name or info.device}, {info.precision}) into {path} "
-                        f"({path.stat().st_size / 1e6:.1f} MB, {cap.mode} mode)."))
-        print(printable(f"Compare on another machine: bisect-ov {args.model} --ref capture:{path} "
-                        f"--target {args.device}"))
+        console.say(printable(f"Recorded {len(cap.taps)} tensors of {cap.model_label} on {info.name} "
+                              f"({info.full_name or info.device}, {info.precision}) into {path} "
+                              f"({path.stat().st_size / 1e6:.1f} MB, {cap.mode} mode)."))
+        console.say(printable(f"Compare on another machine: bisect-ov {args.model} --ref capture:{path} "
+                              f"--target {args.device}"))
     return EXIT_OK
 
 
-def _repro(args) -> int:
+def _repro(args, console: Console) -> int:
     from bisect_ov.pipeline.api import run
     from bisect_ov.repro.write import check_folder
 
@@ -357,28 +476,38 @@ def _repro(args) -> int:
     _check_display(args)
     check_folder(args.out, args.overwrite)  # refused before the run, not after it
     report = run(args.model, args.ref, args.target, _inputs(args), _options(args), target_model=args.target_model)
-    print(report.to_text(top=args.top, width=args.width))
-    if args.json:
+    if _stdout(args.json) or _stdout(args.html):
+        console.text = sys.stderr
+    console.say(report.to_text(top=args.top, width=args.width))
+    if _stdout(args.json):
+        console.data(report.to_json())
+    elif args.json:
         report.save(args.json)
     written = report.repro(args.out, node=args.node, anonymize=args.anonymize, overwrite=args.overwrite,
                            max_nodes=args.max_nodes)
     grown = f", grown {written.grown} step(s) upstream" if written.grown else ""
     anonymized = ("; anonymized" if written.anonymized else
                   "; anonymizing did not reproduce: it holds the model's own weights") if written.anonymize_tried else ""
-    print(printable(f"\nReproducer of '{written.node}' ({written.op_type}, {len(written.nodes)} node(s){grown}) written "
-                    f"to {written.folder}: {report.metric} {written.error:.2e} on the target against the local error "
-                    f"{written.local_error:.2e} (tolerance {written.tolerance:.2e}){anonymized}. Run: python "
-                    f"{pathlib.Path(written.folder) / 'run.py'}"))
+    console.say(printable(f"\nReproducer of '{written.node}' ({written.op_type}, {len(written.nodes)} node(s){grown}) "
+                          f"written to {written.folder}: {report.metric} {written.error:.2e} on the target against the "
+                          f"local error {written.local_error:.2e} (tolerance {written.tolerance:.2e}){anonymized}. Run: "
+                          f"python {pathlib.Path(written.folder) / 'run.py'}"))
     return EXIT_OK
 
 
-def _demo(args) -> int:
+def _demo(args, console: Console) -> int:
     from bisect_ov.zoo.synthetic import demo
 
     if args.target is None:
         args.target = "EMU:f16"
-    print(printable(f"Demo: the built-in example model, {args.ref} (f32) against {args.target}.") + "\n")
-    _run(args, demo())
+    _check_display(args)
+    if _stdout(args.json) or _stdout(args.html):
+        console.text = sys.stderr
+    import textwrap
+
+    header = printable(f"Demo: the built-in example model, {args.ref} (f32) against {args.target}.")
+    console.say("\n".join(textwrap.wrap(header, args.width, subsequent_indent="    ")) + "\n")
+    _run(args, console, demo())
     # The demo diverges by design: having shown it, it succeeded (exit codes 1/0 are for real comparisons).
     return EXIT_OK
 

@@ -8,7 +8,8 @@ user needed to see that the value was saturated or computed in floating point, a
 Here `synthetic.int_conv()` (i8 input -> Convert to f32 -> 1x1 Convolution -> Convert to i32) runs on the CPU in
 f32 against emulated f16 (saturation: the convolution overflows the f16 range), against the CPU's real bf16
 where the CPU has it (computed in floating point, off by 97,177), and against CPU:f32, where both sides agree
-but the report notes that the reference itself is off by 1,927 from the exact integer result.
+but the report notes that the reference itself is off by 1,927 (on an AVX-512 Xeon; the f32 kernel's
+accumulation order differs between CPUs) from the exact integer result.
 
 Run from the repository root: ``python examples/case4_int_conv.py``.
 """

@@ -1,7 +1,9 @@
-"""Shared fixtures: tiny models built in code, and the bf16 capability check.
+"""Shared fixtures: tiny models built in code, and what the CPU plugin here runs.
 
 Tests that need a CPU whose OpenVINO plugin runs bf16 use the `needs_bf16` marker and are skipped with a
-reason elsewhere; everything else runs on any x86 CPU.
+reason elsewhere; everything else runs on any x86 CPU. What ``CPU:f16`` and plain ``CPU`` run differs between
+CPUs (f16 needs AVX512_FP16 or AMX_FP16, bf16 AVX512_BF16 or AMX): tests read it from the plugin
+(`cpu_f16_precision`, `cpu_bf16_precision`, `cpu_default_precision`) instead of assuming this machine's answer.
 """
 
 from __future__ import annotations
@@ -16,8 +18,34 @@ import pytest
 from openvino import opset13 as ops
 
 from bisect_ov.run.devices import OpenVINODevice, cpu_supports_bf16
+from bisect_ov.run.openvino_device import capabilities
 
 needs_bf16 = pytest.mark.skipif(not cpu_supports_bf16(), reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
+
+
+def cpu_f16_precision(caps: list[str] | None = None) -> str:
+    """What ``CPU:f16`` runs with the CPU plugin's `caps` (``OPTIMIZATION_CAPABILITIES``; default: this CPU's):
+    f16 where it lists FP16, else bf16 where it lists BF16 (the plugin's fallback), else f32."""
+    caps = capabilities("CPU") if caps is None else caps
+    return "f16" if "FP16" in caps else "bf16" if "BF16" in caps else "f32"
+
+
+def cpu_bf16_precision(caps: list[str] | None = None) -> str:
+    """What ``CPU:bf16`` runs with the CPU plugin's `caps` (default: this CPU's): bf16 where it lists BF16, else
+    f32 (the plugin's fallback)."""
+    caps = capabilities("CPU") if caps is None else caps
+    return "bf16" if "BF16" in caps else "f32"
+
+
+def cpu_default_precision() -> str:
+    """The precision plain ``CPU`` runs here: the plugin's default ``INFERENCE_PRECISION_HINT``."""
+    hint = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    name = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(name, name)
+
+
+default_bf16 = pytest.mark.skipif(cpu_default_precision() != "bf16",
+                                  reason="plain CPU does not run bf16 here (its default INFERENCE_PRECISION_HINT)")
 
 
 def tiny_chain(depth: int = 4, width: int = 8, seed: int = 0) -> ov.Model:

@@ -57,7 +57,7 @@ def test_report_round_trips_through_json(tmp_path):
     model = tiny_chain()
     report = bisect(model, "CPU", F32, target_model=inject_fault(model, "tanh1", "nan"), progress=False)
     path = report.save(tmp_path / "r.json")
-    data = json.loads(path.read_text())  # plain JSON: no NaN/Infinity literals
+    data = json.loads(path.read_text(), parse_constant=lambda token: pytest.fail(f"not JSON: {token}"))  # strict JSON
     assert data["schema_version"] == SCHEMA_VERSION
     loaded = Report.load(path)
     assert loaded == report

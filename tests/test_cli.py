@@ -73,7 +73,7 @@ def test_console_script_entry_point(model_files):
         (["--max-tap-mb", "inf"], "--max-tap-mb must be a finite number"),
         (["--impact", "-2"], "impact must be an integer >= 0"),
         (["--json", "{d}/no/such/folder/r.json"], "does not exist"),
-        (["--html", "{d}"], "is a directory"),
+        (["--html", "{d}"], "it is a folder"),
         (["--patched-model", "{d}/fixed.onnx", "--fix"], "ending in .xml"),
     ],
 )
@@ -95,7 +95,7 @@ def test_read_only_output_folder_is_refused_before_the_run(model_files, capsys):
         if os.access(folder, os.W_OK):
             pytest.skip("running as a user who can write anywhere (root): permissions are not enforced")
         code = main([str(model_files / "m.xml"), "--target", "CPU:f32", "-q", "--json", str(folder / "r.json")])
-        assert code == 2 and "cannot be written" in capsys.readouterr().err
+        assert code == 2 and "not writable" in capsys.readouterr().err
     finally:
         folder.chmod(0o700)
 

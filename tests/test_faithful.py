@@ -22,7 +22,7 @@ from bisect_ov import bisect
 from bisect_ov.report.view import view
 from bisect_ov.run.openvino_device import OpenVINODevice
 from bisect_ov.zoo import synthetic
-from tests.conftest import FAULT_SHAPES, float_sites, needs_bf16, shape_inputs, shape_model
+from tests.conftest import FAULT_SHAPES, default_bf16, float_sites, needs_bf16, shape_inputs, shape_model
 
 FAST = {"local": False, "noise": False, "progress": False}
 
@@ -204,12 +204,12 @@ def test_taps_left_in_f32_on_a_bf16_target_name_the_cancellation_or_refuse():
     _named_or_refused(report, "inorm/sub", INORM)
 
 
-@needs_bf16
+@default_bf16
 @pytest.mark.parametrize("target", ["AUTO:CPU", "HETERO:CPU", "MULTI:CPU"])
 def test_auto_and_hetero_run_taps_where_the_plain_run_ran(target):
     report = bisect(synthetic.demo(), "CPU:f32", target, progress=False)
     assert report.target.execution_devices == ("CPU",)
-    assert report.target.precision == "bf16"
+    assert report.target.precision == "bf16"  # the CPU plugin's default here (default_bf16)
     assert "ran the model on CPU in bf16" in report.target.note
     assert any(note.startswith(f"Target: {target} ran the model on CPU in bf16") for note in report.notes)
     side = view(report).sides[1]

@@ -1,9 +1,13 @@
 """JSON form of frozen dataclass records, driven by their fields: one codec for every record bisect_ov saves.
 
 `to_dict(record)` gives plain JSON values: nested records become objects, tuples lists, and non-finite
-floats the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (so that any JSON reader takes the file).
-`from_dict(cls, data)` reads them back, checking each value against the field's type annotation, and refuses
-anything else with an `InputError` that names the field (``nodes[3].error: expected a number, got 'abc'``).
+floats the strings ``"Infinity"``, ``"-Infinity"`` and ``"NaN"``, as the protobuf JSON mapping writes them: JSON
+has no such numbers (strict parsers and JavaScript's ``JSON.parse`` refuse the bare ``NaN`` tokens Python's
+`json` writes by default), and those strings are what JavaScript's ``Number()`` and Python's ``float()`` read.
+`from_dict(cls, data)` reads them back, with the spelling of files saved before (``"inf"``, ``"-inf"``,
+``"nan"``) and the bare tokens (which `json.loads` reads as floats), checking each value against the field's
+type annotation, and refuses anything else with an `InputError` that names the field
+(``nodes[3].error: expected a number, got 'abc'``).
 
 Field options (``dataclasses.field(metadata=...)``): ``{"json": "name"}`` writes the field under another key;
 ``{"json": False}`` leaves it out (kept tensors, caches). A class attribute ``JSON_PROPERTIES`` names derived
@@ -31,7 +35,10 @@ __all__ = ["to_dict", "from_dict", "encode", "decode_float", "MAX_DEPTH"]
 
 T = TypeVar("T")
 MAX_DEPTH = 64  # deeper than any record: a file nested deeper is not one of ours
-_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+# Written: the protobuf JSON mapping's spelling. Read: that, and the spelling of reports of schema 3 and before.
+_WRITTEN = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
+_SPECIAL = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan, "inf": math.inf, "-inf": -math.inf,
+            "nan": math.nan}
 
 
 def to_dict(record: Any) -> dict[str, Any]:
@@ -56,7 +63,7 @@ def encode(value: Any) -> Any:
     if isinstance(value, float):
         if math.isfinite(value):
             return value
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return _WRITTEN["nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")]
     if isinstance(value, dict):
         return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -79,7 +86,7 @@ def from_dict(cls: type[T], data: Any, *, where: str = "") -> T:
 
 
 def decode_float(value: Any, where: str = "value") -> float:
-    """A JSON number or one of the strings ``inf``, ``-inf``, ``nan`` as a float."""
+    """A JSON number or one of the strings ``Infinity``, ``-Infinity``, ``NaN`` (or ``inf``, ``-inf``, ``nan``) as a float."""
     return _decode(float, value, where, 0)
 
 
@@ -124,7 +131,7 @@ def _decode(hint: Any, value: Any, where: str, depth: int) -> Any:
             return value  # an integer stays one: 3 and 3.0 are the same number
         if isinstance(value, str) and value in _SPECIAL:
             return _SPECIAL[value]
-        raise _wrong(where, 'a number (or "inf", "-inf", "nan")', value)
+        raise _wrong(where, 'a number (or "Infinity", "-Infinity", "NaN")', value)
     if hint is str:
         if isinstance(value, str):
             return value

@@ -5,11 +5,23 @@ Every error a user can cause (a bad model, input or option) is an `InputError`; 
 one type. A file that cannot be written is a `WriteError` (an `InputError`, and an `OSError` too, so code that
 catches OSError around file writes keeps working). Messages say what was wrong, what is available, and how to
 fix it.
+
+A Ctrl-C is never one of these errors: an OpenVINO call interrupted inside a Python callback (the emulated
+devices' ops run in Python while OpenVINO compiles and runs them) raises a RuntimeError whose text is
+``KeyboardInterrupt`` (pybind11's rendering of it); `raise_if_interrupted` turns that back into the
+`KeyboardInterrupt` it was, where errors are wrapped.
 """
 
 from __future__ import annotations
 
-__all__ = ["BisectError", "InputError", "DeviceError", "CaptureError", "WriteError", "CaptureWriteError", "first_line"]
+import re
+
+__all__ = ["BisectError", "InputError", "DeviceError", "CaptureError", "WriteError", "CaptureWriteError", "first_line",
+           "interrupted", "raise_if_interrupted"]
+
+# pybind11's text for a Python exception that crossed C++: "KeyboardInterrupt: <message>", on a line of its own
+# (OpenVINO puts its "Exception from src/..." lines before it).
+_INTERRUPT_TEXT = re.compile(r"^KeyboardInterrupt(:|$)", re.MULTILINE)
 
 
 class BisectError(Exception):
@@ -45,3 +57,22 @@ def first_line(err: BaseException) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))]
     return ((useful or lines or [type(err).__name__])[-1])[:300]
+
+
+def interrupted(err: BaseException | None) -> bool:
+    """Whether `err`, or an exception it was raised from, is a Ctrl-C: a `KeyboardInterrupt`, or the error an
+    OpenVINO call raises when a Python callback inside it was interrupted."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, KeyboardInterrupt) or (isinstance(err, Exception) and _INTERRUPT_TEXT.search(str(err))):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def raise_if_interrupted(err: BaseException) -> None:
+    """Raise `KeyboardInterrupt` (from `err`) when `err` is an interrupted call (`interrupted`); call it first in
+    an ``except Exception`` that wraps or swallows what an OpenVINO call raised."""
+    if interrupted(err):
+        raise KeyboardInterrupt from err

@@ -4,26 +4,41 @@ Every file bisect_ov writes (reports, HTML pages, node data, captures) goes to a
 destination and is renamed over it only when complete (`os.replace`). The temporary file is removed on any
 failure, and also when the process receives SIGTERM while writing (`removed_on_sigterm`). A new file gets the
 permissions the umask allows (``0o666 & ~umask``, as `open` would give); a file written over keeps its mode.
+A model saved as IR (an ``.xml`` and its ``.bin``) goes the same way, both files at once (`atomic_paths`).
+
+What the user pointed at is what gets written (`destination`), as ``open(path, "w")`` would: a symbolic link is
+followed to its target, which is replaced (the link stays a link); a FIFO, a device or one of the process's
+own descriptors (``/dev/stdout``, ``/dev/fd/3``) is written in place, appending, never replaced; an existing
+file without write permission is refused, as `open` refuses it (so root, whom `open` lets through, writes it).
 
 Assumptions: the destination's folder is on one file system with the temporary file (it is the same folder),
-so the rename is atomic. Errors are `WriteError` (an `InputError` and an `OSError`) naming the path and the
-cause.
+so the rename is atomic. A file written in place is not atomic: a failure leaves what was written so far in
+the pipe or device, as with `open`. Errors are `WriteError` (an `InputError` and an `OSError`) naming the path
+and the cause.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import pathlib
+import re
 import signal
+import stat
 import tempfile
 import threading
-from typing import IO, Iterator
+from typing import IO, Iterator, Sequence
 
-from bisect_ov.core.errors import InputError, WriteError
+from bisect_ov.core.errors import BisectError, InputError, WriteError
 
-__all__ = ["write_text_atomic", "atomic_file", "removed_on_sigterm", "new_file_mode", "check_writable"]
+__all__ = ["write_text_atomic", "atomic_file", "atomic_paths", "removed_on_sigterm", "new_file_mode", "check_writable",
+           "destination"]
+
+# A process's own descriptors, named as files: writing them reaches whatever the descriptor is open on.
+_DESCRIPTOR = re.compile(r"/(proc/(self|thread-self|\d+)/fd|dev/fd)/\d+|/dev/std(in|out|err)")
+_MAX_LINKS = 40  # as the kernel's limit on symbolic links followed in one path
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
@@ -43,8 +58,10 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> pathlib.Path:
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "w", *, what: str = "",
                 error: type[InputError] = WriteError) -> Iterator[IO]:
-    """A temporary file beside `path`, opened in `mode` (``"w"`` text or ``"w+b"``), renamed over `path` when
-    the block ends without an exception, and removed otherwise.
+    """A temporary file beside `path` (beside its target when `path` is a symbolic link), opened in `mode`
+    (``"w"`` text or ``"w+b"``), renamed over it when the block ends without an exception, and removed
+    otherwise. A FIFO, a device or a process's descriptor (`destination`) is opened in place instead, for
+    appending (binary: as an unseekable stream).
 
     `what` names the file in messages (``"the capture "``); `error` is the class raised for a path that cannot
     be written (checked before anything is written) and for a failed write, which also keeps the `OSError`'s
@@ -52,8 +69,13 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", *, what: str = "",
     """
     path = pathlib.Path(path)
     folder = check_writable(path, what=what, error=error)
+    target, in_place = destination(path, what=what, error=error)
+    if in_place:
+        with _in_place(path, target, mode, what, error) as stream:
+            yield stream
+        return
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp_name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as err:
         raise error(f"Cannot write {what}'{path}': {_reason(err)}.") from err
     tmp = pathlib.Path(tmp_name)
@@ -74,8 +96,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", *, what: str = "",
                 _close_quietly(f)  # a close that fails (bytes still buffered on a full disk) must not hide why
                 raise
             # mkstemp makes the file private (0600): give it the mode `open` would, or keep the old file's.
-            os.chmod(tmp, path.stat().st_mode & 0o777 if path.is_file() else new_file_mode())
-            os.replace(tmp, path)
+            os.chmod(tmp, target.stat().st_mode & 0o777 if target.is_file() else new_file_mode())
+            os.replace(tmp, target)
             done = True
         except OSError as err:
             if isinstance(err, InputError):
@@ -86,8 +108,154 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", *, what: str = "",
                 tmp.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def atomic_paths(path: str | os.PathLike, suffixes: Sequence[str], *, what: str = "",
+                 error: type[InputError] = WriteError) -> Iterator[pathlib.Path]:
+    """A temporary path beside `path` for a writer that makes several files named after it (``.xml`` and
+    ``.bin`` for an OpenVINO IR: `suffixes`, the first being `path`'s own). When the block ends without an
+    exception, each temporary file is renamed over its destination, `path` last (a reader finds it only when
+    the others are in place); otherwise all are removed and an `OSError` (any exception the writer raised
+    that is no `BisectError`) becomes `error`.
+    """
+    path = pathlib.Path(path)
+    folder = check_writable(path, what=what, error=error)
+    target, in_place = destination(path, what=what, error=error)
+    if in_place:
+        raise error(f"Cannot write {what}'{path}': it is a {_kind(target)}; this writer needs a file path.")
+    stem = target.name[: -len(suffixes[0])] if target.name.endswith(suffixes[0]) else target.name
+    tmp_stem = folder / f".{stem}.{os.urandom(4).hex()}.tmp"
+    pairs = [(tmp_stem.with_name(tmp_stem.name + s), target.with_name(stem + s)) for s in suffixes]
+    for _, final in pairs[1:]:
+        check_writable(final, what=what, error=error)
+    done = False
+    with contextlib.ExitStack() as stack:
+        for tmp, _ in pairs:
+            stack.enter_context(removed_on_sigterm(tmp))
+        try:
+            yield pairs[0][0]
+            missing = [tmp.name for tmp, _ in pairs if not tmp.is_file()]
+            if missing:
+                raise OSError(errno.EIO, f"the writer did not make {missing}")
+            for tmp, final in reversed(pairs):
+                os.chmod(tmp, final.stat().st_mode & 0o777 if final.is_file() else new_file_mode())
+                os.replace(tmp, final)
+            done = True
+        except Exception as err:
+            if isinstance(err, BisectError):
+                raise
+            reason = _reason(err) if isinstance(err, OSError) else _writer_reason(err)
+            raise error(f"Cannot write {what}'{path}': {reason}. A file already there is left as it was.") from err
+        finally:
+            if not done:
+                for tmp, _ in pairs:
+                    tmp.unlink(missing_ok=True)
+
+
+def destination(path: str | os.PathLike, *, what: str = "", error: type[InputError] = WriteError
+                ) -> tuple[pathlib.Path, bool]:
+    """What writing `path` writes, and whether it is written in place.
+
+    A FIFO, a device, a socket or one of the process's descriptors (``/dev/stdout``, ``/proc/self/fd/1``,
+    through any chain of links) is written in place: ``(path, True)``. A symbolic link gives its final target
+    (which need not exist yet): replacing the link itself would leave the file it points to unchanged. Anything
+    else is `path` itself.
+
+    Raises
+    ------
+    WriteError
+        (or `error`) A loop of symbolic links.
+    """
+    path = pathlib.Path(path)
+    try:
+        info = os.stat(path)  # follows links
+    except FileNotFoundError:
+        info = None
+    except OSError as err:
+        raise error(f"Cannot write {what}'{path}': {_reason(err)}.") from err
+    if _is_descriptor(path) or (info is not None and not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode)):
+        return path, True
+    if path.is_symlink():
+        return pathlib.Path(os.path.realpath(path)), False
+    return path, False
+
+
+def _is_descriptor(path: pathlib.Path) -> bool:
+    """Whether `path`, or a link on its way to its target, names one of the process's descriptors."""
+    current = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        if _DESCRIPTOR.fullmatch(current):
+            return True
+        if not os.path.islink(current):
+            return False
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    return False
+
+
+@contextlib.contextmanager
+def _in_place(path: pathlib.Path, target: pathlib.Path, mode: str, what: str, error: type[InputError]) -> Iterator[IO]:
+    """`target` opened for appending, without creating or truncating it (a pipe or device is written as it is;
+    a descriptor redirected to a file keeps what is already there); binary as an unseekable stream, so a zip
+    writer never seeks back over what it wrote."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND)
+    except OSError as err:
+        raise error(f"Cannot write {what}'{path}': {_reason(err)}.") from err
+    binary = "b" in mode
+    f: IO = os.fdopen(fd, "ab" if binary else "a", encoding=None if binary else "utf-8")
+    try:
+        yield _Unseekable(f) if binary else f  # type: ignore[misc]
+        f.flush()
+        f.close()
+    except OSError as err:
+        _close_quietly(f)
+        if isinstance(err, InputError):
+            raise
+        raise error(f"Cannot write {what}'{path}': {_reason(err)}.") from err
+    except BaseException:
+        _close_quietly(f)
+        raise
+
+
+class _Unseekable(io.RawIOBase):
+    """A binary file that says it cannot seek (written in place: a pipe, a device, a redirected descriptor)."""
+
+    def __init__(self, inner: IO) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self._inner.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def tell(self) -> int:
+        raise io.UnsupportedOperation("written in place: not seekable")
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:  # the owner closes the file itself
+        super().close()
+
+
+def _kind(path: pathlib.Path) -> str:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "descriptor"
+    return "FIFO" if stat.S_ISFIFO(mode) else "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+        "socket" if stat.S_ISSOCK(mode) else "descriptor"
+
+
 def check_writable(path: str | os.PathLike, *, what: str = "", error: type[InputError] = WriteError) -> pathlib.Path:
-    """The folder `path` will be written into, after checking it exists, is writable and `path` is no folder.
+    """The folder `path` will be written into, after checking it exists, is writable, `path` is no folder
+    and, when it exists, `open(path, "w")` would be allowed to write it (a symbolic link is checked at its
+    target; a FIFO, device or descriptor only for write permission, see `destination`).
 
     Raises
     ------
@@ -95,14 +263,23 @@ def check_writable(path: str | os.PathLike, *, what: str = "", error: type[Input
         (or `error`) With what is wrong and how to fix it.
     """
     path = pathlib.Path(path)
-    folder = path.parent if str(path.parent) else pathlib.Path(".")
     if path.is_dir():
         raise error(f"Cannot write {what}to '{path}': it is a folder. Pass a file name, such as "
                     f"'{path / ('capture.npz' if 'capture' in what else 'report.json')}'.")
+    target, in_place = destination(path, what=what, error=error)
+    folder = target.parent if str(target.parent) else pathlib.Path(".")
+    if in_place:
+        if not os.access(target, os.W_OK):
+            raise error(f"Cannot write {what}'{path}': permission denied. Choose a path you can write to.")
+        return folder
     if not folder.is_dir():
-        raise error(f"Cannot write {what}'{path}': the folder '{folder}' does not exist. Create it, or choose another path.")
+        shown = f"'{folder}'" + (f" (where the link '{path}' points)" if target != path else "")
+        raise error(f"Cannot write {what}'{path}': the folder {shown} does not exist. Create it, or choose another path.")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise error(f"Cannot write {what}'{path}': the folder '{folder}' is not writable. Choose a folder you can write to.")
+    if target.is_file() and not os.access(target, os.W_OK):
+        raise error(f"Cannot write {what}'{path}': permission denied (the file is read-only; open(path, 'w') refuses "
+                    "it too). Make it writable, or choose another path.")
     return folder
 
 
@@ -169,6 +346,14 @@ def _close_quietly(f: IO) -> None:
         f.close()
     except (OSError, ValueError):
         pass  # buffered files close their descriptor even when the final flush fails
+
+
+def _writer_reason(err: BaseException) -> str:
+    """The cause of a failure a writer (OpenVINO's IR serializer) reports in its own words."""
+    text = " ".join(str(err).split())[:300] or type(err).__name__
+    if "basic_ios" in text or "ios_base" in text:  # a C++ stream's failure: the write itself failed
+        return f"the write failed ({text}), as on a full disk or a failing device"
+    return text
 
 
 def _reason(err: OSError) -> str:

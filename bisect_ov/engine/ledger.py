@@ -7,12 +7,15 @@ functions are called never changes what they compute.
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Clock", "Ledger", "SIDES"]
 
@@ -42,12 +45,17 @@ class Clock:
         """Attribute what happens meanwhile to pipeline stage `name`."""
         outer, outer_start = self._stage, self._stage_start
         self._stage, self._stage_start = name, time.perf_counter()
+        log.debug("Stage '%s' starts.", name)
         try:
             yield
         finally:
             cost = self._cost(name)
-            cost["seconds"] = round(cost["seconds"] + time.perf_counter() - self._stage_start, 4)
+            seconds = time.perf_counter() - self._stage_start
+            cost["seconds"] = round(cost["seconds"] + seconds, 4)
             self._stage, self._stage_start = outer, outer_start
+            log.info("Stage '%s': %.2f s, compiles %d + %d, inferences %d + %d (reference + target).", name, seconds,
+                     cost.get("ref_compiles", 0), cost.get("target_compiles", 0), cost.get("ref_infers", 0),
+                     cost.get("target_infers", 0))
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         """The costs so far, the running stage's time included (a copy)."""

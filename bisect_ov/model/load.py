@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import openvino as ov
 
-from bisect_ov.core.errors import InputError, first_line
+from bisect_ov.core.errors import InputError, first_line, raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ def load_model(model: Any, *, core: ov.Core | None = None) -> ov.Model:
     try:
         return ov.convert_model(model)
     except Exception as err:  # convert_model raises many unrelated types
+        raise_if_interrupted(err)
         raise InputError(
             f"Cannot convert a {type(model).__name__} to an OpenVINO model: {first_line(err)}. "
             "Pass an ov.Model, a path to .xml or .onnx, or an object openvino.convert_model accepts."
@@ -80,6 +81,7 @@ def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
         try:
             return ov.convert_model(str(path))
         except Exception as err:
+            raise_if_interrupted(err)
             raise InputError(
                 f"Cannot read the folder '{path}' as a model: {first_line(err)}. "
                 "Pass an IR .xml, an .onnx file, or a SavedModel folder."
@@ -98,6 +100,7 @@ def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
                 return core.read_model(str(path))
             return ov.convert_model(str(path))
     except Exception as err:
+        raise_if_interrupted(err)
         raise InputError(f"Cannot read model '{path}': {first_line(err)}. Is the file complete and valid?") from err
 
 

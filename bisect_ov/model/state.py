@@ -28,7 +28,7 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from bisect_ov.core.errors import InputError, first_line
+from bisect_ov.core.errors import InputError, first_line, raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,7 @@ def initial_states(stateless: Stateless, arrays: Sequence[np.ndarray]) -> list[n
         compiled = ov.Core().compile_model(stateless.init, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         result = compiled.create_infer_request().infer(list(arrays)[: stateless.n_inputs])
     except Exception as err:
+        raise_if_interrupted(err)
         raise InputError(f"The initial values of the model's variables {list(stateless.variables)} could not be "
                          f"computed from its inputs: {first_line(err)}. Check the inputs' shapes.") from err
     return [np.array(result[i]) for i in range(len(stateless.variables))]

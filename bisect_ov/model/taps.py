@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 
 import openvino as ov
 
+from bisect_ov.core.errors import raise_if_interrupted
 from bisect_ov.model.graph import ModelGraph
 
 __all__ = ["Tap", "TappedModel", "default_taps", "tap_model", "plan_chunks", "tensor_sizes"]
@@ -104,7 +105,8 @@ def tensor_sizes(graph: ModelGraph, arrays: Sequence) -> dict[Tap, int]:
     try:
         clone.reshape({p.output(0): ov.PartialShape([int(d) for d in getattr(a, "shape", ())])
                        for p, a in zip(params, arrays)})
-    except Exception:  # a model whose shapes do not follow its inputs' alone
+    except Exception as err:  # a model whose shapes do not follow its inputs' alone
+        raise_if_interrupted(err)
         return {}
     sizes: dict[Tap, int] = {}
     for key, op in zip(graph.order, clone.get_ordered_ops()):

@@ -27,6 +27,7 @@ from bisect_ov.analysis.diagnosis import diagnose, kernel_difference, observatio
 from bisect_ov.analysis.scoring import score_graph
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core import codec
+from bisect_ov.core.fileio import atomic_paths
 from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo, Truth
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.baseline import EXCESS
@@ -298,9 +299,16 @@ def coverage(graph, nodes) -> float:
 
 
 def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) -> pathlib.Path:
-    """Save `model` with the fix's nodes marked for GPU/NPU plugins to keep them in f32."""
+    """Save `model` with the fix's nodes marked for GPU/NPU plugins to keep them in f32.
+
+    The IR (`path` and its ``.bin``) is written under temporary names beside it and moved into place once
+    both are complete (`atomic_paths`): a failed write (a full disk) leaves no partial model and raises a
+    `WriteError`.
+    """
     path = pathlib.Path(path)
-    ov.save_model(patch_model(model, [graph[k].name for k in keep]), str(path))
+    patched = patch_model(model, [graph[k].name for k in keep])
+    with atomic_paths(path, (".xml", ".bin"), what="the patched model ") as tmp:
+        ov.save_model(patched, str(tmp))
     return path
 
 

@@ -4,8 +4,9 @@
 divergence(s) and the culprit ranking, what each side ran with (`DeviceInfo`), the experiments' records
 (`Fix`, `Delegation`, `CurvePoint`, `Fidelity`, `Noise`, `SamplesSummary` from `bisect_ov.core.records`), timings
 and settings. `to_dict`/`from_dict` round-trip exactly through `bisect_ov.core.codec`, driven by the fields;
-`save`/`load` write JSON with a ``schema_version``. Non-finite floats are written as the strings ``"inf"``,
-``"-inf"`` and ``"nan"`` so that any JSON reader takes the file. The run's settings and costs are records too
+`save`/`load` write JSON with a ``schema_version``. Non-finite floats are written as the strings ``"Infinity"``,
+``"-Infinity"`` and ``"NaN"`` (the protobuf JSON mapping's spelling) so that any JSON reader takes the file;
+the spelling of older files (``"inf"``) and bare ``NaN`` tokens still load. The run's settings and costs are records too
 (`ToleranceInfo`, `RunOptions`, `InputInfo`, `StageCost`), and so is each reason a node diverged (`Cause`, in
 `NodeResult.diagnosis`; `NodeResult.causes` gives their sentences).
 
@@ -470,7 +471,7 @@ class Report:
 
     # ----- serialisation ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON values (`bisect_ov.core.codec`): non-finite floats as ``"inf"``/``"-inf"``/``"nan"``."""
+        """Plain JSON values (`bisect_ov.core.codec`): non-finite floats as ``"Infinity"``/``"-Infinity"``/``"NaN"``."""
         return codec.to_dict(self)
 
     @classmethod
@@ -507,7 +508,11 @@ class Report:
             The folder is missing or not writable, the path is a folder, or the disk is full; an existing
             file is then left as it was.
         """
-        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False))
+        return write_text_atomic(path, self.to_json())
+
+    def to_json(self) -> str:
+        """The text `save` writes: strict JSON (non-finite numbers as strings, see `to_dict`)."""
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Report":

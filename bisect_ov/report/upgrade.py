@@ -13,6 +13,10 @@ to `SCHEMA_VERSION`. The input is never changed (the steps copy what they rewrit
   ``samples_per_batch``, ``batch_retries``, ``batch_seconds`` and ``spread_batch_seconds``. The fix's nodes
   (``keep``, which read like the ``keep=`` option) are ``on_reference``.
 
+* 3 -> 4: non-finite numbers are written ``"Infinity"``, ``"-Infinity"``, ``"NaN"`` (were ``"inf"``, ``"-inf"``,
+  ``"nan"``); the codec reads both spellings, so nothing is rewritten: the version tells an older bisect_ov that
+  it cannot read the new spelling.
+
 Fields added since with a default need no step and no new version: a node's ``inside_kernel`` (the target's
 fused kernel its tensor exists only inside) is absent from reports saved before it, and reads as null
 (unknown, taken as stored); the role ``internal`` is a new value of a string field; each side's
@@ -32,7 +36,8 @@ __all__ = ["SCHEMA_VERSION", "upgrade"]
 
 # 2: typed records (fix, delegation, curve, fidelity, noise, samples), null when not run.
 # 3: causes as records, and typed tolerance, options, inputs and costs (stage "capture" renamed "measure").
-SCHEMA_VERSION = 3
+# 4: non-finite numbers spelled as the protobuf JSON mapping spells them ("Infinity", "NaN").
+SCHEMA_VERSION = 4
 
 RENAMED_STAGES = {"capture": "measure"}
 RENAMED_OPTIONS = {"samples_per_unit": "samples_per_batch", "unit_retries": "batch_retries"}

@@ -12,6 +12,8 @@ inference at a time unless it says otherwise (`infer_many`).
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -20,6 +22,8 @@ import openvino as ov
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Compiled", "Device", "infer_each"]
 
@@ -99,7 +103,11 @@ class Device:
         """
         if not isinstance(model, ov.Model):
             raise InputError(f"Device.compile takes an ov.Model, not {type(model).__name__}.")
-        return self._compile(model, tuple(taps), tuple(fed))
+        start = time.perf_counter()
+        compiled = self._compile(model, tuple(taps), tuple(fed))
+        log.debug("Compiled '%s' (%d ops, %d taps, %d fed inputs) for %s in %.2f s.", model.get_friendly_name(),
+                  len(model.get_ops()), len(taps), len(fed), self.name, time.perf_counter() - start)
+        return compiled
 
     def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> Compiled:  # pragma: no cover
         raise NotImplementedError

@@ -110,7 +110,13 @@ def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, rol
     if isinstance(spec, Device):
         return spec
     if not isinstance(spec, str) or not spec.strip():
-        raise InputError(f"A device is a name such as 'CPU' or 'GPU'; got {spec!r}. Available: {available_devices()}.")
+        kind = type(spec)
+        # The type, not the object: a repr can be kilobytes (an array passed by mistake) or say nothing useful.
+        got = "an empty name" if isinstance(spec, str) else \
+            f"an object of type {kind.__qualname__}" if kind.__module__ == "builtins" else \
+            f"an object of type {kind.__module__}.{kind.__qualname__}"
+        raise InputError(f"The {role} device must be a device name such as 'CPU' or 'GPU', or a Device; got {got}. "
+                         f"Available: {available_devices()}.")
     spec = spec.strip()
     for predicate, factory in _REGISTRY:
         if predicate(spec):

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import openvino as ov
 
-from bisect_ov.core.errors import DeviceError, InputError, first_line
+from bisect_ov.core.errors import DeviceError, InputError, first_line, raise_if_interrupted
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
 from bisect_ov.run.device_base import Device
@@ -95,6 +95,7 @@ class OpenVINOCompiled:
                 self._request.reset_state()
             result = self._request.infer(inputs, share_outputs=share_outputs)
         except Exception as err:
+            raise_if_interrupted(err)
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
         arrays = [result[i] for i in range(self.n_outputs)]
         if share_outputs and self._bf16:
@@ -127,6 +128,7 @@ class OpenVINOCompiled:
                 queue.start_async([_as_input(a, t) for a, t in zip(arrays, self._input_types)], userdata=index)
             queue.wait_all()
         except Exception as err:
+            raise_if_interrupted(err)
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
         return results  # type: ignore[return-value]
 
@@ -229,6 +231,7 @@ class OpenVINODevice(Device):
         try:
             compiled = core.compile_model(model, device, config)
         except Exception as err:
+            raise_if_interrupted(err)
             raise DeviceError(
                 f"Compiling for {self.name} with {config or 'default properties'} failed: {first_line(err)}"
             ) from err
@@ -370,11 +373,14 @@ def _predicted_precision(device: str, config: dict[str, Any]) -> str:
             log.info("%s does not report INFERENCE_PRECISION_HINT (%s); taps stay f32.", device, first_line(err))
             return "f32"
     asked = PRECISION_SUFFIXES.get(str(asked).lower(), str(asked).lower())
-    if asked == "f16" and device.startswith("CPU"):
-        # The CPU runs f16 only with AVX512_FP16/AMX_FP16; otherwise it silently takes bf16, or f32.
+    if asked in ("f16", "bf16") and device.startswith("CPU"):
+        # The CPU runs f16 only with AVX512_FP16/AMX_FP16 (its capabilities list FP16), otherwise it silently
+        # takes bf16, or f32; and bf16 only with AVX512_BF16/AMX (BF16), otherwise f32.
         caps = capabilities(device)
-        if "FP16" not in caps:
+        if asked == "f16" and "FP16" not in caps:
             return "bf16" if "BF16" in caps else "f32"
+        if asked == "bf16" and "BF16" not in caps:
+            return "f32"
     return asked
 
 

@@ -50,7 +50,7 @@ def test_a_schema_1_report_loads_into_typed_records_and_renders_as_before():
     # The text rendered from this file, kept beside it (as the schema-1 code rendered it, but the culprit table
     # fitted without padding and the tolerance line naming the growth a source needs).
     assert report.to_text(width=120) == (DATA / "report_v1.txt").read_text()
-    assert report.schema_version == SCHEMA_VERSION == 3
+    assert report.schema_version == SCHEMA_VERSION == 4
     assert report.tolerance == ToleranceInfo(precision="f16") and report.options is None and report.costs == {}
     assert report.inputs == (InputInfo("input", (1, 3, 32, 32), "float32"),)
     sub = report.node("inorm/sub")
@@ -124,13 +124,58 @@ def test_save_and_load_round_trip_and_keep_empty_experiments_null(tmp_path):
 def test_codec_writes_non_finite_floats_as_strings_and_reads_them_back():
     fix = Fix(on_reference=("a",), error_before=math.inf, error_after=math.nan, tolerance=-math.inf, verified=True, runs=2)
     data = codec.to_dict(fix)
-    assert (data["error_before"], data["error_after"], data["tolerance"]) == ("inf", "nan", "-inf")
+    assert (data["error_before"], data["error_after"], data["tolerance"]) == ("Infinity", "NaN", "-Infinity")
     assert data["on_reference"] == ["a"] and data["solved"] is False  # derived property, written for readers
     json.dumps(data, allow_nan=False)
     back = codec.from_dict(Fix, data)
     assert back.on_reference == ("a",) and math.isinf(back.error_before) and math.isnan(back.error_after)
+    assert back.tolerance == -math.inf
+    for spelling, value in (("inf", math.inf), ("-inf", -math.inf), ("Infinity", math.inf), ("-Infinity", -math.inf)):
+        assert codec.decode_float(spelling) == value
+    assert math.isnan(codec.decode_float("nan")) and math.isnan(codec.decode_float("NaN"))
+    with pytest.raises(InputError, match='expected a number \\(or "Infinity", "-Infinity", "NaN"\\), got \'infinite\''):
+        codec.decode_float("infinite", "x")
     info = DeviceInfo("CPU", "CPU", config={"A": "1"}, precision_counts={"f32": 3})
     assert codec.from_dict(DeviceInfo, codec.to_dict(info)) == info
+
+
+def _strict(text: str):
+    """JSON as a strict parser (a browser's JSON.parse) reads it: no NaN, Infinity or -Infinity tokens."""
+    def refuse(token: str):
+        raise ValueError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_saved_report_with_non_finite_numbers_is_strict_json_and_loads_back(tmp_path):
+    report = Report.load(V1)
+    node = dataclasses.replace(report.nodes[0], error=math.inf, growth=math.nan, local_error=-math.inf)
+    changed = dataclasses.replace(report, nodes=(node, *report.nodes[1:]),
+                                  fix=dataclasses.replace(report.fix, error_after=math.nan))
+    path = changed.save(tmp_path / "r.json")
+    data = _strict(path.read_text())
+    assert (data["nodes"][0]["error"], data["nodes"][0]["growth"], data["nodes"][0]["local_error"]) == \
+        ("Infinity", "NaN", "-Infinity")
+    assert data["fix"]["error_after"] == "NaN" and data["schema_version"] == SCHEMA_VERSION
+    loaded = Report.load(path)
+    first = loaded.nodes[0]
+    assert first.error == math.inf and math.isnan(first.growth) and first.local_error == -math.inf
+    assert loaded == changed and loaded.to_text() == changed.to_text()
+
+
+def test_older_files_with_nan_tokens_or_the_old_spelling_still_load(tmp_path):
+    """Files with Python's bare tokens (written by hand or by other tools), and reports of schema 3 with the
+    strings "inf"/"-inf"/"nan", read as the same numbers."""
+    data = json.loads(V2.read_text())
+    data["nodes"][0].update(error=math.inf, growth=math.nan, local_error=-math.inf)
+    tokens = json.dumps(data)  # Python's default: bare Infinity, NaN and -Infinity tokens
+    old = tokens.replace("-Infinity", '"-inf"').replace("Infinity", '"inf"').replace("NaN", '"nan"')
+    assert '"error": Infinity' in tokens and '"error": "inf"' in old
+    for name, text in (("tokens", tokens), ("old", old)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(text)
+        node = Report.load(path).nodes[0]
+        assert node.error == math.inf and math.isnan(node.growth) and node.local_error == -math.inf, name
 
 
 def test_kept_tensors_are_given_at_construction_and_never_saved(tmp_path):

@@ -1,14 +1,29 @@
 import numpy as np
 import pytest
 
+from bisect_ov import bisect
 from bisect_ov.core.errors import DeviceError, InputError
+from bisect_ov.run import openvino_device
 from bisect_ov.run.devices import EmulatedDevice, OpenVINODevice, make_device
-from tests.conftest import needs_bf16, tiny_chain
+from tests.conftest import cpu_bf16_precision, cpu_default_precision, cpu_f16_precision, needs_bf16, tiny_chain
 
 
 def test_unknown_device_lists_available():
     with pytest.raises(InputError, match=r"Unknown device 'TPU'. Available: \['CPU'"):
         make_device("TPU")
+
+
+def test_a_device_that_is_no_name_is_named_by_its_type_not_its_repr():
+    big = np.zeros(600)  # its repr is kilobytes
+    with pytest.raises(InputError) as caught:
+        make_device(big, role="ref")
+    message = str(caught.value)
+    assert "The ref device must be a device name such as 'CPU'" in message and "numpy.ndarray" in message
+    assert len(message) < 200 and "0., 0." not in message
+    with pytest.raises(InputError, match="The target device .* got an object of type object. Available"):
+        make_device(object())
+    with pytest.raises(InputError, match="got an empty name"):
+        make_device("  ")
 
 
 def test_reference_gets_f32_unless_chosen():
@@ -42,16 +57,22 @@ def test_infer_failure_is_a_device_error():
         compiled.infer([np.ones((3, 3), np.float32)])
 
 
-@needs_bf16
-def test_f16_on_a_bf16_cpu_is_reported_as_bf16():
+def test_cpu_f16_is_reported_as_what_the_plugin_ran():
+    """f16 on a CPU with AVX512_FP16/AMX_FP16; elsewhere the plugin falls back (bf16, or f32) and the device
+    info says that f16 was asked for."""
+    ran = cpu_f16_precision()
     info = make_device("CPU:f16").compile(tiny_chain()).info
-    assert info.precision == "bf16" and "asked for f16" in info.note
+    assert info.precision == ran and info.requested_precision == "f16"
+    if ran == "f16":
+        assert "asked for" not in info.note, info.note
+    else:
+        assert f"asked for f16; the plugin ran {ran}" in info.note
 
 
-@needs_bf16
-def test_default_cpu_target_runs_bf16_here():
+def test_default_cpu_target_runs_the_plugins_default_precision():
+    default = cpu_default_precision()
     info = OpenVINODevice("CPU").compile(tiny_chain()).info
-    assert info.precision == "bf16" and info.precision_counts.get("bf16", 0) > 0
+    assert info.precision == default and info.precision_counts.get(default, 0) > 0
 
 
 # ----- the device protocol ------------------------------------------------------------------------------------
@@ -70,11 +91,38 @@ def test_devices_declare_their_capabilities(tmp_path):
     assert (sampled.can_run_pieces, sampled.emulated, sampled.sampled) == (False, True, True)
 
 
-@needs_bf16
 def test_activation_precision_is_predicted_before_compiling():
-    assert make_device("CPU", role="target").activation_precision == "bf16"
-    assert make_device("CPU:f16").activation_precision == "bf16"  # no avx512_fp16 here: the plugin takes bf16
+    assert make_device("CPU", role="target").activation_precision == cpu_default_precision()
+    assert make_device("CPU:f16").activation_precision == cpu_f16_precision()
     assert make_device("CPU:accuracy").activation_precision == "f32"
+    assert make_device("CPU:f32").activation_precision == "f32"
+
+
+@pytest.mark.parametrize("caps, f16, bf16", [(["FP32", "BF16", "FP16", "INT8"], "f16", "bf16"),
+                                            (["FP32", "BF16", "INT8"], "bf16", "bf16"),
+                                            (["FP32", "FP16"], "f16", "f32"),
+                                            (["FP32", "INT8"], "f32", "f32"), ([], "f32", "f32")])
+def test_cpu_precision_prediction_reads_the_capabilities(monkeypatch, caps, f16, bf16):
+    """Every branch, whatever this CPU has: the prediction follows OPTIMIZATION_CAPABILITIES (a CPU without
+    BF16 runs ``CPU:bf16`` in f32, and its taps must not be rounded to bf16)."""
+    monkeypatch.setattr(openvino_device, "capabilities", lambda device: list(caps))
+    assert (cpu_f16_precision(caps), cpu_bf16_precision(caps)) == (f16, bf16)
+    assert make_device("CPU:f16").activation_precision == make_device("CPU:fp16").activation_precision == f16
+    assert make_device("CPU", {"INFERENCE_PRECISION_HINT": "bf16"}).activation_precision == bf16
+    assert make_device("CPU:bf16").activation_precision == bf16
+    assert make_device("CPU:f16", {"EXECUTION_MODE_HINT": "ACCURACY"}).activation_precision == "f32"
+    assert make_device("CPU:f32").activation_precision == "f32"
+
+
+def test_cpu_bf16_is_reported_as_what_the_plugin_ran_and_its_taps_hold_it():
+    ran = cpu_bf16_precision()
+    device = make_device("CPU:bf16")
+    assert device.activation_precision == ran
+    report = bisect(tiny_chain(), "CPU:f32", device, progress=False)
+    assert report.target.precision == ran
+    if ran == "f32":  # the plugin's fallback: the taps hold f32 values, not bf16-rounded ones
+        assert "asked for bf16; the plugin ran f32" in report.target.note
+        assert max(n.error for n in report.nodes) < 1e-6, report.to_text()
 
 
 def test_infer_many_gives_what_infer_gives_one_by_one(tmp_path):
@@ -149,3 +197,45 @@ def test_kept_outputs_hold_bf16_taps_as_bits_at_half_the_bytes():
     f32 = make_device("CPU:f32").compile(model)
     plain, none = kept_outputs(f32.infer(x))
     assert none == frozenset() and plain[0].dtype == np.float32
+
+
+def test_a_compile_interrupted_inside_a_python_op_raises_keyboard_interrupt(monkeypatch):
+    """OpenVINO calls the emulated ops' Python methods while it compiles; a Ctrl-C there comes back from C++ as
+    a RuntimeError whose text is 'KeyboardInterrupt: ...'. It must reach the caller as the interrupt it is (not
+    a DeviceError that a fallback could swallow)."""
+    import os
+    import signal
+    import threading
+
+    from bisect_ov.run import emulate
+
+    real = emulate.EmulatedRound.clone_with_new_inputs
+    calls = []
+
+    def interrupting(self, new_inputs):
+        calls.append(1)
+        if len(calls) == 2 and threading.current_thread() is threading.main_thread():
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(self, new_inputs)
+
+    monkeypatch.setattr(emulate.EmulatedRound, "clone_with_new_inputs", interrupting)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, whatever runs the tests
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught:
+            make_device("EMU:f16").compile(tiny_chain())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert isinstance(caught.value.__cause__, RuntimeError) and "KeyboardInterrupt" in str(caught.value.__cause__)
+    assert len(calls) >= 2
+
+
+def test_interrupted_reads_the_cause_chain_and_pybind11s_text():
+    from bisect_ov.core.errors import interrupted
+
+    assert interrupted(KeyboardInterrupt())
+    assert interrupted(RuntimeError("Exception from src/inference/src/cpp/core.cpp:117:\nKeyboardInterrupt: <EMPTY MESSAGE>\n"))
+    wrapped = DeviceError("Compiling failed")
+    wrapped.__cause__ = RuntimeError("KeyboardInterrupt")
+    assert interrupted(wrapped)
+    assert not interrupted(RuntimeError("node 'KeyboardInterrupt_3' has no input"))
+    assert not interrupted(DeviceError("Inference failed")) and not interrupted(None)

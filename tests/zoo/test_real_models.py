@@ -30,6 +30,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import default_taps, tensor_sizes
 from bisect_ov.run.devices import cpu_supports_bf16
 from bisect_ov.zoo import cache
+from tests.conftest import cpu_default_precision
 from tests.zoo import records
 from tests.zoo.conftest import needs_zoo, zoo_inputs, zoo_model
 
@@ -278,7 +279,7 @@ def test_a_streamed_run_names_a_fault_the_bf16_target_makes(name):
     assert first is not None and first.name == site, f"{site} -> {first.name if first else None}"
 
 
-@pytest.mark.skipif(not BF16, reason="the CPU plugin here has no bf16 (needs AVX512_BF16 or AMX)")
+@pytest.mark.skipif(cpu_default_precision() != "bf16", reason="plain CPU does not run bf16 here (its default INFERENCE_PRECISION_HINT)")
 @pytest.mark.parametrize("name", ["efficientnet", "mobilenetv3", "convnext", "resnet50", "whisper_encoder"])
 def test_a_streamed_default_job_is_as_faithful_as_one_compile(name):
     """The default job against the CPU's bf16, whole and with an eighth of the tensors' bytes as budget: the
