@@ -52,6 +52,7 @@ BAD_OPTIONS = [
     ("curve", -2, "integer >= 0"),
     ("noise", "no", "True or False"),
     ("baseline", "yes", "True or False"),
+    ("truth", "f32", "truth must be None, 'f64'"),
     ("patched_model", 3, "path ending in .xml"),
     ("patched_model", "model.onnx", "ending in .xml"),
     ("keep", 3, "node name or a list of names"),

@@ -341,6 +341,7 @@ class RunOptions(_ByName):
     delegation: bool = False
     curve: int = 0
     sensitivity: bool = False
+    truth: str | None = None
     keep: tuple[str, ...] = ()
     patched_model: str | None = None
     seed: int = 0
@@ -350,7 +351,6 @@ class RunOptions(_ByName):
     classifier_outputs: tuple[str, ...] | None = None
     prompt_length: int = 16
     steps: int = 0
-    truth: str | None = None
     progress: bool | None = None
 
 
