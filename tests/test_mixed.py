@@ -97,6 +97,17 @@ def test_delegation_range_and_curve_find_the_node_that_breaks_it():
     assert errors[0] == 0.0 and errors[-1] == pytest.approx(report.outputs[0].error, rel=1e-6)
 
 
+def test_a_curve_asks_each_distinct_prefix_once_however_many_points_were_asked():
+    from tests.conftest import tiny_chain
+
+    model = tiny_chain(depth=2)  # 4 compute nodes: 5 prefixes
+    report = bisect(model, "CPU", "CPU:f32", target_model=inject_fault(model, "mm1"), local=False, impact=0,
+                    curve=1000, progress=False)
+    assert [p.nodes for p in report.curve] == [0, 1, 2, 3, 4]
+    assert report.curve[-1].error == pytest.approx(report.outputs[0].error, rel=1e-6)
+    assert len(report.to_dict()["curve"]) == 5  # the saved report holds five points, not 1,001
+
+
 def test_impact_reorders_suspects_and_noise_floor_is_reported():
     model = synthetic.demo()
     report = bisect(model, "CPU", "EMU:f16", synthetic.sample_inputs(model, seed=1), impact=2, progress=False)

@@ -23,12 +23,14 @@ from typing import Any, Callable, Iterable, Mapping, TypeGuard
 from bisect_ov.analysis.metrics import METRICS, TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.core.errors import InputError
+from bisect_ov.samples.executors import check_executor
 from bisect_ov.search.strategies import STRATEGIES
 
 __all__ = ["BisectOptions", "ResolvedOptions", "Flag", "GROUPS", "KEYWORDS", "STRATEGIES", "BUDGETS",
-           "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "auto_tap_bytes", "key_value"]
+           "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "MAX_CURVE_POINTS", "auto_tap_bytes", "key_value"]
 
 BUDGETS = ("default", "fast")
+MAX_CURVE_POINTS = 1000  # each point is a partitioned run: more is a typo, not a curve
 DEFAULT_MAX_TAP_BYTES = "auto"
 AUTO_MIN_TAP_BYTES = 64 << 20
 # The concerns options are grouped by (key -> title), in the order of the fields, of `bisect()`'s keywords
@@ -102,6 +104,14 @@ def _at_least(low: int, hint: str = "") -> Check:
     def check(name: str, value: Any) -> int:
         if not _integer(value) or value < low:
             raise InputError(f"{name} must be an integer >= {low}{hint}; got {value!r}.")
+        return value
+    return check
+
+
+def _between(low: int, high: int, hint: str = "") -> Check:
+    def check(name: str, value: Any) -> int:
+        if not _integer(value) or not low <= value <= high:
+            raise InputError(f"{name} must be an integer from {low} to {high}{hint}; got {value!r}.")
         return value
     return check
 
@@ -188,10 +198,7 @@ def _ir_path(name: str, value: Any) -> Any:
 
 
 def _executor(name: str, value: Any) -> Any:
-    if value is not None and not isinstance(value, str) and not callable(getattr(value, "submit", None)):
-        raise InputError("executor must be None, a concurrent.futures.Executor, 'processes:N', 'threads:N', "
-                         f"'dask://HOST:PORT', 'ray' or 'ray://HOST:PORT'; got {value!r}.")
-    return value
+    return check_executor(value)
 
 
 def _progress(name: str, value: Any) -> Any:
@@ -229,7 +236,7 @@ class BisectOptions:
     >>> BisectOptions(curve=-1)
     Traceback (most recent call last):
     ...
-    bisect_ov.core.errors.InputError: curve must be an integer >= 0 (points of the contribution curve; 0 for none); got -1.
+    bisect_ov.core.errors.InputError: curve must be an integer from 0 to 1000 (points of the contribution curve; 0 for none); got -1.
     """
 
     # ----- devices and compiling
@@ -250,8 +257,9 @@ class BisectOptions:
         kind=str, help="which tensors to expose (auto: fusion, falling back to bisection when taps change the target)")
     metric: str | Callable[[TensorStats], float] = _opt(
         "rel_l2", "search", "Error measure per tensor: a name in `bisect_ov.analysis.metrics.METRICS` or a callable on "
-        "`TensorStats`. The default tolerance model is calibrated for ``rel_l2``.", _metric, kind=str,
-        help="error metric: rel_l2, max_rel, max_abs, mean_abs, cosine_distance, ...")
+        "`TensorStats`. The default tolerance model is calibrated for ``rel_l2`` and ``max_rel``; any other metric needs "
+        "`tolerance` (docs/tolerance.md).", _metric, kind=str,
+        help="error metric: rel_l2, max_rel; max_abs, mean_abs, cosine_distance, mismatch_fraction with --tolerance")
     tolerance: float | Tolerance | None = _opt(
         None, "search", "None for the precision-aware default, a float for one threshold everywhere, or a `Tolerance`.",
         _tolerance, kind=float, help="one error threshold for every node (default: precision-aware)")
@@ -305,7 +313,9 @@ class BisectOptions:
         "the final error.", _flag)
     curve: int = _opt(
         0, "experiments", "Points of the error contribution curve (final error with the first fraction of the graph "
-        "on the target); 0 for none.", _at_least(0, " (points of the contribution curve; 0 for none)"), kind=int,
+        "on the target); 0 for none. Each point is a partitioned run, and a graph of N compute nodes has at most N + 1 "
+        "distinct points (no more are run).", _between(0, MAX_CURVE_POINTS, " (points of the contribution curve; 0 for "
+                                                     "none)"), kind=int,
         metavar="N")
     sensitivity: bool = _opt(
         False, "experiments", "With a quantized twin (`target_model`): rank its quantized layers by their own error and "

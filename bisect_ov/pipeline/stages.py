@@ -94,6 +94,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
         match = match_nodes(graph, target_graph) if ov_target is not None else identity_match(graph)
+    options.tolerance_model().check_names(graph)
     # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
     plan = plan_recorded(make_device(ref, dict(options.ref_config), role="ref"),
                          make_device(target, dict(options.target_config), role="target"), inputs,
