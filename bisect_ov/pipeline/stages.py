@@ -61,7 +61,7 @@ from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
-from bisect_ov.run.inputs import align_inputs, prepare_inputs
+from bisect_ov.run.inputs import align_inputs, prepare_inputs_noted
 from bisect_ov.samples.batches import prepare_pair
 from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, as_samples
@@ -107,12 +107,14 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     many = as_samples(plan.inputs)
     show = sys.stderr.isatty() if options.progress is None else options.progress
     run = None
+    cast_notes: tuple[str, ...] = ()
     if many is not None:
         # Samples are read as they run and only summaries kept: memory does not grow with their number.
         run = SampleRun(many, options.executor, samples_per_batch=options.samples_per_batch,
                         batch_retries=options.batch_retries, progress=show, owned=not isinstance(plan.inputs, Samples))
     if many is None:
-        ref_arrays = prepare_inputs(user_model, plan.inputs, seed=options.seed, prompt_length=options.prompt_length)
+        ref_arrays, cast_notes = prepare_inputs_noted(user_model, plan.inputs, seed=options.seed,
+                                                      prompt_length=options.prompt_length)
         if state is not None:  # the variables as `reset_state()` leaves them
             ref_arrays = ref_arrays + initial_states(state, ref_arrays)
         first = (ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays)
@@ -144,7 +146,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             run.close()
             raise
         why = why + tuple(run.notes)
-    notes = tuple(plan.notes) + why
+    notes = tuple(plan.notes) + why + cast_notes
     for param, array in zip(graph.parameters(), first[0]):
         if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
             nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
