@@ -438,7 +438,8 @@ class Report:
         ------
         InputError
             A schema version that is not a positive integer or is newer than this bisect_ov reads; a missing
-            key or a value of the wrong type (the message names the field).
+            key or a value of the wrong type (the message names the field); two nodes with one key, or a first
+            divergence, ranked culprit or fix that names no node of ``nodes``.
         """
         if not isinstance(d, Mapping):
             raise InputError(f"A report is a JSON object; got {type(d).__name__}.")
@@ -453,7 +454,7 @@ class Report:
                 f"Report schema version {version} is not supported by this bisect_ov (reads up to {SCHEMA_VERSION}). "
                 "Upgrade bisect_ov to read it."
             )
-        return codec.from_dict(cls, upgrade(d, version), where="report")
+        return _check_references(codec.from_dict(cls, upgrade(d, version), where="report"))
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
         """Write the report as JSON (atomically: a temporary file renamed into place; the umask applies).
@@ -497,6 +498,21 @@ class Report:
         return self.to_dict() == other.to_dict()  # encoded: NaN equals NaN, kept tensors are ignored
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _check_references(report: Report) -> Report:
+    """`report`, once every node it names by key (first divergences, ranking) is one of its nodes, keys unique."""
+    keys = [n.key for n in report.nodes]
+    known = set(keys)
+    if len(known) != len(keys):
+        twice = sorted({k for k in keys if keys.count(k) > 1})[:5]
+        raise InputError(f"report.nodes: the key(s) {twice} appear more than once; every node has its own key.")
+    for field_name, named in (("first_divergence", report.first_keys), ("ranking", report.ranking)):
+        unknown = [k for k in named if k not in known]
+        if unknown:
+            raise InputError(f"report.{field_name} names {len(unknown)} node(s) that are not in report.nodes: "
+                             f"{[str(k)[:80] for k in unknown[:5]]}. The file was edited or is damaged.")
+    return report
 
 
 def kernel_difference(runtime: dict[str, dict], same_precision: bool) -> str:
