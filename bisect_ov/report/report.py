@@ -265,8 +265,9 @@ class Report:
         return [self.node(k) for k in self.ranking]
 
     def node(self, name: str | int) -> NodeResult:
-        """A compared node by key, friendly name, output tensor name, topological index, or PyTorch module path
-        (``model.layers.3.self_attn``: the node of that module furthest over its tolerance)."""
+        """A compared node by key, friendly name, output tensor name, topological index, or a name prefix as
+        `nodes_in` takes it (``model.layers.3.self_attn``, ``block1``: the node under it furthest over its
+        tolerance)."""
         index = self._index()
         if isinstance(name, int):
             for n in self.nodes:
@@ -290,17 +291,13 @@ class Report:
         close = [n.name for n in self.nodes if name.lower() in n.name.lower()][:8]
         raise InputError(f"No compared node named '{name}'." + (f" Similar: {close}." if close else ""))
 
-    def nodes_in(self, module: str) -> list[NodeResult]:
-        """Compared nodes of a PyTorch module path (``model.layers.3.self_attn``), from traced op names."""
-        from bisect_ov.analysis.names import parse_name
+    def nodes_in(self, prefix: str) -> list[NodeResult]:
+        """Compared nodes under a name prefix, in topological order: a PyTorch module path
+        (``model.layers.3.self_attn``, from traced op names) or any name's leading part up to a ``/`` or ``.``
+        (``inorm`` for ``inorm/sub``, ``/layer1`` or ``layer1`` for ONNX's ``/layer1/conv/Conv``)."""
+        from bisect_ov.analysis.names import under
 
-        found = []
-        for n in self.nodes:
-            parsed = parse_name(n.name)
-            if parsed is not None and parsed.module is not None and (
-                    parsed.module == module or parsed.module.startswith(module + ".")):
-                found.append(n)
-        return found
+        return [n for n in self.nodes if under(n.name, prefix)]
 
     def by_layer(self) -> dict[str, list[NodeResult]]:
         """Culprits grouped by the repeated block (``model.layers.3``) or, without one, their name's pattern."""

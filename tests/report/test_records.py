@@ -232,3 +232,18 @@ def test_reading_a_report_does_not_import_openvino():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_nodes_in_takes_any_name_prefix_onnx_ir_and_module_paths():
+    report = Report.load(V2)
+    assert [n.name for n in report.nodes_in("inorm")][:3] == ["inorm/offset", "inorm/mean", "inorm/sub"]
+    assert all(n.name.startswith("inorm/") for n in report.nodes_in("inorm/"))
+    assert report.nodes_in("inor") == [] and report.nodes_in("") == []  # whole parts of the name only
+    names = {0: "/layer1/conv/Conv", 1: "/layer1/relu/Relu", 2: "/layer10/conv/Conv",
+             3: "__module.model.layers.3.self_attn.q_proj/aten::linear/MatMul"}
+    renamed = dataclasses.replace(report, nodes=tuple(
+        dataclasses.replace(n, name=names.get(i, n.name)) for i, n in enumerate(report.nodes)))
+    assert [n.name for n in renamed.nodes_in("/layer1")] == [names[0], names[1]]
+    assert [n.name for n in renamed.nodes_in("layer1")] == [names[0], names[1]]  # the leading / is optional
+    assert [n.name for n in renamed.nodes_in("model.layers.3")] == [names[3]]
+    assert renamed.node("layer10").name == names[2]  # node() takes a prefix too: the node furthest over its tolerance
