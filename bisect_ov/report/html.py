@@ -4,7 +4,7 @@ the same markup as a fragment for Jupyter (`render_fragment`, what ``Report._rep
 The first screen answers "where does it start, how bad, why": a verdict box (the first divergence(s) with their
 error against tolerance, inherited error, growth and causes; the final output's error; what each side ran with;
 the fidelity check and any warnings), then the ranked culprit table. Below come the error-along-depth plot and the
-graph around the first divergence (when matplotlib is installed), the final outputs, unmatched nodes and the run's
+graph around the first divergence (without matplotlib, a line saying they need it), the final outputs, unmatched nodes and the run's
 facts. Both format the report's view (`bisect_ov.report.view`), as the terminal page does: the sentences and
 numbers are the view's records, so the renderings never disagree, and none reads another's output. The Jupyter
 fragment is the page's body without the plots (``report.plot_errors()`` draws them in the notebook) and without
@@ -56,7 +56,7 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
         How many ranked culprits to list: the first 10 are shown, the rest in a collapsed block.
     plots
         Embed the error-along-depth plot and the graph around the first divergence as PNG ``data:`` URIs.
-        Left out silently when matplotlib is not installed.
+        Without matplotlib the page says that its plots need it.
 
     Returns
     -------
@@ -277,8 +277,10 @@ def _plots(report: "Report") -> str:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return ""
-    from bisect_ov.report.plots import figure_to_png_base64, plot_errors, plot_neighbourhood
+        return ('<p class="note plots-missing">No plots on this page: they need matplotlib, which is not installed '
+                'where it was written. Install it (<code>pip install "bisect_ov[plot]"</code>) and save the page '
+                "again to see the error along depth and the graph around the first divergence.</p>")
+    from bisect_ov.report.plots import MAX_NEIGHBOURS, figure_to_png_base64, plot_errors, plot_neighbourhood
 
     out = []
     try:
@@ -297,7 +299,8 @@ def _plots(report: "Report") -> str:
             out.append(f"<h2>Around the first divergence <small><code>{e(first.name)}</code></small></h2>"
                        f'<figure class="graph"><img alt="graph neighbourhood of {e(first.name)}" '
                        f'src="data:image/png;base64,{img}"><figcaption>Producers and consumers up to two edges '
-                       "away, filled by log error; the thick border marks the first divergence.</figcaption></figure>")
+                       f"away (at most {MAX_NEIGHBOURS}: the closest and the furthest over their tolerance), filled by "
+                       "log error; the thick border marks the first divergence.</figcaption></figure>")
         except Exception as err:
             log.warning("The neighbourhood plot of the HTML report failed: %s", err, exc_info=True)
             out.append(f'<p class="note">The neighbourhood plot could not be drawn: {e(type(err).__name__)}: '

@@ -110,12 +110,14 @@ def test_culprit_table_shows_ten_and_collapses_the_rest(fault_report):
     assert '<tr class="role-source first">' in visible and "role-amplifier" in visible and "role-inherits" in visible
 
 
-def test_plots_left_out_without_matplotlib(fault_report, monkeypatch):
+def test_without_matplotlib_the_page_says_its_plots_need_it(fault_report, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
     page = render_page(fault_report)
     assert "<img" not in page and "Error along depth" not in page
+    assert "No plots on this page: they need matplotlib" in page and "bisect_ov[plot]" in page
     assert "block1/conv1" in page and "<h2>Final outputs" in page
-    assert "<img" not in render_page(fault_report, plots=False)
+    unasked = render_page(fault_report, plots=False)  # plots not asked for: nothing to explain
+    assert "<img" not in unasked and "No plots on this page" not in unasked
 
 
 def test_no_divergence_page(clean_report):
