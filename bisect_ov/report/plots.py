@@ -115,7 +115,8 @@ def plot_errors(report: "Report", ax: "Axes | None" = None) -> "Figure":
     The grey dashed step line is each node's tolerance; points over it are coloured by role (source red,
     amplifier orange, inherits grey) and the first divergences and sources are labelled with their names.
     The local errors (the error a node adds from exact inputs) are drawn as a second series, for the nodes whose
-    local error was measured only (the legend says how many). Zero errors are drawn at the axis floor, infinite/NaN ones as triangles at the top.
+    local error was measured only (the legend says how many). Zero errors are drawn at the axis floor,
+    infinite/NaN ones as triangles at the top.
 
     Parameters
     ----------

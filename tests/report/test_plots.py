@@ -213,4 +213,5 @@ def test_a_node_that_feeds_every_other_does_not_bring_them_all_into_the_neighbou
     assert {"layer300/add", "mask", "layer299/add", "layer301/add", "layer302/add"} <= names  # centre and nearest
     assert "24 of the 601 nodes within it" in fig.axes[0].get_title("left")  # 600 and the model input
     small = plot_neighbourhood(report, "block1/conv1")
-    assert "of the" not in small.axes[0].get_title("left") and "radius 1" in small.axes[0].get_title("left")  # a neighbourhood that fits is drawn whole
+    title = small.axes[0].get_title("left")
+    assert "of the" not in title and "radius 1" in title  # a neighbourhood that fits is drawn whole
