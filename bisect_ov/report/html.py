@@ -249,11 +249,10 @@ def _culprits(v: View, top: int) -> str:
     inside = f"; {e(INSIDE_LEGEND)}" if any(r.node.inside_kernel for r in table.rows) else ""
     out = [f"<h2>Culprits <small>ranked; top {len(body)} of {table.total}; * = first divergence{inside}; "
            f"error = {e(v.report.metric)}, inputs = largest error among the tensors it reads</small></h2>"]
-    out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body[:shown])}</tbody></table>")
+    out.append(_table(head, body[:shown]))
     if len(body) > shown:
         out.append(f"<details><summary>{len(body) - shown} more culprits (ranks {shown + 1}\u2013{len(body)})"
-                   f"</summary><table><thead><tr>{head}</tr></thead><tbody>{''.join(body[shown:])}</tbody></table>"
-                   "</details>")
+                   f"</summary>{_table(head, body[shown:])}</details>")
     if table.total > len(body):
         out.append(f'<p class="note">{table.total - len(body)} more diverged nodes are not listed here '
                    "(raise <code>top</code>, or read them from the JSON report).</p>")
@@ -325,8 +324,7 @@ def _outputs(report: "Report") -> str:
             f"<td>{e(nan_inf)}</td></tr>"
         )
     ths = "".join(f'<th class="{"l" if h in ("output", "state") else ""}">{e(h)}</th>' for h in head)
-    return (f"<h2>Final outputs <small>error = {e(report.metric)}</small></h2><table><thead><tr>{ths}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return f"<h2>Final outputs <small>error = {e(report.metric)}</small></h2>{_table(ths, rows)}"
 
 
 def _cos(x: float) -> str:
@@ -366,7 +364,7 @@ def _run_facts(v: View) -> str:
                     f'</td><td class="l small mono">{e(config)}</td><td class="l small">{e(counts)}</td>'
                     f'<td class="l small">{e(s.note or "-")}</td></tr>')
     ths = "".join(f'<th class="l">{e(h)}</th>' for h in head)
-    out.append(f"<table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    out.append(_table(ths, rows))
 
     facts: list[tuple[str, str]] = [("model", e(report.model))]
     if report.target_model:
@@ -398,6 +396,13 @@ def _run_facts(v: View) -> str:
         facts.append(("OpenVINO", e(report.openvino_version)))
     out.append('<dl class="kv">' + "".join(f"<dt>{e(k)}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     return "\n".join(out)
+
+
+def _table(head: str, rows: Iterable[str]) -> str:
+    """A table in a box of its own that scrolls sideways when the table is wider than the page (a phone):
+    the page itself never does."""
+    return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            "</div>")
 
 
 def _join(parts: Iterable[str]) -> str:
