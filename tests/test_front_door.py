@@ -135,3 +135,29 @@ def test_every_executor_form_of_the_docs_passes_the_check_without_opening_anythi
     from bisect_ov.pipeline.options import BisectOptions
 
     assert BisectOptions(executor=spec).executor == spec
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--executor", "threads:x"], "executor 'threads:x': give the number of workers as a positive integer"),
+    (["--executor", "processes:0"], "executor 'processes:0': give the number of workers"),
+    (["--metric", "cosine_distance"], "metric 'cosine_distance' needs an explicit threshold"),
+    (["--curve", "1000001"], "curve must be an integer from 0 to 1000"),
+    (["capture", "--seed", str(2 ** 64 + 1)], "seed must be an integer in [0, 2**32)"),
+], ids=["threads:x", "processes:0", "cosine", "curve", "capture-seed"])
+def test_the_command_refuses_bad_options_in_one_line_before_running(tmp_path, args, message):
+    import subprocess
+    import sys
+
+    import openvino as ov
+
+    ov.save_model(tiny_chain(), tmp_path / "m.xml")
+    head, rest = (["capture"], args[1:]) if args[0] == "capture" else ([], args)
+    command = [sys.executable, "-m", "bisect_ov", *head, str(tmp_path / "m.xml"), *rest]
+    if not head:
+        command += ["--target", "CPU:f32"]
+    else:
+        command += ["-o", str(tmp_path / "c.npz")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "c.npz").exists()
