@@ -35,7 +35,14 @@ BAD_OPTIONS = [
     ("prompt_length", 0, "prompt_length"),
     ("steps", -1, "steps"),
     ("sensitivity", "yes", "sensitivity must be True or False"),
-    ("executor", 3, "executor must be None"),
+    ("executor", 3, "executor must be a concurrent.futures.Executor"),
+    ("executor", "foo", "Unknown executor 'foo'"),
+    ("executor", "threads:x", "number of workers as a positive integer"),
+    ("executor", "threads:", "number of workers as a positive integer"),
+    ("executor", "processes:0", "number of workers as a positive integer"),
+    ("executor", "processes:-1", "number of workers as a positive integer"),
+    ("executor", "dask://nowhere", "dask://HOST:PORT"),
+    ("executor", "ray:local", "'ray://HOST:PORT'"),
     ("samples_per_batch", 0, "samples_per_batch must be an integer >= 1"),
     ("batch_retries", -1, "batch_retries"),
     ("refine", "yes", "True or False"),
@@ -48,8 +55,9 @@ BAD_OPTIONS = [
     ("fix", math.nan, "True, False or a tolerance"),
     ("fix", math.inf, "finite number >= 0"),
     ("delegation", 3, "True or False"),
-    ("curve", 1.5, "integer >= 0"),
-    ("curve", -2, "integer >= 0"),
+    ("curve", 1.5, "integer from 0 to 1000"),
+    ("curve", -2, "integer from 0 to 1000"),
+    ("curve", 1_000_001, "integer from 0 to 1000"),
     ("noise", "no", "True or False"),
     ("baseline", "yes", "True or False"),
     ("truth", "f32", "truth must be None, 'f64'"),
@@ -105,3 +113,52 @@ def test_cli_refuses_target_config_for_an_emulated_target_in_one_line(tmp_path, 
     err = capsys.readouterr().err
     assert code == 2
     assert "takes no compile properties" in err and "Traceback" not in err
+
+
+def test_a_fork_based_process_pool_is_refused_with_the_reason_and_a_spawn_one_is_taken():
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from bisect_ov.pipeline.options import BisectOptions
+
+    # A forked worker inherits OpenVINO's threads mid-state: made after a run in this process, it hung (no
+    # result after 60 s). No worker starts here: the pool is refused before anything is submitted.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as forked:
+        with pytest.raises(InputError, match="starts its workers by fork.*OpenVINO's threads.*'processes:N'"):
+            bisect(tiny_chain(), "CPU", "CPU:f32", executor=forked)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as spawned:
+        assert BisectOptions(executor=spawned).executor is spawned
+
+
+@pytest.mark.parametrize("spec", ["threads:2", "processes:3", "dask://127.0.0.1:8786", "tcp://[::1]:8786", "ray",
+                                  "ray://head:10001", None])
+def test_every_executor_form_of_the_docs_passes_the_check_without_opening_anything(spec):
+    from bisect_ov.pipeline.options import BisectOptions
+
+    assert BisectOptions(executor=spec).executor == spec
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--executor", "threads:x"], "executor 'threads:x': give the number of workers as a positive integer"),
+    (["--executor", "processes:0"], "executor 'processes:0': give the number of workers"),
+    (["--metric", "cosine_distance"], "metric 'cosine_distance' needs an explicit threshold"),
+    (["--curve", "1000001"], "curve must be an integer from 0 to 1000"),
+    (["capture", "--seed", str(2 ** 64 + 1)], "seed must be an integer in [0, 2**32)"),
+], ids=["threads:x", "processes:0", "cosine", "curve", "capture-seed"])
+def test_the_command_refuses_bad_options_in_one_line_before_running(tmp_path, args, message):
+    import subprocess
+    import sys
+
+    import openvino as ov
+
+    ov.save_model(tiny_chain(), tmp_path / "m.xml")
+    head, rest = (["capture"], args[1:]) if args[0] == "capture" else ([], args)
+    command = [sys.executable, "-m", "bisect_ov", *head, str(tmp_path / "m.xml"), *rest]
+    if not head:
+        command += ["--target", "CPU:f32"]
+    else:
+        command += ["-o", str(tmp_path / "c.npz")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "c.npz").exists()

@@ -53,7 +53,8 @@ def test_the_comparison_sees_a_changed_number_and_a_changed_name():
     saved = json.loads((FOLDER / "avx512_bf16" / "demo_f16.json").read_text())
     changed = json.loads(json.dumps(saved))
     changed["nodes"][0]["error"] = changed["nodes"][0]["error"] * 1.01 + 1e-3
-    changed["first_divergence"] = ["elsewhere"]
+    changed["first_divergence"] = [changed["nodes"][0]["key"]]  # another node (a name of none is refused on load)
+    assert changed["first_divergence"] != saved["first_divergence"]
     found = differences(saved, changed)
     assert any(".nodes[0].error" in f for f in found) and any("first_divergence" in f for f in found)
     assert differences(saved, saved) == []

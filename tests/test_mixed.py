@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import openvino as ov
 import pytest
@@ -95,6 +97,28 @@ def test_delegation_range_and_curve_find_the_node_that_breaks_it():
     assert d.first.startswith("inorm/")
     errors = [p.error for p in report.curve]
     assert errors[0] == 0.0 and errors[-1] == pytest.approx(report.outputs[0].error, rel=1e-6)
+
+
+def test_a_fix_asked_for_when_nothing_diverges_says_none_is_needed():
+    model = synthetic.demo(inorm_offset=0.0)  # benign in f16: nothing diverges
+    report = bisect(model, "CPU", "EMU:f16", local=False, impact=0, fix=True, progress=False)
+    assert not report.diverges and report.fix is not None and report.fix.on_reference == ()
+    text = " ".join(report.to_text().split())  # as read, whatever the wrapping
+    assert re.search(r"Fix: none needed: the final error \S+ is within its tolerance", text)
+    assert "no node has to stay on the reference" in text
+    assert "keeping 0 node(s)" not in text and "keep:" not in text
+    assert "Fix: none needed" in report._repr_html_()
+
+
+def test_a_curve_asks_each_distinct_prefix_once_however_many_points_were_asked():
+    from tests.conftest import tiny_chain
+
+    model = tiny_chain(depth=2)  # 4 compute nodes: 5 prefixes
+    report = bisect(model, "CPU", "CPU:f32", target_model=inject_fault(model, "mm1"), local=False, impact=0,
+                    curve=1000, progress=False)
+    assert [p.nodes for p in report.curve] == [0, 1, 2, 3, 4]
+    assert report.curve[-1].error == pytest.approx(report.outputs[0].error, rel=1e-6)
+    assert len(report.to_dict()["curve"]) == 5  # the saved report holds five points, not 1,001
 
 
 def test_impact_reorders_suspects_and_noise_floor_is_reported():

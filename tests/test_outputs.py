@@ -7,7 +7,7 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from bisect_ov import bisect, inject_fault
+from bisect_ov import InputError, bisect, inject_fault
 
 
 def _two_outputs(order: str = "deep_first") -> ov.Model:
@@ -61,3 +61,48 @@ def test_a_model_without_outputs_is_refused():
     model = ov.Model([], [x], "empty")
     with pytest.raises(InputError, match="has no outputs"):
         bisect(model, "CPU", "CPU:f32", progress=False)
+
+
+def _twin_with_outputs(extra: str | None = None, prefix: str = "") -> ov.Model:
+    """x -> mm0 -> tanh0 -> mm1 -> tanh1 -> relu (out); `extra`: another output ('branch': sigmoid(tanh0),
+    'first': the same listed first, 'mid': tanh0 itself); `prefix` renames every compute node but relu."""
+    rng = np.random.default_rng(0)
+    x = ops.parameter([1, 8], np.float32, name="x")
+    h = mid = x
+    for i in range(2):
+        w = ops.constant((rng.standard_normal((8, 8)) / 3).astype(np.float32), name=f"w{i}")
+        h = ops.tanh(ops.matmul(h, w, False, False, name=f"{prefix}mm{i}"), name=f"{prefix}tanh{i}")
+        mid = h if i == 0 else mid
+    results = [ops.result(ops.relu(h, name="relu"), name="out")]
+    if extra in ("branch", "first"):
+        side = ops.result(ops.sigmoid(mid, name="extra"), name="extra_out")
+        results = [side] + results if extra == "first" else results + [side]
+    elif extra == "mid":
+        results.append(ops.result(mid, name="mid_out"))
+    return ov.Model(results, [x], "twin")
+
+
+@pytest.mark.parametrize("extra", ["branch", "first", "mid"])
+def test_a_twin_with_an_extra_output_runs_every_partitioned_experiment(extra):
+    twin = inject_fault(_twin_with_outputs(extra), "mm1")
+    report = bisect(_twin_with_outputs(), "CPU", "CPU:f32", target_model=twin, fix=True, curve=3, delegation=True,
+                    progress=False)
+    assert [o.name for o in report.outputs] == ["out"] and report.outputs[0].diverged
+    assert report.first_divergence.name == "mm1" and report.fix.on_reference == ("mm1",) and report.fix.solved
+    assert report.curve[-1].error == pytest.approx(report.outputs[0].error, rel=1e-6)
+
+
+@pytest.mark.parametrize("extra", ["branch", "first"])
+def test_a_model_output_the_twin_lacks_is_refused_not_compared_with_another(extra):
+    # It was compared with the twin's only output: 'extra' showed rel_l2 0.78 against 'out'.
+    with pytest.raises(InputError, match=r"output\(s\) \['extra_out'\] have no counterpart in target_model"):
+        bisect(_twin_with_outputs(extra), "CPU", "CPU:f32", target_model=_twin_with_outputs(), progress=False)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "full"])
+def test_the_coverage_of_a_renamed_twin_counts_only_matched_nodes(strategy):
+    # Four of the five compute nodes renamed: the fusion strategy's group at relu held them all (coverage 1.0).
+    report = bisect(_twin_with_outputs(), "CPU", "CPU:f32", target_model=_twin_with_outputs(prefix="r_"),
+                    strategy=strategy, progress=False)
+    assert sorted(report.unmatched["model"]) == ["mm0", "mm1", "tanh0", "tanh1"]
+    assert report.coverage == pytest.approx(1 / 5)

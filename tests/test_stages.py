@@ -30,7 +30,7 @@ from tests.conftest import tiny_chain
 @pytest.mark.parametrize("keywords, fragment", [
     ({"impact": 2.5}, "impact must be an integer >= 0"),
     ({"impact": -1}, "impact must be an integer >= 0"),
-    ({"curve": -2}, "curve must be an integer >= 0"),
+    ({"curve": -2}, "curve must be an integer from 0 to 1000"),
     ({"seed": "abc"}, "seed must be an integer"),
     ({"seed": -1}, "seed must be an integer"),
     ({"ref_config": "str"}, "ref_config must be a dict"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["TorchName", "parse_name", "pattern", "layer_of", "module_label"]
+__all__ = ["TorchName", "parse_name", "pattern", "layer_of", "module_label", "under"]
 
 _TRACED = re.compile(r"^__module\.(?P<module>[^/]+)/(?P<op>aten::[A-Za-z0-9_]+)(?:/(?P<rest>.*))?$")
 _EXPORTED = re.compile(r"^(?P<call>[A-Za-z][A-Za-z0-9_]*?)(?:_(?P<n>\d+))?/"
@@ -36,6 +36,28 @@ class TorchName:
     op: str
     call: str | None = None  # the torch.export call name (``linear_6``)
     rest: str = ""
+
+
+def under(name: str, prefix: str) -> bool:
+    """Whether node `name` lies under `prefix`: a PyTorch module path of a traced name, or the name's leading part
+    up to a ``/`` or ``.`` (ONNX, IR and code-built names; a leading ``/`` is optional on either side).
+
+    Examples
+    --------
+    >>> under("__module.model.layers.3.self_attn.q_proj/aten::linear/MatMul", "model.layers.3")
+    True
+    >>> under("inorm/sub", "inorm"), under("/layer1/conv/Conv", "layer1"), under("block10/add", "block1")
+    (True, True, False)
+    """
+    prefix = prefix.strip()
+    if not prefix:
+        return False
+    parsed = parse_name(name)
+    if parsed is not None and parsed.module is not None and (
+            parsed.module == prefix or parsed.module.startswith(prefix + ".")):
+        return True
+    bare, plain = prefix.strip("/"), name.lstrip("/")
+    return bool(bare) and (plain == bare or plain.startswith(bare + "/") or plain.startswith(bare + "."))
 
 
 def parse_name(name: str) -> TorchName | None:

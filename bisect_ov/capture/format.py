@@ -56,6 +56,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from bisect_ov.core import checks
 from bisect_ov.core.errors import CaptureError, CaptureWriteError, InputError
 from bisect_ov.core.fileio import atomic_file
 from bisect_ov.model.graph import ModelGraph
@@ -214,16 +215,14 @@ def host_info() -> dict[str, Any]:
 
 def check_sample(sample: Any) -> int:
     """`sample` as an int, or `InputError` unless it is a positive integer."""
-    if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 1:
+    if not checks.is_integer(sample) or sample < 1:
         raise InputError(f"sample must be a positive integer (values kept per tensor in stats mode); got {sample!r}.")
     return int(sample)
 
 
 def check_seed(seed: Any) -> int:
-    """`seed` as an int, or `InputError` unless it is a non-negative integer."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise InputError(f"seed must be a non-negative integer; got {seed!r}.")
-    return int(seed)
+    """`seed` as an int, or `InputError` unless it is an integer in [0, 2**32) (as `bisect()`'s seed)."""
+    return checks.check_seed("seed", seed)
 
 
 def playback_hash(graph: ModelGraph) -> str:

@@ -6,9 +6,10 @@ reads the recorded inputs, outputs, tensors and statistics of one recorded input
 The file format is described in `bisect_ov.capture.format`.
 
 Assumptions: the format constants (`FORMAT`, `SCHEMA_VERSION`, `MODES`, `HEADER`) and the writer
-(`NpzWriter`, `header_array`) come from `bisect_ov.capture.format`. A header is checked when the file is opened
-(`load_capture`): every field a reader relies on is there with the right type, so a malformed file is refused
-with a `CaptureError` instead of failing later. Files are read with ``np.load(path, allow_pickle=False)``;
+(`NpzWriter`, `header_array`) come from `bisect_ov.capture.format`. A file is checked when it is opened
+(`load_capture`, through `bisect_ov.capture.schema`): every header field a reader relies on is there with the
+right type, and every member holds the bytes its header declares, so a malformed file is refused with a
+`CaptureError` instead of failing (or allocating what it claims) later. Files are read with ``np.load(path, allow_pickle=False)``;
 reads of one open file are serialized by a
 lock shared between the `Capture.select` views of it.
 """
@@ -26,8 +27,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from bisect_ov.capture.format import FORMAT, HEADER, MODES, SCHEMA_VERSION, NpzWriter, header_array, runtime_from_header
+from bisect_ov.capture.schema import check_header, check_members
 from bisect_ov.core import codec
-from bisect_ov.core.errors import CaptureError, InputError
+from bisect_ov.core.errors import CaptureError
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
@@ -238,7 +240,8 @@ def load_capture(path: str | os.PathLike | Capture) -> Capture:
     try:
         header = _read_header(path, data)
         try:
-            _check_members(path, data, header)
+            probe = Capture(path, data, header)
+            check_members(path, data, header, [probe.members(n) for n in range(len(header["samples"]))])
         except CaptureError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
@@ -279,57 +282,8 @@ def _read_header(path: pathlib.Path, data: Any) -> dict[str, Any]:
         raise CaptureError(f"The capture '{path}' is corrupted: its header lacks {missing}.")
     if header["mode"] not in MODES:
         raise CaptureError(f"The capture '{path}' has an unknown mode {header['mode']!r}; this bisect_ov reads {list(MODES)}.")
-    _check_header(path, header)
+    check_header(path, header)
     return header
-
-
-def _check_header(path: pathlib.Path, header: dict[str, Any]) -> None:
-    """Every header field a reader relies on, with its type: a malformed header is refused here, by name."""
-    def bad(what: str, fix: str = "") -> CaptureError:
-        return CaptureError(f"The capture '{path}' is corrupted: its header is malformed ({what}).{fix} "
-                            "Record the capture again.")
-
-    samples = header["samples"]
-    if not isinstance(samples, list) or not samples:
-        raise bad(f"'samples' is {samples!r}; it must list at least one recorded input set")
-    for n, s in enumerate(samples):
-        if not isinstance(s, dict) or not isinstance(s.get("inputs_hash"), str):
-            raise bad(f"samples[{n}] has no inputs_hash")
-        if not isinstance(s.get("prefix", ""), str):
-            raise bad(f"samples[{n}].prefix is not a string")
-    device = header["device"]
-    if not isinstance(device, dict) or not isinstance(device.get("spec"), str) or not isinstance(device.get("info"), dict):
-        raise bad(f"'device' is {device!r}; it must hold the device name ('spec') and what it ran ('info')")
-    try:
-        codec.from_dict(DeviceInfo, device["info"], where="device.info")
-    except InputError as err:
-        raise bad(str(err).rstrip(".")) from None
-    model = header["model"]
-    if not isinstance(model, dict) or not all(isinstance(model.get(k), list) for k in ("inputs", "outputs")):
-        raise bad("'model' lacks its inputs and outputs")
-    for k in ("label", "structure_hash", "playback_hash"):
-        if not isinstance(model.get(k), str):
-            raise bad(f"model.{k} is missing")
-    taps = header["taps"]
-    if not isinstance(taps, list) or not all(isinstance(t, dict) and isinstance(t.get("key"), str)
-                                             and isinstance(t.get("port"), int) for t in taps):
-        raise bad("'taps' is not a list of recorded tensors (key, port)")
-    for k in ("sample", "seed"):
-        if isinstance(header[k], bool) or not isinstance(header[k], int):
-            raise bad(f"{k} is {header[k]!r}, not an integer")
-
-
-def _check_members(path: pathlib.Path, data: Any, header: dict[str, Any]) -> None:
-    files = set(data.files)
-    probe = Capture(path, data, header)
-    for n, s in enumerate(header["samples"]):
-        prefix = s.get("prefix", "")
-        missing = [prefix + m for m in probe.members(n) if prefix + m not in files]
-        if missing:
-            raise CaptureError(
-                f"The capture '{path}' is incomplete or corrupted: {len(missing)} member(s) missing, e.g. "
-                f"{missing[:3]}."
-            )
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ from bisect_ov.capture.format import (
     tensor_summary,
 )
 from bisect_ov.core import codec
+from bisect_ov.core.checks import check_config, check_flag, check_tap_bytes
 from bisect_ov.core.errors import CaptureError, InputError
 from bisect_ov.frameworks.resolve import plain_inputs
 from bisect_ov.frameworks.side import FrameworkSide
@@ -122,7 +123,8 @@ def record(
     sample, seed
         Values kept per tensor in ``stats`` mode, and the seed of their positions (and of random inputs).
     max_tap_bytes
-        Most bytes of exposed tensors per compile, as in `bisect()`; more taps mean more compiles.
+        Most bytes of exposed tensors per compile (a positive integer; None: no limit), as in `bisect()`; more
+        taps mean more compiles.
     progress
         Show a progress bar over the tensors.
 
@@ -134,7 +136,8 @@ def record(
     Raises
     ------
     InputError
-        Bad model, inputs, device name or option (`CaptureError` when the file cannot be written).
+        Bad model, inputs, device name or option, checked as `bisect()` checks its options before anything
+        runs (`CaptureError` when the file cannot be written).
     DeviceError
         Compiling or running failed.
     """
@@ -142,10 +145,15 @@ def record(
 
     from bisect_ov import __version__
 
-    if mode not in MODES:
-        raise InputError(f"Unknown capture mode '{mode}'. Use 'full' (every tensor) or 'stats' (samples and statistics).")
+    if not isinstance(mode, str) or mode not in MODES:
+        raise InputError(f"Unknown capture mode {mode!r}. Use 'full' (every tensor) or 'stats' (samples and statistics).")
     sample = check_sample(sample)
     seed = check_seed(seed)
+    config = check_config("config", config)
+    max_tap_bytes = check_tap_bytes("max_tap_bytes", max_tap_bytes, auto=False)
+    progress = check_flag("progress", progress)
+    if not isinstance(path, (str, os.PathLike)):
+        raise InputError(f"path must be a file name (str or os.PathLike) for the capture; got {type(path).__name__}.")
     path = pathlib.Path(path)
     if path.is_dir():
         raise CaptureError(f"Cannot write the capture to '{path}': it is a folder. Pass a file name such as '{path / 'capture.npz'}'.")

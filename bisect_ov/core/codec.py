@@ -7,7 +7,8 @@ has no such numbers (strict parsers and JavaScript's ``JSON.parse`` refuse the b
 `from_dict(cls, data)` reads them back, with the spelling of files saved before (``"inf"``, ``"-inf"``,
 ``"nan"``) and the bare tokens (which `json.loads` reads as floats), checking each value against the field's
 type annotation, and refuses anything else with an `InputError` that names the field
-(``nodes[3].error: expected a number, got 'abc'``).
+(``nodes[3].error: expected a number, got 'abc'``); integers must fit 64 bits and numbers a float (a file holding ``10**400`` is
+refused, not read to overflow later).
 
 Field options (``dataclasses.field(metadata=...)``): ``{"json": "name"}`` writes the field under another key;
 ``{"json": False}`` leaves it out (kept tensors, caches). A class attribute ``JSON_PROPERTIES`` names derived
@@ -39,6 +40,7 @@ MAX_DEPTH = 64  # deeper than any record: a file nested deeper is not one of our
 _WRITTEN = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
 _SPECIAL = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan, "inf": math.inf, "-inf": -math.inf,
             "nan": math.nan}
+_INT64 = 2 ** 63
 
 
 def to_dict(record: Any) -> dict[str, Any]:
@@ -124,10 +126,12 @@ def _decode(hint: Any, value: Any, where: str, depth: int) -> Any:
         raise _wrong(where, "true or false", value)
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            if -_INT64 <= value < _INT64:
+                return value
+            raise _wrong(where, "an integer of 64 bits", value)
         raise _wrong(where, "an integer", value)
     if hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool) and _fits_float(value)):
             return value  # an integer stays one: 3 and 3.0 are the same number
         if isinstance(value, str) and value in _SPECIAL:
             return _SPECIAL[value]
@@ -173,6 +177,15 @@ def _record(cls: type, value: Any, where: str, depth: int) -> Any:
     return cls(**kwargs)
 
 
+def _fits_float(value: int) -> bool:
+    """Whether an integer is a number a float holds (10**400 is not: every use of it as one would overflow)."""
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
 def _check_depth(value: Any, where: str, depth: int) -> None:
     """Untyped values (free-form dicts) are walked only to bound their depth."""
     if depth > MAX_DEPTH:
@@ -186,5 +199,8 @@ def _check_depth(value: Any, where: str, depth: int) -> None:
 
 
 def _wrong(where: str, expected: str, value: Any) -> InputError:
-    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+        shown = f"an integer of {len(str(abs(value)))} digits"
+    else:
+        shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
     return InputError(f"{where}: expected {expected}, got {shown[:80]}.")

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import Match
 from bisect_ov.model.taps import Tap
@@ -68,20 +69,34 @@ def _target_output_positions(graph: ModelGraph, target_graph: ModelGraph, target
     """For each reference output (in model order), the position of the same output among the target's.
 
     One model on both sides: the same positions. A twin: the target's Result that reads the matched tensor, else
-    the one with the same name, else the same position.
+    the one with the same name, else, when both models have as many outputs, the same position if no other output
+    took it. An output with none of these has nothing to be compared with: `InputError` (comparing it with
+    another output of the twin would be a wrong answer).
     """
     ref_results, target_results = graph.results(), target_graph.results()
     if target_graph is graph:
         return list(range(len(ref_results)))
     by_source = {target_results[i].inputs[0]: i for i in range(len(target_results))}
-    by_name = {r.name: i for i, r in enumerate(target_results)}
-    positions = []
-    for i, result in enumerate(ref_results):
+    by_name = {r.name: i for i, r in enumerate(target_results) if not r.auto_named}
+    positions: list[int | None] = []
+    for result in ref_results:
         matched = target_of.get(Tap(*result.inputs[0]))
         if matched is not None and (matched.key, matched.port) in by_source:
             positions.append(by_source[(matched.key, matched.port)])
         elif result.name in by_name and not result.auto_named:
             positions.append(by_name[result.name])
         else:
-            positions.append(i if i < len(target_results) else 0)
-    return positions
+            positions.append(None)
+    taken = {p for p in positions if p is not None}
+    for i in range(len(ref_results)):
+        if positions[i] is None and len(ref_results) == len(target_results) and i not in taken:
+            positions[i] = i
+            taken.add(i)
+    missing = [graph.output_name(r.key) for r, p in zip(ref_results, positions) if p is None]
+    if missing:
+        raise InputError(
+            f"The model's output(s) {missing} have no counterpart in target_model: none of its {len(target_results)} "
+            "output(s) reads the matched tensor or has the same name. Give target_model the same outputs (or remove "
+            "these from the model)."
+        )
+    return [p for p in positions if p is not None]

@@ -107,13 +107,14 @@ def mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: Seque
 
 
 def contribution_curve(runs: MixedRuns, points: int = 8) -> list[CurvePoint]:
-    """(fraction, nodes on target, final error) with the first fraction of the graph on the target."""
+    """(fraction, nodes on target, final error) with the first fraction of the graph on the target.
+
+    `points` intervals from none to all of the graph; a graph of ``n`` compute nodes has ``n + 1`` distinct
+    prefixes, so it gives at most ``n + 1`` points, each once.
+    """
     n = len(runs.order)
-    curve = []
-    for i in range(points + 1):
-        count = round(n * i / points)
-        curve.append(CurvePoint(count / n if n else 0.0, count, runs.error(set(runs.order[:count]))))
-    return curve
+    counts = sorted({round(n * i / points) for i in range(points + 1)}) if points > 0 else []
+    return [CurvePoint(count / n if n else 0.0, count, runs.error(set(runs.order[:count]))) for count in counts]
 
 
 def smallest_range(runs: MixedRuns, share: float = 0.5) -> Delegation:

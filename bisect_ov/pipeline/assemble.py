@@ -92,7 +92,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         + truth_notes(truth.record if truth is not None else None, truth.nodes if truth is not None else {},
                       session.graph),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
-        curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes),
+        curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes, session.match),
         repro_source=ReproSource(session.comparison, session.sample, session.target_runtime),
         sensitivity=tuple(findings.sensitivity),
         steps=generation.steps if generation is not None else (),
@@ -291,10 +291,12 @@ def keep_tensors(session: Engine, keep: Sequence[str], ranking: Sequence[str]) -
     return kept
 
 
-def coverage(graph, nodes) -> float:
-    """Share of the model's compute nodes compared directly or as members of a compared fused group."""
+def coverage(graph, nodes, match=None) -> float:
+    """Share of the model's compute nodes compared directly or as members of a compared fused group; with a twin's
+    `match`, only nodes with a counterpart count (a fused group's unmatched members were compared with nothing)."""
     compute = {n.key for n in graph.candidates()}
-    covered = {n.key for n in nodes} | {graph.find(m).key for n in nodes for m in n.group}
+    counted = {r.key for r, _ in match.pairs} if match is not None else compute
+    covered = ({n.key for n in nodes} | {graph.find(m).key for n in nodes for m in n.group}) & counted
     return len(covered & compute) / max(1, len(compute))
 
 

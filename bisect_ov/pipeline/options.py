@@ -18,17 +18,20 @@ import math
 import os
 import pathlib
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Iterable, Mapping, TypeGuard
+from typing import Any, Callable, Iterable, Mapping
 
 from bisect_ov.analysis.metrics import METRICS, TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
+from bisect_ov.core.checks import check_config, check_flag, check_seed, check_tap_bytes, is_integer
 from bisect_ov.core.errors import InputError
+from bisect_ov.samples.executors import check_executor
 from bisect_ov.search.strategies import STRATEGIES
 
 __all__ = ["BisectOptions", "ResolvedOptions", "Flag", "GROUPS", "KEYWORDS", "STRATEGIES", "BUDGETS",
-           "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "auto_tap_bytes", "key_value"]
+           "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "MAX_CURVE_POINTS", "auto_tap_bytes", "key_value"]
 
 BUDGETS = ("default", "fast")
+MAX_CURVE_POINTS = 1000  # each point is a partitioned run: more is a typo, not a curve
 DEFAULT_MAX_TAP_BYTES = "auto"
 AUTO_MIN_TAP_BYTES = 64 << 20
 # The concerns options are grouped by (key -> title), in the order of the fields, of `bisect()`'s keywords
@@ -88,20 +91,18 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
-def _integer(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"{name} must be True or False; got {value!r}.")
-    return value
-
-
 def _at_least(low: int, hint: str = "") -> Check:
     def check(name: str, value: Any) -> int:
-        if not _integer(value) or value < low:
+        if not is_integer(value) or value < low:
             raise InputError(f"{name} must be an integer >= {low}{hint}; got {value!r}.")
+        return value
+    return check
+
+
+def _between(low: int, high: int, hint: str = "") -> Check:
+    def check(name: str, value: Any) -> int:
+        if not is_integer(value) or not low <= value <= high:
+            raise InputError(f"{name} must be an integer from {low} to {high}{hint}; got {value!r}.")
         return value
     return check
 
@@ -114,17 +115,6 @@ def _one_of(choices: Iterable[str]) -> Check:
             raise InputError(f"Unknown {name} '{value}'. Available: {list(allowed)}.")
         return value
     return check
-
-
-def _config(name: str, value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InputError(f"{name} must be a dict of compile properties (name -> value); got {value!r}.")
-    if not all(isinstance(k, str) and k for k in value):
-        raise InputError(f"{name}'s keys must be property names (strings such as 'INFERENCE_PRECISION_HINT'); "
-                         f"got {list(value)!r}.")
-    return dict(value)
 
 
 def _metric(name: str, value: Any) -> Any:
@@ -149,18 +139,6 @@ def _truth(name: str, value: Any) -> Any:
     if not isinstance(value, str) and type(value).__module__.startswith("torch"):
         return value  # a module: PyTorch eager in float64 is asked for with Torch(module, dtype="f64")
     raise InputError(f"truth must be None, 'f64' or a framework side such as Torch(module, dtype='f64'); got {value!r}.")
-
-
-def _seed(name: str, value: Any) -> int:
-    if not _integer(value) or not 0 <= value < 2**32:
-        raise InputError(f"seed must be an integer in [0, 2**32); got {value!r}.")
-    return value
-
-
-def _tap_bytes(name: str, value: Any) -> Any:
-    if value is not None and value != "auto" and (not _integer(value) or value <= 0):
-        raise InputError(f"max_tap_bytes must be a positive integer, 'auto' or None (no limit); got {value!r}.")
-    return value
 
 
 def _fix_tolerance(name: str, value: Any) -> Any:
@@ -197,10 +175,7 @@ def _ir_path(name: str, value: Any) -> Any:
 
 
 def _executor(name: str, value: Any) -> Any:
-    if value is not None and not isinstance(value, str) and not callable(getattr(value, "submit", None)):
-        raise InputError("executor must be None, a concurrent.futures.Executor, 'processes:N', 'threads:N', "
-                         f"'dask://HOST:PORT', 'ray' or 'ray://HOST:PORT'; got {value!r}.")
-    return value
+    return check_executor(value)
 
 
 def _progress(name: str, value: Any) -> Any:
@@ -238,16 +213,16 @@ class BisectOptions:
     >>> BisectOptions(curve=-1)
     Traceback (most recent call last):
     ...
-    bisect_ov.core.errors.InputError: curve must be an integer >= 0 (points of the contribution curve; 0 for none); got -1.
+    bisect_ov.core.errors.InputError: curve must be an integer from 0 to 1000 (points of the contribution curve; 0 for none); got -1.
     """
 
     # ----- devices and compiling
     ref_config: Mapping[str, Any] = _opt(
-        None, "devices", "Properties passed to `compile_model` for the reference (name -> value).", _config,
+        None, "devices", "Properties passed to `compile_model` for the reference (name -> value).", check_config,
         help="compile property for the reference (repeatable)",
         cli=Flag(("--ref-config",), {"action": "append", "type": key_value, "default": [], "metavar": "KEY=VALUE"}, dict))
     target_config: Mapping[str, Any] = _opt(
-        None, "devices", "Properties passed to `compile_model` for the target (name -> value).", _config,
+        None, "devices", "Properties passed to `compile_model` for the target (name -> value).", check_config,
         help="compile property for the target (repeatable)",
         cli=Flag(("--target-config",), {"action": "append", "type": key_value, "default": [], "metavar": "KEY=VALUE"}, dict))
     # ----- what to tap and search
@@ -259,18 +234,19 @@ class BisectOptions:
         kind=str, help="which tensors to expose (auto: fusion, falling back to bisection when taps change the target)")
     metric: str | Callable[[TensorStats], float] = _opt(
         "rel_l2", "search", "Error measure per tensor: a name in `bisect_ov.analysis.metrics.METRICS` or a callable on "
-        "`TensorStats`. The default tolerance model is calibrated for ``rel_l2``.", _metric, kind=str,
-        help="error metric: rel_l2, max_rel, max_abs, mean_abs, cosine_distance, ...")
+        "`TensorStats`. The default tolerance model is calibrated for ``rel_l2`` and ``max_rel``; any other metric needs "
+        "`tolerance` (docs/tolerance.md).", _metric, kind=str,
+        help="error metric: rel_l2, max_rel; max_abs, mean_abs, cosine_distance, mismatch_fraction with --tolerance")
     tolerance: float | Tolerance | None = _opt(
         None, "search", "None for the precision-aware default, a float for one threshold everywhere, or a `Tolerance`.",
         _tolerance, kind=float, help="one error threshold for every node (default: precision-aware)")
     refine: bool = _opt(
         True, "search", "With ``fusion``: re-measure the members of the groups where error starts, to name the member "
-        "node.", _flag, help="keep fusion-group granularity (no re-measuring of the groups where error starts)")
+        "node.", check_flag, help="keep fusion-group granularity (no re-measuring of the groups where error starts)")
     max_tap_bytes: int | str | None = _opt(
         DEFAULT_MAX_TAP_BYTES, "search", "Most bytes of exposed tensors per compile; more taps are measured segment by "
         "segment (one model on both sides) or split into several compiles. ``\"auto\"`` (the default): half the model's "
-        "weight bytes, at least 64 MB (`bisect_ov.pipeline.options.auto_tap_bytes`). None: no limit.", _tap_bytes,
+        "weight bytes, at least 64 MB (`bisect_ov.pipeline.options.auto_tap_bytes`). None: no limit.", check_tap_bytes,
         help="most MB of exposed tensors per compile or segment, 0 for no limit (default: half the weights' size, "
         "at least 64)", cli=Flag(("--max-tap-mb",), {"type": float, "default": None, "metavar": "MB"}, _bytes_of_mb))
     # ----- which experiments run
@@ -285,16 +261,16 @@ class BisectOptions:
     local: bool = _opt(
         True, "experiments", "Run every measured node (or fusion group) on the target fed with the reference's inputs, "
         "so its own (local) error is told from what it inherited; one reference and one target compile per memory "
-        "chunk. Not available with `target_model`.", _flag,
+        "chunk. Not available with `target_model`.", check_flag,
         help="skip running each node alone on the target fed with reference inputs")
     noise: bool = _opt(
         True, "experiments", "Run the target against itself (twice, and a second compile): differences below that "
-        "floor are noise.", _flag, help="skip running the target against itself")
+        "floor are noise.", check_flag, help="skip running the target against itself")
     baseline: bool = _opt(
         True, "experiments", "Against a bf16 or f16 target, measure what rounding alone does: the model on the "
         "emulated device of that precision (the final outputs, and each suspect alone fed the reference's values). "
         "A node whose local error is several times its rounding-only one is named as an origin even when the final "
-        "outputs stay within tolerance; the report shows each node's expected error and the ratio.", _flag,
+        "outputs stay within tolerance; the report shows each node's expected error and the ratio.", check_flag,
         help="skip the rounding-only baseline (the emulated device of the target's precision)")
     impact: int = _opt(
         3, "experiments", "For this many top suspects, the final-output error when only that node runs on the target "
@@ -304,22 +280,24 @@ class BisectOptions:
     fix: bool = _opt(
         False, "experiments", "Search the smallest set of nodes which, kept on the reference, brings the final-output "
         "error under a tolerance (True: each output's tolerance; a float: that value), verified by partitioned runs.",
-        _flag, help="search the smallest set of nodes to keep on the reference (optionally under TOL)",
+        check_flag, help="search the smallest set of nodes to keep on the reference (optionally under TOL)",
         cli=Flag(("--fix",), {"nargs": "?", "const": True, "default": False, "type": float, "metavar": "TOL"}))
     fix_tolerance: float | None = _opt(
         None, "experiments", "Final-output error the fix must reach (None: each output's tolerance).", _fix_tolerance,
         cli=None, keyword=False)  # set by fix=TOL (--fix TOL)
     delegation: bool = _opt(
         False, "experiments", "Search the shortest node range whose delegation to the target alone reproduces half "
-        "the final error.", _flag)
+        "the final error.", check_flag)
     curve: int = _opt(
         0, "experiments", "Points of the error contribution curve (final error with the first fraction of the graph "
-        "on the target); 0 for none.", _at_least(0, " (points of the contribution curve; 0 for none)"), kind=int,
+        "on the target); 0 for none. Each point is a partitioned run, and a graph of N compute nodes has at most N + 1 "
+        "distinct points (no more are run).", _between(0, MAX_CURVE_POINTS, " (points of the contribution curve; 0 for "
+                                                     "none)"), kind=int,
         metavar="N")
     sensitivity: bool = _opt(
         False, "experiments", "With a quantized twin (`target_model`): rank its quantized layers by their own error and "
         "by the final-output error when each alone is quantized (one partitioned run per layer); "
-        "`Report.sensitivity`.", _flag, help="with a quantized twin, rank its quantized layers by their local error "
+        "`Report.sensitivity`.", check_flag, help="with a quantized twin, rank its quantized layers by their local error "
         "and their impact on the final outputs (one partitioned run per layer)")
     truth: Any = _opt(
         None, "experiments", "A float64 run that says which side is right: ``\"f64\"`` runs the reference's framework "
@@ -339,7 +317,7 @@ class BisectOptions:
         help="with --fix, save the model marked for GPU/NPU to keep those nodes in f32",
         cli=Flag(("--patched-model",), {"type": pathlib.Path, "metavar": "OUT.xml"}))
     # ----- inputs, samples and executors
-    seed: int = _opt(0, "samples", "Seed of the random inputs.", _seed, kind=int)
+    seed: int = _opt(0, "samples", "Seed of the random inputs.", check_seed, kind=int)
     executor: Any = _opt(
         None, "samples", "Where many samples run: None (this process), any `concurrent.futures.Executor` (Dask's "
         "``distributed.Client(...).get_executor()``, Ray's, a ``ProcessPoolExecutor``), or ``'processes:N'``, "
@@ -490,10 +468,10 @@ class ResolvedOptions(BisectOptions):
     follow from them).
     """
 
-    noise_runs: bool = field(default=True, metadata={"check": _flag, "doc": (
+    noise_runs: bool = field(default=True, metadata={"check": check_flag, "doc": (
         "The noise floor gets runs of its own (the target's second run and second compile); False: it is read "
         "from the compiles made anyway, or not measured (``noise=False``).")})
-    node_spread: bool = field(default=True, metadata={"check": _flag, "doc": (
+    node_spread: bool = field(default=True, metadata={"check": check_flag, "doc": (
         "With many samples, each measured node's error is summarised over every sample (each sample runs again "
         "with the measured tensors exposed); False: the samples are only run and ranked by final-output error.")})
 

@@ -63,7 +63,7 @@ from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.pipeline.sides import bind_sides
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
-from bisect_ov.run.inputs import align_inputs, prepare_inputs
+from bisect_ov.run.inputs import align_inputs, prepare_inputs_noted
 from bisect_ov.samples.batches import prepare_pair
 from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, as_samples
@@ -99,6 +99,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
         match = match_nodes(graph, target_graph) if ov_target is not None else identity_match(graph)
+    options.tolerance_model().check_names(graph)
     # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
     plan = plan_recorded(make_device(ref, dict(options.ref_config), role="ref"),
                          make_device(target, dict(options.target_config), role="target"), inputs,
@@ -112,12 +113,14 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     many = as_samples(plan.inputs)
     show = sys.stderr.isatty() if options.progress is None else options.progress
     run = None
+    cast_notes: tuple[str, ...] = ()
     if many is not None:
         # Samples are read as they run and only summaries kept: memory does not grow with their number.
         run = SampleRun(many, options.executor, samples_per_batch=options.samples_per_batch,
                         batch_retries=options.batch_retries, progress=show, owned=not isinstance(plan.inputs, Samples))
     if many is None:
-        ref_arrays = prepare_inputs(user_model, plan.inputs, seed=options.seed, prompt_length=options.prompt_length)
+        ref_arrays, cast_notes = prepare_inputs_noted(user_model, plan.inputs, seed=options.seed,
+                                                      prompt_length=options.prompt_length)
         if state is not None:  # the variables as `reset_state()` leaves them
             ref_arrays = ref_arrays + initial_states(state, ref_arrays)
         first = (ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays)
@@ -156,7 +159,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             run.close()
             raise
         why = why + tuple(run.notes)
-    notes = tuple(plan.notes) + bound.notes + why
+    notes = tuple(plan.notes) + bound.notes + why + cast_notes
     for param, array in zip(graph.parameters(), first[0]):
         if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
             nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())

@@ -55,6 +55,10 @@ def _fix(report: "Report") -> Block | None:
     if fix is None:
         return None
     keep = fix.on_reference
+    if not keep and fix.error_before <= fix.tolerance:
+        return Block("fix", (f"Fix: none needed: the final error {fmt(fix.error_before)} is within its tolerance "
+                             f"{fmt(fix.tolerance)} with everything on the target, so no node has to stay on the "
+                             "reference.",))
     verdict = "brings" if fix.solved else "does NOT bring"
     lines = [f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {verdict} the final error "
              f"from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance {fmt(fix.tolerance)}), "

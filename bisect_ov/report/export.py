@@ -172,7 +172,7 @@ def to_model_explorer(
     the single-graph form, which Model Explorer applies to the graph it shows whatever that graph's id::
 
         {
-          "name": "bisect_ov rel_l2: CPU/f32 -> CPU/bf16",
+          "name": "bisect_ov log10(rel_l2), -2 = 1e-2: CPU/f32 -> CPU/bf16",
           "results": {"<node id>": {"value": -1.3, "bgColor": "#ffb74d"}, ...},
           "thresholds": [
             {"value": -1.5, "bgColor": "#81c784"},
@@ -192,7 +192,8 @@ def to_model_explorer(
       split one ONNX node into count for that node, which shows the worst of them. Without `model`, the keys are
       the compared nodes' friendly names (an OpenVINO model's own names). Nodes not measured on their own
       (members of a fused group, ``NodeResult.group``) get no entry and stay uncoloured.
-    * **value**: ``log10(error)`` under the report's metric, so ``-2`` means an error of 1e-2. Exact matches (and
+    * **value**: ``log10(error)`` under the report's metric, so ``-2`` means an error of 1e-2; the data's
+      name, which Model Explorer shows with the values, says so. Exact matches (and
       errors below 1e-20) are `ME_ZERO_VALUE` (-20); infinite or NaN errors are `ME_NONFINITE_VALUE` (99).
     * **bgColor** per result: the node against its own tolerance: green within it, orange up to 10x over it, red
       beyond or non-finite (`ME_COLORS`). Model Explorer gives a result's own colour precedence over thresholds.
@@ -242,7 +243,8 @@ def to_model_explorer(
         {"value": round(math.log10(10 * typical), 6), "bgColor": ME_COLORS["over"]},
         {"value": ME_NONFINITE_VALUE, "bgColor": ME_COLORS["far"]},
     ]
-    graph = {"name": f"bisect_ov {report.metric}: {report.ref.label} -> {report.target.label}",
+    # The name is what Model Explorer shows over the values: it says they are logarithms.
+    graph = {"name": f"bisect_ov log10({report.metric}), -2 = 1e-2: {report.ref.label} -> {report.target.label}",
              "results": results, "thresholds": thresholds}
     data = graph if graph_id is None else {graph_id: graph}
     if path is not None:

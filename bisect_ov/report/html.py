@@ -4,7 +4,7 @@ the same markup as a fragment for Jupyter (`render_fragment`, what ``Report._rep
 The first screen answers "where does it start, how bad, why": a verdict box (the first divergence(s) with their
 error against tolerance, inherited error, growth and causes; the final output's error; what each side ran with;
 the fidelity check and any warnings), then the ranked culprit table. Below come the error-along-depth plot and the
-graph around the first divergence (when matplotlib is installed), the final outputs, unmatched nodes and the run's
+graph around the first divergence (without matplotlib, a line saying they need it), the final outputs, unmatched nodes and the run's
 facts. Both format the report's view (`bisect_ov.report.view`), as the terminal page does: the sentences and
 numbers are the view's records, so the renderings never disagree, and none reads another's output. The Jupyter
 fragment is the page's body without the plots (``report.plot_errors()`` draws them in the notebook) and without
@@ -56,7 +56,7 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
         How many ranked culprits to list: the first 10 are shown, the rest in a collapsed block.
     plots
         Embed the error-along-depth plot and the graph around the first divergence as PNG ``data:`` URIs.
-        Left out silently when matplotlib is not installed.
+        Without matplotlib the page says that its plots need it.
 
     Returns
     -------
@@ -249,11 +249,10 @@ def _culprits(v: View, top: int) -> str:
     inside = f"; {e(INSIDE_LEGEND)}" if any(r.node.inside_kernel for r in table.rows) else ""
     out = [f"<h2>Culprits <small>ranked; top {len(body)} of {table.total}; * = first divergence{inside}; "
            f"error = {e(v.report.metric)}, inputs = largest error among the tensors it reads</small></h2>"]
-    out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body[:shown])}</tbody></table>")
+    out.append(_table(head, body[:shown]))
     if len(body) > shown:
         out.append(f"<details><summary>{len(body) - shown} more culprits (ranks {shown + 1}\u2013{len(body)})"
-                   f"</summary><table><thead><tr>{head}</tr></thead><tbody>{''.join(body[shown:])}</tbody></table>"
-                   "</details>")
+                   f"</summary>{_table(head, body[shown:])}</details>")
     if table.total > len(body):
         out.append(f'<p class="note">{table.total - len(body)} more diverged nodes are not listed here '
                    "(raise <code>top</code>, or read them from the JSON report).</p>")
@@ -277,8 +276,10 @@ def _plots(report: "Report") -> str:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return ""
-    from bisect_ov.report.plots import figure_to_png_base64, plot_errors, plot_neighbourhood
+        return ('<p class="note plots-missing">No plots on this page: they need matplotlib, which is not installed '
+                'where it was written. Install it (<code>pip install "bisect_ov[plot]"</code>) and save the page '
+                "again to see the error along depth and the graph around the first divergence.</p>")
+    from bisect_ov.report.plots import MAX_NEIGHBOURS, figure_to_png_base64, plot_errors, plot_neighbourhood
 
     out = []
     try:
@@ -297,7 +298,8 @@ def _plots(report: "Report") -> str:
             out.append(f"<h2>Around the first divergence <small><code>{e(first.name)}</code></small></h2>"
                        f'<figure class="graph"><img alt="graph neighbourhood of {e(first.name)}" '
                        f'src="data:image/png;base64,{img}"><figcaption>Producers and consumers up to two edges '
-                       "away, filled by log error; the thick border marks the first divergence.</figcaption></figure>")
+                       f"away (at most {MAX_NEIGHBOURS}: the closest and the furthest over their tolerance), filled by "
+                       "log error; the thick border marks the first divergence.</figcaption></figure>")
         except Exception as err:
             log.warning("The neighbourhood plot of the HTML report failed: %s", err, exc_info=True)
             out.append(f'<p class="note">The neighbourhood plot could not be drawn: {e(type(err).__name__)}: '
@@ -322,8 +324,7 @@ def _outputs(report: "Report") -> str:
             f"<td>{e(nan_inf)}</td></tr>"
         )
     ths = "".join(f'<th class="{"l" if h in ("output", "state") else ""}">{e(h)}</th>' for h in head)
-    return (f"<h2>Final outputs <small>error = {e(report.metric)}</small></h2><table><thead><tr>{ths}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return f"<h2>Final outputs <small>error = {e(report.metric)}</small></h2>{_table(ths, rows)}"
 
 
 def _cos(x: float) -> str:
@@ -363,7 +364,7 @@ def _run_facts(v: View) -> str:
                     f'</td><td class="l small mono">{e(config)}</td><td class="l small">{e(counts)}</td>'
                     f'<td class="l small">{e(s.note or "-")}</td></tr>')
     ths = "".join(f'<th class="l">{e(h)}</th>' for h in head)
-    out.append(f"<table><thead><tr>{ths}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    out.append(_table(ths, rows))
 
     facts: list[tuple[str, str]] = [("model", e(report.model))]
     if report.target_model:
@@ -399,6 +400,13 @@ def _run_facts(v: View) -> str:
         facts.append(("OpenVINO", e(report.openvino_version)))
     out.append('<dl class="kv">' + "".join(f"<dt>{e(k)}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     return "\n".join(out)
+
+
+def _table(head: str, rows: Iterable[str]) -> str:
+    """A table in a box of its own that scrolls sideways when the table is wider than the page (a phone):
+    the page itself never does."""
+    return (f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+            "</div>")
 
 
 def _join(parts: Iterable[str]) -> str:

@@ -35,6 +35,7 @@ ROLE_COLORS = {
     "ok": "#1565c0",         # blue: within tolerance
 }
 _MAX_POINTS = 20_000
+MAX_NEIGHBOURS = 24  # boxes in a neighbourhood plot: what a person reads, and what draws in a second
 
 
 def _require_matplotlib():
@@ -113,8 +114,9 @@ def plot_errors(report: "Report", ax: "Axes | None" = None) -> "Figure":
     x is the node's topological index in the model graph, y its error under the report's metric (log scale).
     The grey dashed step line is each node's tolerance; points over it are coloured by role (source red,
     amplifier orange, inherits grey) and the first divergences and sources are labelled with their names.
-    When the nodes carry a ``local_error`` attribute (the error a node adds from exact inputs), it is drawn as a
-    second series. Zero errors are drawn at the axis floor, infinite/NaN ones as triangles at the top.
+    The local errors (the error a node adds from exact inputs) are drawn as a second series, for the nodes whose
+    local error was measured only (the legend says how many). Zero errors are drawn at the axis floor,
+    infinite/NaN ones as triangles at the top.
 
     Parameters
     ----------
@@ -153,9 +155,11 @@ def plot_errors(report: "Report", ax: "Axes | None" = None) -> "Figure":
     ax.plot(x, err, color="#78909c", linewidth=1.1, label=f"error ({report.metric})", zorder=3)
     ax.plot(x, tol, color="#616161", linestyle="--", linewidth=1.0, drawstyle="steps-mid", label="tolerance", zorder=2)
     if has_local:
-        loc = _clip([np.nan if v is None else v for v in local], floor, ceiling)
-        ax.plot(x, loc, color="#7b1fa2", linewidth=1.0, linestyle=":", marker=".", markersize=3,
-                label="local error", zorder=3)
+        # Only the nodes whose local error was measured: an unmeasured one (None) is no point, never the ceiling.
+        measured = [i for i, v in enumerate(local) if v is not None]
+        loc = _clip([local[i] for i in measured], floor, ceiling)
+        ax.plot(x[measured], loc, color="#7b1fa2", linewidth=1.0, linestyle=":", marker=".", markersize=3,
+                label=f"local error ({len(measured)} of {len(nodes)} measured)", zorder=3)
 
     zero = [i for i, n in enumerate(nodes) if n.error == 0]
     for role in ("ok", "inherits", "amplifier", "source"):
@@ -279,6 +283,10 @@ def _graph(report: "Report"):
 def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figure":
     """The graph around one node: its producers and consumers up to `radius` edges away, coloured by error.
 
+    At most `MAX_NEIGHBOURS` boxes: beyond that (a node that feeds every layer, as an LLM's attention mask) the
+    centre, its direct producers and consumers and the nodes furthest over their tolerance are shown, and the
+    title says how many of how many.
+
     Drawn top to bottom in data-flow order (layers from the neighbourhood's topological generations), each box
     showing the node's name, op type and error, filled by log10 of the error (white when it was not compared;
     the node asked for has a thick border). Producers come from `NodeResult.inputs`; consumers are the nodes
@@ -306,6 +314,8 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
     centre = report.node(name)
     g = _graph(report)
     sub = nx.ego_graph(g, centre.key, radius=max(0, int(radius)), undirected=True)
+    reach = sub.number_of_nodes()
+    sub = sub.subgraph(_readable(sub, centre.key)).copy()
     order = {n.key: n.index for n in report.nodes}
     # Layers: each node's depth in the whole graph (longest path from an input), compressed to the depths present
     # here, so a node keeps its place in the data flow even when its own producers are outside the neighbourhood.
@@ -370,10 +380,32 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
     ax.set_xlim(min(xs) - 0.7, max(xs) + 0.7)
     ax.set_ylim(-(len(layers) - 1) - 0.6, 0.6)
     ax.set_axis_off()
-    ax.set_title(f"Around '{_short(centre.name, 48)}' (radius {radius})", fontsize=10, loc="left", parse_math=False)
+    shown = "" if reach == len(xy) else f"; {len(xy)} of the {reach:,} nodes within it, the closest and worst"
+    ax.set_title(f"Around '{_short(centre.name, 48)}' (radius {radius}{shown})", fontsize=10, loc="left",
+                 parse_math=False)
     sm = ScalarMappable(norm=norm, cmap=cmap)
     fig.colorbar(sm, ax=ax, fraction=0.035, aspect=25, pad=0.01, label=f"{report.metric} (log)")
     return fig
+
+
+def _readable(sub, centre: str) -> list[str]:
+    """At most `MAX_NEIGHBOURS` nodes of the neighbourhood `sub`, as many as a person reads in one figure: the
+    centre, then its direct producers and consumers, then the rest; within each, the nodes furthest over their
+    tolerance first. A node that feeds every layer (an LLM's mask or positions) otherwise brings thousands."""
+    if sub.number_of_nodes() <= MAX_NEIGHBOURS:
+        return list(sub)
+
+    def badness(key: str) -> float:
+        res = sub.nodes[key].get("result")
+        if res is None:
+            return -1.0
+        if not math.isfinite(res.error):
+            return math.inf
+        return res.error / res.tolerance if res.tolerance else (math.inf if res.error else 0.0)
+
+    near = set(sub.predecessors(centre)) | set(sub.successors(centre))
+    ranked = sorted((k for k in sub if k != centre), key=lambda k: (k not in near, -badness(k), k))
+    return [centre] + ranked[:MAX_NEIGHBOURS - 1]
 
 
 def figure_to_png_base64(fig: "Figure", *, dpi: int = 110) -> str:

@@ -288,8 +288,9 @@ class Report:
         return [self.node(k) for k in self.ranking]
 
     def node(self, name: str | int) -> NodeResult:
-        """A compared node by key, friendly name, output tensor name, topological index, or PyTorch module path
-        (``model.layers.3.self_attn``: the node of that module furthest over its tolerance)."""
+        """A compared node by key, friendly name, output tensor name, topological index, or a name prefix as
+        `nodes_in` takes it (``model.layers.3.self_attn``, ``block1``: the node under it furthest over its
+        tolerance)."""
         index = self._index()
         if isinstance(name, int):
             for n in self.nodes:
@@ -313,17 +314,13 @@ class Report:
         close = [n.name for n in self.nodes if name.lower() in n.name.lower()][:8]
         raise InputError(f"No compared node named '{name}'." + (f" Similar: {close}." if close else ""))
 
-    def nodes_in(self, module: str) -> list[NodeResult]:
-        """Compared nodes of a PyTorch module path (``model.layers.3.self_attn``), from traced op names."""
-        from bisect_ov.analysis.names import parse_name
+    def nodes_in(self, prefix: str) -> list[NodeResult]:
+        """Compared nodes under a name prefix, in topological order: a PyTorch module path
+        (``model.layers.3.self_attn``, from traced op names) or any name's leading part up to a ``/`` or ``.``
+        (``inorm`` for ``inorm/sub``, ``/layer1`` or ``layer1`` for ONNX's ``/layer1/conv/Conv``)."""
+        from bisect_ov.analysis.names import under
 
-        found = []
-        for n in self.nodes:
-            parsed = parse_name(n.name)
-            if parsed is not None and parsed.module is not None and (
-                    parsed.module == module or parsed.module.startswith(module + ".")):
-                found.append(n)
-        return found
+        return [n for n in self.nodes if under(n.name, prefix)]
 
     def by_layer(self) -> dict[str, list[NodeResult]]:
         """Culprits grouped by the repeated block (``model.layers.3``) or, without one, their name's pattern."""
@@ -482,7 +479,8 @@ class Report:
         ------
         InputError
             A schema version that is not a positive integer or is newer than this bisect_ov reads; a missing
-            key or a value of the wrong type (the message names the field).
+            key or a value of the wrong type (the message names the field); two nodes with one key, or a first
+            divergence, ranked culprit or fix that names no node of ``nodes``.
         """
         if not isinstance(d, Mapping):
             raise InputError(f"A report is a JSON object; got {type(d).__name__}.")
@@ -497,7 +495,7 @@ class Report:
                 f"Report schema version {version} is not supported by this bisect_ov (reads up to {SCHEMA_VERSION}). "
                 "Upgrade bisect_ov to read it."
             )
-        return codec.from_dict(cls, upgrade(d, version), where="report")
+        return _check_references(codec.from_dict(cls, upgrade(d, version), where="report"))
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
         """Write the report as JSON (atomically: a temporary file renamed into place; the umask applies).
@@ -545,6 +543,21 @@ class Report:
         return self.to_dict() == other.to_dict()  # encoded: NaN equals NaN, kept tensors are ignored
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _check_references(report: Report) -> Report:
+    """`report`, once every node it names by key (first divergences, ranking) is one of its nodes, keys unique."""
+    keys = [n.key for n in report.nodes]
+    known = set(keys)
+    if len(known) != len(keys):
+        twice = sorted({k for k in keys if keys.count(k) > 1})[:5]
+        raise InputError(f"report.nodes: the key(s) {twice} appear more than once; every node has its own key.")
+    for field_name, named in (("first_divergence", report.first_keys), ("ranking", report.ranking)):
+        unknown = [k for k in named if k not in known]
+        if unknown:
+            raise InputError(f"report.{field_name} names {len(unknown)} node(s) that are not in report.nodes: "
+                             f"{[str(k)[:80] for k in unknown[:5]]}. The file was edited or is damaged.")
+    return report
 
 
 def _fmt(x: float) -> str:

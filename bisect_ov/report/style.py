@@ -36,15 +36,14 @@ h2 small { color: var(--muted); font-weight: normal; font-size: 13px; }
 .pill.emulated { background: #6a1b9a; } .pill.first { background: #fff; color: var(--source);
         border: 1px solid var(--source); }
 .cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 6px 0 10px; }
-.card { flex: 1 1 340px; max-width: 600px; background: #fff; border: 1px solid var(--line);
+.card { flex: 1 1 340px; min-width: 0; max-width: 600px; background: #fff; border: 1px solid var(--line);
         border-top: 4px solid var(--source); border-radius: 6px; padding: 8px 12px; }
 .card.amplifier { border-top-color: var(--amplifier); }
 .card .name { font-size: 15px; font-weight: 600; word-break: break-all; }
 .card .op { color: var(--muted); font-size: 13px; margin-bottom: 6px; }
-.metrics { display: grid; grid-template-columns: repeat(4, minmax(0, max-content)); gap: 4px 26px; margin: 0; }
-.metrics div { min-width: 0; }
+.metrics { display: flex; flex-wrap: wrap; gap: 4px 26px; margin: 0; }  /* four across, fewer on a phone */
 .metrics dt { color: var(--muted); font-size: 12px; }
-.metrics dd { margin: 0; font-weight: 600; font-variant-numeric: tabular-nums; }
+.metrics dd { margin: 0; font-weight: 600; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .metrics dd.bad { color: var(--source); }
 .metrics dd small { font-weight: normal; color: var(--muted); }
 .causes { margin-top: 6px; font-size: 13px; }
@@ -58,7 +57,8 @@ h2 small { color: var(--muted); font-weight: normal; font-size: 13px; }
 .small { font-size: 12px; color: var(--muted); }
 .okline { margin-top: 6px; color: var(--muted); font-size: 13px; }
 
-/* tables */
+/* tables: each in a box that scrolls sideways on its own, so the page never does */
+.scroll { max-width: 100%; overflow-x: auto; -webkit-overflow-scrolling: touch; }
 table { border-collapse: collapse; width: 100%; font-size: 13px; font-variant-numeric: tabular-nums; }
 th, td { padding: 4px 8px; border-bottom: 1px solid #eaeef2; text-align: right; vertical-align: top; }
 th { background: var(--bg-soft); color: var(--muted); font-weight: 600; position: sticky; top: 0; }
@@ -78,7 +78,7 @@ details.fused summary { padding: 0; }
 details summary { cursor: pointer; color: #0b57d0; padding: 4px 0; }
 .note { color: var(--muted); font-size: 13px; margin: 6px 0; }
 figure { margin: 8px 0; }
-figure.graph img { max-width: 720px; }
+figure.graph img { max-width: min(720px, 100%); }
 figure img { max-width: 100%; height: auto; border: 1px solid #eaeef2; border-radius: 4px; }
 figcaption { color: var(--muted); font-size: 12.5px; }
 .chips code { display: inline-block; background: var(--bg-soft); border: 1px solid #eaeef2; border-radius: 4px;
@@ -88,8 +88,10 @@ figcaption { color: var(--muted); font-size: 12.5px; }
 footer { margin-top: 30px; color: var(--muted); font-size: 12px; }
 """
 
-# What only the standalone page sets: the document's margins, and the page's width and padding.
-PAGE_STYLE = "body { margin: 0; background: #ffffff; }"
+# What only the standalone page sets: the document's margins, and on a phone less padding around the page (the
+# report's rules already wrap the cards and scroll the tables).
+PAGE_STYLE = ("body { margin: 0; background: #ffffff; }\n"
+              f"@media (max-width: 600px) {{ .{ROOT}.page {{ padding: 10px 10px 30px; }} }}")
 
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")

@@ -4,7 +4,9 @@ Accepted forms: None (seeded random values that respect each parameter's element
 a dict name -> array (names are tensor names or friendly names of the parameters), a list or tuple in
 parameter order, a single array for a single-input model, or a path to ``.npz`` (keys are names, or
 ``arr_0``... in order) or ``.npy`` (single input). Arrays are checked against the parameter's (partial) shape
-and element type; values are cast only within a kind (float64 -> float32), never across kinds.
+and element type; values are cast only within a kind (float64 -> float32), never across kinds, and a cast that
+would overflow or change an integer is refused. `prepare_inputs_noted` also says, as notes for the report, which
+inputs were cast.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import openvino as ov
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
-__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "random_inputs", "align_inputs", "LLM_INPUTS",
+__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs", "LLM_INPUTS",
            "vocabulary_size"]
 
 # The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers.
@@ -131,9 +133,16 @@ def prepare_inputs(model: ov.Model, inputs: Any = None, *, seed: int = 0, prompt
     InputError
         Missing or unknown input names, wrong count, incompatible shape or element type, unreadable file.
     """
+    return prepare_inputs_noted(model, inputs, seed=seed, prompt_length=prompt_length)[0]
+
+
+def prepare_inputs_noted(model: ov.Model, inputs: Any = None, *, seed: int = 0,
+                         prompt_length: int = 16) -> tuple[list[np.ndarray], tuple[str, ...]]:
+    """`prepare_inputs`, and one note per input whose values were cast to the parameter's element type (a float64
+    array for an f32 input), saying whether the cast changed them."""
     specs = parameter_specs(model)
     if inputs is None:
-        return random_inputs(model, seed, prompt_length=prompt_length)
+        return random_inputs(model, seed, prompt_length=prompt_length), ()
     if isinstance(inputs, (str, os.PathLike)):
         inputs = _read_file(pathlib.Path(inputs), specs)
     if isinstance(inputs, np.ndarray):
@@ -152,7 +161,17 @@ def prepare_inputs(model: ov.Model, inputs: Any = None, *, seed: int = 0, prompt
             f"inputs must be None, a dict name->array, a list of arrays, an array, or a path to .npz/.npy; "
             f"got {type(inputs).__name__}."
         )
-    return [_check(np.asarray(a), s) for a, s in zip(arrays, specs)]
+    checked, notes = [], []
+    for a, spec in zip(arrays, specs):
+        given = np.asarray(a)
+        array = _check(given, spec)
+        checked.append(array)
+        if given.dtype != array.dtype:
+            exact = bool(np.array_equal(array.astype(given.dtype), given, equal_nan=given.dtype.kind == "f"))
+            notes.append(f"Input {spec.describe()} was given as {given.dtype} and cast to {spec.type_name}, the model's "
+                         "input type" + (" (exactly: no value changed)." if exact else
+                                         f"; the values were rounded to {spec.type_name} before either side ran."))
+    return checked, tuple(notes)
 
 
 def align_inputs(ref_model: ov.Model, target_model: ov.Model, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from bisect_ov.core.errors import InputError, first_line
 
-__all__ = ["EXECUTOR_FORMS", "Inline", "RayExecutor", "executor_width", "open_executor"]
+__all__ = ["EXECUTOR_FORMS", "Inline", "RayExecutor", "check_executor", "executor_width", "open_executor"]
 
 log = logging.getLogger(__name__)
 EXECUTOR_FORMS = ("None (in this process), 'processes:N', 'threads:N', 'dask://HOST:PORT' (or 'tcp://HOST:PORT'), "
@@ -81,6 +81,53 @@ class RayExecutor(Executor):
             self._ray.shutdown()
 
 
+def check_executor(spec: Any) -> Any:
+    """`spec` as given when it is an `open_executor` form, else `InputError` saying what is wrong with it.
+
+    Checked without opening anything (no pool started, no scheduler reached), so a bad value is refused up
+    front even when a single sample never needs the executor. A ``ProcessPoolExecutor`` that starts its workers
+    by ``fork`` (Python's default on Linux before 3.14) is refused: a forked child inherits OpenVINO's thread
+    pools mid-state and hangs once this process has run a model; ``'processes:N'`` starts fresh interpreters.
+    """
+    if spec is None or spec == "in-process":
+        return spec
+    if not isinstance(spec, str):
+        if not callable(getattr(spec, "submit", None)):
+            raise InputError(f"executor must be a concurrent.futures.Executor or one of {EXECUTOR_FORMS}; "
+                             f"got a {type(spec).__name__}.")
+        if isinstance(spec, ProcessPoolExecutor) and _start_method(spec) == "fork":
+            raise InputError(
+                "executor: this ProcessPoolExecutor starts its workers by fork, and a forked worker inherits "
+                "OpenVINO's threads mid-state (it hangs once this process has run a model). Make it with "
+                "mp_context=multiprocessing.get_context('spawn') (or 'forkserver'), or pass 'processes:N'.")
+        return spec
+    kind, sep, rest = spec.partition(":")
+    if kind in ("processes", "threads"):
+        if not sep or not rest.isdigit() or int(rest) < 1:
+            raise InputError(f"executor '{spec}': give the number of workers as a positive integer, e.g. '{kind}:2'.")
+    elif kind in ("dask", "tcp", "tls"):
+        host, colon, port = rest.removeprefix("//").rpartition(":")
+        if not rest.startswith("//") or not host or not colon or not port.isdigit():
+            raise InputError(f"executor '{spec}': a Dask scheduler is named '{kind}://HOST:PORT', e.g. "
+                             f"'{kind}://127.0.0.1:8786'.")
+    elif kind == "ray":
+        if sep and (not rest.startswith("//") or not rest[2:]):
+            raise InputError(f"executor '{spec}': use 'ray' (a local instance) or 'ray://HOST:PORT'.")
+    else:
+        raise InputError(f"Unknown executor '{spec}'. Use {EXECUTOR_FORMS}, or pass an Executor object.")
+    return spec
+
+
+def _start_method(pool: ProcessPoolExecutor) -> str | None:
+    """How the pool starts its workers (``fork``, ``spawn``, ``forkserver``); None when it does not say."""
+    context = getattr(pool, "_mp_context", None)
+    try:
+        return context.get_start_method() if context is not None else None
+    except Exception as err:  # a private attribute: another Python may hold something else there
+        log.debug("Could not read the start method of %r: %s", pool, err)
+        return None
+
+
 def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
     """(executor, label for the report, close) from an `executor` option value.
 
@@ -93,17 +140,13 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
         ``'ray'`` (the Ray instance this process is connected to, or a local one) or ``'ray://HOST:PORT'``
         (a Ray cluster's client server; both need ``bisect_ov[ray]``), through `RayExecutor`.
     """
+    check_executor(spec)
     if spec is None or spec == "in-process":
         return None, "in-process", lambda: None
     if not isinstance(spec, str):
-        if not callable(getattr(spec, "submit", None)):
-            raise InputError(f"executor must be a concurrent.futures.Executor or one of {EXECUTOR_FORMS}; "
-                             f"got {spec!r}.")
         return spec, type(spec).__name__, lambda: None
     kind, _, rest = spec.partition(":")
     if kind in ("processes", "threads"):
-        if not rest.isdigit() or int(rest) < 1:
-            raise InputError(f"executor '{spec}': give the number of workers, e.g. '{kind}:2'.")
         if kind == "threads":
             pool: Executor = ThreadPoolExecutor(int(rest))
         else:  # a forked child would inherit OpenVINO's threads mid-state: start fresh interpreters
@@ -134,7 +177,7 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
             raise InputError(f"Cannot start or reach Ray at {ray_address or 'a local instance'}: "
                              f"{first_line(err)}.") from err
         return ray_pool, f"ray {ray_address or 'local'}", ray_pool.shutdown
-    raise InputError(f"Unknown executor '{spec}'. Use {EXECUTOR_FORMS}, or pass an Executor object.")
+    raise AssertionError(f"check_executor let '{spec}' through")  # pragma: no cover
 
 
 def executor_width(executor: Executor | None) -> int:

@@ -77,6 +77,9 @@ Meta = dict
 
 
 def _torch():
+    from bisect_ov.zoo import require_zoo
+
+    require_zoo("The zoo's real architectures", "torch")
     import torch
 
     return torch

@@ -21,7 +21,7 @@ import tempfile
 
 import openvino as ov
 
-from bisect_ov.zoo import cache, hf
+from bisect_ov.zoo import cache, hf, require_zoo
 from bisect_ov.zoo.optimum import export_pretrained
 
 __all__ = ["massive_llama", "deep_llama", "MASSIVE_CHANNELS", "DEEP"]
@@ -34,6 +34,8 @@ MASSIVE_CHANNELS = (7, 41)  # hidden channels that carry the massive activations
 
 
 def _build(layers: int, peak: float | None, seed: int, path: pathlib.Path, **config_kwargs) -> None:
+    require_zoo("Building the zoo's Llama (a transformers model exported by optimum-intel)", "torch", "transformers",
+                "optimum.intel")
     import torch
     import transformers
 

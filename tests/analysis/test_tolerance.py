@@ -28,7 +28,40 @@ def test_with_precision_keeps_user_choice():
     assert unit_roundoff("nonsense") == unit_roundoff("f32")
 
 
-def test_absolute_metric_needs_explicit_value():
+@pytest.mark.parametrize("metric", ["max_abs", "mean_abs", "cosine_distance", "mismatch_fraction", lambda s: 0.0])
+def test_a_metric_the_model_is_not_calibrated_for_needs_an_explicit_value(metric):
     with pytest.raises(InputError, match="explicit threshold"):
-        Tolerance().check_metric("max_abs")
-    Tolerance(value=0.1).check_metric("max_abs")
+        Tolerance().check_metric(metric)
+    with pytest.raises(InputError, match="explicit threshold"):  # a few nodes' thresholds do not cover the rest
+        Tolerance(per_node={"a": 0.1}).check_metric(metric)
+    Tolerance(value=0.1).check_metric(metric)
+
+
+def test_every_built_in_metric_is_calibrated_or_needs_a_value():
+    from bisect_ov.analysis.metrics import METRICS
+    from bisect_ov.analysis.tolerance import CALIBRATED_METRICS
+
+    assert set(CALIBRATED_METRICS) == {"rel_l2", "max_rel"} and set(CALIBRATED_METRICS) <= set(METRICS)
+    for metric in CALIBRATED_METRICS:
+        Tolerance().check_metric(metric)
+
+
+def test_cosine_distance_without_a_tolerance_is_refused_before_compiling_with_the_rel_l2_equivalent():
+    from bisect_ov import bisect
+    from tests.conftest import tiny_chain
+
+    with pytest.raises(InputError, match=r"cosine_distance.*t\*\*2 / 2"):
+        bisect(tiny_chain(), "CPU", "CPU:f32", metric="cosine_distance")
+
+
+def test_per_node_keys_the_model_does_not_have_are_named_before_compiling():
+    from bisect_ov import bisect
+    from tests.conftest import tiny_chain
+
+    with pytest.raises(InputError, match=r"names 1 node\(s\) the model does not have: \['no_such_node'\]"):
+        bisect(tiny_chain(), "CPU", "CPU:f32", tolerance=Tolerance(per_node={"no_such_node": 0.1}))
+    with pytest.raises(InputError, match=r"\['MM1'\].*similar: \['mm1'\]"):
+        bisect(tiny_chain(), "CPU", "CPU:f32", tolerance=Tolerance(per_node={"mm0": 0.1, "MM1": 0.1}))
+    report = bisect(tiny_chain(), "CPU", "CPU:f32", tolerance=Tolerance(per_node={"mm1": 0.25}), strategy="full",
+                    progress=False)
+    assert report.node("mm1").tolerance == 0.25

@@ -31,7 +31,7 @@ def browser() -> str | None:
 class Chromium:
     """One headless browser with one page; use as a context manager."""
 
-    def __init__(self, profile: os.PathLike, *, width: int = 1400, height: int = 900):
+    def __init__(self, profile: os.PathLike, *, width: int = 1400, height: int = 900, mobile: bool = False):
         exe = browser()
         if exe is None:
             raise FileNotFoundError("no chromium, chromium-browser or google-chrome on PATH")
@@ -53,6 +53,7 @@ class Chromium:
         self._id = 0
         self.session: str | None = None
         self.size = (width, height)
+        self.mobile = mobile  # a phone: the page's viewport meta tag decides its layout width, as on a real one
 
     def __enter__(self) -> "Chromium":
         return self
@@ -112,7 +113,7 @@ class Chromium:
                                  session=False)["sessionId"]
         width, height = self.size
         self.send("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": self.mobile})
         self.send("Page.navigate", {"url": url})
 
     def evaluate(self, expression: str) -> Any:

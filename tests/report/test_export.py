@@ -141,6 +141,7 @@ def test_dataframe_needs_pandas(report, monkeypatch):
 def test_model_explorer_results_for_every_node(report):
     data = to_model_explorer(report)
     assert set(data) == {"name", "results", "thresholds"}  # the single-graph form: whatever graph is shown
+    assert data["name"].startswith("bisect_ov log10(rel_l2), -2 = 1e-2: ")  # what Model Explorer shows: logarithms
     results = data["results"]
     assert set(results) == {n.name for n in report.nodes}  # node ids (Model Explorer's ONNX adapter ignores tensors)
     conv = results["block1/conv1"]

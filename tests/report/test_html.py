@@ -110,12 +110,14 @@ def test_culprit_table_shows_ten_and_collapses_the_rest(fault_report):
     assert '<tr class="role-source first">' in visible and "role-amplifier" in visible and "role-inherits" in visible
 
 
-def test_plots_left_out_without_matplotlib(fault_report, monkeypatch):
+def test_without_matplotlib_the_page_says_its_plots_need_it(fault_report, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` raise ImportError
     page = render_page(fault_report)
     assert "<img" not in page and "Error along depth" not in page
+    assert "No plots on this page: they need matplotlib" in page and "bisect_ov[plot]" in page
     assert "block1/conv1" in page and "<h2>Final outputs" in page
-    assert "<img" not in render_page(fault_report, plots=False)
+    unasked = render_page(fault_report, plots=False)  # plots not asked for: nothing to explain
+    assert "<img" not in unasked and "No plots on this page" not in unasked
 
 
 def test_no_divergence_page(clean_report):
@@ -252,3 +254,45 @@ def test_figures_never_break_across_lines_in_a_browser(fault_report, tmp_path):
             return new Set(Array.from(r.getClientRects()).map(b => Math.round(b.top))).size > 1;
         }).map(td => td.textContent)""")
     assert broken == [], broken
+
+
+def test_every_table_sits_in_a_box_of_its_own_that_scrolls_sideways(fault_report):
+    page = render_page(fault_report, plots=False)
+    assert page.count("<table>") >= 3 and page.count("<table>") == page.count('<div class="scroll"><table>')
+    assert re.search(r"\.bisect-ov-report \.scroll \{[^}]*overflow-x: auto", page)
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+
+
+def test_on_a_phone_the_page_never_scrolls_sideways_and_its_tables_do(fault_report, tmp_path):
+    from tests.report.cdp import Chromium, browser
+
+    if browser() is None:
+        pytest.skip("no chromium, chromium-browser or google-chrome on PATH to render the page")
+    page = save_html(fault_report, tmp_path / "report.html")
+    with Chromium(tmp_path / "profile", width=390, height=844, mobile=True) as phone:  # a phone's CSS width
+        phone.open(page.as_uri())
+        phone.wait_for("document.readyState == 'complete' && document.images.length > 0 && "
+                       "Array.from(document.images).every(i => i.complete)")
+        seen = phone.evaluate("""(() => {
+            const width = document.documentElement.clientWidth;
+            const lines = el => { const r = document.createRange(); r.selectNodeContents(el);  // smaller text on
+                const tops = Array.from(r.getClientRects()).map(b => b.top);  // one line sits a few px lower
+                return tops.length ? 1 + Math.floor((Math.max(...tops) - Math.min(...tops)) / 10) : 0; };
+            const culprits = document.querySelector('.scroll');
+            return {
+                width, page: document.documentElement.scrollWidth,
+                // Outside the tables' own boxes, nothing reaches past the screen's right edge.
+                outside: Array.from(document.querySelectorAll('main *')).filter(el => !el.closest('.scroll')
+                    && el.getBoundingClientRect().right > width + 1).map(el => el.tagName + '.' + el.className),
+                images: Array.from(document.images).map(i => i.getBoundingClientRect().right <= width + 1),
+                culprits: [culprits.scrollWidth, culprits.clientWidth, getComputedStyle(culprits).overflowX],
+                broken: Array.from(document.querySelectorAll('td:not(.l), .metrics dd'))
+                    .filter(el => el.textContent.trim() && lines(el) > 1).map(el => el.textContent),
+            };
+        })()""")
+    assert seen["width"] == 390 and seen["page"] == 390, seen  # no sideways scroll of the page
+    assert seen["outside"] == [], seen["outside"]
+    assert seen["images"] and all(seen["images"])  # the plots are scaled down to the screen
+    wide, box, overflow = seen["culprits"]
+    assert wide > box and overflow == "auto"  # the culprit table is wider than the phone: it scrolls in its box
+    assert seen["broken"] == [], seen["broken"]  # no figure broken mid-value ("8.7e-" / "01")

@@ -215,6 +215,9 @@ def test_model_explorer_colours_every_op_in_a_browser(server, tmp_path):
         })()""", timeout=90)
         time.sleep(1.5)  # let the graph's canvas draw the colours
         shot = page.screenshot()
+        shown = page.evaluate("document.body.innerText")
+    (tmp_path / "model_explorer.txt").write_text(shown)
+    assert "log10(rel_l2)" in shown  # the values are logarithms, and the page says so
     (tmp_path / "model_explorer.png").write_bytes(shot)
     values = {r[1]: r[2] for r in rows if len(r) >= 3 and r[0].isdigit()}
     ops = ["Conv", "Relu", "Mul", "Add", "Tanh", "GlobalAveragePool", "Flatten", "Gemm", "Softmax"]

@@ -43,7 +43,8 @@ def test_plot_errors_draws_error_tolerance_and_culprits(report):
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"
     labels = [line.get_label() for line in ax.lines]
-    assert labels == ["error (rel_l2)", "tolerance", "local error"]  # local error: each node alone on the target
+    measured = sum(n.local_error is not None for n in report.nodes)  # each node alone on the target
+    assert labels == ["error (rel_l2)", "tolerance", f"local error ({measured} of {len(report.nodes)} measured)"]
     err_line = ax.lines[0]
     assert list(err_line.get_xdata()) == [n.index for n in report.nodes]
     # One scatter per role present (here every node within tolerance is exact, so "ok" has no points of its own),
@@ -94,7 +95,22 @@ def test_plot_errors_into_given_axes_and_local_error(report):
     ax = fig.add_subplot(1, 2, 2)
     out = plot_errors(dataclasses.replace(report, nodes=tuple(nodes)), ax=ax)
     assert out is fig and len(fig.axes) == 1
-    assert [line.get_label() for line in ax.lines] == ["error (rel_l2)", "tolerance", "local error"]
+    n = len(report.nodes)
+    assert [line.get_label() for line in ax.lines] == ["error (rel_l2)", "tolerance", f"local error ({n} of {n} measured)"]
+
+
+def test_unmeasured_local_errors_are_left_out_not_drawn_at_the_top(report):
+    # Two nodes measured, one of them infinite (drawn at the top, as any non-finite value); the rest were not.
+    nodes = list(report.nodes)
+    nodes[3] = dataclasses.replace(nodes[3], local_error=1e-3)
+    nodes[5] = dataclasses.replace(nodes[5], local_error=math.inf)
+    nodes = [n if i in (3, 5) else dataclasses.replace(n, local_error=None) for i, n in enumerate(nodes)]
+    fig = plot_errors(dataclasses.replace(report, nodes=tuple(nodes)))
+    local = next(line for line in fig.axes[0].lines if line.get_label().startswith("local error"))
+    assert local.get_label() == f"local error (2 of {len(nodes)} measured)"
+    x, y = local.get_data()
+    assert list(x) == [nodes[3].index, nodes[5].index]
+    assert y[0] == pytest.approx(1e-3) and y[1] > 1e-3  # only the infinite one sits at the ceiling
 
 
 def test_plot_values_scatter_and_histogram():
@@ -166,3 +182,36 @@ def test_missing_matplotlib_is_a_clear_error(report, monkeypatch):
                  lambda: plot_neighbourhood(report, "block1/conv1")):
         with pytest.raises(ImportError, match=r"pip install bisect_ov\[plot\]"):
             call()
+
+
+def _star(report, n: int):
+    """`report` with `n` nodes where one ('mask') feeds all the others, as a mask or positions feed every layer of
+    an LLM; the chain's middle node is the first divergence."""
+    from bisect_ov.report.report import NodeResult
+
+    middle = n // 2
+    nodes = [NodeResult("mask", "mask", "Convert", 0, 0.0, 0.0, 1e-3, 0.0, "ok", inputs=("x",))]
+    for i in range(1, n):
+        after = i >= middle
+        nodes.append(NodeResult(f"layer{i}/add", f"layer{i}/add", "Add", i, 0.5 if after else 1e-5,
+                                0.5 if i > middle else 1e-5, 1e-3, 5e4 if i == middle else 1.0,
+                                "source" if i == middle else "inherits" if after else "ok", first=i == middle,
+                                inputs=("mask",) + ((f"layer{i - 1}/add",) if i > 1 else ())))
+    first = f"layer{middle}/add"
+    return dataclasses.replace(report, nodes=tuple(nodes), first_keys=(first,), ranking=(first,), fix=None, curve=(),
+                               delegation=None, sensitivity=())
+
+
+def test_a_node_that_feeds_every_other_does_not_bring_them_all_into_the_neighbourhood(report):
+    from bisect_ov.report.plots import MAX_NEIGHBOURS
+
+    star = _star(report, 600)  # 3,000 such nodes took 65-72 s in save_html, drawing about 6,000 labels
+    fig = plot_neighbourhood(star, "layer300/add", radius=2)
+    boxes = [t for t in _texts(fig.axes[0]) if t]
+    assert len(boxes) == MAX_NEIGHBOURS
+    names = {b.split("\n")[0] for b in boxes}
+    assert {"layer300/add", "mask", "layer299/add", "layer301/add", "layer302/add"} <= names  # centre and nearest
+    assert "24 of the 601 nodes within it" in fig.axes[0].get_title("left")  # 600 and the model input
+    small = plot_neighbourhood(report, "block1/conv1")
+    title = small.axes[0].get_title("left")
+    assert "of the" not in title and "radius 1" in title  # a neighbourhood that fits is drawn whole

@@ -212,10 +212,28 @@ def _broken(tmp_path, change) -> pathlib.Path:
     (lambda d: d["fix"].update(runs=1.5), r"report.fix.runs: expected an integer, got 1.5"),
     (lambda d: d.update(nodes={}), r"report.nodes: expected a list"),
     (lambda d: d.update(timings={"load": [[[[1]]]]}), r"report.timings.load: expected a number"),
+    # Integers too large for a float loaded, then crashed to_text and to_dataframe with OverflowError.
+    (lambda d: d["nodes"][1].update(error=10 ** 400), r"report.nodes\[1\].error: expected a number .*got an integer "
+                                                      r"of 401 digits"),
+    (lambda d: d["nodes"][0].update(index=10 ** 400), r"report.nodes\[0\].index: expected an integer of 64 bits"),
+    (lambda d: d["fix"].update(runs=2 ** 63), r"report.fix.runs: expected an integer of 64 bits, got 9223372036854775808"),
+    # Names of nodes that are not in the report loaded, and failed on use.
+    (lambda d: d.update(first_divergence=["no/such"]), r"report.first_divergence names 1 node\(s\) that are not in "
+                                                       r"report.nodes: \['no/such'\]"),
+    (lambda d: d["ranking"].append("ghost"), r"report.ranking names 1 node\(s\) that are not in report.nodes: "
+                                             r"\['ghost'\]"),
+    (lambda d: d["nodes"][1].update(key=d["nodes"][0]["key"]), r"report.nodes: the key\(s\) .* appear more than once"),
 ])
 def test_malformed_reports_are_clear_refusals(tmp_path, change, message):
     with pytest.raises(InputError, match=message):
         Report.load(_broken(tmp_path, change))
+
+
+def test_the_references_a_saved_report_holds_are_all_checked_on_its_own_nodes():
+    report = Report.load(V1)
+    assert report.first_keys and set(report.first_keys) <= {n.key for n in report.nodes}
+    assert report.ranking and set(report.ranking) <= {n.key for n in report.nodes}
+    assert report.to_text() and report.culprits[0].key == report.ranking[0]
 
 
 def test_deeply_nested_json_is_refused(tmp_path):
@@ -259,3 +277,18 @@ def test_reading_a_report_does_not_import_openvino():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_nodes_in_takes_any_name_prefix_onnx_ir_and_module_paths():
+    report = Report.load(V2)
+    assert [n.name for n in report.nodes_in("inorm")][:3] == ["inorm/offset", "inorm/mean", "inorm/sub"]
+    assert all(n.name.startswith("inorm/") for n in report.nodes_in("inorm/"))
+    assert report.nodes_in("inor") == [] and report.nodes_in("") == []  # whole parts of the name only
+    names = {0: "/layer1/conv/Conv", 1: "/layer1/relu/Relu", 2: "/layer10/conv/Conv",
+             3: "__module.model.layers.3.self_attn.q_proj/aten::linear/MatMul"}
+    renamed = dataclasses.replace(report, nodes=tuple(
+        dataclasses.replace(n, name=names.get(i, n.name)) for i, n in enumerate(report.nodes)))
+    assert [n.name for n in renamed.nodes_in("/layer1")] == [names[0], names[1]]
+    assert [n.name for n in renamed.nodes_in("layer1")] == [names[0], names[1]]  # the leading / is optional
+    assert [n.name for n in renamed.nodes_in("model.layers.3")] == [names[3]]
+    assert renamed.node("layer10").name == names[2]  # node() takes a prefix too: the node furthest over its tolerance

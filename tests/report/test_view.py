@@ -55,6 +55,16 @@ def _unfaithful(report: Report, *, localized: bool) -> Report:
     return dataclasses.replace(report, fidelity=fidelity, first_keys=keys, ranking=keys)
 
 
+def test_without_a_single_source_there_is_no_first_divergence_and_the_verdict_says_why():
+    # What the README says of report.first_divergence: None when nothing diverges, and in this case too.
+    report = dataclasses.replace(V1, first_keys=())
+    assert report.first_divergence is None and report.diverges and report.culprits
+    verdict = report.to_text(width=10_000).splitlines()[2]
+    assert verdict.startswith("Verdict: DIVERGES, but no single node creates the error")
+    readme = " ".join((pathlib.Path(__file__).parents[2] / "README.md").read_text().split())
+    assert '"DIVERGES, but no single node creates the error"' in readme
+
+
 @pytest.mark.parametrize("report, kind", [
     (V1, "diverges"),
     (dataclasses.replace(V1, first_keys=()), "accumulates"),

@@ -103,3 +103,18 @@ def test_tolerance_refuses_bad_values():
     for bad in ({"factor": -1}, {"floor": float("nan")}, {"value": -0.5}, {"per_node": {"a": -1}}, {"min_growth": "x"}):
         with pytest.raises(InputError, match="Tolerance"):
             Tolerance(**bad)
+
+
+@pytest.mark.parametrize("dtype, changed", [(np.float64, True), (np.float16, False)])
+def test_a_float_input_of_another_precision_is_cast_and_the_report_says_so(dtype, changed):
+    from bisect_ov import bisect
+    from tests.conftest import tiny_chain
+
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype(dtype)
+    report = bisect(tiny_chain(), "CPU", "CPU:f32", {"x": x}, progress=False)
+    note = [n for n in report.notes if n.startswith("Input 'x'")]
+    assert len(note) == 1 and f"given as {np.dtype(dtype).name} and cast to f32" in note[0]
+    assert ("rounded to f32" in note[0]) is changed and ("no value changed" in note[0]) is not changed
+    assert report.inputs[0].dtype == "float32"  # what both sides ran on
+    same = bisect(tiny_chain(), "CPU", "CPU:f32", {"x": x.astype(np.float32)}, progress=False)
+    assert not [n for n in same.notes if n.startswith("Input 'x'")]

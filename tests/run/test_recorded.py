@@ -353,7 +353,14 @@ def test_recorded_shape_must_fit_the_model(chain_capture, tmp_path):
     model, path = chain_capture
     header = load_capture(path).header
     header["taps"][0]["shape"] = [2, 8]
-    tampered = _rewrite(path, tmp_path / "t.npz", header=header)
+    # In mode full the member holds the whole tensor: a header that disagrees with it is refused on opening.
+    with pytest.raises(CaptureError, match=r"member 't/0' has shape \[1, 8\], but the header records \[2, 8\]"):
+        load_capture(_rewrite(path, tmp_path / "t.npz", header=header))
+    # In mode stats the members are samples: the recorded shape is checked against the model given.
+    stats = record(model, "CPU:f32", path=tmp_path / "stats.npz", mode="stats", sample=4)
+    header = load_capture(stats).header
+    header["taps"][0]["shape"] = [2, 8]
+    tampered = _rewrite(stats, tmp_path / "s.npz", header=header)
     tapped = tap_model(ModelGraph(model), [Tap("mm0")])
     with pytest.raises(CaptureError, match=r"recorded 'mm0' with shape \[2, 8\], but the model given produces \[1,8\]"):
         RecordedDevice(tampered).compile(tapped.model, taps=tapped.added_outputs)
