@@ -194,7 +194,7 @@ def _with_header(src: pathlib.Path, out: pathlib.Path, change) -> pathlib.Path:
     (lambda h: h["device"].update(info={"name": "CPU"}), r"device.info: the key 'device' is missing"),
     (lambda h: h["device"]["info"].update(emulated="yes"), r"device.info.emulated: expected true or false"),
     (lambda h: h["model"].pop("inputs"), r"'model' lacks its inputs and outputs"),
-    (lambda h: h.update(seed="0"), r"seed is '0', not an integer"),
+    (lambda h: h.update(seed="0"), r"seed is '0', not a non-negative integer"),
 ])
 def test_malformed_capture_headers_are_clear_refusals(tmp_path, change, message):
     path = record(tiny_chain(depth=1), "CPU:f32", path=tmp_path / "c.npz")

@@ -79,7 +79,6 @@ def score_graph(
     min_growth: float = 2.0,
     absorbed: Collection[str] = (),
     internal: Collection[str] = (),
-    accumulating: Collection[str] = (),
 ) -> Scores:
     """Score every measured node of `graph`.
 
@@ -98,10 +97,6 @@ def score_graph(
     internal
         Keys of nodes whose tapped value the untouched target never computed, inside a kernel whose output is
         within tolerance (see the module docstring); scored like absorbed nodes, with the role ``internal``.
-    accumulating
-        Keys of nodes whose local error (run alone on the target, fed the reference's inputs) is within their
-        tolerance: over it with inputs within theirs, they only add their own rounding to what they inherit, so
-        they inherit and are never sources (they can still amplify error they are handed).
     """
     effective: dict[tuple[str, int], float] = {}
     over: dict[tuple[str, int], bool] = {}
@@ -141,7 +136,7 @@ def score_graph(
             continue
         if error <= tol:
             role = "ok"
-        elif growth >= min_growth and (dirty_inputs or node.key not in accumulating):
+        elif growth >= min_growth:
             role = "amplifier" if dirty_inputs else "source"
         else:
             role = "inherits"

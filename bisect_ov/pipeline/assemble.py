@@ -127,7 +127,7 @@ def set_aside_inside_kernels(graph: ModelGraph, scored: Scored, kernels: KernelT
         return scored, ()
     absorbed = tuple(k for k in scored.absorbed if k not in aside)
     rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=min_growth, absorbed=absorbed,
-                           internal=set(aside), accumulating=scored.accumulating)
+                           internal=set(aside))
     why = scored.absorbed_why if absorbed else ""
     shown = []
     for key in sorted(aside, key=lambda k: graph[k].index)[:3]:
@@ -261,13 +261,6 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
         notes.append(scored.fidelity.warning)
     if measurement.fell_back:
         notes.append("The fusion-boundary taps did not reproduce the plain run faithfully; the bisection strategy was used.")
-    if scored.accumulating:
-        graph = setup.comparison.graph
-        shown = ", ".join(f"'{graph[k].name}'" for k in scored.accumulating[:3])
-        more = f" and {len(scored.accumulating) - 3} more" if len(scored.accumulating) > 3 else ""
-        notes.append(f"{shown}{more} went over tolerance from inputs within theirs, but alone on the target (fed the "
-                     "reference's inputs) each stays within its tolerance: their rounding adds to what they inherit, "
-                     "so they are not named sources.")
     return notes
 
 

@@ -99,7 +99,6 @@ class Scored:
     fidelity: Fidelity | None
     absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (`absorb`)
     absorbed_why: str = ""
-    accumulating: tuple[str, ...] = ()  # over tolerance by growth, but within it alone on the target (`absorb`)
 
     @property
     def floor(self) -> float:

@@ -383,7 +383,6 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
     for most of the final error. An origin stays a culprit whatever the outputs do, and so do the nodes
     downstream of it (they inherit its error); the rest are absorbed, and the report says why.
     """
-    scored = _accumulating(setup, examined, scored, findings)
     scores, graph = scored.scores, setup.comparison.graph
     diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
     if not diverged or not scored.outputs:
@@ -418,33 +417,42 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
                          if c in measured_keys]
             if consumers and all(scores.nodes[c].error <= scores.nodes[c].tolerance for c in consumers):
                 absorbed.add(key)
-        if not absorbed:
+        # A source whose impact is a small share of both the final error and the outputs' tolerance did not make
+        # the divergence, even where its consumers stay over tolerance (their error comes from elsewhere).
+        final = max(o.error for o in scored.outputs)
+        bystanders = {k for k in diverged if k not in absorbed and scores.nodes[k].role == "source"
+                      and (v := findings.impacts.get(k)) is not None and v < limit and v < NOTABLE * final}
+        if bystanders and not _sources_remain(graph, scored, absorbed | bystanders, examined.tolerance.min_growth):
+            # Nothing else starts the error (it builds up over many nodes, as in a quantized twin): each such
+            # source adds its share, and the first of them is where the divergence starts.
+            bystanders = set()
+        if not absorbed and not bystanders:
             return scored
-        why = (f"{len(absorbed)} node(s) exceed their tolerance, but their consumers come back within tolerance and "
-               f"each alone on the target moves the final outputs by less than their tolerance ({limit:.1e}): "
-               + ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}" for k in sorted(absorbed)[:3])
-               + "; they are absorbed, not first divergences.")
+        parts = []
+        if absorbed:
+            parts.append(f"{len(absorbed)} node(s) exceed their tolerance, but their consumers come back within "
+                         f"tolerance and each alone on the target moves the final outputs by less than their tolerance "
+                         f"({limit:.1e}): " + ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}"
+                                                        for k in sorted(absorbed)[:3])
+                         + "; they are absorbed, not first divergences.")
+        if bystanders:
+            parts.append(f"{len(bystanders)} node(s) exceed their tolerance with inputs within theirs, but alone on "
+                         f"the target each moves the final outputs by less than {NOTABLE:g} of their error ({final:.1e}) "
+                         f"and less than their tolerance: " + ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}"
+                                                                        for k in sorted(bystanders)[:3])
+                         + "; they are absorbed, not where the divergence starts.")
+            absorbed |= bystanders
+        why = " ".join(parts)
     tol = examined.tolerance
-    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed,
-                           accumulating=scored.accumulating)
+    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed)
     return replace(scored, scores=rescored, absorbed=tuple(sorted(absorbed, key=lambda k: graph[k].index)),
                    absorbed_why=why)
 
 
-def _accumulating(setup: Setup, examined: Examined, scored: Scored, findings: Findings) -> Scored:
-    """Sources by growth whose own error is within their tolerance: measured alone on the target (fed the
-    reference's inputs) they stay within it, so their error over tolerance is their rounding added to what they
-    inherit, not error they make. They are rescored as inheriting (`score_graph`'s ``accumulating``), so the
-    first divergence is named where error is made."""
-    nodes = scored.scores.nodes
-    found = tuple(k for k in scored.scores.ranking
-                  if nodes[k].role == "source" and (e := findings.local_errors.get(k)) is not None
-                  and e <= scored.tolerances.get(k, 0.0))
-    if not found:
-        return scored
-    rescored = score_graph(setup.comparison.graph, scored.errors, scored.tolerances,
-                           min_growth=examined.tolerance.min_growth, accumulating=found)
-    return replace(scored, scores=rescored, accumulating=found)
+def _sources_remain(graph, scored: Scored, absorbed: set[str], min_growth: float) -> bool:
+    """Whether a source is left once `absorbed` are scored as absorbed."""
+    trial = score_graph(graph, scored.errors, scored.tolerances, min_growth=min_growth, absorbed=absorbed)
+    return any(n.role == "source" for n in trial.nodes.values())
 
 
 MOST = 0.5  # an impact of at least this share of the final error accounts for most of it

@@ -51,6 +51,7 @@ from bisect_ov.core.records import (
     Truth,
 )
 from bisect_ov.report.upgrade import SCHEMA_VERSION, upgrade
+from bisect_ov.report.validate import check_references
 
 __all__ = ["NodeResult", "OutputResult", "Report", "SCHEMA_VERSION"]
 
@@ -495,7 +496,7 @@ class Report:
                 f"Report schema version {version} is not supported by this bisect_ov (reads up to {SCHEMA_VERSION}). "
                 "Upgrade bisect_ov to read it."
             )
-        return _check_references(codec.from_dict(cls, upgrade(d, version), where="report"))
+        return check_references(codec.from_dict(cls, upgrade(d, version), where="report"))
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
         """Write the report as JSON (atomically: a temporary file renamed into place; the umask applies).
@@ -543,21 +544,6 @@ class Report:
         return self.to_dict() == other.to_dict()  # encoded: NaN equals NaN, kept tensors are ignored
 
     __hash__ = None  # type: ignore[assignment]
-
-
-def _check_references(report: Report) -> Report:
-    """`report`, once every node it names by key (first divergences, ranking) is one of its nodes, keys unique."""
-    keys = [n.key for n in report.nodes]
-    known = set(keys)
-    if len(known) != len(keys):
-        twice = sorted({k for k in keys if keys.count(k) > 1})[:5]
-        raise InputError(f"report.nodes: the key(s) {twice} appear more than once; every node has its own key.")
-    for field_name, named in (("first_divergence", report.first_keys), ("ranking", report.ranking)):
-        unknown = [k for k in named if k not in known]
-        if unknown:
-            raise InputError(f"report.{field_name} names {len(unknown)} node(s) that are not in report.nodes: "
-                             f"{[str(k)[:80] for k in unknown[:5]]}. The file was edited or is damaged.")
-    return report
 
 
 def _fmt(x: float) -> str:

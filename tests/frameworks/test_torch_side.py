@@ -89,14 +89,29 @@ class _Offset(torch.nn.Module):
 
 
 def test_float64_truth_says_the_f32_reference_is_the_imprecise_side():
+    """The target computes the subtraction without the offset (x - mean(x), equal in exact arithmetic), as a
+    kernel that cancels better would; the f32 reference rounds x + 1000 first and loses ~1e-5 of every value.
+
+    Editing the target is what makes the two sides disagree on every CPU: the same formula in f32 can give the
+    same bits in PyTorch and OpenVINO (their sums run in the same order on an AVX2-only CPU)."""
     x = np.random.default_rng(0).standard_normal((4, 256)).astype(np.float32)
-    report = bisect(None, ref=_Offset().eval(), target="CPU:f32", inputs=[x], truth="f64", **FAST)
+    module = _Offset().eval()
+    model = ov.convert_model(module, example_input=torch.from_numpy(x))
+    name = next(o.get_friendly_name() for o in model.get_ordered_ops() if o.get_type_name() == "Subtract")
+
+    def without_offset(op):
+        offset = op.input_value(0).get_node()  # x + 1000
+        x = next(v for v in offset.input_values() if v.get_node().get_type_name() == "Parameter")
+        return ops.subtract(x, ops.reduce_mean(x, np.int64([-1]), keep_dims=True))
+
+    exact = _edit(model, name, without_offset)
+    report = bisect(exact, ref=module, target="CPU:f32", inputs=[x], truth="f64", **FAST)
     first = report.first_divergence
-    assert first is not None  # the two f32 runs disagree far beyond f32's tolerance
+    assert first is not None and first.name == name, report.to_text()  # far beyond f32's tolerance
     truth = report.truth
     assert truth is not None and truth.side == "torch/f64" and truth.compared >= 1
     ref_error, target_error = first.truth_errors
-    assert ref_error > first.tolerance  # the reference itself is far from float64
+    assert ref_error > first.tolerance > target_error  # the reference itself is far from float64, the target not
     assert first.key in truth.imprecise_ref and first.key not in truth.target_off
     assert "the f32 reference is itself the imprecise side" in report.to_text()
 

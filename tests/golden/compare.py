@@ -104,11 +104,15 @@ _ADDED = (("ref", "openvino_version"), ("target", "openvino_version"))
 
 def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Both normalized reports as the current schema writes them, through `Report.from_dict` (the upgrade)."""
+    from bisect_ov.core import codec
     from bisect_ov.report.report import Report
+    from bisect_ov.report.upgrade import upgrade
 
     version = saved.get("schema_version")
     absent = [path for path in _ADDED if path[-1] not in saved.get(path[0], {})]
-    saved, new = (normalized(Report.from_dict(d)) for d in (saved, new))
+    # Decoded without `Report.from_dict`'s check of unique node keys: normalized names (`Multiply_#`) can repeat.
+    saved, new = (normalized(codec.from_dict(Report, upgrade(d, d["schema_version"]), where="report"))
+                  for d in (saved, new))
     for path in absent:
         for d in (saved, new):
             _drop(d, path)

@@ -21,7 +21,7 @@ from bisect_ov.report.text import fit_table
 from bisect_ov.report.view import COLUMNS, VERDICT_KINDS, view
 
 DATA = pathlib.Path(__file__).parent / "data"
-GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = pathlib.Path(__file__).resolve().parents[1] / "golden" / "avx512_bf16"  # saved reports, read as data
 V1, V2 = Report.load(DATA / "report_v1.json"), Report.load(DATA / "report_v2.json")
 
 
