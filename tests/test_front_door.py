@@ -33,6 +33,7 @@ BAD_OPTIONS = [
     ("budget", "cheap", "Unknown budget"),
     ("budget", None, "Unknown budget"),
     ("prompt_length", 0, "prompt_length"),
+    ("prompt_lengths", [16, 0], "prompt_lengths must be a list of prompt lengths"),
     ("steps", -1, "steps"),
     ("sensitivity", "yes", "sensitivity must be True or False"),
     ("executor", 3, "executor must be a concurrent.futures.Executor"),

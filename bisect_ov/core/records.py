@@ -201,6 +201,7 @@ class SamplesSummary:
     workers: int = 0
     batch_seconds: tuple[float, ...] = ()
     spread_batch_seconds: tuple[float, ...] = ()
+    examined: int | None = None  # the sample examined node by node when not the worst (a prompt-length sweep)
 
     @property
     def partial(self) -> bool:
@@ -350,6 +351,7 @@ class RunOptions(_ByName):
     batch_retries: int = 2
     classifier_outputs: tuple[str, ...] | None = None
     prompt_length: int = 16
+    prompt_lengths: tuple[int, ...] = ()
     steps: int = 0
     progress: bool | None = None
 

@@ -94,6 +94,10 @@ class Runner:
         self._untouched = self.compile_pair(self.graph.model, self.target_graph.model)
         return self._untouched
 
+    def untouched_infos(self):
+        """(ref, target) `DeviceInfo` of the compiles `compile_untouched` made, or None when there are none."""
+        return None if self._untouched is None else (self._untouched[0].info, self._untouched[1].info)
+
     def take_untouched(self):
         """The compiles `compile_untouched` made, handed over once (None when there are none)."""
         compiled, self._untouched = self._untouched, None

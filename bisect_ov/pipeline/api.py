@@ -92,6 +92,7 @@ def bisect(
     classifier_outputs: Sequence[str] | None = None,
     # LLM prompts and generation
     prompt_length: int = 16,
+    prompt_lengths: Sequence[int] = (),
     steps: int = 0,
     # output
     progress: bool | None = None,

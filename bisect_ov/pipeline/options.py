@@ -166,6 +166,13 @@ def _names(name: str, value: Any) -> tuple[str, ...] | None:
     return names
 
 
+def _lengths(name: str, value: Any) -> tuple[int, ...]:
+    lengths = tuple(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes)) else None
+    if lengths is None or not all(is_integer(n) and 1 <= n <= 1_000_000 for n in lengths):
+        raise InputError(f"{name} must be a list of prompt lengths in tokens, each from 1 to 1,000,000; got {value!r}.")
+    return tuple(sorted(set(int(n) for n in lengths)))
+
+
 def _ir_path(name: str, value: Any) -> Any:
     if value is not None and not isinstance(value, (str, os.PathLike)):
         raise InputError(f"{name} must be a path ending in .xml; got {value!r}.")
@@ -344,6 +351,14 @@ class BisectOptions:
         "(``input_ids``, ``attention_mask``, ``position_ids``, ``beam_idx``) with a dynamic sequence length.",
         _at_least(1, " (tokens of the generated prompt)"), kind=int, metavar="N",
         help="tokens of the generated prompt for LLM inputs with a dynamic sequence length")
+    prompt_lengths: tuple[int, ...] = _opt(
+        (), "generation", "A prompt-length sweep for an LLM: the prompt (the given token ids, or a seeded random one "
+        "as long as the longest length) cut to each length and run on both sides, each with its states reset; the "
+        "report gives each length's final-output error, from which length the outputs diverge, and examines that "
+        "length node by node (the longest when none diverges). One dynamic-shape compile per side serves every "
+        "length.", _lengths, help="prompt-length sweep of an LLM: each length's final error, where divergence "
+        "starts, that length examined node by node",
+        cli=Flag(("--prompt-lengths",), {"nargs": "+", "type": int, "default": (), "metavar": "N"}, tuple))
     steps: int = _opt(
         0, "generation", "For a stateful LLM (KV-cache variables): after the prefill, run this many decode steps on "
         "both sides, each side on its own cache, both fed the reference's next token; the report gives each step's "

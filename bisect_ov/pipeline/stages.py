@@ -65,8 +65,9 @@ from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs_noted
 from bisect_ov.samples.batches import prepare_pair
+from bisect_ov.samples.prompts import PromptInputs, sweep_prompts
 from bisect_ov.samples.runs import SampleRun, run_samples
-from bisect_ov.samples.sources import Samples, as_samples
+from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
 from bisect_ov.search.strategies import fusion_taps
 
 __all__ = ["open_comparison", "run_untouched", "examine", "generate", "score", "experiments", "absorb",
@@ -114,23 +115,30 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     show = sys.stderr.isatty() if options.progress is None else options.progress
     run = None
     cast_notes: tuple[str, ...] = ()
+    sweep: tuple[int, ...] = options.prompt_lengths
+    if sweep:
+        if many is not None:
+            raise InputError("A prompt-length sweep cuts one prompt to each length: give one prompt (token ids or "
+                             "{'input_ids': ...}) or none (a random one), not many samples.")
+        prompts_cut, sweep_notes = sweep_prompts(user_model, sweep, plan.inputs, options.seed)
+        cast_notes = tuple(sweep_notes)
+        many = Samples(prompts_cut)
+    prompts = PromptInputs.of(user_model, state) if many is not None and (state is not None or sweep) else None
     if many is not None:
         # Samples are read as they run and only summaries kept: memory does not grow with their number.
         run = SampleRun(many, options.executor, samples_per_batch=options.samples_per_batch,
-                        batch_retries=options.batch_retries, progress=show, owned=not isinstance(plan.inputs, Samples))
+                        batch_retries=options.batch_retries, progress=show,
+                        owned=not isinstance(plan.inputs, Samples) or bool(sweep), prompts=prompts)
     if many is None:
         ref_arrays, cast_notes = prepare_inputs_noted(user_model, plan.inputs, seed=options.seed,
                                                       prompt_length=options.prompt_length)
         if state is not None:  # the variables as `reset_state()` leaves them
             ref_arrays = ref_arrays + initial_states(state, ref_arrays)
         first = (ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays)
-    elif state is not None:
-        raise InputError("Many samples with a stateful model (KV-cache variables) are not supported: pass one "
-                         "sample (inputs=dict), or compare the samples one by one.")
     else:
         try:
             sample = many.load(0)
-            first = prepare_pair(0, sample, ov_model, ov_target, options.seed, many.names_file(0, sample))
+            first = prepare_pair(0, sample, ov_model, ov_target, options.seed, many.names_file(0, sample), prompts)
         except BaseException:
             assert run is not None
             run.close()
@@ -152,9 +160,13 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             summary = run_samples(runner, run, partial(metric_value, metric=options.metric),
                                   class_names=options.classifier_outputs, seed=options.seed)
             worst = summary.ranking[0]
+            if sweep:
+                worst, sweep_note = _sweep_examined(summary, runner, options, graph, ov_target is not None)
+                summary.examined = worst
+                run.notes.append(sweep_note)
             sample = run.samples.load(worst)
             examined = Sample.of(*prepare_pair(worst, sample, ov_model, ov_target, options.seed,
-                                               run.samples.names_file(worst, sample)))
+                                               run.samples.names_file(worst, sample), prompts))
         except BaseException:
             run.close()
             raise
@@ -176,6 +188,32 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                   "output.",)
     return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock, state,
                   target_state, frameworks=bound.frameworks, truth=bound.truth)
+
+
+def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptions, graph: ModelGraph,
+                    twin: bool) -> tuple[int, str]:
+    """The prompt of a sweep to examine node by node, and the note that says why: the shortest length whose
+    final error is over the outputs' tolerance (the smallest of the final outputs' tolerances, for the precision
+    the untouched compiles ran), else the worst length."""
+    lengths = options.prompt_lengths
+    infos = runner.untouched_infos()
+    worst = summary.ranking[0]
+    errors = ", ".join(f"{n} tokens {e:.1e}" for n, e in zip(lengths, summary.errors))
+    if infos is None:
+        return worst, (f"Prompt-length sweep, final-output error by length: {errors}. The samples ran on an executor, "
+                       f"so the worst length ({lengths[worst]} tokens) is examined node by node.")
+    precision = comparison_precision(infos[0], infos[1], runner.target_graph if twin else None)
+    tol = options.tolerance_model().with_precision(precision)
+    limit = min(tol.for_node(graph[graph[r.key].inputs[0][0]], graph[r.key].inputs[0][1]) for r in graph.results())
+    over = [i for i, e in enumerate(summary.errors) if not e <= limit]
+    text = f"Prompt-length sweep, final-output error by length: {errors} (the outputs' tolerance {limit:.1e}). "
+    if not over:
+        return worst, text + (f"No length diverges at the outputs; the worst ({lengths[worst]} tokens) is examined "
+                              "node by node.")
+    start = over[0]
+    since = "" if len(over) == len(lengths) - start else " (not at every longer length)"
+    return start, text + (f"The outputs diverge from {lengths[start]} tokens on{since}; that length is examined node by "
+                          "node.")
 
 
 def run_untouched(setup: Setup) -> Examined:

@@ -115,7 +115,9 @@ def _samples(report: "Report") -> Block | None:
     if samples is None:
         return None
     line = (f"Samples: {samples.count} run on both sides; final error mean {fmt(samples.error_mean)}, "
-            f"max {fmt(samples.error_max)} (sample #{samples.worst}, on which the search ran)")
+            f"max {fmt(samples.error_max)} (sample #{samples.worst}, " + (
+                "on which the search ran)" if samples.examined in (None, samples.worst)
+                else f"the search ran on sample #{samples.examined})"))
     if samples.classifier:
         line += (f"; top-1 answer differs on {samples.top1_flips} of {samples.count}"
                  f", reference top-1 outside the target's top-{samples.k} on {samples.topk_misses}")

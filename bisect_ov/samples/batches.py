@@ -93,6 +93,7 @@ class Plan:
     ref_tap_outputs: tuple[int, ...] = ()
     target_tap_outputs: tuple[int, ...] = ()
     jobs: int = 2
+    prompts: Any = None  # a PromptInputs: LLM prompts made into the model's inputs, states reset
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,14 @@ class BatchResult:
 
 # ----- one batch ----------------------------------------------------------------------------------------------
 def prepare_pair(index: int, sample: Any, ref_model: ov.Model, target_model: ov.Model | None, seed: int,
-                 named: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """One sample's checked arrays for both sides; a bad sample is named (its number, and its file if any)."""
+                 named: bool, prompts: Any = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """One sample's checked arrays for both sides; a bad sample is named (its number, and its file if any).
+
+    `prompts` (a `bisect_ov.samples.prompts.PromptInputs`) makes an LLM prompt into the model's inputs first:
+    token ids into its inputs, a stateful model's variables reset."""
     try:
+        if prompts is not None:
+            sample = prompts.expand(sample)
         ref_arrays = prepare_inputs(ref_model, sample, seed=seed)
         return ref_arrays, align_inputs(ref_model, target_model, ref_arrays) if target_model is not None else ref_arrays
     except InputError as err:
@@ -138,7 +144,7 @@ def execute(plan: Plan, batch: Batch, compiled: tuple[Any, Any], models: tuple[o
     def pairs() -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray]]]:
         for i, item, is_file in zip(batch.indices, batch.items, named):
             sample = batch.loader(i) if batch.loader is not None else item
-            yield (i, *prepare_pair(i, sample, models[0], models[1], plan.seed, is_file))
+            yield (i, *prepare_pair(i, sample, models[0], models[1], plan.seed, is_file, plan.prompts))
 
     ref_c, target_c = compiled
     result = BatchResult(batch.number, 0.0, worker=f"{os.uname().nodename}:{os.getpid()}")

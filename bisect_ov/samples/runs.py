@@ -58,11 +58,15 @@ class SampleRun:
         Samples per batch; how many times a failed batch runs again.
     owned
         Close (remove a generator's spill folder) at the end: the samples were made from the user's inputs.
+    prompts
+        A `bisect_ov.samples.prompts.PromptInputs` when the samples are an LLM's prompts (token ids made into
+        its inputs, a stateful model's variables reset for each), else None.
     """
 
     def __init__(self, samples: Samples, executor: Any = None, *, samples_per_batch: int = 16, batch_retries: int = 2,
-                 progress: bool = False, owned: bool = True):
+                 progress: bool = False, owned: bool = True, prompts: Any = None):
         self.samples = samples
+        self.prompts = prompts  # a PromptInputs when the samples are LLM prompts
         self.executor, label, self._close_executor = open_executor(executor)
         self.per_unit, self.retries, self.progress, self.owned = samples_per_batch, batch_retries, progress, owned
         self.log = RunLog(executor=label)
@@ -255,7 +259,7 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
     if remote:
         _check_metric(error_of)
     plan = Plan("outputs", names=names, positions=tuple(runner.target_output_positions),
-                class_positions=class_positions, k=k, metric=error_of, seed=seed, jobs=jobs,
+                class_positions=class_positions, k=k, metric=error_of, seed=seed, jobs=jobs, prompts=run.prompts,
                 **_plan_models(runner, runner.graph.model, runner.target_graph.model, remote))
     with runner.clock("samples"):
         # Compiled here, `engine.untouched.run_target` reuses them for the worst sample.
@@ -286,7 +290,7 @@ def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
     plan = Plan("taps", names=(), positions=(), class_positions=None, k=0, metric=error_of, seed=seed,
                 ref_added=tuple(ref_tapped.added_outputs), target_added=tuple(target_tapped.added_outputs),
                 tap_keys=tuple(t.key for t in taps), ref_tap_outputs=tuple(ref_tapped.tap_outputs),
-                target_tap_outputs=tuple(target_tapped.tap_outputs),
+                target_tap_outputs=tuple(target_tapped.tap_outputs), prompts=run.prompts,
                 **_plan_models(runner, ref_tapped.model, target_tapped.model, remote))
     models = (runner.graph.model, runner.target_graph.model if twin else None)
     with runner.clock("samples"):

@@ -281,6 +281,7 @@ class SampleSummary:
     class_outputs: list[str] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
     log: RunLog = field(default_factory=RunLog)
+    examined: int | None = None  # the sample the search runs on, when not the worst (a prompt-length sweep's)
 
     @classmethod
     def from_results(cls, results: Iterable[SampleResult], given: int, names: Sequence[str], k: int,
@@ -336,6 +337,7 @@ class SampleSummary:
             failures=tuple(log_.failures), executor=log_.executor, retried=log_.retried, workers=len(log_.workers),
             batch_seconds=tuple(round(s, 4) for s in log_.batch_seconds),
             spread_batch_seconds=tuple(round(s, 4) for s in log_.spread_batch_seconds),
+            examined=self.examined,
         )
 
 

@@ -1,0 +1,190 @@
+"""Prompts for an LLM: token ids made into the model's inputs, a stateful model's variables reset per prompt,
+and the prompts of a prompt-length sweep.
+
+A prompt is given as token ids (a 1-D integer array, or ``[1, n]``) or as a dict of the model's inputs. Token
+ids become what LLM exports take, by input name (`bisect_ov.run.inputs.LLM_INPUTS`): ``input_ids``, a full
+``attention_mask``, positions from 0, a zero ``beam_idx``. For a stateful model (KV-cache variables, compared
+as its stateless form, `bisect_ov.model.state`), every prompt starts from the variables as ``reset_state()``
+leaves them: their initial values, computed from the prompt's own inputs by the variables' initialiser, are
+added as the ``state:<variable>`` inputs. `PromptInputs` does both; it travels to an executor's workers (the
+initialiser as IR bytes, compiled once per process).
+
+Assumes batch 1 when token ids are given, and that the sequence is the last dimension of the token inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import openvino as ov
+
+from bisect_ov.core.errors import InputError, first_line, raise_if_interrupted
+from bisect_ov.model.state import STATE_PREFIX, Stateless
+from bisect_ov.run.inputs import LLM_INPUTS, parameter_specs, vocabulary_size
+from bisect_ov.samples.batches import ModelPayload
+
+__all__ = ["PromptInputs", "is_token_ids", "sequence_input", "position_range", "sweep_prompts"]
+
+_COMPILED: dict[str, Any] = {}  # initialiser digest -> compiled model, once per process
+
+
+def is_token_ids(sample: Any) -> bool:
+    """Whether `sample` is one prompt's token ids: an integer array of rank 1, or rank 2 with batch 1."""
+    array = sample if isinstance(sample, np.ndarray) else None
+    return (array is not None and np.issubdtype(array.dtype, np.integer)
+            and (array.ndim == 1 or (array.ndim == 2 and array.shape[0] == 1)))
+
+
+def sequence_input(model: ov.Model) -> str | None:
+    """The name of the model's ``input_ids`` when its last (sequence) dimension is dynamic, else None."""
+    for spec in parameter_specs(model):
+        if "input_ids" in spec.names and spec.pshape.rank.is_static and spec.pshape.rank.get_length() >= 1:
+            return "input_ids" if not spec.pshape[spec.pshape.rank.get_length() - 1].is_static else None
+    return None
+
+
+def position_range(model: ov.Model) -> int | None:
+    """Rows of the learned position-embedding table (GPT-2's): the table ``position_ids`` index, or one a Range
+    of positions made inside the model indexes; None when positions have no table (rotary embeddings), so no
+    range is known."""
+    rows = vocabulary_size(model, "position_ids")
+    if rows is not None:
+        return rows
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Gather" or op.input_value(0).get_node().get_type_name() != "Constant":
+            continue
+        source = op.input_value(1).get_node()
+        for _ in range(6):  # through the Converts and Unsqueezes between the Range and the Gather
+            if source.get_type_name() == "Range":
+                table = op.get_input_partial_shape(0)
+                return int(table[0].get_length()) if table.rank.is_static and table[0].is_static else None
+            if source.get_type_name() not in ("Convert", "Unsqueeze", "Reshape", "Squeeze", "Add") or not source.get_input_size():
+                break
+            source = source.input_value(0).get_node()
+    return None
+
+
+@dataclass(frozen=True)
+class PromptInputs:
+    """Turns one prompt (token ids or a dict) into the compared model's inputs, the variables reset.
+
+    Attributes
+    ----------
+    inputs
+        The LLM inputs of the user's model, in its parameter order: (name, numpy dtype name).
+    init
+        The variables' initialiser (the user's inputs in, each variable's initial value out), or None for a
+        model without variables.
+    variables
+        The variable ids, in the order of the stateless model's ``state:`` inputs.
+    """
+
+    inputs: tuple[tuple[str, str], ...]
+    init: ModelPayload | None = None
+    variables: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, user_model: ov.Model, state: Stateless | None) -> "PromptInputs":
+        names = []
+        for spec in parameter_specs(user_model):
+            name = next((n for n in LLM_INPUTS if n in spec.names), spec.name)
+            names.append((name, np.dtype(spec.dtype).name))
+        if state is None:
+            return cls(tuple(names))
+        return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables))
+
+    def expand(self, sample: Any) -> Any:
+        """`sample` as the compared model's inputs: token ids become the LLM inputs, and a stateful model's
+        ``state:`` inputs are added with the variables' initial values. Other samples are returned as given."""
+        if is_token_ids(sample):
+            tokens = np.asarray(sample).reshape(1, -1)
+            given: dict[str, Any] = {}
+            for name, dtype in self.inputs:
+                if name == "input_ids":
+                    given[name] = tokens.astype(dtype)
+                elif name == "attention_mask":
+                    given[name] = np.ones(tokens.shape, dtype)
+                elif name == "position_ids":
+                    given[name] = np.arange(tokens.shape[1], dtype=dtype)[None]
+                elif name == "beam_idx":
+                    given[name] = np.zeros(1, dtype)
+                elif name == "token_type_ids":
+                    given[name] = np.zeros(tokens.shape, dtype)
+                else:
+                    raise InputError(f"A prompt given as token ids fills the inputs {list(LLM_INPUTS)}; the model also "
+                                     f"takes '{name}'. Give each prompt as a dict of the model's inputs.")
+            sample = given
+        if self.init is None:
+            return sample
+        if not isinstance(sample, Mapping):
+            raise InputError("A prompt for a stateful model is given as token ids or as a dict of the model's inputs "
+                             f"({[n for n, _ in self.inputs]}); got {type(sample).__name__}.")
+        if any(str(k).startswith(STATE_PREFIX) for k in sample):
+            return dict(sample)  # the variables given explicitly: not reset
+        return {**sample, **dict(zip((STATE_PREFIX + v for v in self.variables), self._initial(sample)))}
+
+    def _initial(self, sample: Mapping[str, Any]) -> list[np.ndarray]:
+        assert self.init is not None
+        compiled = _COMPILED.get(self.init.digest)
+        if compiled is None:
+            compiled = ov.Core().compile_model(self.init.load(), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            _COMPILED[self.init.digest] = compiled
+        arrays = []
+        for param in compiled.inputs:
+            names = param.get_names()
+            hit = next((sample[n] for n in names if n in sample), None)
+            if hit is None:
+                raise InputError(f"The prompt lacks the input {sorted(names)} the model's variables start from; "
+                                 f"it has {sorted(map(str, sample))}.")
+            arrays.append(np.asarray(hit))
+        try:
+            result = compiled.create_infer_request().infer(arrays)
+        except Exception as err:
+            raise_if_interrupted(err)
+            raise InputError(f"The initial values of the model's variables could not be computed from the prompt's "
+                             f"inputs: {first_line(err)}. Check the inputs' shapes.") from err
+        return [np.array(result[i]) for i in range(len(self.variables))]
+
+
+def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int) -> tuple[list[np.ndarray], list[str]]:
+    """One prompt per length of a prompt-length sweep, with notes: the given prompt's token ids cut to each
+    length, or a seeded random prompt within the vocabulary as long as the longest.
+
+    Raises
+    ------
+    InputError
+        A model without a dynamic sequence dimension on ``input_ids``, a length below 1, beyond the model's
+        position range, or beyond the given prompt.
+    """
+    if sequence_input(model) is None:
+        inputs = ", ".join(s.describe() for s in parameter_specs(model))
+        raise InputError("A prompt-length sweep needs an LLM whose 'input_ids' has a dynamic sequence (last) "
+                         f"dimension; this model's inputs are {inputs}.")
+    lengths = sorted(set(int(n) for n in lengths))
+    if lengths[0] < 1:
+        raise InputError(f"Prompt lengths must be at least 1 token; got {lengths[0]}.")
+    notes = []
+    limit = position_range(model)
+    if limit is not None and lengths[-1] > limit:
+        raise InputError(f"Prompt length {lengths[-1]} is beyond the model's position range (positions 0 to "
+                         f"{limit - 1}: its position table has {limit} rows). Ask for lengths up to {limit}.")
+    if given is None:
+        vocab = vocabulary_size(model, "input_ids") or 10
+        tokens = np.random.default_rng(seed).integers(0, vocab, size=lengths[-1])
+        notes.append(f"Prompt-length sweep over {lengths} tokens: one seeded random prompt of {lengths[-1]} tokens "
+                     f"within the vocabulary ({vocab:,} ids), cut to each length.")
+    else:
+        if isinstance(given, Mapping) and "input_ids" in given:
+            given = given["input_ids"]
+        if not is_token_ids(given):
+            raise InputError("A prompt-length sweep cuts one prompt to each length: give it as token ids (a 1-D "
+                             "integer array) or as {'input_ids': array}, or give no inputs for a random prompt.")
+        tokens = np.asarray(given).reshape(-1)
+        if lengths[-1] > tokens.size:
+            raise InputError(f"The prompt has {tokens.size} tokens, fewer than the longest length asked "
+                             f"({lengths[-1]}). Give a longer prompt, or lengths up to {tokens.size}.")
+        if lengths[-1] < tokens.size:
+            notes.append(f"The prompt of {tokens.size} tokens was cut to each length of the sweep ({lengths}).")
+    return [tokens[:n].copy() for n in lengths], notes
