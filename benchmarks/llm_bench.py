@@ -1,73 +1,117 @@
-"""Benchmark the default `bisect()` job on a 24-layer LLM, with and without decode steps.
+"""Benchmark the default `bisect()` job on deep LLMs, with decode steps and against a weight-compressed twin.
 
-The model is `bisect_ov.zoo.llm_cases.deep_llama`: a random-init Llama with 24 decoder layers (width 512,
-grouped-query attention, 32,000-token vocabulary), exported by optimum-intel as the stateful IR (KV-cache
-variables). Measured, each in a fresh process (so peak RSS is that job's own):
+Models (`bisect_ov.zoo.llm_cases`), each a random-init Llama exported by optimum-intel as the stateful IR
+(KV-cache variables):
 
-* ``plain``: compile + one inference of the untouched model on both sides (states reset);
-* ``default``: the whole default `bisect()` call, ``CPU:f32`` against ``CPU`` (bf16 where the CPU has it),
-  with generated LLM inputs (a 16-token prompt);
-* ``steps``: the same with ``steps=4`` (prefill + 4 decode steps on both sides).
+* ``deep`` (`deep_llama`): 24 decoder layers of width 512, grouped-query attention, 32,000-token vocabulary;
+* ``1b`` (`llama_1b`): the 1B-class shape of TinyLlama-1.1B (22 layers of width 2048, 32 query and 4
+  key-value heads, 5,632-wide MLP, 32,000 tokens), and its ``nncf.compress_weights`` int4 twin (groups of 128).
 
-Usage: ``python benchmarks/llm_bench.py [--json out.json]``. A measuring script, not a test.
+Measured, each job in a fresh process (so peak RSS is that job's own, read from its ``VmHWM``):
+
+* ``plain``: compile + one inference of the untouched model on both sides (states reset), ``CPU:f32`` and
+  ``CPU`` (bf16 where the CPU has it);
+* ``default``: the whole default `bisect()` call, ``CPU:f32`` against ``CPU``, with a generated 16-token prompt;
+* ``steps``: the same with decode steps (4 on ``deep``, 8 on ``1b``);
+* on ``1b`` also ``plain-int4`` (the f32 model and its int4 twin, both compiled and run once on ``CPU:f32``)
+  and ``int4``: the default job, ``CPU:f32`` against ``CPU:f32`` with the int4 twin as the target model.
+
+Usage: ``python benchmarks/llm_bench.py [--model deep|1b] [--json out.json]``. The models are built once into
+the zoo cache before any job is timed (the 1B model: minutes, ~10 GB of memory). A measuring script, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
 
-JOBS = {"plain": {}, "default": {}, "steps": {"steps": 4}}
+JOBS = {
+    "deep": {"plain": {}, "default": {}, "steps": {"steps": 4}},
+    "1b": {"plain": {}, "default": {}, "steps": {"steps": 8}, "plain-int4": {}, "int4": {}},
+}
 
 
-def _one(job: str) -> dict:
+def _peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024)
+    return float("nan")
+
+
+def _model(name: str, weights: str = "f32"):
+    from bisect_ov.zoo.llm_cases import deep_llama, llama_1b
+
+    return deep_llama() if name == "deep" else llama_1b(weights)
+
+
+def _plain(model, twin=None) -> None:
+    """Compile and run the untouched model once per side, the variables reset (what the plain job does)."""
     import openvino as ov
 
-    from bisect_ov import bisect
     from bisect_ov.model.state import initial_states, make_stateless
     from bisect_ov.run.inputs import prepare_inputs
-    from bisect_ov.zoo.llm_cases import deep_llama
 
-    model = deep_llama()
+    arrays = prepare_inputs(model, None)
+    sides = [(model, {"INFERENCE_PRECISION_HINT": "f32"})]
+    sides.append((twin, {"INFERENCE_PRECISION_HINT": "f32"}) if twin is not None else (model, {}))
+    for side, config in sides:
+        stateless = make_stateless(side)
+        compiled = ov.Core().compile_model(stateless.model, "CPU", config)
+        compiled.create_infer_request().infer(arrays + initial_states(stateless, arrays))
+        del compiled
+
+
+def _one(name: str, job: str) -> dict:
+    from bisect_ov import bisect
+
+    model = _model(name)
+    twin = _model(name, "int4") if job in ("plain-int4", "int4") else None
     start = time.perf_counter()
-    row: dict = {"job": job, "ops": len(model.get_ops())}
-    if job == "plain":
-        stateless = make_stateless(model)
-        arrays = prepare_inputs(model, None)
-        arrays += initial_states(stateless, arrays)
-        for config in ({"INFERENCE_PRECISION_HINT": "f32"}, {}):
-            ov.Core().compile_model(stateless.model, "CPU", config).create_infer_request().infer(arrays)
+    row: dict = {"model": name, "job": job, "ops": len(model.get_ops())}
+    if job.startswith("plain"):
+        _plain(model, twin)
         row["verdict"] = "-"
     else:
-        report = bisect(model, "CPU:f32", "CPU", progress=False, **JOBS[job])
+        target, options = ("CPU:f32", {"target_model": twin}) if job == "int4" else ("CPU", dict(JOBS[name][job]))
+        report = bisect(model, "CPU:f32", target, progress=False, **options)
+        first = report.first_divergence
         row.update(nodes=len(report.nodes), verdict="DIVERGES" if report.diverges else "no divergence",
-                   output_error=max(o.error for o in report.outputs),
-                   fidelity=report.fidelity.ratio if report.fidelity else None, steps=len(report.steps))
+                   first=first.name if first else None, output_error=max(o.error for o in report.outputs),
+                   fidelity=report.fidelity.ratio if report.fidelity else None, steps=len(report.steps),
+                   compiles=dict(report.compiles))
     row["seconds"] = round(time.perf_counter() - start, 1)
-    row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    row["peak_rss_mb"] = _peak_rss_mb()
     return row
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="deep", choices=tuple(JOBS), help="which deep LLM (default: deep)")
     parser.add_argument("--json", help="write the rows to this file")
-    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(_one(args.one)))
+        print(json.dumps(_one(*args.one)))
         return 0
-    from bisect_ov.zoo.llm_cases import deep_llama
-
-    deep_llama()  # built once, outside the timed jobs
+    _model(args.model)  # built once, outside the timed jobs
+    if args.model == "1b":
+        _model(args.model, "int4")
     rows = []
-    for job in JOBS:
-        out = subprocess.run([sys.executable, __file__, "--one", job], capture_output=True, text=True, check=True)
+    for job in JOBS[args.model]:
+        out = subprocess.run([sys.executable, __file__, "--one", args.model, job], capture_output=True, text=True,
+                             check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
+    plain = {r["job"]: r for r in rows if r["job"].startswith("plain")}
+    for r in rows:
+        base = plain.get("plain-int4" if r["job"] == "int4" else "plain")
+        if base is not None and r is not base and not r["job"].startswith("plain"):
+            print(f"{r['job']}: {r['seconds'] / base['seconds']:.2f}x the plain job's time, "
+                  f"{r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x its peak RSS")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

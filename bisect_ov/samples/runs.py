@@ -323,7 +323,9 @@ def _run_batches(run: SampleRun, plan: Plan, remote: bool, compile_here: Callabl
     if remote:
         pool, shared = run.executor, run.share(plan)
         assert pool is not None
-        return run.drive(lambda u: pool.submit(run_batch, shared, u), label, times)
+        # A retry carries the plan itself: the worker that held the shared copy may be the one that died (Dask
+        # then cancels every task that needs it, however often it runs again).
+        return run.drive(lambda u: pool.submit(run_batch, shared if u.attempt == 0 else plan, u), label, times)
     compiled = compile_here()
     inline = Inline()
     return run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), label, times)

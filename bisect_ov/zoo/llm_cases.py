@@ -24,11 +24,17 @@ import openvino as ov
 from bisect_ov.zoo import cache, hf, require_zoo
 from bisect_ov.zoo.optimum import export_pretrained
 
-__all__ = ["massive_llama", "deep_llama", "MASSIVE_CHANNELS", "DEEP"]
+__all__ = ["massive_llama", "deep_llama", "llama_1b", "MASSIVE_CHANNELS", "DEEP", "ONE_B"]
 
 # A full-depth decoder for the benchmark: 24 layers (as many 1-3B LLMs), narrow enough for a shared machine.
 DEEP = dict(num_hidden_layers=24, hidden_size=512, num_attention_heads=8, num_key_value_heads=4,
             intermediate_size=1408, vocab_size=32000)
+
+# A 1B-class decoder, the shape of TinyLlama-1.1B: 22 layers of width 2048, 32 query and 4 key-value heads of
+# 64, a 5,632-wide MLP, 32,000 tokens, positions up to 2,048 (1.1 billion parameters; 4.4 GB in f32).
+ONE_B = dict(num_hidden_layers=22, hidden_size=2048, num_attention_heads=32, num_key_value_heads=4, head_dim=64,
+             intermediate_size=5632, vocab_size=32000, max_position_embeddings=2048)
+ONE_B_WEIGHTS = ("f32", "int8", "int4")  # int4: symmetric, groups of 128
 
 MASSIVE_CHANNELS = (7, 41)  # hidden channels that carry the massive activations
 
@@ -85,4 +91,32 @@ def deep_llama(seed: int = 0) -> ov.Model:
     if not path.is_file():
         _build(DEEP["num_hidden_layers"], None, seed, path, **{k: v for k, v in DEEP.items()
                                                                 if k != "num_hidden_layers"})
+    return ov.Core().read_model(path)
+
+
+def llama_1b(weights: str = "f32", seed: int = 0) -> ov.Model:
+    """The optimum-intel stateful export of a random-init 1B-class Llama (`ONE_B`), with f32 weights or
+    compressed by ``nncf.compress_weights`` (``"int8"``: asymmetric per channel; ``"int4"``: symmetric, groups
+    of 128). Built once into the zoo cache (minutes, and about 10 GB of memory for the f32 build)."""
+    if weights not in ONE_B_WEIGHTS:
+        from bisect_ov.core.errors import InputError
+
+        raise InputError(f"weights must be one of {ONE_B_WEIGHTS}; got {weights!r}.")
+    folder = cache.cache_root() / cache.version_key() / "llm_cases"
+    base = folder / f"llama_1b-{seed}.xml"
+    if not base.is_file():
+        _build(ONE_B["num_hidden_layers"], None, seed, base, **{k: v for k, v in ONE_B.items()
+                                                               if k != "num_hidden_layers"})
+    if weights == "f32":
+        return ov.Core().read_model(base)
+    path = folder / f"llama_1b-{seed}-{weights}.xml"
+    if not path.is_file():
+        from bisect_ov.zoo.twins import compress_weights
+
+        compressed = compress_weights(ov.Core().read_model(base), 8 if weights == "int8" else 4,
+                                      group_size=128 if weights == "int4" else None)
+        partial = path.with_name(f".{path.stem}-{os.getpid()}.xml")
+        ov.save_model(compressed, str(partial), compress_to_fp16=False)
+        os.replace(partial.with_suffix(".bin"), path.with_suffix(".bin"))
+        os.replace(partial, path)
     return ov.Core().read_model(path)
