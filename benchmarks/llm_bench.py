@@ -12,7 +12,8 @@ Measured, each job in a fresh process (so peak RSS is that job's own, read from 
 * ``plain``: compile + one inference of the untouched model on both sides (states reset), ``CPU:f32`` and
   ``CPU`` (bf16 where the CPU has it);
 * ``default``: the whole default `bisect()` call, ``CPU:f32`` against ``CPU``, with a generated 16-token prompt;
-* ``steps``: the same with decode steps (4 on ``deep``, 8 on ``1b``);
+* ``steps``: the same with decode steps (4 on ``deep``, 8 on ``1b``); on ``1b`` compared with ``plain-steps``,
+  the plain job followed by 8 greedy decode steps on each side (plain generation);
 * on ``1b`` also ``plain-int4`` (the f32 model and its int4 twin, both compiled and run once on ``CPU:f32``)
   and ``int4``: the default job, ``CPU:f32`` against ``CPU:f32`` with the int4 twin as the target model.
 
@@ -30,7 +31,8 @@ import time
 
 JOBS = {
     "deep": {"plain": {}, "default": {}, "steps": {"steps": 4}},
-    "1b": {"plain": {}, "default": {}, "steps": {"steps": 8}, "plain-int4": {}, "int4": {}},
+    "1b": {"plain": {}, "default": {}, "plain-steps": {"steps": 8}, "steps": {"steps": 8}, "plain-int4": {},
+           "int4": {}},
 }
 
 
@@ -48,21 +50,31 @@ def _model(name: str, weights: str = "f32"):
     return deep_llama() if name == "deep" else llama_1b(weights)
 
 
-def _plain(model, twin=None) -> None:
-    """Compile and run the untouched model once per side, the variables reset (what the plain job does)."""
+def _plain(model, twin=None, steps: int = 0) -> None:
+    """Compile and run the untouched model once per side, the variables reset (what the plain job does); with
+    `steps`, then that many greedy decode steps on each side's own cache (what plain generation does)."""
+    import numpy as np
     import openvino as ov
 
-    from bisect_ov.model.state import initial_states, make_stateless
     from bisect_ov.run.inputs import prepare_inputs
 
-    arrays = prepare_inputs(model, None)
+    arrays = dict(zip(("input_ids", "attention_mask", "position_ids", "beam_idx"), prepare_inputs(model, None)))
     sides = [(model, {"INFERENCE_PRECISION_HINT": "f32"})]
     sides.append((twin, {"INFERENCE_PRECISION_HINT": "f32"}) if twin is not None else (model, {}))
     for side, config in sides:
-        stateless = make_stateless(side)
-        compiled = ov.Core().compile_model(stateless.model, "CPU", config)
-        compiled.create_infer_request().infer(arrays + initial_states(stateless, arrays))
-        del compiled
+        compiled = ov.Core().compile_model(side, "CPU", config)
+        request = compiled.create_infer_request()
+        request.reset_state()
+        feed = dict(arrays)
+        logits = request.infer(feed)[0]
+        length = feed["input_ids"].shape[1]
+        for step in range(steps):
+            token = np.argmax(logits[:, -1], axis=-1).reshape(1, 1).astype(feed["input_ids"].dtype)
+            feed = {"input_ids": token, "attention_mask": np.ones((1, length + step + 1), feed["attention_mask"].dtype),
+                    "position_ids": np.full((1, 1), length + step, feed["position_ids"].dtype),
+                    "beam_idx": feed["beam_idx"]}
+            logits = request.infer(feed)[0]
+        del request, compiled
 
 
 def _one(name: str, job: str) -> dict:
@@ -73,7 +85,7 @@ def _one(name: str, job: str) -> dict:
     start = time.perf_counter()
     row: dict = {"model": name, "job": job, "ops": len(model.get_ops())}
     if job.startswith("plain"):
-        _plain(model, twin)
+        _plain(model, twin, JOBS[name][job].get("steps", 0))
         row["verdict"] = "-"
     else:
         target, options = ("CPU:f32", {"target_model": twin}) if job == "int4" else ("CPU", dict(JOBS[name][job]))
@@ -108,7 +120,7 @@ def main() -> int:
         print(rows[-1], flush=True)
     plain = {r["job"]: r for r in rows if r["job"].startswith("plain")}
     for r in rows:
-        base = plain.get("plain-int4" if r["job"] == "int4" else "plain")
+        base = plain.get({"int4": "plain-int4", "steps": "plain-steps"}.get(r["job"], "plain"))
         if base is not None and r is not base and not r["job"].startswith("plain"):
             print(f"{r['job']}: {r['seconds'] / base['seconds']:.2f}x the plain job's time, "
                   f"{r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x its peak RSS")

@@ -63,20 +63,21 @@ def split_known(units: Mapping[str, tuple[str, ...]], known: LocalErrors
 
 
 def local_units(comparison: Comparison, stats: Mapping[Tap, TensorStats], groups: Mapping[str, tuple[str, ...]],
-                errors: Mapping[tuple[str, int], float], tolerances: Mapping[str, float]) -> dict[str, tuple[str, ...]]:
+                errors: Mapping[tuple[str, int], float], tolerances: Mapping[str, float], *,
+                every_twin_layer: bool = True) -> dict[str, tuple[str, ...]]:
     """The units whose local error is measured: each measured node with its group's members, by node key.
 
     A node whose error stays under `LOCAL_SHARE` of its tolerance, fed with the target's own inputs, makes no
     error of its own worth isolating (its local error would have to cancel what it inherits), nor does one within
-    its tolerance at f32-level agreement: only the others run alone (`worth_isolating`). A twin's layers all run,
-    as layer sensitivity ranks them by local error.
+    its tolerance at f32-level agreement: only the others run alone (`worth_isolating`). With
+    `every_twin_layer`, a twin's layers all run, as layer sensitivity and the fix rank them by local error.
     """
     worst: dict[str, float] = {}
     for (key, _), error in errors.items():
         worst[key] = max(worst.get(key, 0.0), error)
     units = owned_units(comparison.graph, list(dict.fromkeys(t.key for t in stats)), groups)
     return {k: u for k, u in units.items()
-            if comparison.twin or worth_isolating(worst.get(k, 0.0), tolerances.get(k, 0.0))}
+            if (comparison.twin and every_twin_layer) or worth_isolating(worst.get(k, 0.0), tolerances.get(k, 0.0))}
 
 
 def owned_units(graph: ModelGraph, keys: list[str], groups: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:

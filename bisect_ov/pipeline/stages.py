@@ -342,7 +342,10 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
         twin = setup.comparison.twin
         units_run: dict[str, tuple[str, ...]] = {}
         if options.local and measured:
-            units_run = local_units(setup.comparison, stats, measurement.groups, scored.errors, scored.tolerances)
+            # A twin whose outputs agree needs every layer's own error only for its sensitivity or a fix.
+            every = bool(options.sensitivity or options.fix or any(o.diverged for o in scored.outputs))
+            units_run = local_units(setup.comparison, stats, measurement.groups, scored.errors, scored.tolerances,
+                                    every_twin_layer=every)
             found, todo = split_known(units_run, measurement.local_runs)
             if todo:
                 found.update(local_errors(engine, todo, max_bytes=options.tap_bytes))

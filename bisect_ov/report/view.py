@@ -292,14 +292,16 @@ def verdict(report: "Report") -> Verdict:
                     f"{fmt(start.error)} > {fmt(start.tolerance)}): absorbed, not culprits.")
     elif not report.diverges:
         kind, label = "no_divergence", "no divergence"
-        headline = (f"Every compared node is within what {report.tolerance.precision or 'f32'} rounding predicts"
-                    if not aside else f"Every compared value the target computed is within what "
-                    f"{report.tolerance.precision or 'f32'} rounding predicts ({len(aside)} set aside: see below)")
+        predicts = (f"{report.tolerance.precision or 'f32'} rounding"
+                    + (" and the twin's quantization" if report.tolerance.quantization else "") + " predicts")
+        headline = (f"Every compared node is within what {predicts}" if not aside else
+                    f"Every compared value the target computed is within what {predicts} ({len(aside)} set aside: "
+                    "see below)")
         closest = max((n for n in report.nodes if n.tolerance > 0 and not n.set_aside),
                       key=lambda n: n.error / n.tolerance, default=None)
         if closest is not None and closest.error > 0:
             headline += (f"; the largest error is {closest.error / closest.tolerance:.0%} of its tolerance "
-                         f"({metric} {fmt(closest.error)} at '{closest.name}'): expected rounding, not a culprit")
+                         f"({metric} {fmt(closest.error)} at '{closest.name}'): expected error, not a culprit")
         headline += "."
     elif firsts:
         kind, label = "diverges", "DIVERGES"
