@@ -204,6 +204,8 @@ def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptio
                        f"so the worst length ({lengths[worst]} tokens) is examined node by node.")
     precision = comparison_precision(infos[0], infos[1], runner.target_graph if twin else None)
     tol = options.tolerance_model().with_precision(precision)
+    if twin and runner.comparison.match.quantized:  # as `run_untouched` judges a quantized twin
+        tol = twin_tolerance(tol, graph, runner.target_graph, runner.comparison.match)
     limit = min(tol.for_node(graph[graph[r.key].inputs[0][0]], graph[r.key].inputs[0][1]) for r in graph.results())
     over = [i for i, e in enumerate(summary.errors) if not e <= limit]
     text = f"Prompt-length sweep, final-output error by length: {errors} (the outputs' tolerance {limit:.1e}). "

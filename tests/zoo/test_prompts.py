@@ -130,3 +130,11 @@ def test_the_command_line_sweeps_prompt_lengths(tmp_path, capsys):
     assert code == 0 and "Prompt-length sweep, final-output error by length: 4 tokens" in text and "12 tokens" in text
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["options"]["prompt_lengths"] == [4, 12] and len(saved["samples"]["errors"]) == 2
+
+
+def test_a_sweep_against_an_int4_twin_is_judged_by_the_twins_tolerance():
+    # The twin's quantization is expected error: judged by the f32 rounding tolerance, every length would diverge.
+    report = bisect(zoo_model("llama"), "CPU:f32", "CPU:f32", None, target_model=zoo_model("llama-int4w"),
+                    prompt_lengths=[4, 16], progress=False, impact=0)
+    assert not report.diverges and report.samples.count == 2 and min(report.samples.errors) > 1e-2
+    assert any("No length diverges at the outputs" in n for n in report.notes), report.notes
