@@ -259,6 +259,15 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
                      "were measured with those taps: they are kept, marked unfaithful, and no culprit is named from them.")
     elif scored.fidelity is not None and scored.fidelity.warning:
         notes.append(scored.fidelity.warning)
+    run = setup.samples
+    if setup.options.prompt_lengths and run is not None and run.first_over:
+        graph = setup.comparison.graph
+        by_length = []
+        for i, n in enumerate(setup.options.prompt_lengths):
+            first = run.first_over.get(i)
+            by_length.append(f"{n} tokens: " + (f"'{graph[first].name}'" if first else
+                                                "none" if first == "" else "not measured"))
+        notes.append("First node over its tolerance (in graph order) by prompt length: " + "; ".join(by_length) + ".")
     if measurement.fell_back:
         notes.append("The fusion-boundary taps did not reproduce the plain run faithfully; the bisection strategy was used.")
     return notes

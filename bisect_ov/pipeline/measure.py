@@ -93,8 +93,14 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     # The metric travels to workers as a partial of a module-level function: picklable. Each node over every
     # sample runs each sample again with the measured tensors exposed: several plain inferences per sample,
     # which the fast budget leaves out (the outputs' pass still ranks the samples).
+    # A prompt-length sweep also keeps each length's first node over its tolerance.
+    limits: dict[str, float] | None = None
+    if options.prompt_lengths:
+        limits = {}
+        for t in measured.stats:
+            limits[t.key] = max(limits.get(t.key, 0.0), tol.for_node(graph[t.key], t.port))
     spread = (node_spread(engine.runner, list(measured.stats), setup.samples, partial(metric_value, metric=options.metric),
-                          seed=options.seed)
+                          seed=options.seed, limits=limits)
               if setup.samples is not None and setup.summary is not None and options.node_spread else {})
     return Measurement(dict(measured.stats), groups, name, fell_back, spread, search.local_runs if fusion and not fell_back
                        else {}, faithful, reproduced, dict(measured.exact))

@@ -94,6 +94,7 @@ class Plan:
     target_tap_outputs: tuple[int, ...] = ()
     jobs: int = 2
     prompts: Any = None  # a PromptInputs: LLM prompts made into the model's inputs, states reset
+    limits: tuple[float, ...] = ()  # per tap key (taps in graph order): each sample's first key over it is kept
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class BatchResult:
     samples: list = field(default_factory=list)
     spread: dict[str, Distribution] = field(default_factory=dict)
     worker: str = ""
+    first_over: dict[int, str] = field(default_factory=dict)  # sample -> first tap key over its limit ("" none)
 
 
 # ----- one batch ----------------------------------------------------------------------------------------------
@@ -164,6 +166,9 @@ def execute(plan: Plan, batch: Batch, compiled: tuple[Any, Any], models: tuple[o
                 seen[key] = _worse(seen.get(key), plan.metric(compare(ref_out[ri], target_out[ti])))
             for key, value in seen.items():
                 result.spread.setdefault(key, Distribution()).add(value, i)
+            if plan.limits:
+                result.first_over[i] = next((k for k, limit in zip(plan.tap_keys, plan.limits)
+                                             if not seen[k] <= limit), "")
     result.seconds = time.perf_counter() - start
     return result
 

@@ -22,10 +22,11 @@ to an executor must pickle (checked here, with a message saying what to do).
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from dataclasses import replace
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import openvino as ov
 from tqdm import tqdm
@@ -67,6 +68,7 @@ class SampleRun:
                  progress: bool = False, owned: bool = True, prompts: Any = None):
         self.samples = samples
         self.prompts = prompts  # a PromptInputs when the samples are LLM prompts
+        self.first_over: dict[int, str] = {}  # per sample, its first node over tolerance (`node_spread`)
         self.executor, label, self._close_executor = open_executor(executor)
         self.per_unit, self.retries, self.progress, self.owned = samples_per_batch, batch_retries, progress, owned
         self.log = RunLog(executor=label)
@@ -277,10 +279,15 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
 
 
 def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
-                error_of: Callable[[TensorStats], float], *, seed: int = 0) -> dict[str, Distribution]:
+                error_of: Callable[[TensorStats], float], *, seed: int = 0,
+                limits: Mapping[str, float] | None = None) -> dict[str, Distribution]:
     """Error of each tapped node over all samples, merged over the batches (`Distribution.summary` gives mean,
-    median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit)."""
-    taps = [t for t in taps if t in runner.target_of]
+    median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit).
+
+    With `limits` (a tolerance per node key), each sample's first node in graph order over its limit is kept
+    in ``run.first_over`` (sample index -> node key, "" when none is)."""
+    graph = runner.graph
+    taps = sorted((t for t in taps if t in runner.target_of), key=lambda t: (graph[t.key].index, t.port))
     if not taps or len(run.samples) < 2:
         return {}
     ref_tapped = tap_model(runner.graph, taps)
@@ -291,6 +298,7 @@ def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
                 ref_added=tuple(ref_tapped.added_outputs), target_added=tuple(target_tapped.added_outputs),
                 tap_keys=tuple(t.key for t in taps), ref_tap_outputs=tuple(ref_tapped.tap_outputs),
                 target_tap_outputs=tuple(target_tapped.tap_outputs), prompts=run.prompts,
+                limits=tuple(limits.get(t.key, math.inf) for t in taps) if limits is not None else (),
                 **_plan_models(runner, ref_tapped.model, target_tapped.model, remote))
     models = (runner.graph.model, runner.target_graph.model if twin else None)
     with runner.clock("samples"):
@@ -306,6 +314,7 @@ def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
     for result in results:  # in batch order; the merge is exact, so any order gives these figures
         for key, dist in result.spread.items():
             merged[key] = merged[key].merge(dist) if key in merged else dist
+        run.first_over.update(result.first_over)
     return merged
 
 
