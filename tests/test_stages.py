@@ -143,6 +143,8 @@ def test_ranking_puts_measured_impact_first():
 def test_notes_come_from_the_records():
     class _Opened:
         notes = ("from the plan",)
+        options = BisectOptions(progress=False)
+        samples = None
 
     class _Engine:
         ref_info = target_info = None
