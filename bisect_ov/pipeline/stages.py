@@ -465,9 +465,10 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
         final = max(o.error for o in scored.outputs)
         bystanders = {k for k in diverged if k not in absorbed and scores.nodes[k].role == "source"
                       and (v := findings.impacts.get(k)) is not None and v < limit and v < NOTABLE * final}
-        if bystanders and not _sources_remain(graph, scored, absorbed | bystanders, examined.tolerance.min_growth):
-            # Nothing else starts the error (it builds up over many nodes, as in a quantized twin): each such
-            # source adds its share, and the first of them is where the divergence starts.
+        if bystanders and not _sources_remain(graph, scored, findings, absorbed | bystanders,
+                                              examined.tolerance.min_growth):
+            # Nothing else makes error of its own (it builds up over many nodes, as in a quantized twin, or the
+            # only other source is a consumer that merely inherits it): the first of them is where it starts.
             bystanders = set()
         if not absorbed and not bystanders:
             return scored
@@ -492,10 +493,14 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
                    absorbed_why=why)
 
 
-def _sources_remain(graph, scored: Scored, absorbed: set[str], min_growth: float) -> bool:
-    """Whether a source is left once `absorbed` are scored as absorbed."""
+def _sources_remain(graph, scored: Scored, findings: Findings, absorbed: set[str], min_growth: float) -> bool:
+    """Whether, once `absorbed` are scored as absorbed, a source is left that makes error of its own: its local
+    error (alone on the target, fed the reference's inputs) is over its tolerance. A consumer of an absorbed
+    node turns into a source by the rescoring alone (its inputs now count as clean); without error of its own
+    it only carries what it was handed."""
     trial = score_graph(graph, scored.errors, scored.tolerances, min_growth=min_growth, absorbed=absorbed)
-    return any(n.role == "source" for n in trial.nodes.values())
+    return any(n.role == "source" and (local := findings.local_errors.get(k)) is not None
+               and local > scored.tolerances.get(k, 0.0) for k, n in trial.nodes.items())
 
 
 MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
