@@ -14,6 +14,8 @@ Assumes batch 1 when token ids are given, and that the sequence is the last dime
 
 from __future__ import annotations
 
+import os
+import pathlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -176,6 +178,16 @@ def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int
         notes.append(f"Prompt-length sweep over {lengths} tokens: one seeded random prompt of {lengths[-1]} tokens "
                      f"within the vocabulary ({vocab:,} ids), cut to each length.")
     else:
+        if isinstance(given, (str, os.PathLike)):  # a .npy of token ids, or a .npz holding 'input_ids'
+            path = pathlib.Path(given)
+            if not path.is_file() or path.suffix not in (".npy", ".npz"):
+                raise InputError(f"The prompt of a sweep is read from a .npy of token ids or a .npz holding "
+                                 f"'input_ids'; '{path}' is not such a file.")
+            if path.suffix == ".npz":
+                with np.load(path, allow_pickle=False) as loaded:
+                    given = dict(loaded)
+            else:
+                given = np.load(path, allow_pickle=False)
         if isinstance(given, Mapping) and "input_ids" in given:
             given = given["input_ids"]
         if not is_token_ids(given):

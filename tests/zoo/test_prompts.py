@@ -142,3 +142,17 @@ def test_a_sweep_against_an_int4_twin_is_judged_by_the_twins_tolerance():
                     prompt_lengths=[4, 16], progress=False, impact=0)
     assert not report.diverges and report.samples.count == 2 and min(report.samples.errors) > 1e-2
     assert any("No length diverges at the outputs" in n for n in report.notes), report.notes
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_the_command_line_cuts_a_prompt_read_from_a_file(tmp_path, capsys, suffix):
+    from bisect_ov.cli import main
+
+    ov.save_model(zoo_model("llama_stateful"), tmp_path / "llm.xml", compress_to_fp16=False)
+    tokens = np.arange(3, 23, dtype=np.int64)
+    path = tmp_path / f"prompt{suffix}"
+    np.save(path, tokens) if suffix == ".npy" else np.savez(path, input_ids=tokens[None])
+    code = main([str(tmp_path / "llm.xml"), "--ref", "CPU:f32", "--target", "CPU:f32", "--inputs", str(path),
+                 "--prompt-lengths", "5", "10", "--width", "200", "-q", "--no-local", "--impact", "0"])
+    text = capsys.readouterr().out
+    assert code == 0 and "The prompt of 20 tokens was cut to each length of the sweep ([5, 10])" in text
