@@ -32,7 +32,8 @@ from bisect_ov.core.errors import InputError, first_line, raise_if_interrupted
 
 log = logging.getLogger(__name__)
 
-__all__ = ["STATE_PREFIX", "Stateless", "is_stateful", "make_stateless", "initial_states"]
+__all__ = ["STATE_PREFIX", "Stateless", "is_stateful", "make_stateless", "initial_states", "compile_initialiser",
+           "run_initialiser"]
 
 STATE_PREFIX = "state:"
 STATE_OPS = ("ReadValue", "Assign")
@@ -154,11 +155,25 @@ def initial_states(stateless: Stateless, arrays: Sequence[np.ndarray]) -> list[n
     """
     if not stateless.variables:
         return []
+    return run_initialiser(compile_initialiser(stateless.init), list(arrays)[: stateless.n_inputs],
+                           stateless.variables)
+
+
+def compile_initialiser(init: ov.Model) -> ov.CompiledModel:
+    """`Stateless.init` compiled on the CPU in f32, as the plugin computes initial values."""
     try:
-        compiled = ov.Core().compile_model(stateless.init, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-        result = compiled.create_infer_request().infer(list(arrays)[: stateless.n_inputs])
+        return ov.Core().compile_model(init, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     except Exception as err:
         raise_if_interrupted(err)
-        raise InputError(f"The initial values of the model's variables {list(stateless.variables)} could not be "
-                         f"computed from its inputs: {first_line(err)}. Check the inputs' shapes.") from err
-    return [np.array(result[i]) for i in range(len(stateless.variables))]
+        raise InputError(f"The initialiser of the model's variables does not compile: {first_line(err)}.") from err
+
+
+def run_initialiser(compiled: ov.CompiledModel, arrays: Sequence[np.ndarray], variables: Sequence[str]) -> list[np.ndarray]:
+    """Each variable's initial value for the model's own inputs `arrays`, from the compiled initialiser."""
+    try:
+        result = compiled.create_infer_request().infer(list(arrays))
+    except Exception as err:
+        raise_if_interrupted(err)
+        raise InputError(f"The initial values of the model's variables {list(variables)} could not be computed "
+                         f"from its inputs: {first_line(err)}. Check the inputs' shapes.") from err
+    return [np.array(result[i]) for i in range(len(variables))]

@@ -161,7 +161,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                                   class_names=options.classifier_outputs, seed=options.seed)
             worst = summary.ranking[0]
             if sweep:
-                worst, sweep_note = _sweep_examined(summary, runner, options, graph, ov_target is not None)
+                worst, sweep_note = _sweep_examined(summary, runner, options, graph)
                 summary.examined = worst
                 run.notes.append(sweep_note)
             sample = run.samples.load(worst)
@@ -190,8 +190,8 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                   target_state, frameworks=bound.frameworks, truth=bound.truth)
 
 
-def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptions, graph: ModelGraph,
-                    twin: bool) -> tuple[int, str]:
+def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptions,
+                    graph: ModelGraph) -> tuple[int, str]:
     """The prompt of a sweep to examine node by node, and the note that says why: the shortest length whose
     final error is over the outputs' tolerance (the smallest of the final outputs' tolerances, for the precision
     the untouched compiles ran), else the worst length."""
@@ -202,11 +202,8 @@ def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptio
     if infos is None:
         return worst, (f"Prompt-length sweep, final-output error by length: {errors}. The samples ran on an executor, "
                        f"so the worst length ({lengths[worst]} tokens) is examined node by node.")
-    precision = comparison_precision(infos[0], infos[1], runner.target_graph if twin else None)
-    tol = options.tolerance_model().with_precision(precision)
-    if twin and runner.comparison.match.quantized:  # as `run_untouched` judges a quantized twin
-        tol = twin_tolerance(tol, graph, runner.target_graph, runner.comparison.match)
-    limit = min(tol.for_node(graph[graph[r.key].inputs[0][0]], graph[r.key].inputs[0][1]) for r in graph.results())
+    tol = _tolerance(options, runner.comparison, *infos)  # as `run_untouched` judges the examined sample
+    limit = min(_output_tolerance(tol, graph, r.key) for r in graph.results())
     over = [i for i, e in enumerate(summary.errors) if not e <= limit]
     text = f"Prompt-length sweep, final-output error by length: {errors} (the outputs' tolerance {limit:.1e}). "
     if not over:
@@ -231,12 +228,23 @@ def run_untouched(setup: Setup) -> Examined:
     """
     runner, options, comparison = setup.runner, setup.options, setup.comparison
     engine = examine(runner, setup.sample, options)
-    precision = comparison_precision(engine.ref_info, engine.target_info,
-                                     comparison.target_graph if comparison.twin else None)
+    return Examined(engine, _tolerance(options, comparison, engine.ref_info, engine.target_info))
+
+
+def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo | None, target: DeviceInfo | None):
+    """The tolerance model for the precision the two sides really ran; a quantized twin's includes its
+    quantization (`twin_tolerance`)."""
+    precision = comparison_precision(ref, target, comparison.target_graph if comparison.twin else None)
     tolerance = options.tolerance_model().with_precision(precision)
     if comparison.twin and comparison.match.quantized:
         tolerance = twin_tolerance(tolerance, comparison.graph, comparison.target_graph, comparison.match)
-    return Examined(engine, tolerance)
+    return tolerance
+
+
+def _output_tolerance(tolerance, graph: ModelGraph, key: str) -> float:
+    """The tolerance of final output `key` (a Result): its producer's, at the port it reads."""
+    producer, port = graph[key].inputs[0]
+    return tolerance.for_node(graph[producer], port)
 
 
 def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = None) -> Engine:
@@ -323,11 +331,8 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
         tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, tol.for_node(graph[tap.key]))
                       for tap in measurement.stats}
         scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
-        outputs = tuple(
-            OutputResult(name, s, setup.error_of(s), max(floor, tol.for_node(graph[graph[key].inputs[0][0]],
-                                                                              graph[key].inputs[0][1])))
-            for name, key, s in engine.outputs
-        )
+        outputs = tuple(OutputResult(name, s, setup.error_of(s), max(floor, _output_tolerance(tol, graph, key)))
+                        for name, key, s in engine.outputs)
     return Scored(errors, tolerances, scores, outputs, noise, measurement.fidelity)
 
 

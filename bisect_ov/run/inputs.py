@@ -22,7 +22,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
 __all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs", "LLM_INPUTS",
-           "vocabulary_size"]
+           "vocabulary_size", "llm_companion"]
 
 # The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers.
 LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx", "token_type_ids")
@@ -78,17 +78,23 @@ def _llm_input(spec: ParameterSpec, model: ov.Model, prompt_length: int, rng: np
         return None
     dims = [d.get_length() if d.is_static else (1 if i == 0 else prompt_length) for i, d in enumerate(spec.pshape)]
     shape = tuple(int(d) for d in dims)
-    value: np.ndarray
     if name == "input_ids":
         vocab = vocabulary_size(model, next(iter(spec.names & {"input_ids"}))) or 10
-        value = rng.integers(0, vocab, size=shape)
-    elif name == "attention_mask":
+        return np.ascontiguousarray(rng.integers(0, vocab, size=shape), dtype=spec.dtype)
+    return llm_companion(name, shape, spec.dtype)
+
+
+def llm_companion(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """The usual value of LLM input `name` beside the token ids, of `shape`: a full ``attention_mask``,
+    ``position_ids`` from 0 along the last dimension, zeros for ``beam_idx`` and ``token_type_ids``."""
+    value: np.ndarray
+    if name == "attention_mask":
         value = np.ones(shape)
     elif name == "position_ids":
         value = np.broadcast_to(np.arange(shape[-1]), shape) if shape else np.zeros(shape)
     else:  # beam_idx, token_type_ids
         value = np.zeros(shape)
-    return np.ascontiguousarray(value, dtype=spec.dtype)
+    return np.ascontiguousarray(value, dtype=dtype)
 
 
 def random_inputs(model: ov.Model, seed: int = 0, *, prompt_length: int = 16) -> list[np.ndarray]:

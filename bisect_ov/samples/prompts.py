@@ -22,9 +22,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import openvino as ov
 
-from bisect_ov.core.errors import InputError, first_line, raise_if_interrupted
-from bisect_ov.model.state import STATE_PREFIX, Stateless
-from bisect_ov.run.inputs import LLM_INPUTS, parameter_specs, vocabulary_size
+from bisect_ov.core.errors import InputError
+from bisect_ov.model.state import STATE_PREFIX, Stateless, compile_initialiser, run_initialiser
+from bisect_ov.run.inputs import LLM_INPUTS, llm_companion, parameter_specs, vocabulary_size
 from bisect_ov.samples.batches import ModelPayload
 
 __all__ = ["PromptInputs", "is_token_ids", "sequence_input", "position_range", "sweep_prompts"]
@@ -106,14 +106,8 @@ class PromptInputs:
             for name, dtype in self.inputs:
                 if name == "input_ids":
                     given[name] = tokens.astype(dtype)
-                elif name == "attention_mask":
-                    given[name] = np.ones(tokens.shape, dtype)
-                elif name == "position_ids":
-                    given[name] = np.arange(tokens.shape[1], dtype=dtype)[None]
-                elif name == "beam_idx":
-                    given[name] = np.zeros(1, dtype)
-                elif name == "token_type_ids":
-                    given[name] = np.zeros(tokens.shape, dtype)
+                elif name in LLM_INPUTS:
+                    given[name] = llm_companion(name, (1,) if name == "beam_idx" else tokens.shape, dtype)
                 else:
                     raise InputError(f"A prompt given as token ids fills the inputs {list(LLM_INPUTS)}; the model also "
                                      f"takes '{name}'. Give each prompt as a dict of the model's inputs.")
@@ -131,8 +125,7 @@ class PromptInputs:
         assert self.init is not None
         compiled = _COMPILED.get(self.init.digest)
         if compiled is None:
-            compiled = ov.Core().compile_model(self.init.load(), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-            _COMPILED[self.init.digest] = compiled
+            compiled = _COMPILED[self.init.digest] = compile_initialiser(self.init.load())
         arrays = []
         for param in compiled.inputs:
             names = param.get_names()
@@ -141,13 +134,7 @@ class PromptInputs:
                 raise InputError(f"The prompt lacks the input {sorted(names)} the model's variables start from; "
                                  f"it has {sorted(map(str, sample))}.")
             arrays.append(np.asarray(hit))
-        try:
-            result = compiled.create_infer_request().infer(arrays)
-        except Exception as err:
-            raise_if_interrupted(err)
-            raise InputError(f"The initial values of the model's variables could not be computed from the prompt's "
-                             f"inputs: {first_line(err)}. Check the inputs' shapes.") from err
-        return [np.array(result[i]) for i in range(len(self.variables))]
+        return run_initialiser(compiled, arrays, self.variables)
 
 
 def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int) -> tuple[list[np.ndarray], list[str]]:
