@@ -477,19 +477,19 @@ def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings)
             bystanders = set()
         if not absorbed and not bystanders:
             return scored
+        def listed(keys: set[str]) -> str:
+            return ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}" for k in sorted(keys)[:3])
+
         parts = []
         if absorbed:
             parts.append(f"{len(absorbed)} node(s) exceed their tolerance, but their consumers come back within "
                          f"tolerance and each alone on the target moves the final outputs by less than their tolerance "
-                         f"({limit:.1e}): " + ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}"
-                                                        for k in sorted(absorbed)[:3])
-                         + "; they are absorbed, not first divergences.")
+                         f"({limit:.1e}): {listed(absorbed)}; they are absorbed, not first divergences.")
         if bystanders:
             parts.append(f"{len(bystanders)} node(s) exceed their tolerance with inputs within theirs, but alone on "
                          f"the target each moves the final outputs by less than {NOTABLE:g} of their error ({final:.1e}) "
-                         f"and less than their tolerance: " + ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}"
-                                                                        for k in sorted(bystanders)[:3])
-                         + "; they are absorbed, not where the divergence starts.")
+                         f"and less than their tolerance: {listed(bystanders)}; they are absorbed, not where the "
+                         "divergence starts.")
             absorbed |= bystanders
         why = " ".join(parts)
     tol = examined.tolerance
