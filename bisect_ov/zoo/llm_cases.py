@@ -59,12 +59,17 @@ def _build(layers: int, peak: float | None, seed: int, path: pathlib.Path, **con
                 sign = torch.sign(table[:, channel]).clamp(min=0) * 2 - 1
                 table[:, channel] = sign * peak * (0.8 + 0.2 * torch.rand(table.shape[0]))
     with tempfile.TemporaryDirectory(prefix="bisect_ov_massive_") as tmp:
-        built = ov.Core().read_model(export_pretrained(model, pathlib.Path(tmp)))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.stem}-{os.getpid()}.xml")
-        ov.save_model(built, str(partial), compress_to_fp16=False)
-        os.replace(partial.with_suffix(".bin"), path.with_suffix(".bin"))
-        os.replace(partial, path)  # the .xml last: it says the model is complete
+        _save(ov.Core().read_model(export_pretrained(model, pathlib.Path(tmp))), path)
+
+
+def _save(model: ov.Model, path: pathlib.Path) -> None:
+    """Save `model` as IR with f32 weights at `path`, under a temporary name first, the .xml moved last: a
+    reader (another test worker) sees the model complete or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.stem}-{os.getpid()}.xml")
+    ov.save_model(model, str(partial), compress_to_fp16=False)
+    os.replace(partial.with_suffix(".bin"), path.with_suffix(".bin"))
+    os.replace(partial, path)  # the .xml last: it says the model is complete
 
 
 def massive_llama(layers: int = 4, peak: float = 400.0, seed: int = 0) -> ov.Model:
@@ -113,10 +118,6 @@ def llama_1b(weights: str = "f32", seed: int = 0) -> ov.Model:
     if not path.is_file():
         from bisect_ov.zoo.twins import compress_weights
 
-        compressed = compress_weights(ov.Core().read_model(base), 8 if weights == "int8" else 4,
-                                      group_size=128 if weights == "int4" else None)
-        partial = path.with_name(f".{path.stem}-{os.getpid()}.xml")
-        ov.save_model(compressed, str(partial), compress_to_fp16=False)
-        os.replace(partial.with_suffix(".bin"), path.with_suffix(".bin"))
-        os.replace(partial, path)
+        _save(compress_weights(ov.Core().read_model(base), 8 if weights == "int8" else 4,
+                               group_size=128 if weights == "int4" else None), path)
     return ov.Core().read_model(path)
