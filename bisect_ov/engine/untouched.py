@@ -16,7 +16,9 @@ that pair runs both sides on it and exposes nothing.
 The sides run one after the other, the target first, and each compile is released once it has run: two
 compiles of the whole model never live at once, so memory stays near what one plain compile takes (on 2
 cores, running both sides at once saved under 5% of the time: OpenVINO already spreads one compile and one
-inference over the cores).
+inference over the cores). With generation steps to run (`Runner.keep_compiles`), the reference's compile,
+the last made, is kept for them: the steps run the same model, and compiling it again cost more than the
+steps (the steps release it before they compile the target).
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
             ref_out = ref_c.infer(list(sample.ref), share_outputs=False)
             runner.ran("ref")
             runner.ledger.note("ref", ref_c)
+            runner.keep("ref", ref_c)
             return _untouched(runner, ref_out, target_out, target_final, target)
         wanted = [t for t in dict.fromkeys(taps) if t in comparison.target_of and t not in target.untappable]
         sizes = tensor_sizes(graph, list(sample.ref))
@@ -156,6 +159,7 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
         ref_out = ref_c.infer(list(sample.ref))
         runner.ran("ref")
         runner.ledger.note("ref", ref_c)
+        runner.keep("ref", ref_c)
         del ref_c
         ready = None
         if tapped is not None:

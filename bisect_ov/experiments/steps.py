@@ -22,7 +22,6 @@ Assumptions: the model takes ``input_ids`` (and optionally ``attention_mask``, `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable, Sequence
 
 import numpy as np
@@ -30,9 +29,8 @@ import numpy as np
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import Step
-from bisect_ov.engine.runner import run_both
 from bisect_ov.model.state import Stateless
-from bisect_ov.run.devices import Compiled, Device
+from bisect_ov.run.devices import Compiled
 
 __all__ = ["Generation", "run_steps", "step_inputs"]
 
@@ -45,6 +43,7 @@ class Generation:
     examine: tuple[list[np.ndarray], list[np.ndarray]] | None
     examined_step: int
     why: str
+    recompiled: tuple[np.ndarray, ...] | None = None  # the steps' target compile on the prefill (see run_steps)
 
 
 def step_inputs(stateless: Stateless, names: Sequence[str], prompt: Sequence[np.ndarray], token: int, step: int,
@@ -64,17 +63,26 @@ def step_inputs(stateless: Stateless, names: Sequence[str], prompt: Sequence[np.
     return arrays + list(states)
 
 
-def _infer(compiled: Compiled, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run a compiled model on `arrays`; its outputs copied out."""
-    return [np.array(a) for a in compiled.infer(arrays)]
+def _infer(compiled: Compiled, arrays: Sequence[np.ndarray], count: int) -> list[np.ndarray]:
+    """Run a compiled model on `arrays`; its first `count` outputs copied out (a tapped compile has more)."""
+    out = compiled.infer(arrays)
+    return [np.array(out[i]) for i in range(count)]
 
 
-def run_steps(stateless: Stateless, names: Sequence[str], ref: Device, target: Device, prompt: Sequence[np.ndarray],
-              initial: Sequence[np.ndarray], steps: int, error_of: Callable[[TensorStats], float],
-              tolerance: float, target_stateless: Stateless | None = None) -> Generation:
+def run_steps(stateless: Stateless, names: Sequence[str], compile_ref: Callable[[], Compiled],
+              compile_target: Callable[[], Compiled], prompt: Sequence[np.ndarray], initial: Sequence[np.ndarray],
+              steps: int, error_of: Callable[[TensorStats], float], tolerance: float, *,
+              prefill: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
+              ran: Callable[[str, int], None] | None = None) -> Generation:
     """The prefill and `steps` decode steps on both sides (see the module docstring).
 
-    `target_stateless`: the target's own model (a twin), whose inputs and variables are the model's.
+    `compile_ref`, `compile_target`: each side's compile of the stateless model (the target's may be its twin,
+    with the same inputs and variables), whose first outputs are the model's. The reference runs all its steps
+    first and its compile is released before the target's is made: one compile of the model lives at a time.
+    `prefill`: both sides' outputs on the prompt with the initial states, when the untouched run made them
+    already: the reference's prefill is not run again, and the target's compile runs it once, its outputs
+    kept as `Generation.recompiled` (a second compile of the untouched target, for the noise check). `ran(side,
+    n)` counts inferences.
 
     Raises
     ------
@@ -84,43 +92,73 @@ def run_steps(stateless: Stateless, names: Sequence[str], ref: Device, target: D
     if "input_ids" not in names:
         raise InputError(f"steps need a model with an 'input_ids' input (a causal LM); its inputs are {list(names)}. "
                          "Pass steps=0.")
-    target_model = (target_stateless or stateless).model  # a twin (`target_model`) with the same inputs
-    ref_c, target_c = run_both(lambda: ref.compile(stateless.model), lambda: target.compile(target_model))
     n, states = stateless.n_outputs, stateless.state_outputs
-    ref_state, target_state = list(initial), list(initial)
+    count = max([n, *(i + 1 for i in states)])
+    count_run = ran or (lambda side, k: None)
+
+    # The reference on its own cache, fed its own greedy tokens: each step's inputs, outputs and token.
+    ref_inputs: list[list[np.ndarray]] = []
+    ref_outputs: list[list[np.ndarray]] = []
+    tokens: list[int] = []
+    ref_c = None
+    ref_state = list(initial)
+    for step in range(steps + 1):
+        own = (list(prompt) + ref_state if step == 0
+               else step_inputs(stateless, names, prompt, tokens[-1], step, ref_state))
+        if step == 0 and prefill is not None:
+            out = list(prefill[0][:count])
+        else:
+            ref_c = ref_c or compile_ref()
+            out = _infer(ref_c, own, count)
+            count_run("ref", 1)
+        ref_inputs.append(own)
+        ref_outputs.append(out)
+        tokens.append(int(np.argmax(out[0][0, -1])))
+        ref_state = [out[i] for i in states]
+    del ref_c  # released before the target compiles
+
+    # The target on its own cache, fed the reference's tokens, and on the reference's cache (its local error).
+    target_c = None
+    recompiled: tuple[np.ndarray, ...] | None = None
+    target_state = list(initial)
     records: list[Step] = []
     step_arrays: list[tuple[list[np.ndarray], list[np.ndarray]]] = []
-    token: int | None = None
     for step in range(steps + 1):
-        if step == 0:
-            own = list(prompt) + ref_state
-            theirs = list(prompt) + target_state
+        own, ref_out = ref_inputs[step], ref_outputs[step]
+        theirs = (list(prompt) + target_state if step == 0
+                  else step_inputs(stateless, names, prompt, tokens[step - 1], step, target_state))
+        target_c = target_c or compile_target()
+        target_out = _infer(target_c, theirs, count)
+        count_run("target", 1)
+        if step == 0 and prefill is not None:
+            # This compile's prefill is another compile of the untouched target on its inputs: its outputs tell
+            # the compile-to-compile noise; the records keep the untouched run's.
+            recompiled, target_out = tuple(target_out), list(prefill[1][:count])
+        if step == 0:  # both sides start from the same states: the target's own run is the local one
+            local_out = target_out
         else:
-            assert token is not None  # the previous step's reference token
-            own = step_inputs(stateless, names, prompt, token, step, ref_state)
-            theirs = step_inputs(stateless, names, prompt, token, step, target_state)
-        shared = own  # the target fed the reference's cache
-        ref_out, target_out = run_both(partial(_infer, ref_c, own), partial(_infer, target_c, theirs))
-        local_out = [np.array(a) for a in target_c.infer(shared)]
+            local_out = _infer(target_c, own, n)
+            count_run("target", 1)
         error = max(error_of(compare(r, t)) for r, t in zip(ref_out[:n], target_out[:n]))
         local = max(error_of(compare(r, t)) for r, t in zip(ref_out[:n], local_out[:n]))
-        cache = max((error_of(compare(r, t)) for r, t in zip(ref_state, target_state) if r.size), default=0.0)
-        ref_token = int(np.argmax(ref_out[0][0, -1]))
+        ref_in_state, target_in_state = own[len(prompt):], theirs[len(prompt):]
+        cache = max((error_of(compare(r, t)) for r, t in zip(ref_in_state, target_in_state) if r.size), default=0.0)
         target_token = int(np.argmax(target_out[0][0, -1]))
-        records.append(Step(step=step, token=ref_token, target_token=target_token, error=error, local_error=local,
-                            cache_error=cache, tolerance=tolerance, flipped=ref_token != target_token))
-        step_arrays.append((own, shared if local > tolerance else theirs))
-        token = ref_token
-        ref_state = [ref_out[i] for i in states]
+        records.append(Step(step=step, token=tokens[step], target_token=target_token, error=error,
+                            local_error=local, cache_error=cache, tolerance=tolerance,
+                            flipped=tokens[step] != target_token))
+        step_arrays.append((own, own if local > tolerance else theirs))
         target_state = [target_out[i] for i in states]
     first = next((r for r in records if r.error > tolerance or r.local_error > tolerance), None)
     if first is None:
-        return Generation(tuple(records), None, 0, f"every step's final output is within tolerance ({tolerance:.1e})")
+        return Generation(tuple(records), None, 0, f"every step's final output is within tolerance ({tolerance:.1e})",
+                          recompiled)
     origin = "its own computation" if first.local_error > tolerance else "the cache it inherited"
     why = (f"divergence starts at step {first.step} ({'prefill' if first.step == 0 else 'decode'}), in {origin}: "
            f"error {first.error:.1e}, {first.local_error:.1e} with the reference's cache (tolerance {tolerance:.1e})")
     if first.local_error <= tolerance:
         # The cache drifted: examine the step where the cache first went over, fed its own inputs.
         worst = max(range(first.step + 1), key=lambda i: records[i].local_error)
-        return Generation(tuple(records), step_arrays[worst] if worst else None, worst, why)
-    return Generation(tuple(records), step_arrays[first.step] if first.step else None, first.step, why)
+        return Generation(tuple(records), step_arrays[worst] if worst else None, worst, why, recompiled)
+    return Generation(tuple(records), step_arrays[first.step] if first.step else None, first.step, why,
+                      recompiled)

@@ -17,10 +17,11 @@ from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.engine.ledger import Clock
 from bisect_ov.pipeline.assemble import assemble
+from bisect_ov.pipeline.generate import generate
 from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import DEFAULT_MAX_TAP_BYTES, KEYWORDS, BisectOptions
 from bisect_ov.pipeline.sides import resolve_sides
-from bisect_ov.pipeline.stages import absorb, experiments, generate, open_comparison, run_untouched, score
+from bisect_ov.pipeline.stages import absorb, experiments, open_comparison, run_untouched, score
 from bisect_ov.pipeline.truth import judge_truth
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from bisect_ov.analysis.exactness import ExactCheck
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.scoring import Scores
@@ -60,6 +62,15 @@ class Setup:
         """The options' metric on one tensor pair's statistics."""
         return metric_value(stats, self.options.metric)
 
+    @property
+    def runs_steps(self) -> bool:
+        """Whether generation steps run (`bisect_ov.pipeline.generate`): asked for, on a stateful model, and
+        against a twin only when it has the same variables."""
+        if not self.options.steps or self.state is None:
+            return False
+        return self.target_model is None or (self.state_of_target is not None
+                                             and self.state_of_target.variables == self.state.variables)
+
 
 @dataclass(frozen=True, eq=False)
 class Examined:
@@ -68,6 +79,9 @@ class Examined:
 
     engine: Engine
     tolerance: Tolerance
+    # Another compile of the untouched target run on the engine's sample (the generation steps made one): its
+    # outputs, for the compile-to-compile noise (`Engine.noise`).
+    recompiled: tuple[np.ndarray, ...] | None = None
 
 
 @dataclass(frozen=True, eq=False)

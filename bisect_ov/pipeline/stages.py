@@ -3,7 +3,7 @@ next one (`bisect_ov.pipeline.records`):
 
     open_comparison(model, ref, target, inputs, target_model, options)  -> Setup
     run_untouched(setup)                                                    -> Examined     (engine, tolerance)
-    generate(setup, examined)                                              -> (Generation | None, Examined)
+    generate(setup, examined)                           -> (Generation | None, Examined)  (`pipeline.generate`)
     measure(setup, examined)                                               -> Measurement (`pipeline.measure`)
     score(setup, examined, measurement)                                    -> Scored
     experiments(setup, examined, measurement, scored)                      -> Findings  (`experiments.partitioned`)
@@ -50,7 +50,6 @@ from bisect_ov.experiments.partitioned import (
     suspects_for_fix,
 )
 from bisect_ov.experiments.partitioned import impact as impact_of
-from bisect_ov.experiments.steps import Generation, run_steps
 from bisect_ov.experiments.twin import layer_sensitivity, quantized_units, twin_tolerance
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph
@@ -70,7 +69,7 @@ from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
 from bisect_ov.search.strategies import fusion_taps
 
-__all__ = ["open_comparison", "run_untouched", "examine", "generate", "score", "experiments", "absorb",
+__all__ = ["open_comparison", "run_untouched", "examine", "score", "experiments", "absorb",
            "diagnosis_of", "comparison_precision", "twin_fix_candidates"]
 
 
@@ -227,6 +226,7 @@ def run_untouched(setup: Setup) -> Examined:
     reference's plain run is the streamed measurement itself (`bisect_ov.engine.untouched`).
     """
     runner, options, comparison = setup.runner, setup.options, setup.comparison
+    runner.keep_compiles = setup.runs_steps  # the steps run the same model: its compiles are kept for them
     engine = examine(runner, setup.sample, options)
     return Examined(engine, _tolerance(options, comparison, engine.ref_info, engine.target_info))
 
@@ -283,44 +283,12 @@ def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = No
                                                 streamed_taps=compared))
 
 
-def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Examined]:
-    """With ``steps``: the prefill and decode steps on both sides (`bisect_ov.experiments.steps`); None without them.
-
-    When a decode step is where divergence starts, that step's inputs are examined instead (their untouched
-    run is made, a new engine), so the node results explain that step: the `Examined` returned is then that
-    step's, else `examined` itself.
-    """
-    engine, options, state = examined.engine, setup.options, setup.state
-    if not options.steps or state is None:
-        return None, examined
-    if setup.target_model is not None and (setup.state_of_target is None
-                                            or setup.state_of_target.variables != state.variables):
-        return None, examined
-    graph = engine.graph
-    result = graph.results()[0]
-    producer, port = result.inputs[0]
-    tolerance = examined.tolerance.for_node(graph[producer], port)
-    names = []
-    for param in state.model.get_parameters()[: state.n_inputs]:
-        found = set(param.output(0).get_names()) | {param.get_friendly_name()}
-        names.append(next((n for n in ("input_ids", "attention_mask", "position_ids", "beam_idx") if n in found),
-                          param.get_friendly_name()))
-    arrays = engine.ref_arrays
-    with setup.clock("steps"):
-        generation = run_steps(state, names, engine.ref, engine.target, arrays[: state.n_inputs],
-                               arrays[state.n_inputs:], options.steps, setup.error_of, tolerance,
-                               target_stateless=setup.state_of_target)
-    if generation.examine is not None:
-        step = Sample.of(*generation.examine)
-        return generation, replace(examined, engine=examine(setup.runner, step))
-    return generation, examined
-
-
 def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
     engine, options, tol = examined.engine, setup.options, examined.tolerance
     graph = engine.graph
-    measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs)
+    measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs,
+                                   recompiled=examined.recompiled)
                       if options.noise else {})
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0

@@ -81,6 +81,10 @@ class OpenVINOCompiled:
         # same state, so runs compare and repeat.
         self._stateful = bool(self._request.query_state())
 
+    def another(self) -> "OpenVINOCompiled":
+        """The same compile with an infer request of its own: its runs leave this one's output views alone."""
+        return OpenVINOCompiled(self.compiled, self.info, self.runtime)
+
     def infer(self, inputs: Sequence[np.ndarray], *, share_outputs: bool = True) -> list[np.ndarray]:
         """Run once. With `share_outputs`, arrays are views valid until the next call (no output copies).
 

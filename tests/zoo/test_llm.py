@@ -60,6 +60,19 @@ def test_stateful_llama_runs_decode_steps_each_side_on_its_own_cache(steps):
     assert "Generation: prefill + " in report.to_text()
 
 
+def test_steps_reuse_the_plain_runs_reference_compile_and_tell_the_compile_noise():
+    # On the CPU (bf16 or f32, as this machine runs it): the steps compile only the target, once, and that
+    # compile's prefill is the second compile the noise check needs, so scoring compiles nothing.
+    report = bisect(zoo_model("llama_stateful"), "CPU:f32", "CPU", zoo_inputs("llama_stateful"), steps=2,
+                    progress=False)
+    generate, score = report.costs["generate"], report.costs["score"]
+    assert (generate.ref_compiles, generate.target_compiles) == (0, 1), report.costs
+    assert (generate.ref_infers, generate.target_infers) == (2, 1 + 2 * 2), report.costs
+    assert score.target_compiles == 0 and report.noise.compile_to_compile is not None, report.costs
+    # The prefill is the untouched run: its error is the final output's.
+    assert report.steps[0].error == pytest.approx(report.outputs[0].error), report.to_text()
+
+
 def test_a_fault_in_the_stateful_llama_is_found_at_the_step_where_it_starts():
     model = zoo_model("llama_stateful")
     site = _after_first_attention(model)

@@ -1,0 +1,56 @@
+"""The generation stage: with ``steps``, the prefill and decode steps of a stateful LLM on both sides
+(`bisect_ov.experiments.steps`), and the step where divergence starts examined in place of the prefill."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from bisect_ov.engine.comparison import Sample
+from bisect_ov.experiments.steps import Generation, run_steps
+from bisect_ov.pipeline.records import Examined, Setup
+from bisect_ov.pipeline.stages import examine
+
+__all__ = ["generate"]
+
+
+def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Examined]:
+    """With ``steps``: the prefill and decode steps on both sides (`bisect_ov.experiments.steps`); None without them.
+
+    When a decode step is where divergence starts, that step's inputs are examined instead (their untouched
+    run is made, a new engine), so the node results explain that step: the `Examined` returned is then that
+    step's, else `examined` with the steps' target compile's outputs on the prefill (`Examined.recompiled`, the
+    noise check's second compile).
+    """
+    engine, options, state, runner = examined.engine, setup.options, setup.state, setup.runner
+    kept = {"ref": runner.take_kept("ref")}  # the untouched run's reference compile
+    runner.drop_kept()
+    if not setup.runs_steps:
+        return None, examined
+    assert state is not None  # `Setup.runs_steps`
+    graph = engine.graph
+    result = graph.results()[0]
+    producer, port = result.inputs[0]
+    tolerance = examined.tolerance.for_node(graph[producer], port)
+    names = []
+    for param in state.model.get_parameters()[: state.n_inputs]:
+        found = set(param.output(0).get_names()) | {param.get_friendly_name()}
+        names.append(next((n for n in ("input_ids", "attention_mask", "position_ids", "beam_idx") if n in found),
+                          param.get_friendly_name()))
+    arrays = engine.ref_arrays
+    untouched = engine.untouched
+    # The steps' prefill is the untouched run's when both sides ran the same inputs, in the same order.
+    same = (runner.target_output_positions == list(range(len(untouched.target_final)))
+            and len(arrays) == len(engine.target_arrays)
+            and all(np.array_equal(a, b) for a, b in zip(arrays, engine.target_arrays)))
+    with setup.clock("steps"):
+        generation = run_steps(state, names, lambda: kept.pop("ref") or runner.compile("ref", runner.graph.model),
+                               lambda: runner.compile("target", runner.target_graph.model),
+                               arrays[: state.n_inputs], arrays[state.n_inputs:], options.steps, setup.error_of,
+                               tolerance, prefill=(untouched.ref_final, untouched.target_final) if same else None,
+                               ran=runner.ran)
+    if generation.examine is not None:
+        step = Sample.of(*generation.examine)
+        return generation, replace(examined, engine=examine(runner, step))
+    return generation, replace(examined, recompiled=generation.recompiled)
