@@ -15,7 +15,8 @@ Measured, each job in a fresh process (so peak RSS is that job's own, read from 
 * ``steps``: the same with decode steps (4 on ``deep``, 8 on ``1b``); on ``1b`` compared with ``plain-steps``,
   the plain job followed by 8 greedy decode steps on each side (plain generation);
 * on ``1b`` also ``plain-int4`` (the f32 model and its int4 twin, both compiled and run once on ``CPU:f32``)
-  and ``int4``: the default job, ``CPU:f32`` against ``CPU:f32`` with the int4 twin as the target model.
+  and ``int4``: the default job, ``CPU:f32`` against ``CPU:f32`` with the int4 twin as the target model;
+  ``plain-int4-steps`` and ``int4-steps`` the same with 8 decode steps.
 
 Usage: ``python benchmarks/llm_bench.py [--model deep|1b] [--json out.json]``. The models are built once into
 the zoo cache before any job is timed (the 1B model: minutes, ~10 GB of memory). A measuring script, not a test.
@@ -32,7 +33,7 @@ import time
 JOBS = {
     "deep": {"plain": {}, "default": {}, "steps": {"steps": 4}},
     "1b": {"plain": {}, "default": {}, "plain-steps": {"steps": 8}, "steps": {"steps": 8}, "plain-int4": {},
-           "int4": {}},
+           "int4": {}, "plain-int4-steps": {"steps": 8}, "int4-steps": {"steps": 8}},
 }
 
 
@@ -81,14 +82,17 @@ def _one(name: str, job: str) -> dict:
     from bisect_ov import bisect
 
     model = _model(name)
-    twin = _model(name, "int4") if job in ("plain-int4", "int4") else None
+    twin = _model(name, "int4") if "int4" in job else None
     start = time.perf_counter()
     row: dict = {"model": name, "job": job, "ops": len(model.get_ops())}
     if job.startswith("plain"):
         _plain(model, twin, JOBS[name][job].get("steps", 0))
         row["verdict"] = "-"
     else:
-        target, options = ("CPU:f32", {"target_model": twin}) if job == "int4" else ("CPU", dict(JOBS[name][job]))
+        options = dict(JOBS[name][job])
+        target = "CPU:f32" if twin is not None else "CPU"
+        if twin is not None:
+            options["target_model"] = twin
         report = bisect(model, "CPU:f32", target, progress=False, **options)
         first = report.first_divergence
         row.update(nodes=len(report.nodes), verdict="DIVERGES" if report.diverges else "no divergence",
@@ -123,7 +127,7 @@ def main() -> int:
         print(rows[-1], flush=True)
     plain = {r["job"]: r for r in rows if r["job"].startswith("plain")}
     for r in rows:
-        base = plain.get({"int4": "plain-int4", "steps": "plain-steps"}.get(r["job"], "plain"))
+        base = plain.get("plain" if r["job"] == "default" else f"plain-{r['job']}")
         if base is not None and r is not base and not r["job"].startswith("plain"):
             print(f"{r['job']}: {r['seconds'] / base['seconds']:.2f}x the plain job's time, "
                   f"{r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x its peak RSS")
