@@ -23,7 +23,7 @@ steps (the steps release it before they compile the target).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -144,8 +144,11 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
             if streamed_taps is not None:
                 kept = set(wanted)
                 wanted = [t for t in dict.fromkeys(streamed_taps) if t in kept]
-            parts = list(stream(runner, sample, wanted, stream_bytes, target_runtime=target.runtime, sizes=sizes,
-                                untouched_target=target_final, desc="plain run"))
+            # Each part's reference values are dropped as it arrives: kept, they held every segment's tensors
+            # to the end (a Whisper encoder's peak grew by each segment's).
+            parts = [replace(part, values=None)
+                     for part in stream(runner, sample, wanted, stream_bytes, target_runtime=target.runtime,
+                                        sizes=sizes, untouched_target=target_final, desc="plain run")]
             finals = parts[-1].finals
             assert finals is not None  # the last part of a streamed run carries its final outputs
             measured = Measured.of(parts)

@@ -17,6 +17,7 @@ at the answer, or says why no node can be named. The outcome rides in the `Fidel
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Callable, Sequence
@@ -54,6 +55,7 @@ class _Driven:
     strategy: Strategy
     measured: Measured = field(default_factory=Measured)
     local_runs: LocalErrors = field(default_factory=dict)
+    recompile: Future | None = None  # the noise check's compile, started beside the search (`_may_recompile`)
 
 
 def measure(setup: Setup, examined: Examined) -> Measurement:
@@ -67,14 +69,18 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
 
     name = "fusion" if options.strategy == "auto" else options.strategy
     fusion = name == "fusion"
-    search = _run(setup, examined, _strategy(name, engine, diverged, options), max_bytes, local=fusion)
+    search = _run(setup, examined, _strategy(name, engine, diverged, options), max_bytes, local=fusion,
+                  recompile=_may_recompile(setup, examined))
+    recompile = search.recompile
     faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric, _negligible(examined))
     fell_back = False
     reproduced = any(r.reproduced for r in search.measured.runs)
     groups = search.strategy.groups()
     if options.strategy == "auto" and faithful is not None and faithful.warning:
         # The fusion taps changed what the target computes: their runs do not speak for the bisection's.
-        search = _run(setup, examined, _strategy("bisection", engine, diverged, options), max_bytes, local=False)
+        search = _run(setup, examined, _strategy("bisection", engine, diverged, options), max_bytes, local=False,
+                      recompile=recompile is None and _may_recompile(setup, examined))
+        recompile = recompile or search.recompile
         faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric, _negligible(examined))
         reproduced = reproduced or any(r.reproduced for r in search.measured.runs)
         groups, fell_back, name = {}, True, "bisection"
@@ -103,7 +109,25 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
                           seed=options.seed, limits=limits)
               if setup.samples is not None and setup.summary is not None and options.node_spread else {})
     return Measurement(dict(measured.stats), groups, name, fell_back, spread, search.local_runs if fusion and not fell_back
-                       else {}, faithful, reproduced, dict(measured.exact))
+                       else {}, faithful, reproduced, dict(measured.exact), recompile)
+
+
+# A model whose weights and tensors are this small is compiled a second time beside the measurement (the noise
+# check's compile): two compiles at once cost it little memory, and on 2 cores a compile beside another took
+# two thirds of the time of the two in turn (ShuffleNetV2).
+RECOMPILE_BESIDE_BYTES = 128 * 2**20
+
+
+def _may_recompile(setup: Setup, examined: Examined) -> bool:
+    """Whether the noise check's compile of the untouched target may start beside the measurement: the check
+    will compile (noise runs asked for, a real device, no other compile of it made) and the model is small."""
+    engine, options = examined.engine, setup.options
+    info = engine.target_info
+    if not (options.noise and options.noise_runs) or examined.recompiled is not None or info is None or info.emulated:
+        return False
+    weights = sum(op.get_byte_size() for op in engine.target_graph.model.get_ops()
+                  if op.get_type_name() == "Constant")
+    return weights <= RECOMPILE_BESIDE_BYTES and sum(engine.tensor_sizes.values()) <= 2 * RECOMPILE_BESIDE_BYTES
 
 
 def _strategy(name: str, engine: Engine, diverged: Callable[[Tap, TensorStats], bool],
@@ -112,9 +136,11 @@ def _strategy(name: str, engine: Engine, diverged: Callable[[Tap, TensorStats], 
                          untappable=engine.untappable, refine=options.refine, local=options.local)
 
 
-def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | None, *, local: bool) -> _Driven:
+def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | None, *, local: bool,
+         recompile: bool = False) -> _Driven:
     """Drive one strategy's search to its end; with `local`, local errors run where the strategy asks for them
-    and on each streamed segment (see the module docstring)."""
+    and on each streamed segment (see the module docstring). `recompile`: the noise check's compile may start
+    beside it (`_may_recompile`)."""
     engine, options, tol = examined.engine, setup.options, examined.tolerance
     graph = engine.graph
     can_local = local and options.local
@@ -132,7 +158,7 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
                  else iter([engine.measure_part(step.taps)]))
         got = []
         for part in parts:
-            got.append(part)
+            got.append(replace(part, values=None))  # the values are used here, and dropped with the segment
             if part.values is not None and planned:
                 # Streamed: each unit's local error runs while the reference's values it reads are held, so no
                 # reference compile is needed for them later.
@@ -145,6 +171,10 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
                     done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=max_bytes,
                                                     values=part.values))
         measured = Measured.of(got)
+        if recompile and done.recompile is None and measured.runs and not any(r.reproduced for r in measured.runs):
+            # No tapped compile reproduced the untouched outputs so far: the noise check will likely compile
+            # the untouched target again, so it starts now, beside the local errors and later steps.
+            done.recompile = engine.start_recompile()
         done.measured = done.measured.plus(measured)
         results = results.plus(measured.stats)
     return done

@@ -99,6 +99,8 @@ class Measurement:
     fidelity: Fidelity | None = None  # did exposing taps change the final-output error?
     reproduced: bool = False  # some instrumented target compile gave the untouched outputs bit for bit
     exact: dict[str, ExactCheck] = field(default_factory=dict)  # integer nodes checked against the exact result
+    # The noise check's compile of the untouched target, started beside the measurement (a Future), or None.
+    recompile: Any = None
 
 
 @dataclass(frozen=True, eq=False)

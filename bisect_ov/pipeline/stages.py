@@ -288,7 +288,7 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     engine, options, tol = examined.engine, setup.options, examined.tolerance
     graph = engine.graph
     measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs,
-                                   recompiled=examined.recompiled)
+                                   recompiled=examined.recompiled, started=measurement.recompile)
                       if options.noise else {})
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
