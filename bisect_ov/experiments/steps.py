@@ -78,7 +78,9 @@ def run_steps(stateless: Stateless, names: Sequence[str], compile_ref: Callable[
 
     `compile_ref`, `compile_target`: each side's compile of the stateless model (the target's may be its twin,
     with the same inputs and variables), whose first outputs are the model's. The reference runs all its steps
-    first and its compile is released before the target's is made: one compile of the model lives at a time.
+    first and its compile is released before the target's is made: one compile of the model lives at a time,
+    while the reference's cache of every step is held (steps + 1 caches: 0.8 GB for 8 steps after 2,048 tokens
+    of a 1B Llama with 4 key-value heads).
     `prefill`: both sides' outputs on the prompt with the initial states, when the untouched run made them
     already: the reference's prefill is not run again, and the target's compile runs it once, its outputs
     kept as `Generation.recompiled` (a second compile of the untouched target, for the noise check). `ran(side,
