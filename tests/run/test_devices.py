@@ -182,12 +182,17 @@ def test_bf16_taps_read_as_float32_when_read_and_match_the_copies():
 
 
 @needs_bf16
-def test_kept_outputs_hold_bf16_taps_as_bits_at_half_the_bytes():
+def test_kept_outputs_hold_bf16_taps_as_bits_at_half_the_bytes_past_the_compile():
+    import gc
+
     from bisect_ov.run.devices import bf16_to_f32, kept_outputs
 
     model, _, compiled, x, copies = _bf16_tapped_chain()
     kept, bf16 = kept_outputs(compiled.infer(x))
-    compiled.infer([np.zeros((1, 8), np.float32)])  # the next run overwrites the views, not the kept copies
+    del compiled  # the kept arrays outlive the compile, through another compile's run
+    gc.collect()
+    again = make_device("CPU:bf16").compile(model)
+    again.infer([np.zeros((1, 8), np.float32)])
     assert bf16 and bf16 == {i for i, a in enumerate(kept) if a.dtype == np.float16}
     for i, (held, copy) in enumerate(zip(kept, copies)):
         if i in bf16:
