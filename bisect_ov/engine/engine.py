@@ -324,23 +324,22 @@ class Engine:
 
     # ----- the target against itself -----------------------------------------------------------------
     def start_recompile(self) -> Future:
-        """The noise check's second compile of the untouched target, started in a thread beside the rest of
-        the measurement: a `Future` of its outputs on the sample and, when the untouched run made no second run,
-        of a second run's (else None). Nothing is counted here: `noise` counts it when it uses it; when a
+        """The noise check's second compile of the untouched target (`_recompiled_runs`), started in a thread
+        beside the rest of the measurement. Nothing is counted here: `noise` counts it when it uses it; when a
         tapped compile reproduced the untouched outputs instead, it is dropped unused and uncounted."""
-        compile_, model, arrays = self.runner.target.compile, self.target_graph.model, self.target_arrays
-        again = self.untouched.target.run_to_run is None
-
-        def work() -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-            compiled = compile_(model)
-            first = compiled.infer(arrays, share_outputs=False)
-            return first, compiled.infer(arrays, share_outputs=False) if again else None
-
         pool = ThreadPoolExecutor(max_workers=1)
         try:
-            return pool.submit(work)
+            return pool.submit(self._recompiled_runs)
         finally:
             pool.shutdown(wait=False)
+
+    def _recompiled_runs(self) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+        """The untouched target compiled again (uncounted) and run on the sample: its outputs and, when the
+        untouched run made no second run, a second run's (else None)."""
+        compiled = self.runner.target.compile(self.target_graph.model)
+        first = compiled.infer(self.target_arrays, share_outputs=False)
+        again = self.untouched.target.run_to_run is None
+        return first, compiled.infer(self.target_arrays, share_outputs=False) if again else None
 
     def noise(self, *, reproduced: bool, extra_work: bool = True,
               recompiled: Sequence[np.ndarray] | None = None, started: Future | None = None) -> dict[str, float]:
@@ -371,24 +370,13 @@ class Engine:
                     result["compile_to_compile"] = 0.0
                 return result
             if recompiled is not None and "run_to_run" in result:
-                result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, recompiled)),
-                                                   default=0.0)
-                return result
-            if started is not None:
-                other, again = started.result()
+                other, again = list(recompiled), None  # made and counted by the generation steps
+            else:
+                other, again = started.result() if started is not None else self._recompiled_runs()
                 runner.ledger.compiled("target")
                 runner.ran("target", 1 if again is None else 2)
-                result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)
-                if again is not None:
-                    result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(other, again)), default=0.0)
-                return result
-            compiled = runner.compile("target", self.target_graph.model)
-            other = compiled.infer(self.target_arrays, share_outputs=False)
-            runner.ran("target")
             result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)
-            if "run_to_run" not in result:
-                again = compiled.infer(self.target_arrays)
-                runner.ran("target")
+            if again is not None:
                 result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(other, again)), default=0.0)
         return result
 

@@ -26,7 +26,7 @@ import openvino as ov
 
 from bisect_ov.core.errors import InputError
 
-__all__ = ["TensorInfo", "NodeInfo", "ModelGraph", "element_dtype"]
+__all__ = ["TensorInfo", "NodeInfo", "ModelGraph", "element_dtype", "weight_bytes"]
 
 SHAPE_PRODUCERS = frozenset({"ShapeOf"})
 """Ops whose output is a shape, not data: what they compute depends on shapes only."""
@@ -76,6 +76,11 @@ class NodeInfo:
     @property
     def is_candidate(self) -> bool:
         return self.kind == "compute"
+
+
+def weight_bytes(model: ov.Model) -> int:
+    """Bytes of the model's constants (its weights, as stored)."""
+    return sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
 
 
 def element_dtype(type_name: str) -> np.dtype:

@@ -10,7 +10,7 @@ import numpy as np
 from bisect_ov.engine.comparison import Sample
 from bisect_ov.experiments.steps import Generation, run_steps
 from bisect_ov.pipeline.records import Examined, Setup
-from bisect_ov.pipeline.stages import examine
+from bisect_ov.pipeline.stages import examine, output_tolerance
 
 __all__ = ["generate"]
 
@@ -29,10 +29,7 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
     if not setup.runs_steps:
         return None, examined
     assert state is not None  # `Setup.runs_steps`
-    graph = engine.graph
-    result = graph.results()[0]
-    producer, port = result.inputs[0]
-    tolerance = examined.tolerance.for_node(graph[producer], port)
+    tolerance = output_tolerance(examined.tolerance, engine.graph, engine.graph.results()[0].key)
     names = []
     for param in state.model.get_parameters()[: state.n_inputs]:
         found = set(param.output(0).get_names()) | {param.get_friendly_name()}

@@ -33,6 +33,7 @@ from bisect_ov.engine.measured import Measured, TappedRun
 from bisect_ov.engine.runner import FinalOutput
 from bisect_ov.experiments.local import LocalErrors, local_units, measure_local, owned_units, worth_isolating
 from bisect_ov.experiments.partitioned import MixedRuns, first_prefix, target_in_pieces
+from bisect_ov.model.graph import weight_bytes
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.pipeline.records import Examined, Measurement, Setup
@@ -125,9 +126,8 @@ def _may_recompile(setup: Setup, examined: Examined) -> bool:
     info = engine.target_info
     if not (options.noise and options.noise_runs) or examined.recompiled is not None or info is None or info.emulated:
         return False
-    weights = sum(op.get_byte_size() for op in engine.target_graph.model.get_ops()
-                  if op.get_type_name() == "Constant")
-    return weights <= RECOMPILE_BESIDE_BYTES and sum(engine.tensor_sizes.values()) <= 2 * RECOMPILE_BESIDE_BYTES
+    return (weight_bytes(engine.target_graph.model) <= RECOMPILE_BESIDE_BYTES
+            and sum(engine.tensor_sizes.values()) <= 2 * RECOMPILE_BESIDE_BYTES)
 
 
 def _strategy(name: str, engine: Engine, diverged: Callable[[Tap, TensorStats], bool],

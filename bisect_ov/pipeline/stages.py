@@ -52,7 +52,7 @@ from bisect_ov.experiments.partitioned import (
 from bisect_ov.experiments.partitioned import impact as impact_of
 from bisect_ov.experiments.twin import layer_sensitivity, quantized_units, twin_tolerance
 from bisect_ov.frameworks.side import FrameworkSide
-from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import initial_states, is_stateful, make_stateless
@@ -69,7 +69,7 @@ from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
 from bisect_ov.search.strategies import fusion_taps
 
-__all__ = ["open_comparison", "run_untouched", "examine", "score", "experiments", "absorb",
+__all__ = ["open_comparison", "run_untouched", "examine", "output_tolerance", "score", "experiments", "absorb",
            "diagnosis_of", "comparison_precision", "twin_fix_candidates"]
 
 
@@ -106,7 +106,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                          twin=ov_target is not None)
     # What can run is decided here, once (local errors: the target runs pieces fed with the reference's values;
     # the tap budget in bytes from the weights); later stages read the resolved values.
-    weights = sum(op.get_byte_size() for op in ov_model.get_ops() if op.get_type_name() == "Constant")
+    weights = weight_bytes(ov_model)
     resolved, why = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,
                                     pieces_possible=plan.pieces and plan.ref.can_run_pieces and plan.target.can_run_pieces,
                                     twin=ov_target is not None, weight_bytes=weights)
@@ -202,7 +202,7 @@ def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptio
         return worst, (f"Prompt-length sweep, final-output error by length: {errors}. The samples ran on an executor, "
                        f"so the worst length ({lengths[worst]} tokens) is examined node by node.")
     tol = _tolerance(options, runner.comparison, *infos)  # as `run_untouched` judges the examined sample
-    limit = min(_output_tolerance(tol, graph, r.key) for r in graph.results())
+    limit = min(output_tolerance(tol, graph, r.key) for r in graph.results())
     over = [i for i, e in enumerate(summary.errors) if not e <= limit]
     text = f"Prompt-length sweep, final-output error by length: {errors} (the outputs' tolerance {limit:.1e}). "
     if not over:
@@ -226,7 +226,7 @@ def run_untouched(setup: Setup) -> Examined:
     reference's plain run is the streamed measurement itself (`bisect_ov.engine.untouched`).
     """
     runner, options, comparison = setup.runner, setup.options, setup.comparison
-    runner.keep_compiles = setup.runs_steps  # the steps run the same model: its compiles are kept for them
+    runner.keep_compiles = setup.runs_steps  # the steps run the same model: the reference's compile is kept
     engine = examine(runner, setup.sample, options)
     return Examined(engine, _tolerance(options, comparison, engine.ref_info, engine.target_info))
 
@@ -241,7 +241,7 @@ def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo |
     return tolerance
 
 
-def _output_tolerance(tolerance, graph: ModelGraph, key: str) -> float:
+def output_tolerance(tolerance, graph: ModelGraph, key: str) -> float:
     """The tolerance of final output `key` (a Result): its producer's, at the port it reads."""
     producer, port = graph[key].inputs[0]
     return tolerance.for_node(graph[producer], port)
@@ -299,7 +299,7 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
         tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, tol.for_node(graph[tap.key]))
                       for tap in measurement.stats}
         scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
-        outputs = tuple(OutputResult(name, s, setup.error_of(s), max(floor, _output_tolerance(tol, graph, key)))
+        outputs = tuple(OutputResult(name, s, setup.error_of(s), max(floor, output_tolerance(tol, graph, key)))
                         for name, key, s in engine.outputs)
     return Scored(errors, tolerances, scores, outputs, noise, measurement.fidelity)
 
