@@ -236,7 +236,8 @@ def build_repro_parser() -> argparse.ArgumentParser:
     parser.add_argument("--anonymize", action="store_true",
                         help="replace the piece's weights (same shape, dtype, statistics) and names; kept only if it "
                              "still reproduces")
-    parser.add_argument("--overwrite", action="store_true", help="replace a reproducer's files in a non-empty folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier reproducer (a folder holding its repro.json; other files in it are kept)")
     parser.add_argument("--max-nodes", type=int, default=48, help="largest piece to grow to (default 48)")
     _common(parser, compare=True)
     return parser
@@ -466,23 +467,19 @@ def _capture(args, console: Console) -> int:
 
 
 def _repro(args, console: Console) -> int:
-    from bisect_ov.pipeline.api import run
-    from bisect_ov.repro.write import check_folder
+    from bisect_ov.repro.folder import check_folder, inside
 
     if args.target is None:
         args.target = "GPU"
     if args.max_nodes < 1:
         raise InputError(f"--max-nodes must be at least 1; got {args.max_nodes}.")
-    _check_display(args)
-    check_folder(args.out, args.overwrite)  # refused before the run, not after it
-    report = run(args.model, args.ref, args.target, _inputs(args), _options(args), target_model=args.target_model)
-    if _stdout(args.json) or _stdout(args.html):
-        console.text = sys.stderr
-    console.say(report.to_text(top=args.top, width=args.width))
-    if _stdout(args.json):
-        console.data(report.to_json())
-    elif args.json:
-        report.save(args.json)
+    folder = check_folder(args.out, args.overwrite)  # refused before the run, not after it
+    for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model),
+                       ("--ignored-scope", args.ignored_scope)):
+        if path is not None and not _stdout(path) and inside(path, folder):
+            raise InputError(f"{flag} {path} would be written inside the reproducer's folder '{args.out}', which is "
+                             "replaced as a whole: write it elsewhere.")
+    report = _run(args, console, args.model, args.target_model, _inputs(args))
     written = report.repro(args.out, node=args.node, anonymize=args.anonymize, overwrite=args.overwrite,
                            max_nodes=args.max_nodes)
     grown = f", grown {written.grown} step(s) upstream" if written.grown else ""

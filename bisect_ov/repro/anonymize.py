@@ -7,8 +7,9 @@ statistics, its ops renamed.
   weights are) holds seeded normal values with the original's mean and standard deviation (rounded and clipped
   to the original's range for integers; a constant tensor stays that constant);
 * every op is named after its type and position (``subtract_3``), every tensor name is dropped except the
-  piece's own ``in<i>``/``out<i>``/``model_input<i>``, the model is named ``piece`` and the ops' runtime info
-  (which can hold the names of fused ops) is cleared.
+  piece's own, which are exactly ``in<i>``, ``out<i>``, ``model_input<i>`` or ``target_input<i>`` (a model's
+  ``outsourced_7`` is dropped), the model is named ``piece`` and the runtime info of the ops and of their inputs
+  and outputs (which can hold the names of fused ops) is cleared.
 
 Shape and index constants (read by Reshape, Gather's indices, axes) are kept: they are the piece's structure.
 A twin's piece is anonymized with the same replacements for the weights it shares with the model (an injected
@@ -19,6 +20,7 @@ reproduces is for the caller to check (`bisect_ov.repro.write`).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -29,7 +31,7 @@ from bisect_ov.repro.piece import Piece, Side
 
 __all__ = ["anonymized", "replaced_weights"]
 
-_KEPT_NAMES = ("in", "out", "model_input", "target_input")
+_KEPT_NAME = re.compile(r"(in|out|model_input|target_input)[0-9]+")
 
 
 def anonymized(piece: Piece, *, seed: int = 0) -> Piece:
@@ -77,12 +79,10 @@ def _anonymized_model(model: ov.Model, rng: np.random.Generator, chosen: dict[tu
         if kind not in ("Parameter", "Result"):
             node.set_friendly_name(f"{kind.lower()}_{i}")
             for out in node.outputs():
-                out.get_tensor().set_names({n for n in out.get_names() if n.startswith(_KEPT_NAMES) and n[-1].isdigit()})
-        elif kind == "Result":
-            node.set_friendly_name(node.get_friendly_name())
-        info = node.get_rt_info()
-        for key in list(info.keys()):
-            del info[key]
+                out.get_tensor().set_names({n for n in out.get_names() if _KEPT_NAME.fullmatch(n)})
+        for info in [node.get_rt_info()] + [p.get_rt_info() for p in (*node.inputs(), *node.outputs())]:
+            for key in list(info.keys()):
+                del info[key]
     clone.set_friendly_name("piece")
     for key in list(clone.get_rt_info().keys()):
         del clone.get_rt_info()[key]

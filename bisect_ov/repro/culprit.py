@@ -21,10 +21,11 @@ from bisect_ov.model.graph import ModelGraph
 __all__ = ["choose"]
 
 
-def choose(report: Any, graph: ModelGraph, node: str | int | None) -> tuple[Any, list[str], tuple[str, ...]]:
-    """The node to reproduce, the notes, and keys the piece must hold besides its fused group (the kernel a node
-    that cannot be cut out alone lies in); see the module docstring."""
-    notes: list[str] = []
+def choose(report: Any, graph: ModelGraph, node: str | int | None) -> tuple[Any, list[tuple[str, str]], tuple[str, ...]]:
+    """The node to reproduce, the notes (each as (with the model's names, naming nothing of it) for an anonymized
+    README), and keys the piece must hold besides its fused group (the kernel a node that cannot be cut out alone
+    lies in); see the module docstring."""
+    notes: list[tuple[str, str]] = []
     sides = f"{report.ref.label} -> {report.target.label}"
     if node is None:
         first = report.first_divergence
@@ -45,17 +46,22 @@ def choose(report: Any, graph: ModelGraph, node: str | int | None) -> tuple[Any,
         if not holders:
             raise
         chosen = holders[0]
-        notes.append(f"'{node}' cannot be cut out alone: the target fused it into the kernel that ends at "
-                     f"'{chosen.name}', so the piece is the smallest that can be: that kernel.")
+        notes.append((f"'{node}' cannot be cut out alone: the target fused it into the kernel that ends at "
+                      f"'{chosen.name}', so the piece is the smallest that can be: that kernel.",
+                      "The node asked for cannot be cut out alone: the target fused it into a kernel, so the piece is "
+                      "the smallest that can be: that kernel."))
     if chosen.inside_kernel is not None:
         stored = _kernel_output(report, graph, chosen)
         if stored is None:
             raise InputError(
                 f"'{chosen.name}' exists only inside the target's fused kernel '{chosen.inside_kernel}', and no "
                 "measured node stores that kernel's output: no piece can be cut out without splitting the kernel.")
-        notes.append(f"'{chosen.name}' exists only inside the target's fused kernel '{chosen.inside_kernel}': cut out "
-                     f"alone it would split that kernel, so the piece is the smallest that can be: the kernel up to "
-                     f"'{stored.name}', which stores its output.")
+        notes.append((f"'{chosen.name}' exists only inside the target's fused kernel '{chosen.inside_kernel}': cut "
+                      f"out alone it would split that kernel, so the piece is the smallest that can be: the kernel up "
+                      f"to '{stored.name}', which stores its output.",
+                      "The node asked for exists only inside one of the target's fused kernels: cut out alone it would "
+                      "split that kernel, so the piece is the smallest that can be: the kernel up to the node that "
+                      "stores its output."))
         between = graph.downstream(chosen.key) & graph.upstream(stored.key)
         extra = tuple(sorted(between | set(chosen.group), key=lambda k: graph[k].index if k in graph else -1))
         chosen = stored

@@ -1,17 +1,40 @@
 """The README of a reproducer folder: what diverges, on which devices, precisions and OpenVINO versions, the
 figures seen in the whole model and in the piece alone, and, for an anonymized piece, what was replaced.
 
-An anonymized reproducer's README names no op of the model: the node is described by its type alone.
+An anonymized reproducer's README names no op of the model: the node is described by its type alone, and the
+notes are given in their words that name nothing. Every text taken from the model or the user (node names, op
+types, device labels, the notes) is escaped for Markdown and HTML alike: a control character is written as its
+Python escape (a newline cannot start a heading, an ANSI sequence cannot reach a terminal that shows the file),
+``<``, ``>`` and ``&`` as HTML entities, Markdown's punctuation behind a backslash.
 """
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from typing import Any, Sequence
 
 from bisect_ov.core.records import Repro
 
 __all__ = ["readme"]
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069]")
+_MARKDOWN = re.compile(r"([\\`*_\[\]#|~])")
+
+
+def shown(text: object) -> str:
+    r"""`text` safe in Markdown and HTML: control characters as Python escapes, HTML's specials as entities,
+    Markdown's punctuation escaped.
+
+    Examples
+    --------
+    >>> print(shown("a\n## b <img src=x onerror=alert(1)>"))
+    a\\n\#\# b &lt;img src=x onerror=alert(1)&gt;
+    """
+    text = _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], str(text))
+    return _MARKDOWN.sub(r"\\\1", html.escape(text, quote=False))
 
 
 def _fmt(x: float | None) -> str:
@@ -34,13 +57,16 @@ def _side_line(spec: dict) -> str:
     return line
 
 
-def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pieces: Sequence[Any]) -> str:
-    """The README.md text of the folder `record` describes."""
+def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pieces: Sequence[Any],
+           hidden_notes: Sequence[str] = ()) -> str:
+    """The README.md text of the folder `record` describes; `hidden_notes`: the notes in words that name nothing
+    of the model, shown instead of `record.notes` when the piece is anonymized."""
     hidden = record.anonymized
-    what = record.op_type if hidden else f"{record.op_type} '{record.node}'"
+    what = shown(record.op_type) if hidden else f"{shown(record.op_type)} '{shown(record.node)}'"
+    ref_label, target_label = shown(ref_spec["label"]), shown(target_spec["label"])
     ref_version, target_version = ref_spec.get("openvino") or "", target_spec.get("openvino") or ""
     lines = [
-        f"# Reproducer: {what} diverges on {target_spec['label']} against {ref_spec['label']}",
+        f"# Reproducer: {what} diverges on {target_label} against {ref_label}",
         "",
         "Run it with only OpenVINO and numpy installed (`pip install openvino numpy`):",
         "",
@@ -51,20 +77,20 @@ def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pie
         "",
         "| | |",
         "|---|---|",
-        f"| reference | {report.ref.label}: {_side_line(ref_spec)} |",
-        f"| target | {report.target.label}: {_side_line(target_spec)} |",
+        f"| reference | {shown(report.ref.label)}: {shown(_side_line(ref_spec))} |",
+        f"| target | {shown(report.target.label)}: {shown(_side_line(target_spec))} |",
     ]
     if ref_version and target_version and ref_version != target_version:
-        lines.append(f"| OpenVINO | reference {ref_version}, target {target_version}: the sides ran different "
+        lines.append(f"| OpenVINO | reference {shown(ref_version)}, target {shown(target_version)}: the sides ran different "
                      "releases |")
     else:
-        lines.append(f"| OpenVINO | {target_version or report.openvino_version} |")
+        lines.append(f"| OpenVINO | {shown(target_version or report.openvino_version)} |")
     first = report.first_divergence
     role = "first divergence" if first is not None and first.name == record.node else "node asked for"
     lines += [
-        f"| the node | {what}, the {role} of {'the model' if hidden else repr(report.model)} "
+        f"| the node | {what}, the {role} of {'the model' if hidden else shown(repr(report.model))} "
         f"({len(report.nodes)} nodes compared) |",
-        f"| metric, tolerance | {report.metric}, {_fmt(record.tolerance)} |",
+        f"| metric, tolerance | {shown(report.metric)}, {_fmt(record.tolerance)} |",
         f"| its local error in the run (alone on the target, fed the reference's inputs) | {_fmt(record.local_error)} |",
         f"| this piece on the target | {_fmt(record.anonymized_error if hidden else record.error)} "
         f"(reproduces: over the tolerance and within {record.factor:g}x of the local error) |",
@@ -98,15 +124,16 @@ def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pie
         else:
             lines.append("Replacing the weights was tried and the replaced piece did NOT reproduce, so this folder "
                          "holds the model's own weights and names: do not share it where the model must stay private.")
-    if record.notes:
-        lines += ["", "## Notes", ""] + [f"* {n}" for n in record.notes]
+    notes = hidden_notes if hidden else record.notes
+    if notes:
+        lines += ["", "## Notes", ""] + [f"* {shown(n)}" for n in notes]
     lines += ["", "Written by bisect_ov (`report.repro(folder)` or `bisect-ov repro`)."]
     return "\n".join(lines) + "\n"
 
 
 def _piece_line(record: Repro, pieces: Sequence[Any], hidden: bool) -> str:
     size = len(record.nodes)
-    names = "" if hidden else ": " + ", ".join(f"'{n}'" for n in record.nodes[:8]) + (" ..." if size > 8 else "")
+    names = "" if hidden else ": " + ", ".join(f"'{shown(n)}'" for n in record.nodes[:8]) + (" ..." if size > 8 else "")
     if record.grown == 0:
         return f"{size} node(s), the node's fused group{names}"
     tried = "; ".join(f"{len(p.keys)} node(s): {_fmt(e)}" for p, e in zip(pieces, record.attempts))

@@ -162,6 +162,14 @@ def _fmt(x: float) -> str:
     return f"{x:.2e}" if math.isfinite(x) else str(x)
 
 
+def _first_line(err: BaseException) -> str:
+    """The sentence of an error a user can act on: OpenVINO's start with C++ source locations, one a line."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))]
+    text = (useful or lines or [type(err).__name__])[-1]
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)[:300]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Run this reproducer: the piece on the reference and the target.")
     parser.add_argument("--ref", help="reference device (default: the one in repro.json)")
@@ -172,7 +180,7 @@ def main(argv=None) -> int:
     try:
         result = run(HERE, ref=args.ref, target=args.target, skip_ref=args.no_ref)
     except Exception as err:  # one line for the user; the traceback helps nobody filing the report
-        print(f"run.py: error: {err}", file=sys.stderr)
+        print(f"run.py: error: {_first_line(err)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result))

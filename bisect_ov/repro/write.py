@@ -9,7 +9,8 @@ default) of the node's local error in the run (its error there when no local err
 not (the defect needs the kernels around it), the piece grows upstream step by step (`growth`) up to `max_nodes`;
 when none reproduces, nothing is written and the error says what each size gave. With ``anonymize=True`` the
 piece's weights and names are replaced (`bisect_ov.repro.anonymize`) and the replaced piece is kept only if it
-still reproduces. The verified files are then moved into `folder`.
+still reproduces. The verified folder is then renamed into place (`bisect_ov.repro.folder.place`): `folder` is
+checked before any work, and a failure leaves it as it was.
 
 Assumptions: `source` holds the comparison and the examined sample of the run `report` came from
 (`ReproSource`); both sides are devices ``run.py`` can rebuild (`bisect_ov.repro.sides`).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import pathlib
 import shutil
@@ -29,7 +31,8 @@ from typing import Any, Sequence
 import numpy as np
 import openvino as ov
 
-from bisect_ov.core.errors import InputError, WriteError
+from bisect_ov.core.checks import check_flag, check_seed, is_integer
+from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import Repro
 from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.model.runtime import RuntimeGraph
@@ -37,17 +40,16 @@ from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.repro import script
 from bisect_ov.repro.anonymize import anonymized
 from bisect_ov.repro.culprit import choose
+from bisect_ov.repro.folder import FILES, FORMAT, check_folder, place
 from bisect_ov.repro.piece import MAX_NODES, Piece, build_piece, feed_values, growth, unit_keys
 from bisect_ov.repro.readme import readme
 from bisect_ov.repro.sides import side_spec
 from bisect_ov.run.emulate_ir import saveable_emulation
 
-__all__ = ["FACTOR", "FILES", "ReproSource", "check_folder", "reproduces", "write_repro"]
+__all__ = ["FACTOR", "FILES", "OPTIONS", "ReproSource", "check_folder", "check_options", "reproduces", "write_repro"]
 
 FACTOR = 2.0  # the piece alone must give the node's local error within this factor
-FILES = ("README.md", "run.py", "repro.json", "inputs.npz", "expected.npz", "piece.xml", "piece.bin",
-         "target_piece.xml", "target_piece.bin", "target_emulated.xml", "target_emulated.bin",
-         "reference_emulated.xml", "reference_emulated.bin")
+OPTIONS = ("node", "anonymize", "overwrite", "factor", "max_nodes", "seed")
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,7 +62,11 @@ class ReproSource:
     target_runtime: RuntimeGraph
 
     def write(self, report: Any, folder: str | os.PathLike, **options: Any) -> Repro:
-        """`write_repro(report, self, folder, **options)`."""
+        """`write_repro(report, self, folder, **options)`; an option it does not take is refused by name."""
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise InputError(f"report.repro() takes no option {', '.join(map(repr, unknown))}. Its options: "
+                             f"{', '.join(OPTIONS)}.")
         return write_repro(report, self, folder, **options)
 
 
@@ -85,9 +91,8 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
         be written; a side run.py cannot rebuild; anonymizing with a recorded reference; no piece up to
         `max_nodes` reproduces (the message gives each size's error).
     """
-    if not (isinstance(factor, (int, float)) and factor >= 1):
-        raise InputError(f"factor must be a number >= 1 (how far the piece's error may be from the local error); got {factor!r}.")
-    folder = check_folder(pathlib.Path(folder), overwrite)
+    check_options(node=node, anonymize=anonymize, factor=factor, max_nodes=max_nodes, seed=seed)
+    folder = check_folder(folder, overwrite)
     comparison = source.comparison
     graph = comparison.graph
     if report.metric not in script.METRICS:
@@ -109,7 +114,8 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
     values = _ref_values(comparison, source.sample, [t for p in pieces for t in p.fed_taps()] + outputs)
     local = culprit.local_error if culprit.local_error is not None else culprit.error
     if culprit.local_error is None:
-        notes.append(f"No local error was measured for '{culprit.name}': the piece is held to its error in the run.")
+        notes.append((f"No local error was measured for '{culprit.name}': the piece is held to its error in the run.",
+                      "No local error was measured for the node: the piece is held to its error in the run."))
     common = {"report": report, "culprit": culprit, "ref_spec": ref_spec, "target_spec": target_spec,
               "tolerance": culprit.tolerance}
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.") as scratch:
@@ -144,13 +150,35 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
             tolerance=culprit.tolerance, factor=factor, reproduces=True, grown=step, attempts=tuple(attempts),
             anonymize_tried=anonymize, anonymized=anonymize_result is not None,
             anonymized_error=anonymize_result[1] if anonymize_result is not None else None,
-            files=tuple(sorted(p.name for p in where.iterdir()) + ["README.md"]), notes=tuple(notes),
+            files=tuple(sorted(p.name for p in where.iterdir()) + ["README.md"]), notes=tuple(n for n, _ in notes),
         )
         written = json.loads((where / "repro.json").read_text(encoding="utf-8"))
         (where / "README.md").write_text(readme(record, report, written["reference"], written["target"],
-                                                pieces=pieces[:step + 1]), encoding="utf-8")
-        _move_into(where, folder)
+                                                pieces=pieces[:step + 1], hidden_notes=tuple(a for _, a in notes)),
+                                         encoding="utf-8")
+        place(where, folder, pathlib.Path(scratch))
     return record
+
+
+def check_options(*, node: Any = None, anonymize: Any = False, factor: Any = FACTOR, max_nodes: Any = MAX_NODES,
+                  seed: Any = 0) -> None:
+    """Refuse a reproducer option of the wrong type or range, naming it (`bisect()`'s words for its options).
+
+    Raises
+    ------
+    InputError
+        With the option, what is valid and what was given.
+    """
+    if node is not None and not (isinstance(node, str) or is_integer(node)):
+        raise InputError(f"node must be a node's name (a str, one of report.culprits) or its index; got {node!r:.60}.")
+    check_flag("anonymize", anonymize)
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or not (math.isfinite(factor) and float(factor) >= 1):
+        raise InputError(f"factor must be a finite number >= 1 (how far the piece's error may be from the local error); "
+                         f"got {factor!r:.60}.")
+    if not is_integer(max_nodes) or max_nodes < 1:
+        raise InputError(f"max_nodes must be an integer >= 1 (the largest piece growth tries, {MAX_NODES} by default); "
+                         f"got {max_nodes!r:.60}.")
+    check_seed("seed", seed)
 
 
 def _typed(device) -> str:
@@ -192,7 +220,7 @@ def _write_files(where: pathlib.Path, piece: Piece, inputs: dict[str, Any], expe
         spec["typed_inputs"] = list(side.typed_inputs) if precision else []
         spec["typed_outputs"] = list(side.typed_outputs) if precision else []
     spec_doc = {
-        "format": "bisect_ov.repro", "version": 1,
+        "format": FORMAT, "version": 1,
         "title": f"{culprit.op_type} diverges on {target_spec['label']} against {ref_spec['label']}",
         "metric": report.metric, "node_op_type": culprit.op_type,
         "reference": sides["reference"], "target": sides["target"],
@@ -225,33 +253,6 @@ def _anonymize(scratch: pathlib.Path, piece: Piece, sample: Sample, values, *, s
         if reproduces(error, local, common["tolerance"], factor):
             return where, error
     return None
-
-
-def check_folder(folder: pathlib.Path, overwrite: bool) -> pathlib.Path:
-    """`folder`, checked: absent (its parent writable) or an empty folder, or any folder with `overwrite`."""
-    folder = folder.expanduser().absolute()
-    if folder.exists() and not folder.is_dir():
-        raise WriteError(f"'{folder}' is a file; a reproducer is a folder. Pass a folder path.")
-    if folder.is_dir() and any(folder.iterdir()) and not overwrite:
-        raise WriteError(f"The folder '{folder}' is not empty; pass overwrite=True (--overwrite) to replace the "
-                         "reproducer files in it, or choose an empty or new folder.")
-    parent = folder if folder.is_dir() else folder.parent
-    if not parent.is_dir():
-        raise WriteError(f"Cannot write the reproducer to '{folder}': the folder '{parent}' does not exist.")
-    if not os.access(parent, os.W_OK | os.X_OK) or not os.access(folder.parent, os.W_OK | os.X_OK):
-        raise WriteError(f"Cannot write the reproducer to '{folder}': no write permission. Choose another folder.")
-    return folder
-
-
-def _move_into(where: pathlib.Path, folder: pathlib.Path) -> None:
-    """Move the verified files into `folder`, replacing a reproducer's files there and removing its stale ones."""
-    folder.mkdir(exist_ok=True)
-    written = {p.name for p in where.iterdir()}
-    for name in FILES:
-        if name not in written and (folder / name).is_file():
-            (folder / name).unlink()
-    for name in sorted(written):
-        os.replace(where / name, folder / name)
 
 
 def _fmt(x: float) -> str:

@@ -159,9 +159,15 @@ def test_bad_requests_are_refused_and_say_what_to_do(demo_f16, tmp_path):
     (folder / "notes.txt").write_text("mine")
     with pytest.raises(InputError, match="is not empty; pass overwrite=True"):
         demo_f16.repro(folder)
+    with pytest.raises(InputError, match="no earlier reproducer"):  # overwrite replaces only a reproducer
+        demo_f16.repro(folder, overwrite=True)
+    (folder / "notes.txt").unlink()
+    demo_f16.repro(folder)
+    (folder / "notes.txt").write_text("mine")
     (folder / "piece.bin").write_text("stale")
     demo_f16.repro(folder, overwrite=True)  # the reproducer's files replaced, the user's left alone
     assert (folder / "notes.txt").read_text() == "mine" and (folder / "run.py").is_file()
+    assert (folder / "piece.bin").read_bytes() != b"stale"
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="is a file"):
         demo_f16.repro(tmp_path / "file")
