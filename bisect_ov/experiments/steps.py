@@ -15,12 +15,18 @@ The first step over tolerance starts the divergence; it starts in the step's com
 error is over tolerance too, else in the cache it inherited. That step's inputs (the reference's cache on
 both sides when the step's computation is at fault) are then examined node by node by the usual pipeline.
 
+The steps are bounded before they run (`check_positions`, `check_memory`): the last position must lie within the model's position
+table when it has one (GPT-2's), and the caches held to the end (the reference's of every step, and the
+target's inputs of every step: about twice the sum over the steps of a cache of that length) must fit in half
+the memory available; beyond either, the run is refused with the most steps that fit.
+
 Assumptions: the model takes ``input_ids`` (and optionally ``attention_mask``, ``position_ids``,
 ``beam_idx``) with batch 1, and its first output is the logits ``[batch, seq, vocab]``.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -32,7 +38,9 @@ from bisect_ov.core.records import Step
 from bisect_ov.model.state import Stateless
 from bisect_ov.run.devices import Compiled
 
-__all__ = ["Generation", "run_steps", "step_inputs"]
+__all__ = ["Generation", "available_memory", "check_memory", "check_positions", "run_steps", "step_inputs", "STEPS_WITHOUT_MEMORY"]
+
+STEPS_WITHOUT_MEMORY = 4096  # the most steps where the memory available cannot be read
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,67 @@ def step_inputs(stateless: Stateless, names: Sequence[str], prompt: Sequence[np.
     return arrays + list(states)
 
 
+def check_positions(steps: int, length: int, positions: int | None) -> None:
+    """Refuse `steps` decode steps after a prompt of `length` tokens that reach beyond the model's position table
+    of `positions` rows (None: no table, nothing to check).
+
+    Raises
+    ------
+    InputError
+        With the most steps the table takes.
+    """
+    if positions is not None and length + steps > positions:
+        raise InputError(f"steps={steps:,} after a prompt of {length} tokens reach position {length + steps - 1:,}, beyond "
+                         f"the model's position range (positions 0 to {positions - 1:,}: its position table has "
+                         f"{positions:,} rows). Ask for steps up to {max(positions - length, 0):,}.")
+
+
+def check_memory(steps: int, length: int, cache_bytes: int, available: int | None) -> None:
+    """Refuse `steps` decode steps whose caches would not fit in half the memory `available` (see the module
+    docstring); `cache_bytes`: the variables' bytes after the prompt of `length` tokens. Where the memory
+    available is unknown (None), at most `STEPS_WITHOUT_MEMORY` steps.
+
+    Raises
+    ------
+    InputError
+        With the most steps that would fit.
+    """
+    if available is None:
+        if steps > STEPS_WITHOUT_MEMORY:
+            raise InputError(f"steps={steps:,}: the memory available cannot be read here, so at most "
+                             f"{STEPS_WITHOUT_MEMORY:,} decode steps run (each holds its KV cache to the end).")
+        return
+    per_token = cache_bytes / max(length, 1)
+
+    def held(n: int) -> float:  # two caches per step, growing by one token a step
+        return 2 * per_token * ((n + 1) * length + n * (n + 1) / 2)
+
+    budget = available / 2
+    if held(steps) > budget:
+        fit, high = 0, steps
+        while fit < high:  # the most steps whose caches fit
+            mid = (fit + high + 1) // 2
+            fit, high = (mid, high) if held(mid) <= budget else (fit, mid - 1)
+        raise InputError(f"steps={steps:,} would hold about {held(steps) / 1e9:,.3g} GB of KV caches (each step's, on "
+                         "both sides, to examine the step where divergence starts), more than half the memory available "
+                         f"({available / 1e9:.1f} GB). Ask for at most {fit:,} steps.")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available now (Linux's MemAvailable, else the free pages), None where neither is known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def _infer(compiled: Compiled, arrays: Sequence[np.ndarray], count: int) -> list[np.ndarray]:
     """Run a compiled model on `arrays`; its first `count` outputs copied out (a tapped compile has more)."""
     out = compiled.infer(arrays)
@@ -73,7 +142,7 @@ def run_steps(stateless: Stateless, names: Sequence[str], compile_ref: Callable[
               compile_target: Callable[[], Compiled], prompt: Sequence[np.ndarray], initial: Sequence[np.ndarray],
               steps: int, error_of: Callable[[TensorStats], float], tolerance: float, *,
               prefill: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None,
-              ran: Callable[[str, int], None] | None = None) -> Generation:
+              ran: Callable[[str, int], None] | None = None, positions: int | None = None) -> Generation:
     """The prefill and `steps` decode steps on both sides (see the module docstring).
 
     `compile_ref`, `compile_target`: each side's compile of the stateless model (the target's may be its twin,
@@ -84,16 +153,19 @@ def run_steps(stateless: Stateless, names: Sequence[str], compile_ref: Callable[
     `prefill`: both sides' outputs on the prompt with the initial states, when the untouched run made them
     already: the reference's prefill is not run again, and the target's compile runs it once, its outputs
     kept as `Generation.recompiled` (a second compile of the untouched target, for the noise check). `ran(side,
-    n)` counts inferences.
+    n)` counts inferences. `positions`: the rows of the model's position table, when it has one.
 
     Raises
     ------
     InputError
-        When the model has no ``input_ids`` input.
+        When the model has no ``input_ids`` input, or the steps are more than it or the memory can take
+        (`check_positions`, `check_memory`: before the first decode step).
     """
     if "input_ids" not in names:
         raise InputError(f"steps need a model with an 'input_ids' input (a causal LM); its inputs are {list(names)}. "
                          "Pass steps=0.")
+    length = prompt[list(names).index("input_ids")].shape[-1]
+    check_positions(steps, length, positions)
     n, states = stateless.n_outputs, stateless.state_outputs
     count = max([n, *(i + 1 for i in states)])
     count_run = ran or (lambda side, k: None)
@@ -117,6 +189,8 @@ def run_steps(stateless: Stateless, names: Sequence[str], compile_ref: Callable[
         ref_outputs.append(out)
         tokens.append(int(np.argmax(out[0][0, -1])))
         ref_state = [out[i] for i in states]
+        if step == 0:  # the cache after the prompt tells what the steps will hold
+            check_memory(steps, length, sum(a.nbytes for a in ref_state), available_memory())
     del ref_c  # released before the target compiles
 
     # The target on its own cache, fed the reference's tokens, and on the reference's cache (its local error).

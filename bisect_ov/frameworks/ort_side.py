@@ -4,7 +4,8 @@ The ONNX file runs in ONNX Runtime's CPU execution provider with every intermedi
 as a graph output, and each is matched to the OpenVINO node whose output tensor carries its name (OpenVINO's
 ONNX frontend keeps the ONNX tensor names). ``dtype="f64"`` runs a copy of the model cast to float64 (float
 initializers, constants, casts and value types): the float64 side of ``truth="f64"``, where ONNX Runtime has
-float64 kernels for the model's ops; where it has not, making the side says which op failed.
+float64 kernels for the model's ops; where it has not, making the side says which op failed. A run that fails
+(an index out of range that the inputs fed) is a `DeviceError` with ONNX Runtime's sentence.
 
 Assumes onnxruntime is installed (the ``ort`` extra); it is imported when a side is made.
 """
@@ -16,7 +17,7 @@ from typing import Any, Hashable, Sequence
 
 import numpy as np
 
-from bisect_ov.core.errors import InputError, first_line
+from bisect_ov.core.errors import DeviceError, InputError, first_line, raise_if_interrupted
 from bisect_ov.frameworks.side import Binding, FrameworkSide, check_outputs, covered_by_consumers, static_shapes
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap
@@ -130,11 +131,22 @@ class ORT(FrameworkSide):
             feed[name] = a.astype(np.float64 if self.dtype == "f64" else np.float32) if a.dtype.kind == "f" else a
         return feed
 
-    def _bind(self, graph: ModelGraph, arrays: list[np.ndarray]) -> Binding:
+    def _running(self, session, names: list[str], arrays: Sequence[np.ndarray]) -> list:
+        """`session.run(names, ...)` on `arrays`, its failures in the error family."""
+        try:
+            return session.run(names, self._feed(arrays))
+        except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types
+            raise_if_interrupted(err)
+            given = ", ".join(f"{n} {list(np.shape(a))} {np.asarray(a).dtype}" for n, a in self._feed(arrays).items())
+            raise DeviceError(f"ONNX Runtime failed running {self.label} on the inputs ({given}): {first_line(err)}. "
+                              "Check the inputs' values against what the model expects (token ids within the "
+                              "vocabulary, indices within their range).") from err
+
+    def _bind(self, graph: ModelGraph, arrays: list[np.ndarray]) -> tuple[Binding, list[np.ndarray]]:
         values = self._values()
         outputs = [o.name for o in self.source.graph.output]
         session = self._session_for(values)
-        got = session.run(outputs, self._feed(arrays))
+        got = self._running(session, outputs, arrays)
         check_outputs(graph, "ONNX Runtime", [tuple(np.shape(a)) for a in got], static_shapes(graph, arrays),
                       f"ONNX model ({self.label})")
         known = set(values)
@@ -150,14 +162,15 @@ class ORT(FrameworkSide):
                 sources[tap] = ("output", j)
         kinds = {t: ("tensor" if a[0] == "onnx" else "output") for t, a in sources.items()}  # type: ignore[index]
         covered = covered_by_consumers(graph, {t.key for t in sources})
-        return Binding(sources, kinds, covered, tuple(("output", j) for j in range(len(outputs))),
-                       note=f"ONNX Runtime, CPU execution provider, graph optimizations off; {len(values)} ONNX values")
+        binding = Binding(sources, kinds, covered, tuple(("output", j) for j in range(len(outputs))),
+                          note=f"ONNX Runtime, CPU execution provider, graph optimizations off; {len(values)} ONNX values")
+        return binding, [np.asarray(a) for a in got]
 
     def _run(self, arrays: list[np.ndarray], addresses: Sequence[Hashable], binding: Binding) -> dict[Hashable, np.ndarray]:
         outputs = [o.name for o in self.source.graph.output]
         names = list(dict.fromkeys([a[1] for a in addresses if a[0] == "onnx"]))  # type: ignore[index]
         session = self._session_for(self._values())
-        got = session.run(outputs + names, self._feed(arrays))
+        got = self._running(session, outputs + names, arrays)
         found: dict[Hashable, np.ndarray] = {("output", j): got[j] for j in range(len(outputs))}
         found.update({("onnx", n): got[len(outputs) + i] for i, n in enumerate(names)})
         return {a: found[a] for a in addresses}

@@ -3,9 +3,11 @@
 A `FrameworkSide` (`bisect_ov.frameworks.torch_side.Torch`, `bisect_ov.frameworks.ort_side.ORT`) knows how to
 run its framework and how to find, for the walked OpenVINO graph, which framework value each node's tensor
 is (its *address*: an aten call of the eager run, an ONNX tensor name). `FrameworkSide.bind(graph, arrays)`
-runs the framework once on `arrays`, matches, checks that its outputs are the model's, and returns a
-`BoundSide`: the `Device` the comparison uses. `BoundSide.provides` tells the pipeline which tensors it has,
-so only those are compared; `BoundSide.record` says what matched and what did not.
+runs the framework once on `arrays`, matches, checks that its outputs are the model's, runs it a second time
+and checks that it gives the same outputs (a side that does not, dropout in training mode or a random op, would
+have its own noise blamed on the other side), and returns a `BoundSide`: the `Device` the comparison uses.
+`BoundSide.provides` tells the pipeline which tensors it has, so only those are compared; `BoundSide.record`
+says what matched and what did not.
 
 A bound side compiles a (tapped) model into a `FrameworkCompiled`, whose `infer` runs the framework and
 returns the values at the model's outputs, in the model's output order, as a recorded run does
@@ -37,6 +39,7 @@ __all__ = ["FrameworkSide", "Binding", "BoundSide", "FrameworkCompiled", "DTYPES
            "covered_by_consumers"]
 
 DTYPES = ("f32", "f64")
+REPEATABLE = 1e-6  # the most two runs of a side on the same inputs may differ by (relative L2) and count as the same
 
 
 def check_dtype(dtype: str) -> str:
@@ -90,12 +93,28 @@ class FrameworkSide(Device):
         Raises
         ------
         InputError
-            The framework's outputs do not correspond to the model's (count, shape), or it rejects the inputs.
+            The framework's outputs do not correspond to the model's (count, shape), it rejects the inputs, or it
+            gives other outputs for the same inputs in a second run.
         """
-        return BoundSide(self, graph, self._bind(graph, list(arrays)))
+        arrays = list(arrays)
+        binding, outputs = self._bind(graph, arrays)
+        again = self._run(arrays, list(binding.outputs), binding)
+        for i, (first, address) in enumerate(zip(outputs, binding.outputs)):
+            change = _change(np.asarray(first), np.asarray(again[address]))
+            if change > REPEATABLE:
+                raise InputError(
+                    f"The {self.framework} side '{self.name}' gives other outputs for the same inputs in a second run "
+                    f"(output {i} moved by {change:.1e}, relative): something in it is random, so its own noise would "
+                    f"be blamed on the other side. {self._unrepeatable_hint()}")
+        return BoundSide(self, graph, binding)
 
-    def _bind(self, graph: ModelGraph, arrays: list[np.ndarray]) -> Binding:  # pragma: no cover
+    def _bind(self, graph: ModelGraph, arrays: list[np.ndarray]) -> tuple[Binding, list[np.ndarray]]:  # pragma: no cover
+        """The binding and the outputs of the run that made it, in the model's output order."""
         raise NotImplementedError
+
+    def _unrepeatable_hint(self) -> str:
+        """What to do about a side whose two runs differ (see `bind`)."""
+        return "Make its random ops deterministic (seed them, or remove them), then compare again."
 
     def _run(self, arrays: list[np.ndarray], addresses: Sequence[Hashable], binding: Binding) -> dict[Hashable, np.ndarray]:
         """The values at `addresses` for `arrays` (numpy, in the side's dtype)."""
@@ -104,6 +123,19 @@ class FrameworkSide(Device):
     def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()):
         raise InputError(f"The {self.framework} side '{self.name}' must be bound to the model first "
                          "(FrameworkSide.bind(graph, inputs)); bisect() does it.")
+
+
+def _change(first: np.ndarray, second: np.ndarray) -> float:
+    """||second - first|| / ||first||, over the finite values; inf where NaN/Inf moved or shapes differ."""
+    if first.shape != second.shape:
+        return float("inf")
+    a, b = first.astype(np.float64, copy=False).ravel(), second.astype(np.float64, copy=False).ravel()
+    finite = np.isfinite(a)
+    if not np.array_equal(finite, np.isfinite(b)) or not np.array_equal(a[~finite], b[~finite], equal_nan=True):
+        return float("inf")
+    diff = float(np.linalg.norm(b[finite] - a[finite]))
+    scale = float(np.linalg.norm(a[finite]))
+    return diff / scale if scale else (float("inf") if diff else 0.0)
 
 
 def check_outputs(graph: ModelGraph, framework: str, shapes: Sequence[tuple[int, ...]],

@@ -16,7 +16,11 @@ float64: the exact side of ``truth="f64"``.
 
 The first run (`bind`) records what every call read and made; later runs record only the values asked for,
 and must make the same calls in the same order (a module whose control flow follows its inputs' values is
-refused for inputs that change it). A module on another device than the CPU, or in training mode, is refused.
+refused for inputs that change it). A module on another device than the CPU, or with a dropout or batch-norm
+module in training mode, is refused; a module random in another way (``F.dropout(x, p, self.training)`` in
+training mode, ``torch.rand``) is refused when its second run on the bound inputs gives other outputs
+(`FrameworkSide.bind`). Eager runs of every side hold one lock: two sides on the same module object (``ref=m,
+target=m``) would otherwise see each other's hooks fire when the pipeline runs them in threads.
 
 Assumes torch is installed (the ``zoo`` extra); it is imported when a side is made.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import threading
 from functools import partial
 from typing import Any, Hashable, Sequence
 
@@ -39,6 +44,7 @@ from bisect_ov.model.taps import Tap
 __all__ = ["Torch", "import_torch", "is_torch_module"]
 
 # Torch functions whose result is not a value of the model (sizes, attributes, conversions to Python).
+_RUNNING = threading.RLock()  # one eager or graph run at a time: hooks on a shared module fire for every caller
 _SKIP = frozenset({"size", "dim", "numel", "__len__", "__bool__", "item", "tolist", "__format__", "__repr__",
                    "__hash__", "is_floating_point", "is_contiguous", "data_ptr", "stride"})
 
@@ -233,16 +239,17 @@ class Torch(FrameworkSide):
         tensors = self._tensors_of(arrays)
         recorder = _Recorder(torch, keep, track)
         recorder.inputs(tensors)
-        handles = []
-        for path, sub in module.named_modules():
-            handles.append(sub.register_forward_pre_hook(partial(recorder.enter, path)))
-            handles.append(sub.register_forward_hook(partial(recorder.leave, path)))
-        try:
-            with torch.no_grad(), _mode(torch, recorder):
-                result = self._call(module, tensors, names)
-        finally:
-            for h in handles:
-                h.remove()
+        with _RUNNING:
+            handles = []
+            for path, sub in module.named_modules():
+                handles.append(sub.register_forward_pre_hook(partial(recorder.enter, path)))
+                handles.append(sub.register_forward_hook(partial(recorder.leave, path)))
+            try:
+                with torch.no_grad(), _mode(torch, recorder):
+                    result = self._call(module, tensors, names)
+            finally:
+                for h in handles:
+                    h.remove()
         return recorder, _tensors(torch, result)
 
     def _graph_run(self, gm, arrays: Sequence[np.ndarray], keep: set | None) -> tuple[dict, list, dict]:
@@ -264,7 +271,7 @@ class Torch(FrameworkSide):
 
         tensors = self._tensors_of(arrays)
         try:
-            with torch.no_grad():
+            with _RUNNING, torch.no_grad():
                 result = Interpreter(gm).run(*tensors)
         except Exception as err:  # noqa: BLE001
             raise InputError(f"The exported graph rejected the inputs: {type(err).__name__}: {first_line(err)}") from err
@@ -286,7 +293,16 @@ class Torch(FrameworkSide):
         return gm.to(torch.float64) if self.dtype == "f64" else gm
 
     # ----- matching ----------------------------------------------------------------------------------------
-    def _bind(self, graph: ModelGraph, arrays: list[np.ndarray]) -> Binding:
+    def _unrepeatable_hint(self) -> str:
+        training = sorted(p or type(self.module).__name__ for p, m in self.module.named_modules() if m.training)
+        if training and self.program is None:
+            return (f"The module is in training mode ({', '.join(training[:3])}{' ...' if len(training) > 3 else ''}): "
+                    "a functional dropout (F.dropout(x, p, self.training)) changes every run. Call module.eval() first.")
+        return ("It is in eval mode, so a random op (torch.rand, a dropout with training=True) changes every run: "
+                "seed it or remove it, then compare again.")
+
+    def _bind(self, graph: ModelGraph, arrays: list[np.ndarray]) -> tuple[Binding, list[np.ndarray]]:
+        torch = import_torch()
         self._names = names = _input_names(graph)
         shapes = static_shapes(graph, arrays)
         candidates = graph.candidates()
@@ -302,9 +318,10 @@ class Torch(FrameworkSide):
         self._outputs_as_sources(graph, sources, kinds)
         return Binding(sources, kinds, frozenset(covered), tuple(("output", j) for j in range(len(outputs))),
                        note=f"PyTorch eager; {len(recorder.events)} torch calls, {recorder.calls} module calls",
-                       order=tuple(recorder.labels))
+                       order=tuple(recorder.labels)), [_numpy(torch, t) for t in outputs]
 
-    def _bind_graph(self, graph: ModelGraph, arrays: list[np.ndarray], shapes) -> Binding:
+    def _bind_graph(self, graph: ModelGraph, arrays: list[np.ndarray], shapes) -> tuple[Binding, list[np.ndarray]]:
+        torch = import_torch()
         gm = self._graph_module(arrays)
         node_shapes, outputs, _ = self._graph_run(gm, arrays, None)
         check_outputs(graph, "PyTorch", [tuple(t.shape) for t in outputs], shapes, "exported graph")
@@ -326,7 +343,7 @@ class Torch(FrameworkSide):
         self._outputs_as_sources(graph, sources, kinds)
         return Binding(sources, kinds, frozenset(covered), tuple(("output", j) for j in range(len(outputs))),
                        note=f"the torch.export graph run node by node; {len(node_shapes)} graph nodes",
-                       order=("fx",))
+                       order=("fx",)), [_numpy(torch, t) for t in outputs]
 
     @staticmethod
     def _outputs_as_sources(graph: ModelGraph, sources: dict, kinds: dict) -> None:

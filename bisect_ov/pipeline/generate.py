@@ -1,5 +1,6 @@
 """The generation stage: with ``steps``, the prefill and decode steps of a stateful LLM on both sides
-(`bisect_ov.experiments.steps`), and the step where divergence starts examined in place of the prefill."""
+(`bisect_ov.experiments.steps`), and the step where divergence starts examined in place of the prefill; steps
+beyond the model's position table, or whose caches would not fit in memory, refused before the first decode step."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from bisect_ov.engine.comparison import Sample
 from bisect_ov.experiments.steps import Generation, run_steps
 from bisect_ov.pipeline.records import Examined, Setup
 from bisect_ov.pipeline.stages import examine, output_tolerance
+from bisect_ov.samples.prompts import position_range
 
 __all__ = ["generate"]
 
@@ -46,7 +48,7 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
                                lambda: runner.compile("target", runner.target_graph.model),
                                arrays[: state.n_inputs], arrays[state.n_inputs:], options.steps, setup.error_of,
                                tolerance, prefill=(untouched.ref_final, untouched.target_final) if same else None,
-                               ran=runner.ran)
+                               ran=runner.ran, positions=position_range(runner.graph.model))
     if generation.examine is not None:
         step = Sample.of(*generation.examine)
         return generation, replace(examined, engine=examine(runner, step))

@@ -9,6 +9,10 @@ leaves them: their initial values, computed from the prompt's own inputs by the 
 added as the ``state:<variable>`` inputs. `PromptInputs` does both; it travels to an executor's workers (the
 initialiser as IR bytes, compiled once per process).
 
+Token ids outside the vocabulary (negative, or past the rows of the embedding table ``input_ids`` indexes,
+when that table is found) are refused (`check_token_ids`): a Gather reading past its table gives no error on
+every device, so such a prompt would compare values no real prompt makes.
+
 Assumes batch 1 when token ids are given, and that the sequence is the last dimension of the token inputs.
 """
 
@@ -27,7 +31,7 @@ from bisect_ov.model.state import STATE_PREFIX, Stateless, compile_initialiser, 
 from bisect_ov.run.inputs import LLM_INPUTS, llm_companion, parameter_specs, vocabulary_size
 from bisect_ov.samples.batches import ModelPayload
 
-__all__ = ["PromptInputs", "is_token_ids", "sequence_input", "position_range", "sweep_prompts"]
+__all__ = ["PromptInputs", "check_token_ids", "is_token_ids", "sequence_input", "position_range", "sweep_prompts"]
 
 _COMPILED: dict[str, Any] = {}  # initialiser digest -> compiled model, once per process
 
@@ -37,6 +41,25 @@ def is_token_ids(sample: Any) -> bool:
     array = sample if isinstance(sample, np.ndarray) else None
     return (array is not None and np.issubdtype(array.dtype, np.integer)
             and (array.ndim == 1 or (array.ndim == 2 and array.shape[0] == 1)))
+
+
+def check_token_ids(tokens: Any, vocabulary: int | None, what: str = "The prompt") -> None:
+    """Refuse token ids outside [0, `vocabulary`) (only negative ones when the vocabulary is unknown).
+
+    Raises
+    ------
+    InputError
+        Naming the first id outside, its position and the vocabulary.
+    """
+    ids = np.asarray(tokens).reshape(-1)
+    if not ids.size or not np.issubdtype(ids.dtype, np.integer):
+        return
+    bad = (ids < 0) | (ids >= vocabulary) if vocabulary is not None else ids < 0
+    if bad.any():
+        at = int(np.argmax(bad))
+        within = f"0 to {vocabulary - 1:,} (the model's embedding table has {vocabulary:,} rows)" if vocabulary else "0 or more"
+        raise InputError(f"{what} holds token id {int(ids[at]):,} at position {at} ({int(bad.sum()):,} id(s) outside the "
+                         f"vocabulary); token ids must be {within}. Give ids from the model's tokenizer.")
 
 
 def sequence_input(model: ov.Model) -> str | None:
@@ -86,6 +109,7 @@ class PromptInputs:
     inputs: tuple[tuple[str, str], ...]
     init: ModelPayload | None = None
     variables: tuple[str, ...] = ()
+    vocabulary: int | None = None  # rows of the embedding table input_ids index, when found
 
     @classmethod
     def of(cls, user_model: ov.Model, state: Stateless | None) -> "PromptInputs":
@@ -93,14 +117,18 @@ class PromptInputs:
         for spec in parameter_specs(user_model):
             name = next((n for n in LLM_INPUTS if n in spec.names), spec.name)
             names.append((name, np.dtype(spec.dtype).name))
+        vocabulary = vocabulary_size(user_model, "input_ids")
         if state is None:
-            return cls(tuple(names))
-        return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables))
+            return cls(tuple(names), vocabulary=vocabulary)
+        return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables), vocabulary)
 
     def expand(self, sample: Any) -> Any:
         """`sample` as the compared model's inputs: token ids become the LLM inputs, and a stateful model's
         ``state:`` inputs are added with the variables' initial values. Other samples are returned as given."""
+        if isinstance(sample, Mapping) and "input_ids" in sample:
+            check_token_ids(sample["input_ids"], self.vocabulary, "The prompt's input_ids")
         if is_token_ids(sample):
+            check_token_ids(sample, self.vocabulary)
             tokens = np.asarray(sample).reshape(1, -1)
             given: dict[str, Any] = {}
             for name, dtype in self.inputs:
@@ -145,7 +173,7 @@ def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int
     ------
     InputError
         A model without a dynamic sequence dimension on ``input_ids``, a length below 1, beyond the model's
-        position range, or beyond the given prompt.
+        position range, or beyond the given prompt; a given prompt with token ids outside the vocabulary.
     """
     if sequence_input(model) is None:
         inputs = ", ".join(s.describe() for s in parameter_specs(model))
@@ -181,6 +209,7 @@ def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int
             raise InputError("A prompt-length sweep cuts one prompt to each length: give it as token ids (a 1-D "
                              "integer array) or as {'input_ids': array}, or give no inputs for a random prompt.")
         tokens = np.asarray(given).reshape(-1)
+        check_token_ids(tokens, vocabulary_size(model, "input_ids"), "The prompt of the sweep")
         if lengths[-1] > tokens.size:
             raise InputError(f"The prompt has {tokens.size} tokens, fewer than the longest length asked "
                              f"({lengths[-1]}). Give a longer prompt, or lengths up to {tokens.size}.")

@@ -1,0 +1,99 @@
+"""LLM prompts and steps under hostile requests: decode steps beyond the model's position table or the memory
+are refused before they run (not left to grow until the machine runs out), and token ids outside the
+vocabulary are refused in a sweep's prompt and in prompts given as token ids."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+
+from bisect_ov import Samples, bisect
+from bisect_ov.core.errors import InputError
+from bisect_ov.experiments.steps import check_memory, check_positions
+
+FAST = {"noise": False, "progress": False, "impact": 0}
+VOCAB, POSITIONS, DIM = 50, 32, 8
+
+
+def _tiny_lm(positions: bool = True) -> ov.Model:
+    """A stateful LM in miniature: token and position embeddings (tables of VOCAB and POSITIONS rows; without
+    `positions`, no position input, as rotary models have no table), a cache variable that concatenates every
+    position's hidden state, logits [1, seq, VOCAB] from the state and the cache's mean."""
+    rng = np.random.default_rng(0)
+    ids = ops.parameter([1, -1], np.int64, name="input_ids")
+    ids.output(0).get_tensor().set_names({"input_ids"})
+    pos = ops.parameter([1, -1], np.int64, name="position_ids")
+    pos.output(0).get_tensor().set_names({"position_ids"})
+    tokens = ops.gather(ops.constant(rng.standard_normal((VOCAB, DIM)).astype(np.float32)), ids, 0)
+    places = ops.gather(ops.constant(rng.standard_normal((POSITIONS, DIM)).astype(np.float32)), pos, 0)
+    hidden = ops.add(tokens, places, name="hidden") if positions else tokens
+    info = ov.op.util.VariableInfo()
+    info.data_shape, info.data_type, info.variable_id = ov.PartialShape([1, -1, DIM]), ov.Type.f32, "cache"
+    variable = ov.op.util.Variable(info)
+    empty = ops.broadcast(ops.constant(np.float32(0)), ops.constant(np.int64([1, 0, DIM])))
+    cache = ops.concat([ops.read_value(empty, variable), hidden], 1)
+    assign = ops.assign(cache, variable)
+    context = ops.reduce_mean(cache, np.int64([1]), keep_dims=True)
+    logits = ops.matmul(ops.add(hidden, context, name="mixed"),
+                        ops.constant(rng.standard_normal((DIM, VOCAB)).astype(np.float32)), False, False, name="logits")
+    return ov.Model([ops.result(logits)], [assign], [ids, pos] if positions else [ids], "tiny_lm")
+
+
+def _prompt(ids) -> dict:
+    ids = np.array([ids], np.int64)
+    return {"input_ids": ids, "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None]}
+
+
+def test_a_few_steps_run_on_the_tiny_lm():
+    ids = _prompt([3, 1, 4, 1])
+    report = bisect(_tiny_lm(), "CPU:f32", "CPU:f32", ids, steps=3, **FAST)
+    assert len(report.steps) == 4
+
+
+def test_steps_beyond_the_position_table_are_refused_before_they_run():
+    ids = _prompt([3, 1, 4, 1])
+    start = time.perf_counter()
+    with pytest.raises(InputError, match=r"steps=29 after a prompt of 4 tokens reach position 32, beyond the model's "
+                                         r"position range \(positions 0 to 31.*Ask for steps up to 28"):
+        bisect(_tiny_lm(), "CPU:f32", "CPU:f32", ids, steps=29, **FAST)
+    with pytest.raises(InputError, match="position range"):
+        bisect(_tiny_lm(), "CPU:f32", "CPU:f32", ids, steps=10 ** 9, **FAST)
+    assert time.perf_counter() - start < 60
+    assert len(bisect(_tiny_lm(), "CPU:f32", "CPU:f32", ids, steps=28, **FAST).steps) == 29
+
+
+def test_the_caches_steps_would_hold_are_bounded_by_the_memory():
+    start = time.perf_counter()
+    with pytest.raises(InputError, match=r"steps=1,000,000,000 would hold about .* GB of KV caches"):
+        bisect(_tiny_lm(positions=False), "CPU:f32", "CPU:f32", {"input_ids": np.array([[3, 1, 4]], np.int64)},
+               steps=10 ** 9, **FAST)
+    assert time.perf_counter() - start < 60
+    check_positions(10, 4, None)  # no position table: nothing to check
+    check_memory(100, 16, 16 * 1024, 10 ** 9)
+    with pytest.raises(InputError, match=r"steps=1,000,000,000 would hold about .* GB of KV caches .* more than half "
+                                         r"the memory available \(1\.0 GB\)\. Ask for at most ([0-9,]+) steps"):
+        check_memory(10 ** 9, 16, 16 * 1024, 10 ** 9)
+    try:
+        check_memory(10 ** 9, 16, 16 * 1024, 10 ** 9)
+    except InputError as err:
+        fit = int(str(err).rsplit("at most ", 1)[1].split(" ")[0].replace(",", ""))
+    check_memory(fit, 16, 16 * 1024, 10 ** 9)  # the most it names does fit
+    with pytest.raises(InputError):
+        check_memory(fit + 1, 16, 16 * 1024, 10 ** 9)
+    with pytest.raises(InputError, match="memory available cannot be read"):
+        check_memory(10 ** 6, 16, 16 * 1024, None)
+
+
+def test_token_ids_outside_the_vocabulary_are_refused():
+    model = _tiny_lm()
+    for bad in (np.array([1, 2, 5000, 3], np.int64), np.array([[1, -7, 2, 3]], np.int64)):
+        with pytest.raises(InputError, match=r"token id (5,000|-7) at position [12] .* must be 0 to 49 \(the model's "
+                                             r"embedding table has 50 rows\)"):
+            bisect(model, "CPU:f32", "CPU:f32", bad, prompt_lengths=(2, 4), **FAST)
+        for prompts in ([np.array([1, 2, 3], np.int64), bad], [_prompt([1, 2]), _prompt(bad.reshape(-1))]):
+            with pytest.raises(InputError, match="outside the vocabulary"):
+                bisect(model, "CPU:f32", "CPU:f32", Samples(prompts), **FAST)
