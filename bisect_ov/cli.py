@@ -26,7 +26,7 @@ import pathlib
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
-from bisect_ov.core.console import Console, to_null
+from bisect_ov.core.console import Console, LogFile, to_null
 from bisect_ov.core.errors import BisectError, InputError, interrupted
 
 if TYPE_CHECKING:
@@ -212,7 +212,8 @@ def build_capture_parser() -> argparse.ArgumentParser:
                         help="value of one input (repeatable)")
     parser.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz", help="values of all inputs, one array per name")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and of the sample positions")
-    parser.add_argument("--max-tap-mb", type=float, default=512.0, help="most MB of exposed tensors per compile (default 512)")
+    parser.add_argument("--max-tap-mb", type=float, default=512.0,
+                        help="most MB of exposed tensors per compile, 0 for no limit (default 512)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     _diagnostics(parser)
     return parser
@@ -230,7 +231,7 @@ def build_repro_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version)
     parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
-    parser.add_argument("-o", "--out", type=pathlib.Path, required=True, metavar="FOLDER",
+    parser.add_argument("-o", "--out", required=True, metavar="FOLDER",
                         help="folder to write (new or empty, or any with --overwrite)")
     parser.add_argument("--node", help="the node to reproduce (default: the first divergence)")
     parser.add_argument("--anonymize", action="store_true",
@@ -316,7 +317,7 @@ def _diagnostics_to(args: argparse.Namespace, argv: Sequence[str]) -> Iterator[N
     if args.log_file is not None:
         check_writable(args.log_file, what="the log file ")
         try:
-            file = logging.FileHandler(args.log_file, mode="a", encoding="utf-8")
+            file = LogFile(args.log_file, mode="a", encoding="utf-8")
         except OSError as err:
             raise InputError(f"Cannot open the log file '{args.log_file}': {err.strerror or err}.") from err
         file.setLevel(logging.DEBUG)
@@ -330,6 +331,9 @@ def _diagnostics_to(args: argparse.Namespace, argv: Sequence[str]) -> Iterator[N
     try:
         log.debug("bisect-ov %s", " ".join(argv))
         log.debug("%s", versions().replace("\n", "; "))
+        for handler in handlers:
+            if isinstance(handler, LogFile):
+                handler.started(args.log_file)
         yield
     finally:
         for handler in handlers:
@@ -450,11 +454,16 @@ def _compare(args, console: Console) -> int:
 
 def _capture(args, console: Console) -> int:
     from bisect_ov.capture import load_capture, record
+    from bisect_ov.core.checks import tap_bytes_of_mb
+
+    if _stdout(args.out):
+        raise InputError("-o - would write the capture to stdout; a capture is an .npz file written whole. Pass a file "
+                         "name, such as capture.npz (or ./- for a file of that name).")
 
     path = record(
         args.model, args.device, _inputs(args), args.out, config=dict(args.config), mode=args.mode,
         sample=args.sample, seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
-        max_tap_bytes=int(args.max_tap_mb * (1 << 20)) if args.max_tap_mb > 0 else None,
+        max_tap_bytes=tap_bytes_of_mb("--max-tap-mb", args.max_tap_mb),
     )
     with load_capture(path) as cap:
         info = cap.device_info

@@ -16,7 +16,7 @@ from typing import Any, Mapping, TypeGuard
 
 from bisect_ov.core.errors import InputError
 
-__all__ = ["SEED_LIMIT", "is_integer", "check_flag", "check_config", "check_seed", "check_tap_bytes"]
+__all__ = ["SEED_LIMIT", "is_integer", "check_flag", "check_config", "check_seed", "check_tap_bytes", "tap_bytes_of_mb"]
 
 SEED_LIMIT = 2 ** 32  # numpy's legacy seeding and OpenVINO's random ops take 32-bit seeds
 
@@ -59,6 +59,14 @@ def check_tap_bytes(name: str, value: Any, *, auto: bool = True) -> Any:
         forms = "a positive integer, 'auto' or None (no limit)" if auto else "a positive integer or None (no limit)"
         raise InputError(f"{name} must be {forms}; got {_shown(value)}.")
     return int(value)
+
+
+def tap_bytes_of_mb(flag: str, mb: Any) -> int | None:
+    """A command line's MB of exposed tensors per compile as bytes: 0 or less for no limit (None); NaN and
+    infinity refused (``bisect-ov MODEL`` and ``bisect-ov capture`` both read ``--max-tap-mb`` through it)."""
+    if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not math.isfinite(mb):
+        raise InputError(f"{flag} must be a finite number of MB (0 or less: no limit); got {_shown(mb)}.")
+    return int(mb * (1 << 20)) if mb > 0 else None
 
 
 def _shown(value: Any) -> str:

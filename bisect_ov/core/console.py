@@ -4,17 +4,21 @@ went away.
 `Console` flushes every write, so a closed pipe (``bisect-ov ... | head -1``) is seen at the write that failed;
 the stream is then pointed at the null device (`to_null`: nothing more is written to it, and the interpreter's
 last flush succeeds) and `Console.reader_gone` tells the command to exit as a command SIGPIPE ended would (141),
-once it has written the files it was asked for. Standard library only; the streams are the process's
+once it has written the files it was asked for. `LogFile` is ``--log-file``'s handler: a file that cannot be
+written is an error before the command runs, and one that fails later says so once. Standard library only; the streams are the process's
 ``sys.stdout`` and ``sys.stderr`` as they are when written to (tests replace them).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from typing import IO
+from typing import IO, Any
 
-__all__ = ["Console", "to_null"]
+from bisect_ov.core.errors import InputError
+
+__all__ = ["Console", "LogFile", "to_null"]
 
 
 class Console:
@@ -66,3 +70,40 @@ def to_null(stream: IO[str]) -> None:
         pass
     finally:
         os.close(null)
+
+
+class LogFile(logging.FileHandler):
+    """``--log-file``: a file that cannot be written (a full disk, ``/dev/full``) is an error before the command
+    runs; one that fails later says so once on stderr and takes no more records (not a traceback per record)."""
+
+    def __init__(self, *args: Any, **keywords: Any) -> None:
+        super().__init__(*args, **keywords)
+        self.failure: BaseException | None = None
+        self.running = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failure is None:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        failure = sys.exc_info()[1]
+        if not isinstance(failure, OSError):
+            super().handleError(record)
+            return
+        if self.failure is None and self.running:
+            sys.stderr.write(f"bisect-ov: warning: writing the log file {self.baseFilename!r} failed "
+                             f"({failure.strerror or failure}); nothing more is logged to it.\n")
+        self.failure = self.failure or failure
+
+    def started(self, path: Any) -> None:
+        """Raise the first write's failure as an `InputError`; later ones are warned about once."""
+        if self.failure is not None:
+            reason = getattr(self.failure, "strerror", None) or self.failure
+            raise InputError(f"Cannot write the log file '{path}': {reason}. Choose a file on a disk with room.")
+        self.running = True
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # its last flush failed: said already, or the file was gone
+            pass

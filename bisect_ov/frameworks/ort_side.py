@@ -78,7 +78,11 @@ class ORT(FrameworkSide):
         if isinstance(model, (str, os.PathLike)):
             if not os.path.isfile(model):
                 raise InputError(f"ONNX file not found: '{os.fspath(model)}'.")
-            self.source = onnx.load(os.fspath(model))
+            try:
+                self.source = onnx.load(os.fspath(model))
+            except Exception as err:  # noqa: BLE001 - protobuf's DecodeError, an OSError, a bad external-data path
+                raise InputError(f"Cannot read '{os.fspath(model)}' as an ONNX model: {type(err).__name__}: "
+                                 f"{first_line(err)}. Pass the .onnx file the OpenVINO model was converted from.") from err
             self.label = os.path.basename(os.fspath(model))
         elif type(model).__name__ == "ModelProto":
             self.source = model

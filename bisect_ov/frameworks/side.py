@@ -69,6 +69,8 @@ class FrameworkSide(Device):
 
     def __init__(self, dtype: str = "f32", *, name: str | None = None):
         self.dtype = check_dtype(dtype)
+        if name is not None and not (isinstance(name, str) and name.strip()):
+            raise InputError(f"A framework side's name must be a non-empty str (how the report labels it); got {name!r:.60}.")
         self.name = name or self.framework
 
     @property

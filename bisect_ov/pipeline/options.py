@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from bisect_ov.analysis.metrics import METRICS, TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
-from bisect_ov.core.checks import check_config, check_flag, check_seed, check_tap_bytes, is_integer
+from bisect_ov.core.checks import check_config, check_flag, check_seed, check_tap_bytes, is_integer, tap_bytes_of_mb
 from bisect_ov.core.errors import InputError
 from bisect_ov.samples.executors import check_executor
 from bisect_ov.search.strategies import STRATEGIES
@@ -76,11 +76,7 @@ def key_value(text: str) -> tuple[str, str]:
 
 
 def _bytes_of_mb(mb: float | None) -> int | str | None:
-    if mb is None:
-        return "auto"
-    if not math.isfinite(mb):
-        raise InputError(f"--max-tap-mb must be a finite number of MB (0 or less: no limit); got {mb}.")
-    return int(mb * (1 << 20)) if mb > 0 else None
+    return "auto" if mb is None else tap_bytes_of_mb("--max-tap-mb", mb)
 
 
 # ----- checks: each takes the option's name and value and returns the value to keep (or raises InputError) -----

@@ -23,11 +23,12 @@ import json
 import os
 import pathlib
 import stat
+import tempfile
 
 from bisect_ov.core.checks import check_flag
 from bisect_ov.core.errors import InputError, WriteError
 
-__all__ = ["FILES", "FORMAT", "check_folder", "inside", "place"]
+__all__ = ["FILES", "FORMAT", "check_folder", "inside", "place", "scratch_beside"]
 
 FORMAT = "bisect_ov.repro"  # repro.json's "format": what marks a folder as an earlier reproducer
 FILES = ("README.md", "run.py", "repro.json", "inputs.npz", "expected.npz", "piece.xml", "piece.bin",
@@ -92,8 +93,9 @@ def _checked(path: pathlib.Path, overwrite: bool) -> pathlib.Path:
         raise WriteError(f"{shown} is a file; a reproducer is a folder. Pass a folder path.")
     parent = real.parent
     if not parent.is_dir():
-        raise WriteError(f"Cannot write the reproducer to {shown}: the folder '{parent}' does not exist. Create it, "
-                         "or choose another folder.")
+        what = "is a file, not a folder" if parent.exists() else "does not exist"
+        raise WriteError(f"Cannot write the reproducer to {shown}: '{parent}' {what}. Create the folder, or choose "
+                         "another one.")
     if not os.access(parent, os.W_OK | os.X_OK) or (real.is_dir() and not os.access(real, os.W_OK | os.X_OK)):
         raise WriteError(f"Cannot write the reproducer to {shown}: no write permission in '{parent}' (the reproducer "
                          "is built beside the folder, then renamed into place). Choose another folder.")
@@ -131,6 +133,21 @@ def _check_reproducer(real: pathlib.Path, shown: str, entries: list[str]) -> Non
         raise WriteError(f"The folder {shown} holds '{odd[0]}', which is not a file an earlier reproducer wrote (a "
                          "folder or a link): it is left alone, so the reproducer cannot replace it. Move it, or choose "
                          "an empty or new folder.")
+
+
+def scratch_beside(folder: pathlib.Path) -> tempfile.TemporaryDirectory:
+    """The temporary folder the reproducer is built in, beside `folder` (so on its file system).
+
+    Raises
+    ------
+    WriteError
+        It cannot be made there (a read-only or virtual file system).
+    """
+    try:
+        return tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.")
+    except OSError as err:
+        raise WriteError(f"Cannot write the reproducer to '{folder}': making a folder in '{folder.parent}' failed "
+                         f"({err.strerror or err}). Choose a folder on a disk you can write to.") from err
 
 
 def place(where: pathlib.Path, folder: pathlib.Path, scratch: pathlib.Path) -> None:

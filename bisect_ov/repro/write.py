@@ -24,7 +24,6 @@ import numbers
 import os
 import pathlib
 import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -40,7 +39,7 @@ from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.repro import script
 from bisect_ov.repro.anonymize import anonymized
 from bisect_ov.repro.culprit import choose
-from bisect_ov.repro.folder import FILES, FORMAT, check_folder, place
+from bisect_ov.repro.folder import FILES, FORMAT, check_folder, place, scratch_beside
 from bisect_ov.repro.piece import MAX_NODES, Piece, build_piece, feed_values, growth, unit_keys
 from bisect_ov.repro.readme import readme
 from bisect_ov.repro.sides import side_spec
@@ -118,7 +117,7 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
                       "No local error was measured for the node: the piece is held to its error in the run."))
     common = {"report": report, "culprit": culprit, "ref_spec": ref_spec, "target_spec": target_spec,
               "tolerance": culprit.tolerance}
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.") as scratch:
+    with scratch_beside(folder) as scratch:
         attempts: list[float] = []
         chosen = None
         for step, piece in enumerate(pieces):

@@ -115,3 +115,17 @@ def test_onnx_runtime_failing_at_run_time_is_a_device_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert issubclass(DeviceError, BisectError)
+
+
+def test_a_file_that_is_no_onnx_model_and_a_name_that_is_no_str_are_refused(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from bisect_ov.frameworks import ORT
+
+    (tmp_path / "garbage.onnx").write_bytes(b"not an onnx model")
+    with pytest.raises(InputError, match="Cannot read .*garbage.onnx' as an ONNX model"):
+        ORT(tmp_path / "garbage.onnx")
+    with pytest.raises(InputError, match="Cannot read .* as an ONNX model"):
+        bisect(str(tmp_path / "garbage.onnx"), ref="ORT", target="CPU:f32", **FAST)
+    for name in (123, "", "  "):
+        with pytest.raises(InputError, match="name must be a non-empty str"):
+            Torch(_Net(), name=name)

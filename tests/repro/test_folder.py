@@ -258,3 +258,13 @@ def test_run_py_says_a_device_error_in_one_line(demo_f16, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("run.py: error: ") and "Exception from" not in lines[0] and "NONEXISTENT" in lines[0]
+
+
+def test_a_folder_where_nothing_can_be_made_is_a_write_error(demo_f16, tmp_path):
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc here")
+    with pytest.raises(WriteError, match="making a folder in '/proc' failed"):
+        demo_f16.repro("/proc/bisect_ov_repro")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(WriteError, match="is a file, not a folder"):
+        demo_f16.repro(tmp_path / "file" / "sub")

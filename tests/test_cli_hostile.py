@@ -1,0 +1,89 @@
+"""The command line's newer flags under hostile values: a log file that cannot be written is one error before
+the run (and one warning when it fails later), not a traceback per record; ``capture`` checks ``--max-tap-mb``
+as ``bisect-ov MODEL`` does and refuses ``-o -``; ``repro -o ''`` is refused as an empty path."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import openvino as ov
+import pytest
+
+from bisect_ov.cli import main
+from bisect_ov.core.console import LogFile
+from bisect_ov.zoo import synthetic
+
+
+@pytest.fixture(scope="module")
+def demo_xml(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model") / "demo.xml"
+    ov.save_model(synthetic.demo(), str(path), compress_to_fp16=False)
+    return path
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("command", [["demo", "-q"], ["capture", "DEMO", "-q", "-o", "c.npz"]])
+def test_a_log_file_that_cannot_be_written_is_one_error_before_the_run(command, demo_xml, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [str(demo_xml) if a == "DEMO" else a for a in command] + ["--log-file", "/dev/full"]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "Logging error" not in err and "Traceback" not in err
+    assert err.strip().splitlines() == ["bisect-ov: error: Cannot write the log file '/dev/full': No space left on "
+                                        "device. Choose a file on a disk with room."]
+    assert not (tmp_path / "c.npz").exists()
+
+
+def test_a_log_file_failing_later_is_said_once(tmp_path, capsys):
+    class Full:
+        def write(self, text):
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            raise OSError(28, "No space left on device")
+
+        def close(self):
+            pass
+
+    handler = LogFile(tmp_path / "log.txt", encoding="utf-8")
+    handler.started(tmp_path / "log.txt")
+    handler.stream.close()
+    handler.stream = Full()
+    logger = logging.getLogger("bisect_ov.test_cli_hostile")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        for i in range(20):
+            logger.warning("record %d", i)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    err = capsys.readouterr().err
+    assert err.count("writing the log file") == 1 and "Logging error" not in err and "nothing more is logged" in err
+
+
+@pytest.mark.parametrize("mb", ["nan", "inf", "-inf"])
+def test_capture_checks_max_tap_mb_as_the_comparison_does(mb, demo_xml, tmp_path, capsys):
+    out = tmp_path / "c.npz"
+    for argv in (["capture", str(demo_xml), "-o", str(out), f"--max-tap-mb={mb}", "-q"],
+                 [str(demo_xml), "--target", "CPU:f32", f"--max-tap-mb={mb}", "-q"]):
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and "--max-tap-mb must be a finite number of MB" in err, (argv, err)
+    assert not out.exists()
+
+
+def test_capture_with_no_tap_limit_and_to_stdout(demo_xml, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["capture", str(demo_xml), "-o", "c.npz", "--max-tap-mb", "0", "--device", "CPU:f32", "-q"]) == 0
+    assert (tmp_path / "c.npz").is_file()
+    capsys.readouterr()
+    assert main(["capture", str(demo_xml), "-o", "-", "-q"]) == 2
+    assert "a capture is an .npz file" in capsys.readouterr().err and not (tmp_path / "-").exists()
+
+
+def test_repro_to_an_empty_path_is_refused(demo_xml, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["repro", str(demo_xml), "-o", "", "--target", "EMU:f16", "-q"]) == 2
+    assert "empty path" in capsys.readouterr().err
