@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import zipfile
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -44,7 +45,8 @@ def is_token_ids(sample: Any) -> bool:
 
 
 def check_token_ids(tokens: Any, vocabulary: int | None, what: str = "The prompt") -> None:
-    """Refuse token ids outside [0, `vocabulary`) (only negative ones when the vocabulary is unknown).
+    """Refuse no token ids at all, and token ids outside [0, `vocabulary`) (only negative ones when the
+    vocabulary is unknown).
 
     Raises
     ------
@@ -52,7 +54,9 @@ def check_token_ids(tokens: Any, vocabulary: int | None, what: str = "The prompt
         Naming the first id outside, its position and the vocabulary.
     """
     ids = np.asarray(tokens).reshape(-1)
-    if not ids.size or not np.issubdtype(ids.dtype, np.integer):
+    if not ids.size and np.issubdtype(ids.dtype, np.integer):
+        raise InputError(f"{what} holds no token ids: a prompt needs at least one token.")
+    if not np.issubdtype(ids.dtype, np.integer):
         return
     bad = (ids < 0) | (ids >= vocabulary) if vocabulary is not None else ids < 0
     if bad.any():
@@ -198,11 +202,15 @@ def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int
             if not path.is_file() or path.suffix not in (".npy", ".npz"):
                 raise InputError(f"The prompt of a sweep is read from a .npy of token ids or a .npz holding "
                                  f"'input_ids'; '{path}' is not such a file.")
-            if path.suffix == ".npz":
-                with np.load(path, allow_pickle=False) as loaded:
-                    given = dict(loaded)
-            else:
-                given = np.load(path, allow_pickle=False)
+            try:
+                if path.suffix == ".npz":
+                    with np.load(path, allow_pickle=False) as loaded:
+                        given = dict(loaded)
+                else:
+                    given = np.load(path, allow_pickle=False)
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # not numpy's, or object arrays
+                raise InputError(f"Cannot read the sweep's prompt from '{path}': {err}. Save the token ids with "
+                                 "np.save(path, ids) (or np.savez(path, input_ids=ids)).") from err
         if isinstance(given, Mapping) and "input_ids" in given:
             given = given["input_ids"]
         if not is_token_ids(given):

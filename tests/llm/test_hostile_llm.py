@@ -97,3 +97,15 @@ def test_token_ids_outside_the_vocabulary_are_refused():
         for prompts in ([np.array([1, 2, 3], np.int64), bad], [_prompt([1, 2]), _prompt(bad.reshape(-1))]):
             with pytest.raises(InputError, match="outside the vocabulary"):
                 bisect(model, "CPU:f32", "CPU:f32", Samples(prompts), **FAST)
+
+
+def test_a_sweep_prompt_file_numpy_cannot_read_and_an_empty_prompt_are_refused(tmp_path):
+    model = _tiny_lm()
+    np.save(tmp_path / "objects.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not a zip")
+    (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY not an array")
+    for name in ("objects.npy", "broken.npz", "broken.npy"):
+        with pytest.raises(InputError, match=f"Cannot read the sweep's prompt from .*{name}"):
+            bisect(model, "CPU:f32", "CPU:f32", str(tmp_path / name), prompt_lengths=(2, 3), **FAST)
+    with pytest.raises(InputError, match="holds no token ids"):
+        bisect(model, "CPU:f32", "CPU:f32", Samples([np.array([1, 2], np.int64), np.array([], np.int64)]), **FAST)
