@@ -166,8 +166,12 @@ def _first_line(err: BaseException) -> str:
     """The sentence of an error a user can act on: OpenVINO's start with C++ source locations, one a line."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))]
-    text = (useful or lines or [type(err).__name__])[-1]
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)[:300]
+    return _printable((useful or lines or [type(err).__name__])[-1])[:300]
+
+
+def _printable(text: str) -> str:
+    """`text` with its control characters written as escapes: a name from the model cannot drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def main(argv=None) -> int:
@@ -186,7 +190,7 @@ def main(argv=None) -> int:
         print(json.dumps(result))
         return 1 if result["reproduced"] else 0
     spec = json.loads((HERE / "repro.json").read_text(encoding="utf-8"))
-    print(f"{spec['title']}  (OpenVINO {result['openvino']})")
+    print(f"{_printable(spec['title'])}  (OpenVINO {result['openvino']})")
     for out in result["outputs"]:
         verdict = "OVER" if out["error"] > out["tolerance"] else "within"
         line = (f"  {out['name']}: target {result['target']} {result['metric']} {_fmt(out['error'])} "

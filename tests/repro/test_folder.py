@@ -268,3 +268,18 @@ def test_a_folder_where_nothing_can_be_made_is_a_write_error(demo_f16, tmp_path)
     (tmp_path / "file").write_text("x")
     with pytest.raises(WriteError, match="is a file, not a folder"):
         demo_f16.repro(tmp_path / "file" / "sub")
+
+
+def test_run_py_prints_the_title_escaped(demo_f16, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    demo_f16.repro(tmp_path / "r")
+    spec = json.loads((tmp_path / "r" / "repro.json").read_text())
+    spec["title"] = "Op\x1b[2J diverges\n## on"
+    (tmp_path / "r" / "repro.json").write_text(json.dumps(spec))
+    proc = subprocess.run([sys.executable, str(tmp_path / "r" / "run.py")], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1 and "\x1b" not in proc.stdout, proc.stderr
+    assert proc.stdout.startswith("Op\\x1b[2J diverges\\n## on  (OpenVINO ")
