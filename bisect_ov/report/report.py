@@ -427,13 +427,16 @@ class Report:
         """Write a reproducer of the first divergence (or `node`) into `folder`, verified: the smallest piece of
         the model that still shows it, with a ``run.py`` needing only OpenVINO and numpy (docs/repro.md).
         ``anonymize=True`` replaces its weights and names, kept only if it still reproduces; options:
-        ``factor`` (2), ``max_nodes`` (48), ``seed``. Returns the `Repro` record.
+        ``factor`` (2), ``max_nodes`` (48), ``seed``, each checked by name. `overwrite` replaces only an earlier
+        reproducer (a folder holding its ``repro.json``), keeping the other files in it; the folder is built
+        beside the destination and renamed into place. Returns the `Repro` record.
 
         Raises
         ------
         InputError
-            A report loaded from JSON (statistics only: re-run), nothing diverging, a non-empty or unwritable
-            folder without `overwrite`, a side run.py cannot rebuild, no piece that reproduces.
+            A report loaded from JSON (statistics only: re-run), nothing diverging, an option of the wrong type,
+            a non-empty folder without `overwrite` (with it, one that holds no earlier reproducer), an unwritable
+            one, a side run.py cannot rebuild, no piece that reproduces.
         """
         if self.repro_source is None:
             raise InputError(
