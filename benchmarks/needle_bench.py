@@ -65,7 +65,13 @@ import numpy as np
 
 TARGETS = ("CPU:bf16", "EMU:bf16", "EMU:f16", "CPU:f16")
 REFERENCE = "CPU:f32"
-FAULT = {"kind": "scale", "magnitude": 0.2}
+FAULT = {"kind": "scale", "magnitude": 0.2}  # how sites are checked to change the outputs at all
+# The fault shapes (`--faults`), each as `inject_fault`'s kind and magnitude: elementwise multiplicative noise, a
+# constant scale, an offset of a fifth of the tensor's rms, a sparse fault (one element in a thousand doubled), and
+# sign flips of 5% of the elements.
+FAULTS = {"mnoise": {"kind": "mnoise", "magnitude": 0.2}, "scale": {"kind": "scale", "magnitude": 0.2},
+          "roffset": {"kind": "roffset", "magnitude": 0.2}, "sparse": {"kind": "sparse", "magnitude": 1.0},
+          "signflip": {"kind": "signflip", "magnitude": 0.05}}
 # A fault "changes the final outputs" when some output moves by more than this (relative L2): f32 rounding.
 UNCHANGED = 1e-6
 # Ops that only move or select values (and the masks built from them); faults go on arithmetic by default.
@@ -364,6 +370,38 @@ def _names(node) -> set[str]:
     return {node.name, node.key, *node.group}
 
 
+def producers_of(graph, site: str) -> set[str]:
+    """For a site that only moves values (`VIEWS`), the arithmetic node that produced them, walking up through other
+    such ops: naming it counts as naming the site (its values are that node's, moved). Empty for other sites."""
+    key, found = graph.find(site).key, set()
+    while graph[key].op_type in VIEWS:
+        computed = [k for k, _ in graph.data_inputs(key) if graph[k].kind == "compute"]
+        if not computed:
+            break
+        key = computed[0]
+        found.add(graph[key].name)
+    return found
+
+
+def positions(model, target: str) -> dict[str, str]:
+    """Each compute node's place relative to the kernels the target fused, from its untouched compile: ``inside``
+    (its tensor exists only inside a kernel), ``output`` (a kernel of several ops stores it), ``between`` (a kernel
+    of its own); ``n/a`` for every node of an emulated target (its runtime graph is the emulation's)."""
+    from bisect_ov.model.fusion import kernel_tensors
+    from bisect_ov.model.graph import ModelGraph
+    from bisect_ov.run.devices import make_device
+
+    graph = ModelGraph(model)
+    device = make_device(target)
+    if device.emulated:
+        return {n.name: "n/a" for n in graph.candidates()}
+    kernels = kernel_tensors(graph, device.compile(model).runtime)
+    multi = set(kernels.inside.values())  # kernels with members whose tensors they never store
+    fused = {key for layer, keys in kernels.outputs.items() if layer in multi for key in keys}
+    return {n.name: "inside" if kernels.kernel_of(n.key) else "output" if n.key in fused else "between"
+            for n in graph.candidates()}
+
+
 def _named_instead(report, site: str | None = None) -> dict:
     """What the report points at: its first divergence, or the node its verdict names when there is none;
     with `site`, whether that node is the faulty one (``named_is_site``)."""
@@ -385,11 +423,13 @@ def _named_instead(report, site: str | None = None) -> dict:
             "named_is_site": bool(site is not None and node is not None and site in _names(node))}
 
 
-def judge(report, site: str) -> dict:
-    """Whether `report` names `site` as the origin (`hit`) or among its first three culprits (`top3`)."""
+def judge(report, site: str, also: set[str] = frozenset()) -> dict:
+    """Whether `report` names `site` as the origin (`hit`) or among its first three culprits (`top3`); `also`: the
+    names that count as the site (a movement op's producer, `producers_of`)."""
     firsts = report.first_divergences
-    hit = any(site in _names(n) for n in firsts)
-    top3 = any(site in _names(n) for n in report.culprits[:3])
+    names = {site, *also}
+    hit = any(names & _names(n) for n in firsts)
+    top3 = any(names & _names(n) for n in report.culprits[:3])
     return {"hit": hit, "top3": top3, "regime": "over" if any(o.diverged for o in report.outputs) else "within",
             "output_error": max((o.error for o in report.outputs), default=None),
             "output_tolerance": min((o.tolerance for o in report.outputs), default=None),
@@ -398,7 +438,7 @@ def judge(report, site: str) -> dict:
 
 def run_model(name: str, model, inputs: dict[str, np.ndarray], *, target: str = "CPU:bf16", sites: int = 10,
               seed: int = 0, budget: str = "default", source: str = "zoo", all_ops: bool = False,
-              log: Callable[[str], None] | None = None) -> dict:
+              faults: tuple[str, ...] = ("scale",), log: Callable[[str], None] | None = None) -> dict:
     """The benchmark on one model: faults at `sites` random nodes, and one benign run.
 
     Parameters
@@ -411,6 +451,8 @@ def run_model(name: str, model, inputs: dict[str, np.ndarray], *, target: str = 
         The target device (one of `TARGETS`); the reference is ``CPU:f32``.
     sites, seed, all_ops
         See `pick_sites`.
+    faults
+        Names of `FAULTS`: each site gets each of these faults, one run each.
     budget
         Passed to `bisect` (``default`` or ``fast``).
     source
@@ -425,28 +467,34 @@ def run_model(name: str, model, inputs: dict[str, np.ndarray], *, target: str = 
         (its verdict, first divergence, seconds) and the summary figures (``sites``, ``skipped``, ``hits``, ...).
     """
     from bisect_ov import bisect, inject_fault
+    from bisect_ov.model.graph import ModelGraph
 
     start = time.perf_counter()
     chosen, skipped = pick_sites(model, inputs, sites, seed, all_ops=all_ops, key=name)
+    graph = ModelGraph(model)
+    where = positions(model, target)
     rows = []
     for site, op_type, change in chosen:
-        row: dict[str, Any] = {"model": name, "source": source, "site": site, "op_type": op_type,
-                               "clean_change": change}
-        t = time.perf_counter()
-        try:
-            report = bisect(model, REFERENCE, target, inputs, target_model=inject_fault(model, site, **FAULT),
-                            budget=budget, progress=False)
-            row.update(judge(report, site))
-        except Exception as exc:  # noqa: BLE001 - a failing run is a result (a miss), not the end of the benchmark
-            row.update({"hit": False, "top3": False, "regime": "error", "verdict": "error",
-                        "named": f"{type(exc).__name__}: {exc}"[:200], "named_op": None, "named_role": None})
-        row["seconds"] = time.perf_counter() - t
-        rows.append(row)
-        if log:
-            mark = "hit " if row["hit"] else ("top3" if row["top3"] else "miss")
-            log(f"  {name}: {mark} {row['regime']:<6} {site} ({op_type})"
-                + ("" if row["hit"] else f" -> {row['verdict']}: {row['named']} ({row['named_role']})")
-                + f" [{row['seconds']:.1f}s]")
+        also = producers_of(graph, site)
+        for fault in faults:
+            row: dict[str, Any] = {"model": name, "source": source, "site": site, "op_type": op_type, "fault": fault,
+                                   "movement": op_type in VIEWS, "position": where.get(site, "n/a"),
+                                   "clean_change": change}
+            t = time.perf_counter()
+            try:
+                faulty = inject_fault(model, site, seed=zlib.crc32(f"{name}:{site}".encode()), **FAULTS[fault])
+                report = bisect(model, REFERENCE, target, inputs, target_model=faulty, budget=budget, progress=False)
+                row.update(judge(report, site, also))
+            except Exception as exc:  # noqa: BLE001 - a failing run is a result (a miss), not the end of the benchmark
+                row.update({"hit": False, "top3": False, "regime": "error", "verdict": "error",
+                            "named": f"{type(exc).__name__}: {exc}"[:200], "named_op": None, "named_role": None})
+            row["seconds"] = time.perf_counter() - t
+            rows.append(row)
+            if log:
+                mark = "hit " if row["hit"] else ("top3" if row["top3"] else "miss")
+                log(f"  {name}: {mark} {row['regime']:<6} {fault:<8} {site} ({op_type}, {row['position']})"
+                    + ("" if row["hit"] else f" -> {row['verdict']}: {row['named']} ({row['named_role']})")
+                    + f" [{row['seconds']:.1f}s]")
     t = time.perf_counter()
     try:
         report = bisect(model, REFERENCE, target, inputs, budget=budget, progress=False)
@@ -516,7 +564,14 @@ def summary(results: list[dict]) -> dict:
         return {"hits": sum(x[key] for x in these), "sites": len(these)}
 
     benign = [r["benign"] for r in results]
+
+    def by(field: str) -> dict:
+        return {value: rate([x for x in rows if x.get(field) == value])
+                for value in sorted({str(x.get(field)) for x in rows}) if value != "None"}
+
     return {"all": rate(rows), "over": rate([x for x in rows if x["regime"] == "over"]),
+            "by_fault": by("fault"), "by_op": by("op_type"), "by_position": by("position"),
+            "holdout": rate([x for x in rows if x["source"] == "holdout"]),
             "within": rate([x for x in rows if x["regime"] == "within"]),
             "errors": sum(x["regime"] == "error" for x in rows), "top3": rate(rows, "top3"),
             "zoo": rate([x for x in rows if x["source"] == "zoo"]),
@@ -547,7 +602,10 @@ def summary_lines(s: dict) -> list[str]:
              f"  outputs over their tolerance:   {r(s['over'])}",
              f"  outputs within their tolerance: {r(s['within'])}",
              f"  named in the top-3 culprits:    {r(s['top3'])}",
-             f"  zoo: {r(s['zoo'])}; outside the zoo: {r(s['outside'])}",
+             f"  zoo: {r(s['zoo'])}; outside the zoo: {r(s['outside'])}; held out: {r(s['holdout'])}",
+             "  by fault shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["by_fault"].items()),
+             "  by position relative to the target's kernels: " + ", ".join(f"{k} {r(v)}" for k, v in s["by_position"].items()),
+             "  by op type: " + ", ".join(f"{k} {r(v)}" for k, v in sorted(s["by_op"].items(), key=lambda kv: -kv[1]["sites"])),
              f"  sites skipped (fault leaves the f32 outputs unchanged): {s['skipped']}",
              f"Benign runs (no fault): {s['benign_false_alarms']} false alarm(s) in {s['benign_runs']}"]
     if s["errors"]:
@@ -593,11 +651,15 @@ def main(argv: list[str] | None = None) -> int:
                                                     f"outside-zoo names are allowed too: {sorted(OUTSIDE)}")
     parser.add_argument("--outside", nargs="*", default=None,
                         help="also architectures outside the zoo (all of them, or the names given)")
+    parser.add_argument("--holdout", nargs="*", default=None,
+                        help="also the held-out architectures of benchmarks/holdout.py (all of them, or the names given)")
     parser.add_argument("--sites", type=int, default=10, help="fault sites per model (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sites and the inputs (default 0)")
     parser.add_argument("--target", default="CPU:bf16", choices=TARGETS, help="the target (default CPU:bf16)")
     parser.add_argument("--budget", default="default", choices=("default", "fast"), help="bisect's budget")
     parser.add_argument("--all-ops", action="store_true", help="also put faults on ops that only move values")
+    parser.add_argument("--faults", nargs="+", default=["scale"], choices=sorted(FAULTS),
+                        help="fault shapes, each site gets each (default: scale)")
     parser.add_argument("--cache", help="root of the model cache (default: the zoo's)")
     parser.add_argument("--json", help="write every row and the summary to this file")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -625,6 +687,13 @@ def main(argv: list[str] | None = None) -> int:
     outside_names = [] if args.outside is None else (args.outside or list(OUTSIDE))
     jobs = [(n, "outside" if n in OUTSIDE else "zoo") for n in zoo_names]
     jobs += [(n, "outside") for n in outside_names if n not in zoo_names]
+    if args.holdout is not None:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        from holdout import HOLDOUT, load_holdout
+
+        if set(args.holdout) - set(HOLDOUT):
+            parser.error(f"unknown --holdout entries {sorted(set(args.holdout) - set(HOLDOUT))}; known: {sorted(HOLDOUT)}")
+        jobs += [(n, "holdout") for n in (args.holdout or list(HOLDOUT))]
     zoo_root = pathlib.Path(args.cache) / cache.version_key() if args.cache else None
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     results, failed = [], []
@@ -634,13 +703,14 @@ def main(argv: list[str] | None = None) -> int:
                 model = cache.load(name, "small", root=zoo_root)
                 inputs = cache.sample_inputs(name, "small", args.seed, root=zoo_root, model=model)
             else:
-                model, meta = load_outside(name, args.cache)
+                model, meta = load_holdout(name, args.cache) if source == "holdout" else load_outside(name, args.cache)
                 inputs = outside_inputs(meta, model, args.seed)
         except Exception as exc:  # noqa: BLE001 - an architecture that does not build or convert is reported
             failed.append((name, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]))
             print(f"  {name}: not built ({failed[-1][1]})", file=sys.stderr, flush=True)
             continue
         results.append(run_model(name, model, inputs, target=args.target, sites=args.sites, seed=args.seed,
+                                 faults=tuple(args.faults),
                                  budget=args.budget, source=source, all_ops=args.all_ops, log=log))
         if log:
             r = results[-1]
@@ -657,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
             {"command": command, "date": date, "machine": facts, "reference": REFERENCE, "target": args.target,
-             "fault": FAULT, "sites_per_model": args.sites, "seed": args.seed, "budget": args.budget,
+             "faults": {f: FAULTS[f] for f in args.faults}, "sites_per_model": args.sites, "seed": args.seed, "budget": args.budget,
              "summary": s, "failed": failed, "models": [{k: v for k, v in r.items() if k != "rows"} for r in results],
              "rows": [row for r in results for row in r["rows"]]}, indent=1, default=str))
     return 0

@@ -32,3 +32,23 @@ def test_needle_rows_on_the_synthetic_chain():
     assert s["all"]["sites"] == 2 and s["benign_runs"] == 1
     table = bench.format_table(bench.table_rows([result]), markdown=True)
     assert table.splitlines()[0].startswith("| model |") and "chain" in table
+
+
+def test_every_fault_shape_runs_and_a_movement_site_counts_its_producer():
+    bench = _bench()
+    model = chain()
+    result = bench.run_model("chain", model, sample_inputs(model), target="EMU:bf16", sites=1, seed=0,
+                             faults=tuple(bench.FAULTS))
+    assert [r["fault"] for r in result["rows"]] == list(bench.FAULTS)
+    assert all(r["regime"] in ("over", "within") for r in result["rows"])  # none raised
+    s = bench.summary([result])
+    assert set(s["by_fault"]) == set(bench.FAULTS) and all(v["sites"] == 1 for v in s["by_fault"].values())
+    from bisect_ov.model.graph import ModelGraph
+    from bisect_ov.zoo.synthetic import attention_block
+
+    graph = ModelGraph(attention_block())
+    views = [n for n in graph.candidates() if n.op_type in bench.VIEWS]
+    assert views
+    for node in views:
+        assert bench.producers_of(graph, node.name) and node.name not in bench.producers_of(graph, node.name)
+    assert not bench.producers_of(graph, next(n.name for n in graph.candidates() if n.op_type not in bench.VIEWS))

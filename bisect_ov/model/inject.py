@@ -31,8 +31,13 @@ FAULT_KINDS = {
     "saturate": "blow values up and clamp them to +-65504, the f16 limit",
     "zero": "replace the tensor by zeros",
     "nan": "make one element NaN (all of them when the shape is dynamic)",
+    "mnoise": "multiply elementwise by (1 + magnitude * N(0, 1)), seeded; 0.2 by default (static shapes only)",
+    "roffset": "add magnitude times the tensor's own rms (computed in the graph); 0.2 by default",
+    "sparse": "multiply a few elements (one in a thousand, at least one, seeded) by (1 + magnitude); 1.0 by default",
+    "signflip": "flip the sign of a share `magnitude` of the elements, seeded; 0.05 by default (static shapes only)",
 }
-_DEFAULT_MAGNITUDE = {"scale": 0.5, "offset": 1.0, "noise": 0.1}
+_DEFAULT_MAGNITUDE = {"scale": 0.5, "offset": 1.0, "noise": 0.1, "mnoise": 0.2, "roffset": 0.2, "sparse": 1.0,
+                      "signflip": 0.05}
 
 
 def inject_fault(
@@ -53,13 +58,14 @@ def inject_fault(
     node
         Friendly name, output tensor name, or topological index of a compute node.
     kind
-        One of `FAULT_KINDS`: ``scale``, ``offset``, ``noise``, ``saturate``, ``zero``, ``nan``.
+        One of `FAULT_KINDS`: ``scale``, ``offset``, ``noise``, ``saturate``, ``zero``, ``nan``, ``mnoise``,
+        ``roffset``, ``sparse``, ``signflip``.
     magnitude
-        Strength of ``scale``, ``offset`` and ``noise``; their defaults when None.
+        Strength of the kinds that take one; their defaults when None.
     port
         Which output of the node to perturb.
     seed
-        Seed of the ``noise`` kind.
+        Seed of the random kinds (``noise``, ``mnoise``, ``sparse``, ``signflip``).
 
     Returns
     -------
@@ -132,6 +138,26 @@ def _perturb(out, dtype_name: str, shape, kind: str, magnitude: float | None, se
         return ops.clamp(ops.multiply(out, const(1e6)), -F16_MAX, F16_MAX).output(0)
     if is_int:
         raise InputError(f"Fault kind '{kind}' needs a floating-point tensor; this one is {dtype_name}.")
+    if kind == "roffset":
+        axes = ops.range(ops.constant(np.int64(0)), ops.squeeze(ops.shape_of(ops.shape_of(out)), ops.constant(0)),
+                         ops.constant(np.int64(1)), "i64")
+        squares = ops.multiply(out, out)
+        rms = ops.sqrt(ops.reduce_mean(squares, axes, keep_dims=False))
+        return ops.add(out, ops.multiply(rms, const(m))).output(0)
+    if kind in ("mnoise", "sparse", "signflip"):
+        if shape is None:
+            raise InputError(f"Fault kind '{kind}' needs a tensor of static shape; this one's is dynamic. Use "
+                             "'noise', 'scale', 'roffset' or 'offset'.")
+        rng = np.random.default_rng(seed)
+        size = int(np.prod(shape))
+        if kind == "mnoise":
+            factors = 1.0 + m * rng.standard_normal(shape)
+        else:
+            count = max(1, size // 1000) if kind == "sparse" else max(1, int(round(m * size)))
+            picked = np.zeros(size, dtype=bool)
+            picked[rng.choice(size, size=min(count, size), replace=False)] = True
+            factors = np.where(picked.reshape(shape), 1.0 + m if kind == "sparse" else -1.0, 1.0)
+        return ops.multiply(out, const(factors)).output(0)
     if kind == "noise":
         if shape is None:
             # A dynamic tensor (a stateful LLM's, whose cache length is known only at run time): seeded uniform

@@ -35,3 +35,30 @@ def test_bad_requests_are_clear():
         inject_fault(model, "nope")
     with pytest.raises(InputError, match="compute nodes"):
         inject_fault(model, "w0")
+
+
+def _values(model, node, x):
+    """Node `node`'s output on the CPU in f32."""
+    clone = model.clone()
+    (op,) = ModelGraph(clone).ops_of(clone, [ModelGraph(clone).find(node).key])
+    clone.add_outputs([op.output(0)])
+    return ov.Core().compile_model(clone, "CPU", CFG)(x)[len(clone.outputs) - 1]
+
+
+@pytest.mark.parametrize("kind, magnitude", [("mnoise", 0.2), ("roffset", 0.2), ("sparse", 1.0), ("signflip", 0.25)])
+def test_the_benchmark_s_fault_shapes_change_what_they_say(kind, magnitude):
+    model = tiny_chain()
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
+    clean = _values(model, "mm1", x)
+    bad = _values(inject_fault(model, "mm1", kind, magnitude, seed=3), "mm1", x)
+    ratio = bad / np.where(clean == 0, 1, clean)
+    if kind == "mnoise":  # elementwise 1 + 0.2 N(0, 1): every element moved, by about 0.2 on average
+        assert np.all(ratio != 1) and 0.05 < np.std(ratio) < 0.5
+    elif kind == "roffset":  # one offset, 0.2 of the tensor's rms
+        offset = bad - clean
+        assert np.allclose(offset, offset.flat[0], rtol=1e-5) and np.isclose(offset.flat[0], 0.2 * np.sqrt(np.mean(clean ** 2)),
+                                                                              rtol=1e-4)
+    elif kind == "sparse":  # one element of the 8 doubled, the rest untouched
+        assert np.sum(~np.isclose(ratio, 1)) == 1 and np.isclose(ratio[~np.isclose(ratio, 1)], 2).all()
+    else:  # a quarter of the 8 elements negated
+        assert np.sum(np.isclose(ratio, -1)) == 2 and np.sum(np.isclose(ratio, 1)) == 6
