@@ -110,6 +110,25 @@ def float_sites(shape: str) -> list[str]:
     return [n.name for n in ModelGraph(shape_model(shape)).candidates() if n.outputs[0].is_float]
 
 
+def found_names(shape: str, node: str) -> set[str]:
+    """The names that count as naming a fault at `node` of `shape_model(shape)`: the node itself, and, for an op
+    that only moves values (a Reshape, a Transpose), the arithmetic node that produced them (walking up through
+    other such ops), which the verdict names when the movement op's tensor is where that node's values were
+    measured (`bisect_ov.analysis.judge`, rule 6)."""
+    from bisect_ov.analysis.judge import MOVEMENT
+    from bisect_ov.model.graph import ModelGraph
+
+    graph = ModelGraph(shape_model(shape))
+    names, key = {node}, graph.find(node).key
+    while graph[key].op_type in MOVEMENT:
+        computed = [k for k, _ in graph.data_inputs(key) if graph[k].kind == "compute"]
+        if not computed:
+            break
+        key = computed[0]
+        names.add(graph[key].name)
+    return names
+
+
 class FaultyCPU(OpenVINODevice):
     """The CPU (f32, or `precision`) with one node perturbed in every model it compiles that holds that node:
     seeded noise of standard deviation `magnitude` is added to its output, the same array whether the whole

@@ -51,6 +51,7 @@ def test_a_log_file_failing_later_is_said_once(tmp_path, capsys):
     handler.stream.close()
     handler.stream = Full()
     logger = logging.getLogger("bisect_ov.test_cli_hostile")
+    logger.setLevel(logging.WARNING)  # whatever level an earlier test left on the bisect_ov logger
     logger.addHandler(handler)
     logger.propagate = False
     try:

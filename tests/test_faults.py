@@ -14,7 +14,7 @@ import pytest
 
 from bisect_ov import bisect, inject_fault
 from bisect_ov.model.graph import ModelGraph
-from tests.conftest import FAULT_SHAPES, float_sites, shape_inputs, shape_model
+from tests.conftest import FAULT_SHAPES, float_sites, found_names, shape_inputs, shape_model
 
 # These tests are about naming the node; local errors and the noise check are covered elsewhere.
 FAST = {"local": False, "noise": False, "progress": False}
@@ -31,9 +31,10 @@ def test_injected_fault_is_first_divergence_and_top_culprit(shape, node):
     faulty = inject_fault(model, node, "noise", 0.05, seed=7)
     report = bisect(model, "CPU:f32", "CPU:f32", shape_inputs(shape), target_model=faulty, **FAST)
     assert report.first_divergence is not None, report.to_text()
-    assert report.first_divergence.name == node, report.to_text()
-    assert report.culprits[0].name == node
-    assert [n.name for n in report.first_divergences] == [node]
+    found = found_names(shape, node)  # a movement op's fault may be named at the node it carries the values of
+    assert report.first_divergence.name in found, report.to_text()
+    assert report.culprits[0].name == report.first_divergence.name
+    assert len(report.first_divergences) == 1
     assert report.first_divergence.role == "source"
 
 
@@ -95,5 +96,6 @@ def test_with_local_errors_the_fault_is_still_named_inside_its_fusion_group(shap
     faulty = inject_fault(model, node, "noise", 0.05, seed=7)
     report = bisect(model, "CPU:f32", "CPU:f32", shape_inputs(shape), target_model=faulty, noise=False, impact=0,
                     progress=False)
-    assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
+    assert report.first_divergence is not None and report.first_divergence.name in found_names(shape, node), \
+        report.to_text()
     assert report.first_divergence.role == "source" and report.first_divergence.local_error is not None

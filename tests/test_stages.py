@@ -17,7 +17,7 @@ from bisect_ov.engine.runner import Runner
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.match import identity_match
 from bisect_ov.model.taps import Tap
-from bisect_ov.pipeline.assemble import assemble, rank_by_impact, run_notes
+from bisect_ov.pipeline.assemble import assemble, run_notes
 from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import BisectOptions
 from bisect_ov.pipeline.records import Measurement, Scored
@@ -135,9 +135,16 @@ def test_bisection_finds_the_node_a_fake_measurement_marks_bad(bad):
 
 
 # ----- scoring and notes from records --------------------------------------------------------------------------
-def test_ranking_puts_measured_impact_first():
-    assert rank_by_impact(("a", "b", "c", "d"), {"c": 0.5, "d": 0.9}) == ("d", "c", "a", "b")
-    assert rank_by_impact(("a", "b"), {}) == ("a", "b")
+def test_ranking_puts_first_divergences_first_then_measured_impact():
+    from bisect_ov.analysis.judge import Evidence, Topology, judge
+
+    # a -> b -> c -> d: a is the source; b and c amplify; d inherits. c's impact is measured, b's is not.
+    graph = Topology([("x", "Parameter", ()), ("a", "Relu", ("x",)), ("b", "Exp", ("a",)), ("c", "Exp", ("b",)),
+                      ("d", "Relu", ("c",)), ("out", "Result", ("d",))])
+    errors = {("a", 0): 0.1, ("b", 0): 0.5, ("c", 0): 2.0, ("d", 0): 2.0}
+    ev = Evidence(errors=errors, tolerances={k: 1e-2 for k, _ in errors}, outputs=((2.0, 1e-2),),
+                  impacts={"c": 0.9, "a": 0.01})
+    assert judge(graph, ev).ranking == ("a", "c", "b", "d")
 
 
 def test_notes_come_from_the_records():
@@ -190,10 +197,10 @@ def test_a_group_is_refined_only_when_it_makes_error_of_its_own(makes_error, ref
     setup = open_comparison(model, "CPU:f32", "CPU:f32", synthetic.sample_inputs(model, seed=1),
                              inject_fault(model, "res/bn_a", "noise", 0.05, seed=7), options)
     examined = run_untouched(setup)
-    engine, tol = examined.engine, examined.tolerance
+    engine, plan = examined.engine, examined.plan
 
     def diverged(tap, stats):
-        return setup.error_of(stats) > tol.for_node(engine.graph[tap.key], tap.port)
+        return setup.error_of(stats) > plan.node(tap.key, tap.port)
 
     # Local errors are asked for only when the strategy may use them; the answer here is made up.
     search = FusionSearch(engine.comparison, diverged, runtime=engine.target_runtime, local=makes_error is not None)

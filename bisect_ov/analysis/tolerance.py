@@ -236,3 +236,24 @@ def expected_quantization_errors(graph: ModelGraph, own: Mapping[str, float]) ->
             by_key[node.key] = value
             expected[node.name] = value
     return expected
+
+
+def node_thresholds(tolerance: Tolerance, graph: ModelGraph, movement: frozenset[str] = frozenset()
+                    ) -> dict[tuple[str, int], float]:
+    """Every compute node's output threshold, by (key, port), in one pass over the graph.
+
+    An op in `movement` (one that only moves or selects values: a Reshape, a Transpose, a Slice) adds no error,
+    so it carries the largest threshold of the floating tensors it reads (walking through other such ops): a
+    Transpose after a long reduction is judged by that reduction's allowance, not by an elementwise op's, and
+    cannot look like a source merely because its allowance is smaller. A threshold the user set for the node by
+    name still wins, and an integer output stays exact.
+    """
+    found: dict[tuple[str, int], float] = {}
+    for node in graph.candidates():
+        for t in node.outputs:
+            own = tolerance.threshold(node.reduction_length, t.dtype, node.name)
+            if node.op_type in movement and node.name not in tolerance.per_node and own > 0:
+                carried = [found.get((k, p), 0.0) for k, p in graph.data_inputs(node.key)]
+                own = max([own, *carried])
+            found[(node.key, t.port)] = own
+    return found

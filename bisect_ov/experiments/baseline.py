@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+from bisect_ov.analysis.judge import EXCESS, excess
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import BisectError
 from bisect_ov.engine.comparison import Comparison, Sample
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Baseline", "BASELINE_PRECISIONS", "baseline_device", "rounding_baseline", "excess", "EXCESS"]
 
 BASELINE_PRECISIONS = ("bf16", "f16")
-# A node's local error this many times its rounding-only local error is worse than its precision explains.
-EXCESS = 4.0
 
 
 @dataclass(frozen=True)
@@ -95,10 +94,4 @@ def rounding_baseline(engine: Engine, units: Mapping[str, tuple[str, ...]], devi
         local[tap.key] = max(local.get(tap.key, 0.0), error_of(stats))
     return Baseline(device, tuple(error_of(s) for _, _, s in outputs), local)
 
-
-def excess(local: float | None, expected: float | None, floor: float = 1e-7) -> float | None:
-    """How many times its rounding-only local error a node's local error is (None when either is unknown)."""
-    if local is None or expected is None:
-        return None
-    return local / max(expected, floor)
 

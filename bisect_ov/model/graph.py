@@ -363,6 +363,11 @@ def _reduction_length(op) -> int:
             if axes is not None:
                 rank = len(shapes[0])
                 return int(np.prod([shapes[0][a % rank] for a in axes])) if axes else 1
+            # Axes computed by a subgraph (an ONNX GlobalAveragePool, a ReduceMean over "all but the batch"): each
+            # output value reduces as many input values as the input has per output value.
+            out = _static_shape(op.get_output_partial_shape(0))
+            if kind != "MVN" and out is not None and int(np.prod(out)) > 0:
+                return max(1, int(np.prod(shapes[0])) // int(np.prod(out)))
         if kind in ("Softmax", "LogSoftmax") and shapes and shapes[0]:
             axis = int(op.get_attributes().get("axis", -1))
             return int(shapes[0][axis % len(shapes[0])])

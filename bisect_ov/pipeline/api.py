@@ -17,11 +17,12 @@ from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.engine.ledger import Clock
 from bisect_ov.pipeline.assemble import assemble
+from bisect_ov.pipeline.decide import decide
 from bisect_ov.pipeline.generate import generate
 from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import DEFAULT_MAX_TAP_BYTES, KEYWORDS, BisectOptions
 from bisect_ov.pipeline.sides import resolve_sides
-from bisect_ov.pipeline.stages import absorb, experiments, open_comparison, run_untouched, score
+from bisect_ov.pipeline.stages import experiments, open_comparison, run_untouched, score
 from bisect_ov.pipeline.truth import judge_truth
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device
@@ -163,7 +164,7 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
             scored = score(setup, examined, measurement)
         with clock.stage("experiments"):
             findings = experiments(setup, examined, measurement, scored)
-            scored = absorb(setup, examined, scored, findings)
+            scored = decide(setup, examined, measurement, scored, findings)
             truth = judge_truth(setup, examined, measurement, scored)
         with clock.stage("assemble"):
             return assemble(setup, examined, measurement, scored, findings, model_source=model,

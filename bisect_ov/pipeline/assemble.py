@@ -6,11 +6,9 @@ settings and costs as typed records (`ToleranceInfo`, `RunOptions`, `InputInfo`,
 notes, keeps the tensors the user asked for and saves the patched model of a fix. Reads the examined sample's
 `Engine`; changes nothing in it.
 
-Values the untouched target never computed are not reported as its values: each node whose tensor exists only
-inside a kernel the target fused (from its runtime graph, `bisect_ov.model.fusion.kernel_tensors`) carries that
-kernel's name (`NodeResult.inside_kernel`), and such a node over its tolerance whose kernel's measured output is
-within its tolerance is set aside before ranking (`set_aside_inside_kernels`: role ``internal``, not a first
-divergence nor a culprit), the notes saying which and why.
+Roles, first divergences and the ranking are the judge's (`bisect_ov.pipeline.decide`); this stage only
+words them. Each node whose tensor exists only inside a kernel the target fused (from its runtime graph,
+`bisect_ov.model.fusion.kernel_tensors`) carries that kernel's name (`NodeResult.inside_kernel`).
 """
 
 from __future__ import annotations
@@ -24,13 +22,12 @@ from typing import Any, Sequence
 import openvino as ov
 
 from bisect_ov.analysis.diagnosis import diagnose, kernel_difference, observations
-from bisect_ov.analysis.scoring import score_graph
+from bisect_ov.analysis.judge import EXCESS
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core import codec
 from bisect_ov.core.fileio import atomic_paths
 from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo, Truth
 from bisect_ov.engine.engine import Engine
-from bisect_ov.experiments.baseline import EXCESS
 from bisect_ov.experiments.local import LOCAL_SHARE
 from bisect_ov.experiments.partitioned import Findings, patch_model
 from bisect_ov.model.fusion import KernelTensors, kernel_tensors
@@ -43,7 +40,7 @@ from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report
 from bisect_ov.repro import ReproSource
 
-__all__ = ["assemble", "run_notes", "rank_by_impact", "record_of", "set_aside_inside_kernels"]
+__all__ = ["assemble", "run_notes", "record_of"]
 
 
 def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
@@ -56,8 +53,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
     assert precision is not None  # `run_untouched` set it (`Tolerance.with_precision`)
     with setup.clock("score"):
         kernels = kernel_tensors(session.target_graph, session.target_runtime, session.match)
-        scored, aside_notes = set_aside_inside_kernels(session.graph, scored, kernels, examined.tolerance.min_growth)
-        ranking = rank_by_impact(scored.scores.ranking, findings.impacts)
+        ranking = scored.scores.ranking  # the judge's (`bisect_ov.pipeline.decide`)
         nodes = node_results(session, measurement, scored, precision, findings, ranking,
                              frozenset(examined.tolerance.quantization), kernels)
         # Taps the fidelity check rejected name nothing (`pipeline.measure.faithful_nodes`).
@@ -87,7 +83,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
                      for p, a in zip(setup.model.get_parameters(), session.ref_arrays)),
         samples=setup.summary.to_record() if setup.summary is not None else None,
         openvino_version=ov.get_version(),
-        notes=tuple(run_notes(setup, examined, measurement, scored)) + aside_notes
+        notes=tuple(run_notes(setup, examined, measurement, scored))
         + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation)
         + truth_notes(truth.record if truth is not None else None, truth.nodes if truth is not None else {},
                       session.graph),
@@ -100,46 +96,6 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         frameworks=setup.frameworks, truth=truth.record if truth is not None else None,
     )
     return report
-
-
-def set_aside_inside_kernels(graph: ModelGraph, scored: Scored, kernels: KernelTensors, min_growth: float
-                             ) -> tuple[Scored, tuple[str, ...]]:
-    """`scored` with the values the untouched target never computed set aside, and the note saying which and why.
-
-    A node is set aside when it is over its tolerance as tapped, its tensor exists only inside a fused kernel of
-    the untouched target (`kernels`), and that kernel's outputs, measured (at least one), are all within their
-    tolerance: the tap showed what a compile exposing the tensor computed, and what the kernel really handed
-    on is clean. Such nodes are scored again with the role ``internal`` (`score_graph`: like absorbed nodes,
-    neither blamed nor ranked); nodes the absorb stage absorbed stay absorbed, and its note is dropped when
-    every node it counted is set aside. When a kernel's output diverges its members keep their roles (the
-    refinement names the member where error starts) and are only marked. Unchanged when nothing is set aside.
-    """
-    nodes = scored.scores.nodes
-    aside: dict[str, tuple[str, ...]] = {}  # node -> its kernel's measured outputs
-    for key, s in nodes.items():
-        layer = kernels.kernel_of(key)
-        if layer is None or not s.error > s.tolerance:
-            continue
-        outputs = tuple(k for k in kernels.outputs.get(layer, ()) if k in nodes and k != key)
-        if outputs and all(nodes[k].error <= nodes[k].tolerance for k in outputs):
-            aside[key] = outputs
-    if not aside:
-        return scored, ()
-    absorbed = tuple(k for k in scored.absorbed if k not in aside)
-    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=min_growth, absorbed=absorbed,
-                           internal=set(aside))
-    why = scored.absorbed_why if absorbed else ""
-    shown = []
-    for key in sorted(aside, key=lambda k: graph[k].index)[:3]:
-        out = nodes[aside[key][0]]
-        shown.append(f"'{graph[key].name}' ({_fmt_error(nodes[key].error)} as tapped) exists only inside the fused kernel "
-                     f"'{kernels.kernel_of(key)}', whose output '{graph[out.key].name}' is within its tolerance "
-                     f"({_fmt_error(out.error)} <= {_fmt_error(out.tolerance)})")
-    more = f", and {len(aside) - 3} more" if len(aside) > 3 else ""
-    note = (f"{len(aside)} value(s) set aside: " + "; ".join(shown) + more + ". The untouched target never stored "
-            "these tensors: a tapped value there is what a compile exposing it computed, not what the target "
-            "computed, so it is not blamed on the target (neither a first divergence nor a culprit).")
-    return replace(scored, scores=rescored, absorbed=absorbed, absorbed_why=why), (note,)
 
 
 def _fmt_error(x: float) -> str:
@@ -273,12 +229,6 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     return notes
 
 
-def rank_by_impact(ranking: tuple[str, ...], impact: dict[str, float]) -> tuple[str, ...]:
-    """Suspects with a measured impact first, largest impact first; the rest keep their order."""
-    measured = sorted((k for k in ranking if k in impact), key=lambda k: -impact[k])
-    return tuple(measured + [k for k in ranking if k not in impact])
-
-
 def keep_tensors(session: Engine, keep: Sequence[str], ranking: Sequence[str]) -> dict[str, tuple]:
     """Both sides' values of the nodes the user asked to keep (names, tensor names, or "culprits")."""
     keys: list[str] = []
@@ -330,6 +280,12 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
     by_key: dict[str, list[Tap]] = {}
     for tap in stats:
         by_key.setdefault(tap.key, []).append(tap)
+    # A node the verdict names in place of a movement op that carries its values (`analysis.judge`, rule 6) is
+    # shown with the movement op's measurement when it has none of its own.
+    moved = scored.verdict.moved if scored.verdict is not None else {}
+    stand_in = {at: key for key, at in moved.items() if at not in by_key and key in by_key}
+    for at, key in stand_in.items():
+        by_key[at] = by_key[key]
     results = []
     for key in graph.order:
         if key not in by_key or key not in scores.nodes:
@@ -343,6 +299,12 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
         if target_key in session.runtime_target:
             runtime["target"] = session.runtime_target[target_key]
         causes = observations(node_stats)
+        if key in stand_in:
+            carrier = graph[stand_in[key]]
+            kernel = kernels.kernel_of(key) if kernels is not None else None
+            causes.append(Cause("note", f"measured at '{carrier.name}' ({carrier.op_type}), which only moves its values: "
+                                + (f"the fused kernel '{kernel}' that computed them stored none of its own"
+                                   if kernel else "it stored none of its own")))
         differs = kernel_difference(runtime, same_precision)
         if differs and s.role != "ok":
             causes.append(Cause("kernel_difference", differs))
@@ -363,18 +325,25 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
             judged = "quantization" if node.name in tolerance_quantized else precision
             causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, judged,
                                node.op_type)
+        # A stand-in's numbers are its carrier's: the movement op's local error, impact and group.
+        measured_as = stand_in.get(key, key)
+        group = groups.get(measured_as, ())
+        if key in stand_in:
+            group = (measured_as, *group)
         results.append(NodeResult(
             name=node.name, key=key, op_type=node.op_type, index=node.index, error=s.error,
             input_error=s.inherited, tolerance=s.tolerance, growth=s.growth, role=s.role, first=s.first,
-            rank=rank_of.get(key), local_error=findings.local_errors.get(key), impact=findings.impacts.get(key),
-            expected_error=findings.baseline.local.get(key) if findings.baseline is not None else None,
+            rank=rank_of.get(key), local_error=findings.local_errors.get(measured_as),
+            impact=findings.impacts.get(measured_as),
+            expected_error=findings.baseline.local.get(measured_as) if findings.baseline is not None else None,
             # Only meaningful where a node was handed real error: inputs over its tolerance.
             amplification=s.error / s.inherited if s.inherited > s.tolerance and math.isfinite(s.inherited) else None,
             outputs=node_stats, tensor_names=tuple(n for t in node.outputs for n in t.names),
             inputs=tuple(k for k, _ in graph.data_inputs(key)), diagnosis=tuple(causes), runtime=runtime,
-            group=tuple(m for m in groups.get(key, ()) if m != key),
-            over_samples=_over_samples(measurement.spread.get(key), s.tolerance),
-            inside_kernel=kernels.kernel_of(key) if kernels is not None else None,
+            group=tuple(dict.fromkeys(m for m in group if m != key)),
+            over_samples=_over_samples(measurement.spread.get(measured_as), s.tolerance),
+            # A stand-in was measured where its kernel stored the values, not inside it.
+            inside_kernel=kernels.kernel_of(key) if kernels is not None and key not in stand_in else None,
         ))
     return tuple(results)
 

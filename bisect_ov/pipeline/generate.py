@@ -11,7 +11,7 @@ import numpy as np
 from bisect_ov.engine.comparison import Sample
 from bisect_ov.experiments.steps import Generation, run_steps
 from bisect_ov.pipeline.records import Examined, Setup
-from bisect_ov.pipeline.stages import examine, output_tolerance
+from bisect_ov.pipeline.stages import examine
 from bisect_ov.samples.prompts import position_range
 
 __all__ = ["generate"]
@@ -31,7 +31,7 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
     if not setup.runs_steps:
         return None, examined
     assert state is not None  # `Setup.runs_steps`
-    tolerance = output_tolerance(examined.tolerance, engine.graph, engine.graph.results()[0].key)
+    tolerance = examined.plan.output(engine.graph.results()[0].key)
     names = []
     for param in state.model.get_parameters()[: state.n_inputs]:
         found = set(param.output(0).get_names()) | {param.get_friendly_name()}

@@ -62,11 +62,11 @@ class _Driven:
 def measure(setup: Setup, examined: Examined) -> Measurement:
     """Run the chosen strategy; ``auto`` is ``fusion``, falling back to ``bisection`` when unfaithful."""
     engine, options = examined.engine, setup.options
-    graph, tol = engine.graph, examined.tolerance
+    graph, plan = engine.graph, examined.plan
     max_bytes = options.tap_bytes
 
     def diverged(tap: Tap, stats: TensorStats) -> bool:
-        return setup.error_of(stats) > tol.for_node(graph[tap.key], tap.port)
+        return setup.error_of(stats) > plan.node(tap.key, tap.port)
 
     name = "fusion" if options.strategy == "auto" else options.strategy
     fusion = name == "fusion"
@@ -105,7 +105,7 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     if options.prompt_lengths:
         limits = {}
         for t in measured.stats:
-            limits[t.key] = max(limits.get(t.key, 0.0), tol.for_node(graph[t.key], t.port))
+            limits[t.key] = max(limits.get(t.key, 0.0), plan.node(t.key, t.port))
     spread = (node_spread(engine.runner, list(measured.stats), setup.samples, partial(metric_value, metric=options.metric),
                           seed=options.seed, limits=limits)
               if setup.samples is not None and setup.summary is not None and options.node_spread else {})
@@ -141,7 +141,7 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
     """Drive one strategy's search to its end; with `local`, local errors run where the strategy asks for them
     and on each streamed segment (see the module docstring). `recompile`: the noise check's compile may start
     beside it (`_may_recompile`)."""
-    engine, options, tol = examined.engine, setup.options, examined.tolerance
+    engine, options, plan = examined.engine, setup.options, examined.plan
     graph = engine.graph
     can_local = local and options.local
     done = _Driven(strategy=strategy)
@@ -166,7 +166,7 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
                 for t, st in part.stats.items():
                     worst[t.key] = max(worst.get(t.key, 0.0), setup.error_of(st))
                 units = {k: planned[k] for k, e in worst.items()
-                         if k in planned and worth_isolating(e, tol.for_node(graph[k]))}
+                         if k in planned and worth_isolating(e, plan.node(k))}
                 if units:
                     done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=max_bytes,
                                                     values=part.values))
@@ -183,19 +183,18 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
 def _creates(setup: Setup, examined: Examined, done: _Driven, results: Results, strategy: Strategy) -> dict[str, bool]:
     """For the groups whose local error is measured (now, for those the experiments need anyway), whether each
     makes error of its own; nothing when local errors cannot run or the taps so far are unfaithful."""
-    engine, options, tol = examined.engine, setup.options, examined.tolerance
-    graph = engine.graph
+    engine, options, plan = examined.engine, setup.options, examined.plan
     faithful = fidelity(engine.untouched.outputs, done.measured.runs, options.metric, _negligible(examined))
     if not options.local or (faithful is not None and faithful.warning):
         return {}
     stats = results.stats
     errors = {(t.key, t.port): setup.error_of(st) for t, st in stats.items()}
-    limits = {t.key: tol.for_node(graph[t.key]) for t in stats}
+    limits = {t.key: plan.node(t.key) for t in stats}
     units = local_units(engine.comparison, stats, strategy.groups(), errors, limits)
     done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=options.tap_bytes))
 
     def over(tap: Tap, st: TensorStats) -> bool:
-        return setup.error_of(st) > tol.for_node(graph[tap.key], tap.port)
+        return setup.error_of(st) > plan.node(tap.key, tap.port)
 
     return {key: any(over(t, st) for t, st in got.items()) for key, (_, got) in done.local_runs.items() if got}
 
@@ -231,9 +230,7 @@ def fidelity(untouched: Sequence[FinalOutput], runs: Sequence[TappedRun],
 
 def _negligible(examined: Examined) -> float:
     """Final-output errors below both `FIDELITY_FLOOR` and every output's tolerance: f32-level agreement."""
-    graph, tol = examined.engine.graph, examined.tolerance
-    limits = [tol.for_node(graph[graph[r.key].inputs[0][0]], graph[r.key].inputs[0][1]) for r in graph.results()]
-    return min([FIDELITY_FLOOR, *limits])
+    return min(FIDELITY_FLOOR, examined.plan.limit)
 
 
 def _ratio(tapped: float, plain: float) -> float:
@@ -260,8 +257,7 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
             f"{FIDELITY_RANGE[1]}]), so the per-node errors do not explain the plain run")
     limit = options.fix_tolerance
     if limit is None:
-        limit = min((examined.tolerance.for_node(graph[graph[key].inputs[0][0]], graph[key].inputs[0][1])
-                     for _, key, _ in engine.outputs), default=0.0)
+        limit = min((examined.plan.output(key) for _, key, _ in engine.outputs), default=0.0)
 
     def refuse(why: str, runs: int = 0, full_error: float | None = None) -> Fidelity:
         return replace(rejected, outcome="unfaithful", partitioned_runs=runs, reason=f"{taps}; {why}",

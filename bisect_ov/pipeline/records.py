@@ -3,7 +3,7 @@
     Setup       open_comparison   the comparison, the runner, the examined sample, resolved options, samples
     Examined        run_untouched         the engine of the examined sample (its untouched run) and the tolerance
     Measurement  measure           statistics per tap, groups, local errors, fidelity, exact checks, spread
-    Scored       score, absorb     errors, tolerances, scores, final outputs, noise
+    Scored       score, decide     errors, tolerances, scores, final outputs, noise, the verdict
     Findings     experiments       (`bisect_ov.experiments.partitioned`)
 """
 
@@ -28,6 +28,7 @@ from bisect_ov.experiments.local import LocalErrors
 from bisect_ov.model.state import Stateless
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
+from bisect_ov.pipeline.plan import Plan
 from bisect_ov.report.report import OutputResult
 from bisect_ov.samples.runs import SampleRun
 from bisect_ov.samples.sources import SampleSummary
@@ -79,6 +80,7 @@ class Examined:
 
     engine: Engine
     tolerance: Tolerance
+    plan: Plan  # every node's and output's tolerance, made once from `tolerance` (`bisect_ov.pipeline.plan`)
     # Another compile of the untouched target run on the engine's sample (the generation steps made one): its
     # outputs, for the compile-to-compile noise (`Engine.noise`).
     recompiled: tuple[np.ndarray, ...] | None = None
@@ -113,8 +115,9 @@ class Scored:
     outputs: tuple[OutputResult, ...]
     noise: Noise | None
     fidelity: Fidelity | None
-    absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (`absorb`)
+    absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (the judge's verdict)
     absorbed_why: str = ""
+    verdict: Any = None  # the judge's `Verdict` (`bisect_ov.pipeline.decide`), once it has spoken
 
     @property
     def floor(self) -> float:

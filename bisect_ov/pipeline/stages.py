@@ -7,7 +7,7 @@ next one (`bisect_ov.pipeline.records`):
     measure(setup, examined)                                               -> Measurement (`pipeline.measure`)
     score(setup, examined, measurement)                                    -> Scored
     experiments(setup, examined, measurement, scored)                      -> Findings  (`experiments.partitioned`)
-    absorb(setup, examined, scored, findings)                              -> Scored
+    decide(setup, examined, measurement, scored, findings)                 -> Scored    (`pipeline.decide`)
     assemble(setup, examined, measurement, scored, findings)               -> Report    (`pipeline.assemble`)
 
 No stage assigns to another object's fields. The options arrive resolved (`BisectOptions.resolve`): a
@@ -16,9 +16,7 @@ stage never re-decides what can run.
 
 from __future__ import annotations
 
-import math
 import sys
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -32,14 +30,13 @@ from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.tolerance import unit_roundoff
 from bisect_ov.capture.device import plan_recorded
 from bisect_ov.core.errors import InputError
-from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.core.records import DeviceInfo, Noise
 from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.ledger import Clock, Ledger
 from bisect_ov.engine.runner import Runner
 from bisect_ov.engine.untouched import run_reference, run_target
-from bisect_ov.experiments.baseline import EXCESS, baseline_device, excess, rounding_baseline
+from bisect_ov.experiments.baseline import baseline_device, rounding_baseline
 from bisect_ov.experiments.local import local_errors, local_units, owned_units, split_known
 from bisect_ov.experiments.partitioned import (
     Findings,
@@ -58,6 +55,7 @@ from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, plan_chunks, tensor_sizes
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
+from bisect_ov.pipeline.plan import make_plan
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.pipeline.sides import bind_sides
 from bisect_ov.report.report import OutputResult
@@ -69,7 +67,7 @@ from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
 from bisect_ov.search.strategies import fusion_taps
 
-__all__ = ["open_comparison", "run_untouched", "examine", "output_tolerance", "score", "experiments", "absorb",
+__all__ = ["open_comparison", "run_untouched", "examine", "score", "experiments",
            "diagnosis_of", "comparison_precision", "twin_fix_candidates"]
 
 
@@ -201,8 +199,8 @@ def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptio
     if infos is None:
         return worst, (f"Prompt-length sweep, final-output error by length: {errors}. The samples ran on an executor, "
                        f"so the worst length ({lengths[worst]} tokens) is examined node by node.")
-    tol = _tolerance(options, runner.comparison, *infos)  # as `run_untouched` judges the examined sample
-    limit = min(output_tolerance(tol, graph, r.key) for r in graph.results())
+    # As `run_untouched` will judge the examined sample.
+    limit = make_plan(_tolerance(options, runner.comparison, *infos), graph).limit
     over = [i for i, e in enumerate(summary.errors) if not e <= limit]
     text = f"Prompt-length sweep, final-output error by length: {errors} (the outputs' tolerance {limit:.1e}). "
     if not over:
@@ -228,7 +226,8 @@ def run_untouched(setup: Setup) -> Examined:
     runner, options, comparison = setup.runner, setup.options, setup.comparison
     runner.keep_compiles = setup.runs_steps  # the steps run the same model: the reference's compile is kept
     engine = examine(runner, setup.sample, options)
-    return Examined(engine, _tolerance(options, comparison, engine.ref_info, engine.target_info))
+    tolerance = _tolerance(options, comparison, engine.ref_info, engine.target_info)
+    return Examined(engine, tolerance, make_plan(tolerance, comparison.graph))
 
 
 def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo | None, target: DeviceInfo | None):
@@ -239,12 +238,6 @@ def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo |
     if comparison.twin and comparison.match.quantized:
         tolerance = twin_tolerance(tolerance, comparison.graph, comparison.target_graph, comparison.match)
     return tolerance
-
-
-def output_tolerance(tolerance, graph: ModelGraph, key: str) -> float:
-    """The tolerance of final output `key` (a Result): its producer's, at the port it reads."""
-    producer, port = graph[key].inputs[0]
-    return tolerance.for_node(graph[producer], port)
 
 
 def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = None) -> Engine:
@@ -285,8 +278,7 @@ def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = No
 
 def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
-    engine, options, tol = examined.engine, setup.options, examined.tolerance
-    graph = engine.graph
+    engine, options, plan = examined.engine, setup.options, examined.plan
     measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs,
                                    recompiled=examined.recompiled, started=measurement.recompile)
                       if options.noise else {})
@@ -296,10 +288,10 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
         errors = {(tap.key, tap.port): setup.error_of(s) for tap, s in measurement.stats.items()}
         exact = measurement.exact
         # An integer computation has one right answer: the two sides must agree exactly.
-        tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, tol.for_node(graph[tap.key]))
+        tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, plan.node(tap.key))
                       for tap in measurement.stats}
-        scores = score_graph(graph, errors, tolerances, min_growth=tol.min_growth)
-        outputs = tuple(OutputResult(name, s, setup.error_of(s), max(floor, output_tolerance(tol, graph, key)))
+        scores = score_graph(engine.graph, errors, tolerances, min_growth=plan.tolerance.min_growth)
+        outputs = tuple(OutputResult(name, s, setup.error_of(s), max(floor, plan.output(key)))
                         for name, key, s in engine.outputs)
     return Scored(errors, tolerances, scores, outputs, noise, measurement.fidelity)
 
@@ -384,125 +376,6 @@ def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float]) ->
     else:
         keys.sort(key=lambda k: -local.get(k, 0.0))
     return [(k,) for k in keys]
-
-
-def absorb(setup: Setup, examined: Examined, scored: Scored, findings: Findings) -> Scored:
-    """Nodes over their tolerance whose error the network absorbs: not first divergences, not culprits.
-
-    When a final output is over its tolerance, a diverged node is absorbed when its measured consumers (the next
-    measured nodes downstream) come back within their tolerance and its impact on the final outputs (the final
-    error when only it runs on the target, `Findings.impacts`) is below the outputs' tolerance.
-
-    When every final output is within its tolerance (and, over many samples, no top-1 answer flips), a diverged
-    node is absorbed unless it is an origin (`origins`): its own (local) error is over its tolerance, and either
-    it is several times what rounding alone gives it (`experiments.baseline`) or alone on the target it accounts
-    for most of the final error. An origin stays a culprit whatever the outputs do, and so do the nodes
-    downstream of it (they inherit its error); the rest are absorbed, and the report says why.
-    """
-    scores, graph = scored.scores, setup.comparison.graph
-    diverged = [k for k in scores.ranking if scores.nodes[k].diverged]
-    if not diverged or not scored.outputs:
-        return scored
-    limit = min(o.tolerance for o in scored.outputs)
-    flips = len(setup.summary.flips_top1) if setup.summary is not None else 0
-    # Class answers that flip over many samples are outputs disagreeing, whatever the examined sample's error.
-    outputs_ok = not any(o.diverged for o in scored.outputs) and not flips
-    if outputs_ok:
-        found = origins(diverged, scored, findings)
-        inheriting = {d for k in found for d in graph.downstream(k, include_self=True)}
-        absorbed = {k for k in diverged if k not in inheriting}
-        if not absorbed:
-            return scored
-        worst = max(scored.outputs, key=lambda o: o.error / o.tolerance if o.tolerance else math.inf)
-        why = (f"{len(absorbed)} node(s) exceed their tolerance but the network absorbs their error: every final "
-               f"output is within its tolerance (worst '{worst.name}' {worst.error:.1e} <= {worst.tolerance:.1e}) "
-               "with all of them on the target")
-        measured = {k: v for k, v in findings.impacts.items() if k in absorbed}
-        if measured:
-            why += "; alone on the target, " + ", ".join(f"'{graph[k].name}' moves them by {v:.1e}"
-                                                         for k, v in list(measured.items())[:3])
-        why += "."
-    else:
-        measured_keys = {k for k, s in scores.nodes.items()}
-        absorbed = set()
-        for key in diverged:
-            impact = findings.impacts.get(key)
-            if impact is None or impact >= limit:
-                continue
-            consumers = [c for c in graph.downstream(key, include_self=False, stop=lambda c: c in measured_keys)
-                         if c in measured_keys]
-            if consumers and all(scores.nodes[c].error <= scores.nodes[c].tolerance for c in consumers):
-                absorbed.add(key)
-        # A source whose impact is a small share of both the final error and the outputs' tolerance did not make
-        # the divergence, even where its consumers stay over tolerance (their error comes from elsewhere).
-        final = max(o.error for o in scored.outputs)
-        bystanders = {k for k in diverged if k not in absorbed and scores.nodes[k].role == "source"
-                      and (v := findings.impacts.get(k)) is not None and v < limit and v < NOTABLE * final}
-        if bystanders and not _sources_remain(graph, scored, findings, absorbed | bystanders,
-                                              examined.tolerance.min_growth):
-            # Nothing else makes error of its own (it builds up over many nodes, as in a quantized twin, or the
-            # only other source is a consumer that merely inherits it): the first of them is where it starts.
-            bystanders = set()
-        if not absorbed and not bystanders:
-            return scored
-        def listed(keys: set[str]) -> str:
-            return ", ".join(f"'{graph[k].name}' {findings.impacts[k]:.1e}" for k in sorted(keys)[:3])
-
-        parts = []
-        if absorbed:
-            parts.append(f"{len(absorbed)} node(s) exceed their tolerance, but their consumers come back within "
-                         f"tolerance and each alone on the target moves the final outputs by less than their tolerance "
-                         f"({limit:.1e}): {listed(absorbed)}; they are absorbed, not first divergences.")
-        if bystanders:
-            parts.append(f"{len(bystanders)} node(s) exceed their tolerance with inputs within theirs, but alone on "
-                         f"the target each moves the final outputs by less than {NOTABLE:g} of their error ({final:.1e}) "
-                         f"and less than their tolerance: {listed(bystanders)}; they are absorbed, not where the "
-                         "divergence starts.")
-            absorbed |= bystanders
-        why = " ".join(parts)
-    tol = examined.tolerance
-    rescored = score_graph(graph, scored.errors, scored.tolerances, min_growth=tol.min_growth, absorbed=absorbed)
-    return replace(scored, scores=rescored, absorbed=tuple(sorted(absorbed, key=lambda k: graph[k].index)),
-                   absorbed_why=why)
-
-
-def _sources_remain(graph, scored: Scored, findings: Findings, absorbed: set[str], min_growth: float) -> bool:
-    """Whether, once `absorbed` are scored as absorbed, a source is left that makes error of its own: its local
-    error (alone on the target, fed the reference's inputs) is over its tolerance. A consumer of an absorbed
-    node turns into a source by the rescoring alone (its inputs now count as clean); without error of its own
-    it only carries what it was handed."""
-    trial = score_graph(graph, scored.errors, scored.tolerances, min_growth=min_growth, absorbed=absorbed)
-    return any(n.role == "source" and (local := findings.local_errors.get(k)) is not None
-               and local > scored.tolerances.get(k, 0.0) for k, n in trial.nodes.items())
-
-
-MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
-NOTABLE = 0.1  # ... when it is this share of the outputs' tolerance and beyond f32-level agreement
-
-
-def origins(diverged: list[str], scored: Scored, findings: Findings) -> list[str]:
-    """Of the diverged nodes, those that create error the final outputs do not explain away (see `absorb`).
-
-    A node is an origin when its local error is over its tolerance and either that local error is `EXCESS`
-    times its rounding-only local error (it is worse than its precision explains, whatever the outputs do: a
-    defect the outputs' rounding hides is still a defect) or, alone on the target, it makes most of the final
-    error (and at least `NOTABLE` of the outputs' tolerance: most of a noise-level error says nothing). Nodes
-    without error of their own over their tolerance only show what they inherited: absorbed.
-    """
-    worst = max(o.error for o in scored.outputs)
-    limit = min(o.tolerance for o in scored.outputs)
-    expected = findings.baseline.local if findings.baseline is not None else {}
-    found = []
-    for key in diverged:
-        local = findings.local_errors.get(key)
-        if local is None or local <= scored.tolerances.get(key, 0.0):
-            continue  # no error of its own over its tolerance: what it shows, it inherited
-        impact = findings.impacts.get(key)
-        ratio = excess(local, expected.get(key))
-        dominant = impact is not None and impact >= MOST * worst and impact >= max(NOTABLE * limit, F32_AGREEMENT)
-        if (ratio is not None and ratio >= EXCESS) or dominant:
-            found.append(key)
-    return found
 
 
 # ----- helpers shared by the stages -------------------------------------------------------------------------

@@ -9,13 +9,7 @@ import math
 import pytest
 
 from bisect_ov import bisect, inject_fault
-from bisect_ov.analysis.metrics import compare
-from bisect_ov.analysis.scoring import Scores
-from bisect_ov.experiments.baseline import EXCESS, Baseline, baseline_device
-from bisect_ov.experiments.partitioned import Findings
-from bisect_ov.pipeline.records import Scored
-from bisect_ov.pipeline.stages import origins
-from bisect_ov.report.report import OutputResult
+from bisect_ov.experiments.baseline import EXCESS, baseline_device
 from tests.conftest import float_sites, needs_bf16, shape_inputs, shape_model
 
 SHAPES = ("attention_block", "conv_bn_net")
@@ -107,10 +101,15 @@ def test_the_baseline_can_be_switched_off():
 
 
 # ----- the origin rule on records ----------------------------------------------------------------------------
-def _scored(output_error: float, tolerance: float = 0.03) -> Scored:
-    stats = compare([1.0, 2.0], [1.0, 2.0])
-    return Scored(errors={}, tolerances={"a": 0.03, "b": 0.03}, scores=Scores({}, (), ()),
-                  outputs=(OutputResult("out", stats, output_error, tolerance),), noise=None, fidelity=None)
+def _origins(local, expected, impact, output_error=0.02, tolerance=0.03):
+    """The origins the judge finds for one diverged node 'a' (error 0.05 over 0.03) with all outputs within."""
+    from bisect_ov.analysis.judge import Evidence, Topology, judge
+
+    graph = Topology([("x", "Parameter", ()), ("a", "Add", ("x",)), ("out", "Result", ("a",))])
+    ev = Evidence(errors={("a", 0): 0.05}, tolerances={"a": 0.03}, outputs=((output_error, tolerance),),
+                  local={"a": local}, expected={"a": expected} if expected is not None else {},
+                  impacts={"a": impact} if impact is not None else {})
+    return list(judge(graph, ev).origins)
 
 
 @pytest.mark.parametrize("local, expected, impact, origin", [
@@ -124,16 +123,12 @@ def _scored(output_error: float, tolerance: float = 0.03) -> Scored:
     (0.05, None, None, False),
 ])
 def test_an_origin_makes_its_own_error_and_matters(local, expected, impact, origin):
-    baseline = Baseline("EMU:bf16", (0.01,), {"a": expected} if expected is not None else {})
-    findings = Findings(local_errors={"a": local}, impacts={"a": impact} if impact is not None else {},
-                        baseline=baseline)
-    assert (origins(["a"], _scored(0.02), findings) == ["a"]) == origin
+    assert (_origins(local, expected, impact) == ["a"]) == origin
 
 
 def test_most_of_a_noise_level_error_makes_no_origin():
     # Two f32 runs agreeing to 1e-7: a node that "makes most of" that is no defect.
-    findings = Findings(local_errors={"a": 0.05}, impacts={"a": 1e-7}, baseline=None)
-    assert origins(["a"], _scored(1.5e-7, tolerance=1e-6), findings) == []
+    assert _origins(0.05, None, 1e-7, output_error=1.5e-7, tolerance=1e-6) == []
 
 
 def test_absorbed_error_is_named_where_it_starts_not_where_it_is_largest():

@@ -83,3 +83,19 @@ def test_generated_keys_never_collide_with_real_names():
     by_key = {n.key: n.op_type for n in graph.candidates()}
     assert by_key["a#2"] == "Tanh" and by_key["a"] == "Relu"
     assert sorted(t for k, t in by_key.items() if k not in ("a", "a#2")) == ["Exp", "Sigmoid"]
+
+
+def test_a_reduction_over_computed_axes_has_the_length_its_shapes_give():
+    # An ONNX GlobalAveragePool arrives as a ReduceMean whose axes a small subgraph computes from the input's rank.
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 16, 16, 16], np.float32, name="x")
+    rank = ops.squeeze(ops.shape_of(ops.shape_of(x)), ops.constant(0))
+    axes = ops.range(ops.constant(np.int64(2)), rank, ops.constant(np.int64(1)), "i64")
+    pool = ops.reduce_mean(x, axes, keep_dims=True, name="gap")
+    flat = ops.reduce_sum(x, ops.constant(np.array([1, 2, 3], np.int64)), keep_dims=False, name="sum")
+    g = ModelGraph(ov.Model([pool.output(0), flat.output(0)], [x]))
+    assert g.find("gap").reduction_length == 256
+    assert g.find("sum").reduction_length == 16 * 16 * 16

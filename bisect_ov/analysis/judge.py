@@ -1,0 +1,406 @@
+"""The verdict, decided once: every measured node's role, the first divergences and the ranking.
+
+`judge(graph, evidence)` is a pure function of records: the walked graph's topology and an `Evidence` record
+(each measured tensor's error and each node's tolerance, the final outputs, local errors, rounding-only expected
+errors, impacts, which nodes gained NaN/Inf, which only move values, which tensors exist only inside a kernel the
+target fused, and what the fidelity check found). No other code decides a role, a first divergence or the order
+of the culprits; the renderers and the report only read the `Verdict`.
+
+The rules, in the order they are applied (each reads the evidence, none edits another's answer):
+
+1. **Growth** (`score_graph`): a node over its tolerance that multiplied what it was given by `min_growth` is a
+   source (clean inputs) or an amplifier; over its tolerance with less growth it inherits.
+2. **Overflow origins**: a node whose target output gains NaN/Inf from inputs that hold none is where that
+   overflow starts. It is protected: never absorbed, never a bystander, whatever an impact run measured, and it
+   is a first divergence unless a first divergence lies upstream of it (or it is internal, rule 4).
+3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
+   whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
+   the target makes most of the final error, is an origin; every other diverged node that is not downstream of
+   an origin is absorbed.
+4. **Set aside inside kernels**: a node over its tolerance whose tensor exists only inside a kernel of the
+   untouched target whose measured outputs are all within their tolerance is internal (a value the target never
+   computed), unless its local error is far beyond rounding (rule 3's first test): then the fault is in the
+   kernel, and it is named at the member that makes it.
+5. **Absorbed with diverging outputs**: a node whose measured consumers come back within their tolerance and
+   whose impact is below the outputs' tolerance; a source whose impact is a small share of the final error and
+   of the outputs' tolerance (a bystander), while another source with local error of its own remains.
+6. **Data movement never originates**: a Reshape, Transpose, Split, Slice, Concat, Gather ... adds no error. A
+   first divergence there is named at the arithmetic node that produced its input (walking up through other
+   movement ops), which it stands for when that node stored nothing of its own (a fused kernel's member) or
+   whose error it only carries; the movement op inherits. Only when the producer was measured clean and the
+   movement op's error is `min_growth` times the producer's did the values change in between (a twin's own
+   input there, a kernel that moved them wrongly): then the movement op is named.
+7. **No silent "no divergence"**: when nothing is named but a node's local error is over its tolerance and
+   `EXCESS` times its rounding-only one, that node is the origin.
+8. **Fidelity**: when the taps were rejected, nothing measured through them is named; a node localized by
+   partitioned runs is the only first divergence.
+9. **Ranking**: first divergences first, always (in graph order); then the other sources and amplifiers, those
+   with a measured impact first (largest first), then by growth; then the nodes that only inherit, by error.
+
+Invariants (`tests/analysis/test_judge.py` checks them on every case of its table): an overflow origin is never
+absorbed or a bystander; a movement op is a first divergence only when its measured producer is clean;
+first divergences rank first; a node named is a node measured (or localized, or stood for by a movement op).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Collection, Mapping
+
+from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
+from bisect_ov.core.numeric import F32_AGREEMENT
+
+__all__ = ["Evidence", "Verdict", "Topology", "judge", "excess", "MOVEMENT", "EXCESS", "MOST", "NOTABLE"]
+
+# Ops that only move, select or copy values: they add no rounding error of their own.
+MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
+                      "StridedSlice", "Gather", "GatherElements", "GatherND", "Broadcast", "Tile", "Identity",
+                      "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Pad", "Reverse", "Roll"})
+EXCESS = 4.0  # a local error this many times the rounding-only one is worse than its precision explains
+MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
+NOTABLE = 0.1  # ... when it is this share of the outputs' tolerance and beyond f32-level agreement
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything the verdict rests on, as measured (no OpenVINO objects).
+
+    errors
+        Error of each measured tensor under the run's metric, by (node key, port); NaN counts as infinite.
+    tolerances
+        Tolerance of each measured node, by key (a movement op carries its producer's).
+    outputs
+        (error, tolerance) of each final output.
+    flips
+        Top-1 answers that flipped over many samples (outputs disagreeing whatever the examined error).
+    local, expected, impacts
+        By node key: local error (alone on the target, fed the reference's inputs), the rounding-only local error
+        (the emulated device of the target's precision), the final error with only that node on the target.
+    nonfinite
+        Keys of nodes whose target output gained NaN/Inf where the reference's is finite.
+    movement
+        Keys of nodes that only move values (`MOVEMENT`).
+    inside_kernel
+        Key -> kernel name, for tensors that exist only inside a kernel of the untouched target.
+    kernel_outputs
+        Kernel name -> keys of its nodes whose tensors the target stored (the kernel's outputs).
+    rejected, localized
+        The fidelity check rejected the taps; the node partitioned runs localized instead (or None).
+    """
+
+    errors: Mapping[tuple[str, int], float]
+    tolerances: Mapping[str, float]
+    min_growth: float = 2.0
+    outputs: tuple[tuple[float, float], ...] = ()
+    flips: int = 0
+    local: Mapping[str, float] = field(default_factory=dict)
+    expected: Mapping[str, float] = field(default_factory=dict)
+    impacts: Mapping[str, float] = field(default_factory=dict)
+    nonfinite: frozenset[str] = frozenset()
+    movement: frozenset[str] = frozenset()
+    inside_kernel: Mapping[str, str] = field(default_factory=dict)
+    kernel_outputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    rejected: bool = False
+    localized: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision: each measured node's score and role, the first divergences, the ranking, and why nodes were
+    set aside (`reasons`: kind -> keys; `moved`: movement op -> the node named in its place)."""
+
+    scores: Scores
+    first: tuple[str, ...]
+    ranking: tuple[str, ...]
+    absorbed: tuple[str, ...] = ()
+    bystanders: tuple[str, ...] = ()
+    internal: tuple[str, ...] = ()
+    origins: tuple[str, ...] = ()
+    overflow: tuple[str, ...] = ()
+    moved: Mapping[str, str] = field(default_factory=dict)
+    outputs_ok: bool = False
+
+    def role(self, key: str) -> str | None:
+        s = self.scores.nodes.get(key)
+        return s.role if s is not None else None
+
+
+def judge(graph: Any, ev: Evidence) -> Verdict:
+    """The verdict from the evidence (see the module docstring for the rules and the invariants)."""
+    base = score_graph(graph, ev.errors, ev.tolerances, min_growth=ev.min_growth)
+    nodes = base.nodes
+    diverged = [k for k in base.ranking if nodes[k].diverged]
+    outputs_ok = bool(ev.outputs) and all(e <= t for e, t in ev.outputs) and not ev.flips
+    limit = min((t for _, t in ev.outputs), default=0.0)
+    final = max((e for e, _ in ev.outputs), default=0.0)
+
+    overflow = _overflow_origins(graph, ev, nodes)
+    beyond = {k for k in diverged if _origin(k, ev, nodes, final, limit)}
+    origins = [k for k in diverged if k in overflow or k in beyond]
+    # Never absorbed: where an overflow starts; within tolerance, every origin.
+    protected = set(overflow) | set(origins) if outputs_ok else set(overflow)
+    # A tapped inf inside a kernel may be a value the kernel never computed (a fused RMS norm never stores x*x),
+    # so an overflow alone does not keep a node from being set aside there; error of its own far beyond
+    # rounding does (the fault is in the kernel, named at its member).
+    internal = _internal(ev, nodes, beyond)
+    absorbed: set[str] = set()
+    bystanders: set[str] = set()
+    if outputs_ok:
+        inheriting = {d for k in origins for d in graph.downstream(k, include_self=True)}
+        absorbed = {k for k in diverged if k not in inheriting and k not in internal}
+    elif ev.outputs:
+        absorbed = _absorbed_by_consumers(graph, ev, nodes, diverged, limit, protected | internal)
+        bystanders = _bystanders(graph, ev, nodes, diverged, limit, final, protected, absorbed, internal)
+    scores = score_graph(graph, ev.errors, ev.tolerances, min_growth=ev.min_growth,
+                         absorbed=absorbed | bystanders, internal=internal)
+    nodes = dict(scores.nodes)
+    first = list(scores.first)
+    for key in overflow:  # rule 2: where the overflow starts is named, whatever growth says
+        if key in internal:
+            continue
+        s = nodes[key]
+        if s.role not in ("source", "amplifier"):
+            nodes[key] = _with(s, role="amplifier" if s.inherited > s.tolerance else "source")
+        if key not in first and not any(f in graph.upstream(key, include_self=False) for f in first):
+            first.append(key)
+    moved: dict[str, str] = {}
+    for key in list(first):  # rule 6
+        if key in ev.movement:
+            at = _arithmetic_producer(graph, key, ev)
+            if at is not None and at in nodes and nodes[key].error >= ev.min_growth * max(nodes[at].error, 0.0):
+                # Its producer was measured clean: its values changed between the two (a twin's foreign input,
+                # a kernel that moved them wrongly). What it shows is its own.
+                continue
+            first.remove(key)
+            nodes[key] = _with(nodes[key], role="inherits", first=False)
+            if at is not None:
+                moved[key] = at
+                if at not in first:
+                    first.append(at)
+                # The movement op's values are its producer's, moved: where the producer stored none of its own
+                # (a kernel's member), they are its measurement.
+                s = nodes.get(at) or _with(nodes[key], key=at)
+                nodes[at] = _with(s, role="source" if s.inherited <= s.tolerance else "amplifier", first=True)
+    if not first:  # rule 7
+        worst = _far_beyond_rounding(ev, nodes)
+        if worst is not None:
+            first.append(worst)
+            nodes[worst] = _with(nodes[worst], role="source", first=True)
+    if ev.rejected:  # rule 8
+        first = [ev.localized] if ev.localized is not None else []
+    first = sorted(dict.fromkeys(first), key=lambda k: graph[k].index if k in graph else math.inf)
+    for key in first:
+        if key in nodes:
+            nodes[key] = _with(nodes[key], first=True)
+    for key, s in nodes.items():
+        if s.first and key not in first:
+            nodes[key] = _with(s, first=False)
+    ranking = _ranking(first, nodes, ev) if not ev.rejected else tuple(first)
+    rank_of = {k: i for i, k in enumerate(ranking, start=1)}
+    nodes = {k: _with(s, rank=rank_of.get(k)) for k, s in nodes.items()}
+    return Verdict(
+        scores=Scores(nodes, tuple(first), ranking), first=tuple(first), ranking=ranking,
+        absorbed=_ordered(graph, absorbed), bystanders=_ordered(graph, bystanders), internal=_ordered(graph, internal),
+        origins=_ordered(graph, set(origins) if outputs_ok else set(overflow)), overflow=_ordered(graph, overflow),
+        moved=moved, outputs_ok=outputs_ok)
+
+
+# ----- the rules ------------------------------------------------------------------------------------------
+def _overflow_origins(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> set[str]:
+    """Measured nodes whose target output gained NaN/Inf while nothing upstream of them did (through unmeasured
+    nodes too): the first place each overflow appears."""
+    if not ev.nonfinite:
+        return set()
+    found = set()
+    for key in ev.nonfinite:
+        if key not in nodes:
+            continue
+        upstream = graph.upstream(key, include_self=False)
+        if not any(u in ev.nonfinite for u in upstream):
+            found.add(key)
+    return found
+
+
+def _origin(key: str, ev: Evidence, nodes: Mapping[str, NodeScore], final: float, limit: float) -> bool:
+    """Rule 3: local error over its tolerance, and far beyond rounding or most of the final error alone."""
+    local = ev.local.get(key)
+    tol = nodes[key].tolerance
+    if local is None or local <= tol:
+        return False
+    ratio = excess(local, ev.expected.get(key))
+    impact = ev.impacts.get(key)
+    dominant = impact is not None and impact >= MOST * final and impact >= max(NOTABLE * limit, F32_AGREEMENT)
+    return (ratio is not None and ratio >= EXCESS) or dominant
+
+
+def excess(local: float | None, expected: float | None, floor: float = 1e-7) -> float | None:
+    """How many times its rounding-only local error a node's local error is (None when either is unknown)."""
+    if local is None or expected is None:
+        return None
+    return local / max(expected, floor)
+
+
+def _internal(ev: Evidence, nodes: Mapping[str, NodeScore], protected: Collection[str]) -> set[str]:
+    """Rule 4: over tolerance, inside a kernel whose measured outputs are all within their tolerance."""
+    found = set()
+    for key, kernel in ev.inside_kernel.items():
+        s = nodes.get(key)
+        if s is None or s.error <= s.tolerance or key in protected:
+            continue
+        outs = [nodes[k] for k in ev.kernel_outputs.get(kernel, ()) if k in nodes and k != key]
+        if outs and all(o.error <= o.tolerance for o in outs):
+            found.add(key)
+    return found
+
+
+def _absorbed_by_consumers(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore], diverged: list[str],
+                           limit: float, protected: Collection[str]) -> set[str]:
+    """Rule 5, first half: the measured consumers come back within tolerance and the impact is below `limit`."""
+    found = set()
+    for key in diverged:
+        impact = ev.impacts.get(key)
+        if key in protected or impact is None or impact >= limit:
+            continue
+        consumers = [c for c in graph.downstream(key, include_self=False, stop=lambda c: c in nodes) if c in nodes]
+        if consumers and all(nodes[c].error <= nodes[c].tolerance for c in consumers):
+            found.add(key)
+    return found
+
+
+def _bystanders(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore], diverged: list[str], limit: float,
+                final: float, protected: Collection[str], absorbed: set[str], internal: set[str]) -> set[str]:
+    """Rule 5, second half: sources whose impact is a small share of the final error and of the outputs'
+    tolerance, kept only while another source with local error of its own remains once they are set aside (a
+    consumer that turns source only because its inputs now count as clean carries what it was handed)."""
+    found = {k for k in diverged if k not in protected and k not in absorbed and k not in internal
+             and nodes[k].role == "source" and (v := ev.impacts.get(k)) is not None and v < limit
+             and v < NOTABLE * final}
+    if not found:
+        return set()
+    trial = score_graph(graph, ev.errors, ev.tolerances, min_growth=ev.min_growth, absorbed=found | absorbed,
+                        internal=internal)
+    remains = any(n.role == "source" and (local := ev.local.get(k)) is not None and local > n.tolerance
+                  for k, n in trial.nodes.items() if k not in found)
+    return found if remains else set()
+
+
+def _arithmetic_producer(graph: Any, key: str, ev: Evidence) -> str | None:
+    """The nearest node upstream of movement op `key` that computes (walking through other movement ops along the
+    data input that carries the most error); None when only parameters lie upstream."""
+    seen = {key}
+    current = key
+    while True:
+        reads = [(k, p) for k, p in graph.data_inputs(current) if k not in seen]
+        computed = [(k, p) for k, p in reads if graph[k].kind == "compute"]
+        if not computed:
+            return None
+        k, _ = max(computed, key=lambda kp: ev.errors.get(kp, 0.0))
+        if k not in ev.movement:
+            return k
+        seen.add(k)
+        current = k
+
+
+def _far_beyond_rounding(ev: Evidence, nodes: Mapping[str, NodeScore]) -> str | None:
+    """Rule 7: the measured node whose local error is over its tolerance and the most times its rounding-only one
+    (at least `EXCESS`); None when there is none."""
+    best, best_ratio = None, EXCESS
+    for key, local in ev.local.items():
+        s = nodes.get(key)
+        if s is None or key in ev.movement or local <= s.tolerance:
+            continue
+        ratio = excess(local, ev.expected.get(key))
+        if ratio is not None and ratio >= best_ratio:
+            best, best_ratio = key, ratio
+    return best
+
+
+def _ranking(first: list[str], nodes: Mapping[str, NodeScore], ev: Evidence) -> tuple[str, ...]:
+    """Rule 9."""
+    rest = [s for k, s in nodes.items() if s.diverged and k not in first]
+
+    def key(s: NodeScore):
+        if s.role in ("source", "amplifier"):
+            impact = ev.impacts.get(s.key)
+            return (0, 0 if impact is not None else 1, -(impact or 0.0), -s.growth, s.key)
+        return (1, 0, 0.0, -s.error, s.key)
+
+    return tuple([*first, *(s.key for s in sorted(rest, key=key))])
+
+
+def _with(s: NodeScore, **changes: Any) -> NodeScore:
+    values = {"key": s.key, "error": s.error, "inherited": s.inherited, "tolerance": s.tolerance, "growth": s.growth,
+              "role": s.role, "first": s.first, "rank": s.rank, **changes}
+    return NodeScore(**values)
+
+
+def _ordered(graph: Any, keys: Collection[str]) -> tuple[str, ...]:
+    return tuple(sorted(keys, key=lambda k: graph[k].index if k in graph else math.inf))
+
+
+class Topology:
+    """A graph as the judge reads it, given by hand: nodes in topological order as ``(key, op_type, inputs)``,
+    ``op_type`` ``"Parameter"`` for a model input and ``"Result"`` for an output. `ModelGraph` offers the same
+    reads (iteration, ``[key]``, `data_inputs`, `upstream`, `downstream`); this one needs no model, for tests
+    and for callers that keep a graph of their own.
+
+    Examples
+    --------
+    >>> g = Topology([("x", "Parameter", ()), ("a", "MatMul", ("x",)), ("t", "Transpose", ("a",))])
+    >>> g.data_inputs("t")
+    [('a', 0)]
+    """
+
+    @dataclass(frozen=True)
+    class _Port:
+        port: int = 0
+
+    @dataclass(frozen=True)
+    class _Node:
+        key: str
+        name: str
+        op_type: str
+        kind: str
+        index: int
+        inputs: tuple[tuple[str, int], ...]
+        outputs: tuple[Any, ...]
+
+    def __init__(self, nodes: Any) -> None:
+        self._nodes: dict[str, Topology._Node] = {}
+        self._consumers: dict[str, list[str]] = {}
+        for index, (key, op_type, inputs) in enumerate(nodes):
+            kind = {"Parameter": "parameter", "Result": "result"}.get(op_type, "compute")
+            outputs = () if kind == "result" else (Topology._Port(0),)
+            self._nodes[key] = Topology._Node(key, key, op_type, kind, index, tuple((i, 0) for i in inputs), outputs)
+            self._consumers[key] = []
+            for i in inputs:
+                self._consumers[i].append(key)
+
+    def __iter__(self):
+        return iter(self._nodes.values())
+
+    def __getitem__(self, key: str) -> Any:
+        return self._nodes[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._nodes
+
+    def data_inputs(self, key: str) -> list[tuple[str, int]]:
+        return list(self._nodes[key].inputs)
+
+    def upstream(self, key: str, *, stop: Any = None, include_self: bool = True) -> set[str]:
+        return self._walk(key, stop, include_self, lambda k: [i for i, _ in self._nodes[k].inputs])
+
+    def downstream(self, key: str, *, stop: Any = None, include_self: bool = True) -> set[str]:
+        return self._walk(key, stop, include_self, lambda k: self._consumers[k])
+
+    @staticmethod
+    def _walk(key: str, stop: Any, include_self: bool, step: Any) -> set[str]:
+        seen, stack = {key}, [key]
+        while stack:
+            for nxt in step(stack.pop()):
+                if nxt not in seen and (stop is None or not stop(nxt)):
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return seen if include_self else seen - {key}

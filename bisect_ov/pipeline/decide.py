@@ -1,0 +1,117 @@
+"""The verdict stage: the evidence the earlier stages measured, handed to the one judge
+(`bisect_ov.analysis.judge`), and the notes that say what it set aside and why.
+
+    decide(setup, examined, measurement, scored, findings) -> Scored   (with the `Verdict`)
+
+Nothing here decides a role or a first divergence: it gathers records into an `Evidence` and words the
+`Verdict`'s reasons for the reader.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from bisect_ov.analysis.judge import NOTABLE, Evidence, Verdict, judge
+from bisect_ov.experiments.partitioned import Findings
+from bisect_ov.model.fusion import KernelTensors, kernel_tensors
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
+
+__all__ = ["decide", "evidence", "verdict_notes"]
+
+
+def decide(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings) -> Scored:
+    """`scored` with the judge's verdict: its scores (roles, first divergences, ranks), the nodes it set aside and
+    the notes saying why."""
+    engine = examined.engine
+    kernels = kernel_tensors(engine.target_graph, engine.target_runtime, engine.match)
+    ev = evidence(setup, examined, measurement, scored, findings, kernels)
+    verdict = judge(engine.graph, ev)
+    notes = verdict_notes(engine.graph, verdict, scored, findings, kernels)
+    return replace(scored, scores=verdict.scores, absorbed=(*verdict.absorbed, *verdict.bystanders),
+                   absorbed_why=" ".join(notes), verdict=verdict)
+
+
+def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
+             kernels: KernelTensors) -> Evidence:
+    """The records the judge reads, gathered from the stages' records."""
+    graph = examined.engine.graph
+    nonfinite = frozenset(t.key for t, s in measurement.stats.items() if s.new_nonfinite > 0)
+    measured = scored.scores.nodes
+    inside = {k: layer for k in measured if (layer := kernels.kernel_of(k)) is not None}
+    fidelity = scored.fidelity
+    localized = None
+    if fidelity is not None and fidelity.rejected and fidelity.outcome == "localized_by_partitions" and fidelity.node:
+        localized = graph.find(fidelity.node).key
+    return Evidence(
+        errors=scored.errors, tolerances=scored.tolerances, min_growth=examined.plan.tolerance.min_growth,
+        outputs=tuple((o.error, o.tolerance) for o in scored.outputs),
+        flips=len(setup.summary.flips_top1) if setup.summary is not None else 0,
+        local=dict(findings.local_errors), expected=dict(findings.baseline.local) if findings.baseline else {},
+        impacts=dict(findings.impacts), nonfinite=nonfinite, movement=examined.plan.movement,
+        inside_kernel=inside, kernel_outputs={k: tuple(v) for k, v in kernels.outputs.items()},
+        rejected=bool(fidelity is not None and fidelity.rejected), localized=localized)
+
+
+def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings: Findings,
+                  kernels: KernelTensors) -> tuple[str, ...]:
+    """What the reader must know about the nodes the verdict set aside or moved."""
+    nodes, notes = verdict.scores.nodes, []
+    limit = min((o.tolerance for o in scored.outputs), default=0.0)
+    impacts = findings.impacts
+
+    def listed(keys) -> str:
+        return ", ".join(f"'{graph[k].name}' {impacts[k]:.1e}" for k in keys[:3] if k in impacts)
+
+    if verdict.absorbed and verdict.outputs_ok:
+        worst = max(scored.outputs, key=lambda o: o.error / o.tolerance if o.tolerance else math.inf)
+        text = (f"{len(verdict.absorbed)} node(s) exceed their tolerance but the network absorbs their error: every "
+                f"final output is within its tolerance (worst '{worst.name}' {worst.error:.1e} <= {worst.tolerance:.1e}) "
+                "with all of them on the target")
+        notes.append(text + _moved_by(graph, verdict.absorbed, impacts) + ".")
+    elif verdict.absorbed:
+        notes.append(f"{len(verdict.absorbed)} node(s) exceed their tolerance, but their consumers come back within "
+                     f"tolerance and each alone on the target moves the final outputs by less than their tolerance "
+                     f"({limit:.1e}): {listed(list(verdict.absorbed))}; they are absorbed, not first divergences.")
+    if verdict.bystanders:
+        final = max((o.error for o in scored.outputs), default=0.0)
+        notes.append(f"{len(verdict.bystanders)} node(s) exceed their tolerance with inputs within theirs, but alone on "
+                     f"the target each moves the final outputs by less than {NOTABLE:g} of their error ({final:.1e}) "
+                     f"and less than their tolerance: {listed(list(verdict.bystanders))}; they are absorbed, not where "
+                     "the divergence starts.")
+    if verdict.internal:
+        shown = []
+        for key in verdict.internal[:3]:
+            layer = kernels.kernel_of(key)
+            outs = [k for k in kernels.outputs.get(layer or "", ()) if k in nodes and k != key]
+            if not outs:
+                continue
+            out = nodes[outs[0]]
+            shown.append(f"'{graph[key].name}' ({_fmt(nodes[key].error)} as tapped) exists only inside the fused "
+                         f"kernel '{layer}', whose output '{graph[out.key].name}' is within its tolerance "
+                         f"({_fmt(out.error)} <= {_fmt(out.tolerance)})")
+        more = f", and {len(verdict.internal) - 3} more" if len(verdict.internal) > 3 else ""
+        notes.append(f"{len(verdict.internal)} value(s) set aside: " + "; ".join(shown) + more + ". The untouched "
+                     "target never stored these tensors: a tapped value there is what a compile exposing it computed, "
+                     "not what the target computed, so it is not blamed on the target (neither a first divergence "
+                     "nor a culprit).")
+    for moved, at in verdict.moved.items():
+        notes.append(f"'{graph[moved].name}' ({graph[moved].op_type}) only moves values and adds no error of its own: "
+                     f"the divergence seen there is named at '{graph[at].name}' ({graph[at].op_type}), which produced "
+                     "them" + (f", inside the fused kernel '{kernels.kernel_of(at)}'" if kernels.kernel_of(at) else "")
+                     + ".")
+    for key in verdict.overflow:
+        if key in verdict.first:
+            notes.append(f"'{graph[key].name}' is where the overflow starts: its output on the target gains NaN/Inf "
+                         "from inputs that hold none, so it is named whatever its impact or growth.")
+    return tuple(notes)
+
+
+def _moved_by(graph: ModelGraph, keys, impacts) -> str:
+    shown = [f"'{graph[k].name}' moves them by {impacts[k]:.1e}" for k in keys if k in impacts][:3]
+    return "; alone on the target, " + ", ".join(shown) if shown else ""
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.1e}" if math.isfinite(x) else str(x)

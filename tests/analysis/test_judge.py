@@ -1,0 +1,203 @@
+"""The judge on records, no device: one case per regime, and the invariants checked on every case.
+
+Each case is a hand-made graph (`Topology`), the errors and tolerances a run would have measured, and what the
+experiments found (local errors, rounding-only expected errors, impacts, NaN/Inf); the table says which node
+the verdict must name. `_invariants` holds on every case, whatever the regime.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pytest
+
+from bisect_ov.analysis.judge import MOVEMENT, Evidence, Topology, judge
+
+TOL = 1e-2
+
+
+def _chain(*ops: tuple[str, str]) -> Topology:
+    """x -> ops in a line -> out."""
+    nodes, previous = [("x", "Parameter", ())], "x"
+    for key, op in ops:
+        nodes.append((key, op, (previous,)))
+        previous = key
+    nodes.append(("out", "Result", (previous,)))
+    return Topology(nodes)
+
+
+def _attention() -> Topology:
+    """q, k -> scores MatMul -> Softmax -> bmm MatMul (with v) -> Transpose -> Reshape -> proj MatMul -> add."""
+    return Topology([
+        ("x", "Parameter", ()), ("q", "MatMul", ("x",)), ("k", "MatMul", ("x",)), ("v", "MatMul", ("x",)),
+        ("scores", "MatMul", ("q", "k")), ("softmax", "Softmax", ("scores",)), ("bmm", "MatMul", ("softmax", "v")),
+        ("permute", "Transpose", ("bmm",)), ("view", "Reshape", ("permute",)), ("proj", "MatMul", ("view",)),
+        ("add", "Add", ("proj", "x")), ("out", "Result", ("add",))])
+
+
+@dataclass(frozen=True)
+class Case:
+    graph: Topology
+    errors: dict[str, float]
+    named: tuple[str, ...]  # the first divergences the verdict must give
+    tolerances: dict[str, float] = field(default_factory=dict)
+    outputs: tuple[tuple[float, float], ...] = ((0.2, TOL),)
+    local: dict[str, float] = field(default_factory=dict)
+    expected: dict[str, float] = field(default_factory=dict)
+    impacts: dict[str, float] = field(default_factory=dict)
+    nonfinite: frozenset[str] = frozenset()
+    inside: dict[str, str] = field(default_factory=dict)
+    kernel_outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    flips: int = 0
+    rejected: bool = False
+    localized: str | None = None
+    roles: dict[str, str] = field(default_factory=dict)  # roles the verdict must give
+
+    def evidence(self) -> Evidence:
+        """Only the nodes in `errors` were measured."""
+        return Evidence(
+            errors={(k, 0): e for k, e in self.errors.items()},
+            tolerances={k: self.tolerances.get(k, TOL) for k in self.errors}, outputs=self.outputs, flips=self.flips,
+            local=self.local, expected=self.expected, impacts=self.impacts, nonfinite=self.nonfinite,
+            movement=frozenset(n.key for n in self.graph if n.op_type in MOVEMENT), inside_kernel=self.inside,
+            kernel_outputs=self.kernel_outputs, rejected=self.rejected, localized=self.localized)
+
+
+CHAIN = _chain(("conv", "Convolution"), ("relu", "Relu"), ("mul", "Multiply"), ("fc", "MatMul"))
+NORM = _chain(("fc", "MatMul"), ("add", "Add"), ("pow", "Power"), ("mean", "ReduceMean"), ("sqrt", "Sqrt"),
+              ("div", "Divide"))
+INF = math.inf
+
+CASES = {
+    # Outputs over tolerance, one node makes the error: it is named, its consumers inherit.
+    "one source": Case(CHAIN, {"relu": 0.1, "mul": 0.1, "fc": 0.11}, ("relu",),
+                       roles={"mul": "inherits", "fc": "inherits"}),
+    # Growth on top of inherited error: the amplifier ranks after the source.
+    "amplifier": Case(CHAIN, {"relu": 0.02, "mul": 0.5, "fc": 0.5}, ("relu",), roles={"mul": "amplifier"}),
+    # A Transpose after a fused attention kernel whose last MatMul has the long reduction's larger tolerance:
+    # with the producer's tolerance the Transpose is within, and the kernel's member Softmax, whose local error
+    # is far beyond rounding, is the origin.
+    "transpose after a kernel": Case(
+        _attention(), {"softmax": 0.2, "bmm": 0.06, "permute": 0.06, "view": 0.06, "proj": 0.06, "add": 0.03},
+        ("softmax",), tolerances={"bmm": 0.0625, "permute": 0.0625, "view": 0.0625, "proj": 0.0625, "scores": 0.0625,
+                                  "add": 0.031},
+        outputs=((0.03, 0.0625),), local={"softmax": 0.2}, expected={"softmax": 3e-3},
+        inside={"scores": "attn", "softmax": "attn"}, kernel_outputs={"attn": ("bmm",)}),
+    # A movement op measured as a source (the kernel that produced its values stored none of its own, so the
+    # movement op is where they are measured): named at the producer, which it stands for.
+    "movement op looks like a source": Case(
+        _chain(("ln", "MVN"), ("fc", "MatMul"), ("t", "Transpose"), ("gelu", "Gelu")),
+        {"ln": 1e-3, "t": 0.05, "gelu": 0.05}, ("fc",), roles={"t": "inherits", "fc": "source"}),
+    # A movement op whose measured producer is clean changed the values itself (a twin's own input before a
+    # Concat): it is named.
+    "movement op after a clean producer": Case(
+        _chain(("fc", "MatMul"), ("cat", "Concat"), ("gelu", "Gelu")), {"fc": 0.0, "cat": 0.08, "gelu": 0.08},
+        ("cat",)),
+    # The same when the producer was measured too, with a long reduction's larger tolerance: named there.
+    "movement op after a measured producer": Case(
+        _chain(("fc", "MatMul"), ("t", "Transpose"), ("gelu", "Gelu")), {"fc": 0.05, "t": 0.05, "gelu": 0.05},
+        (), tolerances={"fc": 0.06, "t": 0.06}, roles={"t": "ok", "fc": "ok", "gelu": "inherits"}),
+    # A movement op fed by a movement op: walked up to the arithmetic node.
+    "movement chain": Case(
+        _chain(("fc", "MatMul"), ("mvn", "MVN"), ("split", "Split"), ("reshape", "Reshape"), ("mul", "Multiply")),
+        {"fc": 1e-3, "reshape": 0.3, "mul": 0.3}, ("mvn",)),
+    # Overflow: x*x gains inf from finite inputs. An impact run measured it small (a saturated value carried
+    # on) and the consumers inherit inf: the Power is still named, and the mean is not a source of its own.
+    "overflow with a small impact": Case(
+        NORM, {"add": 0.02, "pow": INF, "mean": INF, "sqrt": INF, "div": 1.0}, ("pow",),
+        tolerances={"add": 0.03}, nonfinite=frozenset({"pow", "mean", "sqrt"}),
+        impacts={"pow": 1e-4, "fc": 0.5}, local={"pow": INF, "fc": 0.3}, roles={"mean": "inherits"}),
+    # Overflow when every output stays within tolerance (the norm divides it away): still an origin.
+    "overflow within tolerance": Case(
+        NORM, {"pow": INF, "mean": INF}, ("pow",), outputs=((1e-3, TOL),), nonfinite=frozenset({"pow", "mean"}),
+        local={"pow": INF}),
+    # A tapped inf inside a kernel that never stores it (a fused RMS norm), whose output is clean: internal.
+    "tapped inf inside a clean kernel": Case(
+        NORM, {"pow": INF, "mean": INF, "div": 1e-3}, (), outputs=((1e-3, TOL),), nonfinite=frozenset({"pow", "mean"}),
+        inside={"pow": "rms", "mean": "rms", "sqrt": "rms"}, kernel_outputs={"rms": ("div",)},
+        roles={"pow": "internal", "mean": "internal"}),
+    # Within tolerance: a node whose local error is 10x rounding's is an origin, the others are absorbed.
+    "origin within tolerance": Case(
+        CHAIN, {"conv": 0.03, "relu": 0.05, "mul": 0.05}, ("relu",), outputs=((5e-3, TOL),),
+        local={"conv": 0.02, "relu": 0.05}, expected={"conv": 0.015, "relu": 0.005}, roles={"conv": "absorbed"}),
+    # Within tolerance and nothing beyond rounding: no divergence, the diverged nodes absorbed.
+    "absorbed rounding": Case(
+        CHAIN, {"conv": 0.03, "relu": 0.03}, (), outputs=((5e-3, TOL),), local={"conv": 0.02},
+        expected={"conv": 0.015}, roles={"conv": "absorbed", "relu": "absorbed"}),
+    # Top-1 answers flipped over many samples: the outputs disagree, nothing is absorbed for being within.
+    "flips": Case(CHAIN, {"relu": 0.1, "mul": 0.1}, ("relu",), outputs=((5e-3, TOL),), flips=2),
+    # A kernel's member over tolerance whose kernel output is clean, no error of its own: internal.
+    "internal": Case(
+        _chain(("conv", "Convolution"), ("bias", "Add"), ("relu", "Relu")), {"bias": 0.05, "relu": 1e-3}, (),
+        inside={"bias": "k"}, kernel_outputs={"k": ("relu",)}, outputs=((1e-3, TOL),), roles={"bias": "internal"}),
+    # A source whose impact is tiny while another source with its own error remains: a bystander.
+    "bystander": Case(
+        Topology([("x", "Parameter", ()), ("a", "Relu", ("x",)), ("b", "Sigmoid", ("x",)), ("c", "Add", ("a", "b")),
+                  ("out", "Result", ("c",))]),
+        {"a": 0.05, "b": 0.3, "c": 0.3}, ("b",), impacts={"a": 1e-4, "b": 0.25}, local={"a": 0.05, "b": 0.3},
+        outputs=((0.3, TOL),), roles={"a": "absorbed"}),
+    # The same with nothing else making error of its own: the only source stays named.
+    "bystander guard": Case(
+        CHAIN, {"relu": 0.05, "mul": 0.05, "fc": 0.3}, ("relu",), impacts={"relu": 1e-4}, local={"relu": 0.05},
+        outputs=((0.3, TOL),)),
+    # A measured impact never outranks a first divergence.
+    "first ranks first": Case(
+        CHAIN, {"conv": 0.1, "relu": 0.1, "mul": 0.5, "fc": 0.5}, ("conv",), impacts={"mul": 0.4, "conv": 0.01}),
+    # Error accumulated through depth (all inherit), but one node's local error is 20x rounding's: named.
+    "no silent no-divergence": Case(
+        CHAIN, {"conv": 0.009, "relu": 0.012, "mul": 0.016, "fc": 0.02}, ("mul",),
+        local={"mul": 0.1, "conv": 0.005}, expected={"mul": 0.005, "conv": 0.004}),
+    # The taps were unfaithful and partitioned runs localized a node: only it is named.
+    "unfaithful, localized": Case(CHAIN, {"relu": 0.1, "mul": 0.1}, ("fc",), rejected=True, localized="fc"),
+    "unfaithful": Case(CHAIN, {"relu": 0.1, "mul": 0.1}, (), rejected=True),
+}
+
+
+def _invariants(case: Case, verdict) -> None:
+    ev = case.evidence()
+    nodes = verdict.scores.nodes
+    for key in verdict.first:
+        if key in ev.movement:  # only where its measured producer is clean: its values changed in between
+            producer = next(k for k, _ in case.graph.data_inputs(key))
+            assert producer in nodes and nodes[key].error >= ev.min_growth * nodes[producer].error, key
+        assert key in nodes or key == case.localized, f"named without being measured: {key}"
+    assert verdict.ranking[:len(verdict.first)] == verdict.first, "first divergences must rank first"
+    for key in verdict.overflow:
+        assert nodes[key].role not in ("absorbed",) and key not in verdict.bystanders
+        if nodes[key].role != "internal":
+            assert key in verdict.first or any(f in case.graph.upstream(key) for f in verdict.first)
+    assert not set(verdict.absorbed) & set(verdict.overflow)
+    for key, s in nodes.items():
+        assert s.first == (key in verdict.first)
+        assert (s.rank is not None) == (key in verdict.ranking)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_verdict_of_each_regime(name):
+    case = CASES[name]
+    verdict = judge(case.graph, case.evidence())
+    _invariants(case, verdict)
+    assert verdict.first == case.named
+    for key, role in case.roles.items():
+        assert verdict.role(key) == role, f"{key}: {verdict.role(key)}, expected {role}"
+
+
+def test_a_movement_op_s_error_is_named_at_its_producer_with_the_movement_op_s_numbers():
+    case = CASES["movement op looks like a source"]
+    verdict = judge(case.graph, case.evidence())
+    assert verdict.moved == {"t": "fc"}
+    fc, t = verdict.scores.nodes["fc"], verdict.scores.nodes["t"]
+    assert (fc.error, fc.inherited, fc.rank) == (t.error, t.inherited, 1) and t.rank > 1
+
+
+def test_an_overflow_origin_is_never_a_bystander_whatever_its_impact():
+    case = CASES["overflow with a small impact"]
+    for impact in (0.0, 1e-9, 1e-4):
+        verdict = judge(case.graph, Evidence(**{**case.evidence().__dict__, "impacts": {"pow": impact, "fc": 0.5}}))
+        assert verdict.first[0] == "pow" and "pow" not in verdict.bystanders and "pow" not in verdict.absorbed
+
+
+def test_the_judge_is_a_pure_function_of_its_records():
+    case = CASES["bystander"]
+    assert judge(case.graph, case.evidence()) == judge(case.graph, case.evidence())
