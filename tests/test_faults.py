@@ -14,7 +14,7 @@ import pytest
 
 from bisect_ov import bisect, inject_fault
 from bisect_ov.model.graph import ModelGraph
-from tests.conftest import FAULT_SHAPES, float_sites, found_names, shape_inputs, shape_model
+from tests.conftest import FAULT_SHAPES, every, float_sites, found_names, shape_inputs, shape_model
 
 # These tests are about naming the node; local errors and the noise check are covered elsewhere.
 FAST = {"local": False, "noise": False, "progress": False}
@@ -56,7 +56,8 @@ def test_every_fault_kind_is_found_mid_graph(shape, node, kind):
         assert any("NaN" in c for c in report.first_divergence.causes)
 
 
-BISECT_CASES = [(shape, name) for shape in ("chain", "diamond", "conv_bn_net", "multi_io") for name in float_sites(shape)]
+BISECT_CASES = every([(shape, name) for shape in ("chain", "diamond", "conv_bn_net", "multi_io") for name in float_sites(shape)],
+                     3, 1)
 
 
 @pytest.mark.parametrize("shape, node", BISECT_CASES, ids=[f"{s}:{n}" for s, n in BISECT_CASES])
@@ -86,7 +87,7 @@ def test_fusion_strategy_without_refinement_names_the_group(shape):
     assert first.name == node or node in first.group, report.to_text()
 
 
-LOCAL_CASES = [(shape, name) for shape in ("conv_bn_net", "attention_block") for name in float_sites(shape)]
+LOCAL_CASES = every([(shape, name) for shape in ("conv_bn_net", "attention_block") for name in float_sites(shape)], 2, 1)
 
 
 @pytest.mark.parametrize("shape, node", LOCAL_CASES, ids=[f"{s}:{n}" for s, n in LOCAL_CASES])

@@ -31,10 +31,11 @@ FAULT_KINDS = {
     "saturate": "blow values up and clamp them to +-65504, the f16 limit",
     "zero": "replace the tensor by zeros",
     "nan": "make one element NaN (all of them when the shape is dynamic)",
-    "mnoise": "multiply elementwise by (1 + magnitude * N(0, 1)), seeded; 0.2 by default (static shapes only)",
+    "mnoise": "multiply elementwise by (1 + magnitude * N(0, 1)), seeded; 0.2 by default",
     "roffset": "add magnitude times the tensor's own rms (computed in the graph); 0.2 by default",
-    "sparse": "multiply a few elements (one in a thousand, at least one, seeded) by (1 + magnitude); 1.0 by default",
-    "signflip": "flip the sign of a share `magnitude` of the elements, seeded; 0.05 by default (static shapes only)",
+    "sparse": "multiply a few elements (one in a thousand, at least one when the shape is static; seeded) by "
+              "(1 + magnitude); 1.0 by default",
+    "signflip": "flip the sign of a share `magnitude` of the elements, seeded; 0.05 by default",
 }
 _DEFAULT_MAGNITUDE = {"scale": 0.5, "offset": 1.0, "noise": 0.1, "mnoise": 0.2, "roffset": 0.2, "sparse": 1.0,
                       "signflip": 0.05}
@@ -144,10 +145,28 @@ def _perturb(out, dtype_name: str, shape, kind: str, magnitude: float | None, se
         squares = ops.multiply(out, out)
         rms = ops.sqrt(ops.reduce_mean(squares, axes, keep_dims=False))
         return ops.add(out, ops.multiply(rms, const(m))).output(0)
+    if kind in ("mnoise", "sparse", "signflip") and shape is None:
+        # A dynamic tensor: the same draws made in the graph, seeded, the same on every run and compile.
+        from openvino import opset8
+
+        def uniform(salt: int) -> Any:
+            u = opset8.random_uniform(ops.shape_of(out), ops.constant(np.float32(1e-7)), ops.constant(np.float32(1.0)),
+                                      "f32", global_seed=int(seed) + 1, op_seed=int(seed) + 2 + salt)
+            return u
+
+        if kind == "mnoise":  # Box-Muller: a standard normal from two uniforms
+            radius = ops.sqrt(ops.multiply(ops.log(uniform(0)), ops.constant(np.float32(-2.0))))
+            normal = ops.multiply(radius, ops.cos(ops.multiply(uniform(1), ops.constant(np.float32(2 * np.pi)))))
+            factors = ops.add(ops.multiply(normal, ops.constant(np.float32(m))), ops.constant(np.float32(1.0)))
+        else:
+            share = 1e-3 if kind == "sparse" else m
+            picked = ops.less(uniform(0), ops.constant(np.float32(share)))
+            factors = ops.select(picked, ops.constant(np.float32(1.0 + m if kind == "sparse" else -1.0)),
+                                 ops.constant(np.float32(1.0)))
+        if out.get_element_type() != ov.Type.f32:
+            factors = ops.convert(factors, out.get_element_type())
+        return ops.multiply(out, factors).output(0)
     if kind in ("mnoise", "sparse", "signflip"):
-        if shape is None:
-            raise InputError(f"Fault kind '{kind}' needs a tensor of static shape; this one's is dynamic. Use "
-                             "'noise', 'scale', 'roffset' or 'offset'.")
         rng = np.random.default_rng(seed)
         size = int(np.prod(shape))
         if kind == "mnoise":

@@ -62,3 +62,24 @@ def test_the_benchmark_s_fault_shapes_change_what_they_say(kind, magnitude):
         assert np.sum(~np.isclose(ratio, 1)) == 1 and np.isclose(ratio[~np.isclose(ratio, 1)], 2).all()
     else:  # a quarter of the 8 elements negated
         assert np.sum(np.isclose(ratio, -1)) == 2 and np.sum(np.isclose(ratio, 1)) == 6
+
+
+@pytest.mark.parametrize("kind", ["mnoise", "sparse", "signflip"])
+def test_the_random_fault_shapes_work_on_dynamic_tensors_and_repeat(kind):
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter(ov.PartialShape([1, -1]), np.float32, name="x")
+    y = ops.relu(ops.add(x, ops.constant(np.float32(2.0))), name="y")
+    model = ov.Model([ops.negative(y, name="z").output(0)], [x])
+    faulty = inject_fault(model, "y", kind, 0.2 if kind != "sparse" else 1.0, seed=1)
+    data = np.random.default_rng(0).uniform(0, 1, (1, 20000)).astype(np.float32)
+    clean, bad = _run(model, data), _run(faulty, data)
+    assert np.array_equal(bad, _run(faulty, data))  # the same draws every run
+    ratio = bad / clean
+    if kind == "mnoise":
+        assert abs(np.std(ratio) - 0.2) < 0.02 and abs(np.mean(ratio) - 1) < 0.01
+    elif kind == "sparse":
+        assert 0 < np.sum(~np.isclose(ratio, 1)) < 60 and np.isclose(ratio[~np.isclose(ratio, 1)], 2).all()
+    else:
+        assert abs(np.mean(np.isclose(ratio, -1)) - 0.2) < 0.02
