@@ -18,6 +18,7 @@ from typing import Any, Hashable, Sequence
 import numpy as np
 
 from bisect_ov.core.errors import DeviceError, InputError, first_line, raise_if_interrupted
+from bisect_ov.core.extras import install_hint
 from bisect_ov.frameworks.side import Binding, FrameworkSide, check_outputs, covered_by_consumers, static_shapes
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap
@@ -30,8 +31,7 @@ def import_onnxruntime():
     try:
         import onnxruntime
     except ImportError as err:
-        raise InputError("The ONNX Runtime side needs onnxruntime: pip install 'bisect_ov[ort]' "
-                         "(or pip install onnxruntime).") from err
+        raise InputError("The ONNX Runtime side needs onnxruntime: " + install_hint("ort") + ".") from err
     return onnxruntime
 
 

@@ -36,6 +36,7 @@ from typing import Any, Hashable, Sequence
 import numpy as np
 
 from bisect_ov.core.errors import DeviceError, InputError, first_line
+from bisect_ov.core.extras import install_hint
 from bisect_ov.frameworks.side import Binding, FrameworkSide, check_outputs, static_shapes
 from bisect_ov.frameworks.torch_match import Event, ModuleOutput, exported_label, match_events, match_modules
 from bisect_ov.model.graph import ModelGraph
@@ -54,7 +55,7 @@ def import_torch():
     try:
         import torch
     except ImportError as err:
-        raise InputError("The PyTorch side needs torch: pip install 'bisect_ov[zoo]' (or pip install torch).") from err
+        raise InputError("The PyTorch side needs torch: " + install_hint("zoo", "torch") + ".") from err
     return torch
 
 

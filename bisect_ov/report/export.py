@@ -1,6 +1,6 @@
 """A `Report` in other tools' formats: a pandas DataFrame, and node data for Google's Model Explorer.
 
-pandas is optional (``pip install bisect_ov[dataframe]``) and imported inside `to_dataframe`; the Model Explorer
+pandas is optional (``pip install pandas``, or the ``dataframe`` extra) and imported inside `to_dataframe`; the Model Explorer
 export needs the standard library, and onnx (a dependency) to key the data by an ONNX model's node ids. Assumes
 Model Explorer matches node data by node id and that its ONNX adapter names nodes as onnx_ir's NameFixPass does
 (checked against the ``model_explorer_onnx`` package in the tests).
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import InputError
+from bisect_ov.core.extras import install_hint
 from bisect_ov.core.fileio import write_text_atomic
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def to_dataframe(report: "Report") -> "pd.DataFrame":
         import pandas as pd
     except ImportError as err:
         raise ImportError(
-            "to_dataframe needs pandas, which is not installed: pip install bisect_ov[dataframe]"
+            "to_dataframe needs pandas, which is not installed: " + install_hint("dataframe")
         ) from err
 
     rows = [_row(n) for n in report.nodes]

@@ -23,6 +23,7 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
+from bisect_ov.core.extras import install_hint
 from bisect_ov.core.fileio import write_text_atomic
 from bisect_ov.report.numbers import fmt, fmt_growth
 from bisect_ov.report.style import PAGE_STYLE, ROOT, style
@@ -277,7 +278,7 @@ def _plots(report: "Report") -> str:
         import matplotlib  # noqa: F401
     except ImportError:
         return ('<p class="note plots-missing">No plots on this page: they need matplotlib, which is not installed '
-                'where it was written. Install it (<code>pip install "bisect_ov[plot]"</code>) and save the page '
+                f'where it was written. Install it (<code>{e(install_hint("plot"))}</code>) and save the page '
                 "again to see the error along depth and the graph around the first divergence.</p>")
     from bisect_ov.report.plots import MAX_NEIGHBOURS, figure_to_png_base64, plot_errors, plot_neighbourhood
 

@@ -1,6 +1,6 @@
 """Figures of a `Report`: error along depth, value scatter of one tensor, and a node's graph neighbourhood.
 
-matplotlib is an optional dependency (``pip install bisect_ov[plot]``) and is imported inside each function.
+matplotlib is an optional dependency (``pip install matplotlib``, or the ``plot`` extra) and is imported inside each function.
 Every function builds a `matplotlib.figure.Figure` directly (never pyplot's global state), so it is safe in
 threads, in scripts without a display and under the Agg backend. The figures are `ReportFigure`s, which show
 as PNG images when left as a cell's value in Jupyter, with or without ``%matplotlib inline``; save one with
@@ -18,6 +18,8 @@ import math
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from bisect_ov.core.extras import install_hint
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -45,7 +47,7 @@ def _require_matplotlib():
         from matplotlib.figure import Figure  # noqa: F401
     except ImportError as err:  # pragma: no cover - exercised by monkeypatching in the tests
         raise ImportError(
-            "Plotting needs matplotlib, which is not installed: pip install bisect_ov[plot]"
+            "Plotting needs matplotlib, which is not installed: " + install_hint("plot")
         ) from err
     return _report_figure()
 

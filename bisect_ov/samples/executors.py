@@ -19,6 +19,7 @@ from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPool
 from typing import Any, Callable
 
 from bisect_ov.core.errors import InputError, first_line
+from bisect_ov.core.extras import install_hint
 
 __all__ = ["EXECUTOR_FORMS", "Inline", "RayExecutor", "check_executor", "executor_width", "open_executor"]
 
@@ -136,9 +137,9 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
     spec
         None (in this process); a `concurrent.futures.Executor` (anything with ``submit``), used as given and
         left open; ``'processes:N'`` or ``'threads:N'`` (a local pool, closed afterwards);
-        ``'dask://HOST:PORT'`` or ``'tcp://HOST:PORT'`` (a Dask scheduler: needs ``bisect_ov[cluster]``);
+        ``'dask://HOST:PORT'`` or ``'tcp://HOST:PORT'`` (a Dask scheduler: needs the ``cluster`` extra);
         ``'ray'`` (the Ray instance this process is connected to, or a local one) or ``'ray://HOST:PORT'``
-        (a Ray cluster's client server; both need ``bisect_ov[ray]``), through `RayExecutor`.
+        (a Ray cluster's client server; both need the ``ray`` extra), through `RayExecutor`.
     """
     check_executor(spec)
     if spec is None or spec == "in-process":
@@ -157,7 +158,7 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
         try:
             from distributed import Client
         except ImportError as err:
-            raise InputError(f"executor '{spec}' needs Dask: pip install 'bisect_ov[cluster]'.") from err
+            raise InputError(f"executor '{spec}' needs Dask: {install_hint('cluster')}.") from err
         try:
             client = Client(address, timeout=30)
         except Exception as err:
@@ -169,7 +170,7 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
         try:
             import ray  # noqa: F401 -- only to say what is missing
         except ImportError as err:
-            raise InputError(f"executor '{spec}' needs Ray: pip install 'bisect_ov[ray]'.") from err
+            raise InputError(f"executor '{spec}' needs Ray: {install_hint('ray')}.") from err
         try:
             ray_pool = RayExecutor(ray_address, **({} if ray_address else {"include_dashboard": False,
                                                                              "log_to_driver": False}))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib
 
+from bisect_ov.core.extras import install_hint
+
 __all__ = ["ZOO_EXTRA", "require_zoo"]
 
-ZOO_EXTRA = 'pip install "bisect_ov[zoo]" (in a clone: pip install -e ".[zoo]")'
+ZOO_EXTRA = install_hint("zoo")
 
 
 def require_zoo(what: str, *modules: str) -> None:

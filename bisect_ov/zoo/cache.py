@@ -37,6 +37,7 @@ import numpy as np
 import openvino as ov
 
 from bisect_ov.core.errors import InputError
+from bisect_ov.core.extras import install_hint
 
 __all__ = ["MODELS", "TWINS", "ZOO_PACKAGES", "Entry", "cache_root", "describe", "load", "missing_packages",
            "model_path", "sample_inputs", "version_key"]
@@ -167,7 +168,7 @@ def model_path(name: str, size: str = "small", *, compressed: bool = False,
     missing = missing_packages()
     if missing:
         raise InputError(f"Zoo model '{name}' is not built in {folder} and building it needs {missing}. "
-                         "Install them with: pip install 'bisect_ov[zoo]'.")
+                         f"Install them with: {install_hint('zoo')}.")
     folder.mkdir(parents=True, exist_ok=True)
     from filelock import FileLock
 

@@ -33,7 +33,7 @@ OPS = ["/stem/conv/Conv", "node", "dup", "dup_1", "node_1", "/pool/GlobalAverage
 
 def _need(module: str) -> None:
     if importlib.util.find_spec(module) is None:
-        pytest.skip(f"needs '{module}' (pip install 'bisect_ov[model-explorer]')")
+        pytest.skip(f"needs '{module}' (pip install -e '.[model-explorer]')")
 
 
 def build_onnx(path):
