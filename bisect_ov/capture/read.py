@@ -36,7 +36,9 @@ from bisect_ov.model.taps import Tap
 
 __all__ = ["Capture", "load_capture", "merge_captures"]
 
-_READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError, RuntimeError)
+# NotImplementedError: zipfile's answer to a compression method or flag it does not know, which one flipped byte in
+# the zip directory can make.
+_READ_ERRORS = (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError, RuntimeError, NotImplementedError)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -156,7 +156,7 @@ def _member(path: pathlib.Path, archive: Any, name: str, shape: tuple[int, ...] 
         # A small member is read to its end with its header, so its CRC is checked here: it is corrupted, and
         # reading it says so (`Capture.read`). Nothing was allocated for it: numpy reads that far first too.
         return
-    except (KeyError, ValueError, OSError, EOFError) as err:
+    except (KeyError, ValueError, OSError, EOFError, NotImplementedError) as err:  # NotImplementedError: an unknown compression
         raise CaptureError(f"The capture '{path}' is corrupted: the header of member '{name}' cannot be read "
                            f"({err}).") from err
     count = math.prod(int(d) for d in declared)

@@ -151,3 +151,39 @@ def test_record_takes_what_bisect_takes(tmp_path):
                   max_tap_bytes=np.int64(1 << 20), seed=np.uint32(2 ** 32 - 1))
     with load_capture(path) as cap:
         assert cap.seed == 2 ** 32 - 1 and cap.header["max_tap_bytes"] == 1 << 20
+
+
+def _flipped(path: pathlib.Path, out: pathlib.Path, offset: int, value: int | None = None) -> pathlib.Path:
+    raw = bytearray(path.read_bytes())
+    raw[offset] = raw[offset] ^ 0xFF if value is None else value
+    out.write_bytes(bytes(raw))
+    return out
+
+
+def _open_and_read_everything(path: pathlib.Path) -> None:
+    with load_capture(path) as cap:
+        for sample in range(len(cap.header["samples"])):
+            for name in cap.members(sample):
+                cap.read(name, sample)
+
+
+@pytest.mark.parametrize("field, value", [(10, 99), (8, 0x20), (8, 0x21)],
+                         ids=["unknown-compression-method", "patched-data-flag", "encrypted-and-patched"])
+def test_a_flipped_field_of_the_zip_directory_is_a_capture_error_naming_the_file(capture_file, tmp_path, field, value):
+    """zipfile answers an unknown compression method or flag with NotImplementedError: it must not escape."""
+    directory = capture_file.read_bytes().find(b"PK\x01\x02")
+    bad = _flipped(capture_file, tmp_path / "bad.npz", directory + field, value)
+    with pytest.raises(CaptureError, match=re.escape(str(bad))):
+        _open_and_read_everything(bad)
+
+
+def test_no_single_flipped_byte_of_the_zip_directory_escapes_as_another_error(capture_file, tmp_path):
+    raw = capture_file.read_bytes()
+    directory = raw.find(b"PK\x01\x02")
+    for offset in range(directory, len(raw), 3):
+        bad = _flipped(capture_file, tmp_path / f"flip{offset}.npz", offset)
+        try:
+            _open_and_read_everything(bad)
+        except CaptureError as err:
+            assert bad.name in str(err), str(err)
+        bad.unlink()
