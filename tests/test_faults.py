@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from bisect_ov import bisect, inject_fault
@@ -100,3 +101,22 @@ def test_with_local_errors_the_fault_is_still_named_inside_its_fusion_group(shap
     assert report.first_divergence is not None and report.first_divergence.name in found_names(shape, node), \
         report.to_text()
     assert report.first_divergence.role == "source" and report.first_divergence.local_error is not None
+
+
+def test_a_fault_at_one_output_of_a_split_is_named_with_impact_runs():
+    # The fault takes the split's name and its first output; the other outputs stay on the renamed split, and the
+    # partitioned runs find them there by tensor name.
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 8], np.float32, name="x")
+    h = ops.tanh(ops.matmul(x, ops.constant(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)),
+                            False, False, name="fc"), name="act")
+    parts = ops.variadic_split(h, ops.constant(np.int64(1)), ops.constant(np.array([4, 4], np.int64)), name="split")
+    out = ops.add(ops.sigmoid(parts.output(0), name="a"), ops.relu(parts.output(1), name="b"), name="sum")
+    model = ov.Model([out.output(0)], [x])
+    inputs = {"x": np.random.default_rng(1).standard_normal((1, 8)).astype(np.float32)}
+    report = bisect(model, "CPU:f32", "CPU:f32", inputs, target_model=inject_fault(model, "split", "scale", 0.5),
+                    impact=3, noise=False, progress=False)
+    assert report.first_divergence is not None and report.first_divergence.name == "split", report.to_text()
+    assert report.first_divergence.impact is not None and report.first_divergence.impact > 0

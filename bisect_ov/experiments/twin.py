@@ -105,7 +105,7 @@ def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: 
             own = set(keys)
             for key in keys:  # the twin's quantizers in front of these nodes come with them
                 own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
-            outs = [Tap(op_of[t.key], t.port) for t in outputs]
+            outs = [_target_tap(engine, op_of, t) for t in outputs]
             piece = extract(target, sorted(own, key=lambda k: target[k].index), outs)
             feed: dict[Tap, np.ndarray] = {}
             for t in piece.fed:
@@ -116,10 +116,31 @@ def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: 
                 else:
                     raise CaptureError(f"The twin's tensor {t} read by a partitioned run has no counterpart in the "
                                        "model; run without fix, impact, delegation and curve for this twin.")
-            final_t = frozenset(Tap(op_of[t.key], t.port) for t in final if t.key in op_of)
+            final_t = frozenset(_target_tap(engine, op_of, t) for t in final if t.key in op_of)
             got = engine.run_piece("target", piece, feed, final_t)
         values.update(zip(outputs, got))
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.ref_final)]
+
+
+def _target_tap(engine: Engine, op_of: dict[str, str], tap: Tap) -> Tap:
+    """The twin's tensor for the reference's `tap`: its matched pair; else the twin's tensor of the same name; else,
+    when the matched op lacks that output (an op put in front of one output of a multi-output node, as a fault
+    injected there, took the node's name), that output of the op it reads; else the same port of the matched op."""
+    paired = engine.target_of.get(tap)
+    if paired is not None:
+        return paired
+    for name in engine.graph[tap.key].outputs[tap.port].names:
+        found = engine.target_graph.lookup_tensor(name)
+        if found is not None:
+            return Tap(*found)
+    key, target = op_of[tap.key], engine.target_graph
+    if tap.port >= len(target[key].outputs):
+        # The matched op has no such output: an op put in front of one output of a multi-output node took its
+        # name; the node's other outputs are on the op it reads.
+        for producer, _ in target.data_inputs(key):
+            if len(target[producer].outputs) > tap.port:
+                return Tap(producer, tap.port)
+    return Tap(key, tap.port)
 
 
 def quantized_units(engine: Engine) -> list[str]:

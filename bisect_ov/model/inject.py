@@ -115,6 +115,33 @@ def inject_fault(
     return clone
 
 
+# Draws for a tensor of dynamic shape come from a seeded table of this many values, repeated as needed: the same
+# values on every run and compile (OpenVINO's RandomUniform draws anew at each inference).
+_TABLE = 1 << 16
+
+
+def _factors(kind: str, m: float, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """The multiplicative factors of the ``mnoise``, ``sparse`` and ``signflip`` kinds for a tensor of `shape`."""
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape))
+    if kind == "mnoise":
+        return 1.0 + m * rng.standard_normal(shape)
+    count = max(1, size // 1000) if kind == "sparse" else max(1, int(round(m * size)))
+    picked = np.zeros(size, dtype=bool)
+    picked[rng.choice(size, size=min(count, size), replace=False)] = True
+    return np.where(picked.reshape(shape), 1.0 + m if kind == "sparse" else -1.0, 1.0)
+
+
+def _dynamic_draws(out, table: np.ndarray, dtype) -> Any:
+    """`table` repeated and cut to `out`'s size at run time, in `out`'s shape."""
+    shape = ops.shape_of(out)
+    size = ops.reduce_prod(shape, ops.constant(np.int64(0)), keep_dims=True)
+    repeats = ops.add(ops.divide(size, ops.constant(np.array([_TABLE], np.int64))), ops.constant(np.array([1], np.int64)))
+    long = ops.tile(ops.constant(table.astype(dtype)), repeats)
+    cut = ops.slice(long, ops.constant(np.array([0], np.int64)), size, ops.constant(np.array([1], np.int64)))
+    return ops.reshape(cut, shape, special_zero=False)
+
+
 def _perturb(out, dtype_name: str, shape, kind: str, magnitude: float | None, seed: int):
     dtype = element_dtype(dtype_name)
     m = _DEFAULT_MAGNITUDE.get(kind, 0.0) if magnitude is None else float(magnitude)
@@ -146,49 +173,15 @@ def _perturb(out, dtype_name: str, shape, kind: str, magnitude: float | None, se
         rms = ops.sqrt(ops.reduce_mean(squares, axes, keep_dims=False))
         return ops.add(out, ops.multiply(rms, const(m))).output(0)
     if kind in ("mnoise", "sparse", "signflip") and shape is None:
-        # A dynamic tensor: the same draws made in the graph, seeded, the same on every run and compile.
-        from openvino import opset8
-
-        def uniform(salt: int) -> Any:
-            u = opset8.random_uniform(ops.shape_of(out), ops.constant(np.float32(1e-7)), ops.constant(np.float32(1.0)),
-                                      "f32", global_seed=int(seed) + 1, op_seed=int(seed) + 2 + salt)
-            return u
-
-        if kind == "mnoise":  # Box-Muller: a standard normal from two uniforms
-            radius = ops.sqrt(ops.multiply(ops.log(uniform(0)), ops.constant(np.float32(-2.0))))
-            normal = ops.multiply(radius, ops.cos(ops.multiply(uniform(1), ops.constant(np.float32(2 * np.pi)))))
-            factors = ops.add(ops.multiply(normal, ops.constant(np.float32(m))), ops.constant(np.float32(1.0)))
-        else:
-            share = 1e-3 if kind == "sparse" else m
-            picked = ops.less(uniform(0), ops.constant(np.float32(share)))
-            factors = ops.select(picked, ops.constant(np.float32(1.0 + m if kind == "sparse" else -1.0)),
-                                 ops.constant(np.float32(1.0)))
-        if out.get_element_type() != ov.Type.f32:
-            factors = ops.convert(factors, out.get_element_type())
-        return ops.multiply(out, factors).output(0)
+        return ops.multiply(out, _dynamic_draws(out, _factors(kind, m, (_TABLE,), seed), dtype)).output(0)
     if kind in ("mnoise", "sparse", "signflip"):
-        rng = np.random.default_rng(seed)
-        size = int(np.prod(shape))
-        if kind == "mnoise":
-            factors = 1.0 + m * rng.standard_normal(shape)
-        else:
-            count = max(1, size // 1000) if kind == "sparse" else max(1, int(round(m * size)))
-            picked = np.zeros(size, dtype=bool)
-            picked[rng.choice(size, size=min(count, size), replace=False)] = True
-            factors = np.where(picked.reshape(shape), 1.0 + m if kind == "sparse" else -1.0, 1.0)
-        return ops.multiply(out, const(factors)).output(0)
+        return ops.multiply(out, const(_factors(kind, m, tuple(shape), seed))).output(0)
     if kind == "noise":
         if shape is None:
-            # A dynamic tensor (a stateful LLM's, whose cache length is known only at run time): seeded uniform
-            # noise drawn in the graph with the same standard deviation, the same on every run.
-            from openvino import opset8
-
-            half = np.float32(m * np.sqrt(3.0))
-            noise = opset8.random_uniform(ops.shape_of(out), ops.constant(-half), ops.constant(half), "f32",
-                                          global_seed=int(seed) + 1, op_seed=int(seed) + 2)
-            if out.get_element_type() != ov.Type.f32:
-                noise = ops.convert(noise, out.get_element_type())
-            return ops.add(out, noise).output(0)
+            # A dynamic tensor (a stateful LLM's, whose cache length is known only at run time): the same seeded
+            # draws, cut from a table to the tensor's size at run time.
+            table = np.random.default_rng(seed).standard_normal(_TABLE) * m
+            return ops.add(out, _dynamic_draws(out, table, dtype)).output(0)
         noise = np.random.default_rng(seed).standard_normal(shape) * m
         return ops.add(out, const(noise)).output(0)
     # kind == "nan": one NaN element, so the test sees exactly where NaN starts.
