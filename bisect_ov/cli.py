@@ -461,7 +461,7 @@ def _capture(args, console: Console) -> int:
                          "name, such as capture.npz (or ./- for a file of that name).")
 
     path = record(
-        args.model, args.device, _inputs(args), args.out, config=dict(args.config), mode=args.mode,
+        _model(args.model), args.device, _inputs(args), args.out, config=dict(args.config), mode=args.mode,
         sample=args.sample, seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
         max_tap_bytes=tap_bytes_of_mb("--max-tap-mb", args.max_tap_mb),
     )
@@ -488,17 +488,36 @@ def _repro(args, console: Console) -> int:
         if path is not None and not _stdout(path) and inside(path, folder):
             raise InputError(f"{flag} {path} would be written inside the reproducer's folder '{args.out}', which is "
                              "replaced as a whole: write it elsewhere.")
-    report = _run(args, console, args.model, args.target_model, _inputs(args))
+    report = _run(args, console, _model(args.model), args.target_model, _inputs(args))
     written = report.repro(args.out, node=args.node, anonymize=args.anonymize, overwrite=args.overwrite,
                            max_nodes=args.max_nodes)
     grown = f", grown {written.grown} step(s) upstream" if written.grown else ""
     anonymized = ("; anonymized" if written.anonymized else
                   "; anonymizing did not reproduce: it holds the model's own weights") if written.anonymize_tried else ""
-    console.say(printable(f"\nReproducer of '{written.node}' ({written.op_type}, {len(written.nodes)} node(s){grown}) "
+    console.say("\n" + printable(f"Reproducer of '{written.node}' ({written.op_type}, {len(written.nodes)} node(s){grown}) "
                           f"written to {written.folder}: {report.metric} {written.error:.2e} on the target against the "
                           f"local error {written.local_error:.2e} (tolerance {written.tolerance:.2e}){anonymized}. Run: "
                           f"python {pathlib.Path(written.folder) / 'run.py'}"))
     return EXIT_OK
+
+
+def _model(name: str):
+    """The model argument of capture and repro: ``demo`` (when no file has that name) is the built-in example."""
+    if name == "demo" and not pathlib.Path(name).exists():
+        from bisect_ov.zoo.synthetic import demo
+
+        return demo()
+    return name
+
+
+def _side_label(name: str, config, role: str) -> str:
+    """`name`, with the precision it will run in when the name has no suffix saying it (``CPU (f32)``, ``EMU:f16``)."""
+    import bisect_ov.capture.device  # noqa: F401 -- registers the capture:FILE devices
+    from bisect_ov.run.devices import make_device
+
+    device = make_device(name, dict(config), role=role)
+    precision = "" if device.emulated or device.recorded or ":" in name else device.activation_precision
+    return f"{name} ({precision})" if precision else name
 
 
 def _demo(args, console: Console) -> int:
@@ -511,7 +530,9 @@ def _demo(args, console: Console) -> int:
         console.text = sys.stderr
     import textwrap
 
-    header = printable(f"Demo: the built-in example model, {args.ref} (f32) against {args.target}.")
+    # The devices first: an unknown name or precision is the one line printed, not after a header naming it.
+    ref, target = _side_label(args.ref, args.ref_config, "ref"), _side_label(args.target, args.target_config, "target")
+    header = printable(f"Demo: the built-in example model, {ref} against {target}.")
     console.say("\n".join(textwrap.wrap(header, args.width, subsequent_indent="    ")) + "\n")
     _run(args, console, demo())
     # The demo diverges by design: having shown it, it succeeded (exit codes 1/0 are for real comparisons).

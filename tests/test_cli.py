@@ -153,3 +153,40 @@ def test_version_without_openvino_still_answers():
     proc = run_without_openvino("from bisect_ov.cli import main\nsys.exit(main(['--version']))\n", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[1] == "OpenVINO: not installed"
+
+
+def test_repro_takes_the_built_in_demo_and_ends_on_one_clean_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no file named 'demo' here
+    code = main(["repro", "demo", "--ref", "CPU:f32", "--target", "EMU:f16", "--budget", "fast", "-o", "r", "-q"])
+    out = capsys.readouterr().out
+    assert code == 0 and (tmp_path / "r" / "run.py").is_file()
+    last = out.rstrip("\n").splitlines()[-1]
+    assert last.startswith("Reproducer of 'inorm/sub'"), last
+    assert "\\n" not in out
+
+
+def test_capture_takes_the_built_in_demo_and_says_how_to_compare_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = main(["capture", "demo", "--device", "CPU:f32", "-o", "demo.npz", "-q"])
+    out = capsys.readouterr().out
+    assert code == 0 and (tmp_path / "demo.npz").is_file()
+    assert "bisect-ov demo --ref capture:demo.npz --target CPU:f32" in out
+
+
+@pytest.mark.parametrize("args, message", [(["--target", "NOSUCH"], "Unknown device 'NOSUCH'"),
+                                           (["--ref", "CPU:f64"], "Unknown precision 'f64'")])
+def test_demo_checks_its_devices_before_announcing_them(capsys, args, message):
+    code = main(["demo", *args, "-q"])
+    captured = capsys.readouterr()
+    assert code == 2 and message in captured.err
+    assert captured.out == "", "the demo's header named a device it then refused"
+
+
+@pytest.mark.parametrize("ref, label", [("CPU", "CPU (f32)"), ("CPU:f32", "CPU:f32 against")])
+def test_demo_header_says_a_precision_only_where_the_name_does_not(ref, label, monkeypatch, capsys):
+    import bisect_ov.cli as cli
+
+    monkeypatch.setattr(cli, "_run", lambda *a, **k: None)  # the header only
+    assert main(["demo", "--ref", ref, "-q"]) == 0
+    out = capsys.readouterr().out
+    assert label in out and "EMU:f16 (" not in out
