@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
 import pathlib
 import sys
@@ -69,6 +68,7 @@ from benchmarks.needle_bench import (  # noqa: E402 - after the checkout is put 
     SEQ_LEN,
     _calibrate_batchnorm,
     _token_meta,
+    load_built,
     outside_folder,
     outside_inputs,
 )
@@ -373,29 +373,7 @@ def load_holdout(name: str, cache: str | os.PathLike | None = None) -> tuple[Any
     tuple
         The model read from its IR, and its description (inputs, converter, library).
     """
-    import openvino as ov
-
-    folder = holdout_folder(cache)
-    xml, meta_path = folder / f"{name}.xml", folder / f"{name}.json"
-    if not meta_path.is_file():
-        import torch
-
-        library, build = HOLDOUT[name]
-        folder.mkdir(parents=True, exist_ok=True)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # the same bits whatever the machine's load (as the zoo builds)
-        try:
-            torch.manual_seed(0)
-            model, meta = build()
-        finally:
-            torch.set_num_threads(threads)
-        meta = {**meta, "name": name, "library": library}
-        with tempfile.TemporaryDirectory(dir=folder, prefix=f".{name}-") as tmp:
-            ov.save_model(model, str(pathlib.Path(tmp) / f"{name}.xml"), compress_to_fp16=False)
-            (pathlib.Path(tmp) / f"{name}.json").write_text(json.dumps(meta, indent=1))
-            for ext in ("bin", "xml", "json"):  # the JSON last: it says the model is complete
-                os.replace(pathlib.Path(tmp) / f"{name}.{ext}", folder / f"{name}.{ext}")
-    return ov.Core().read_model(xml), json.loads(meta_path.read_text())
+    return load_built(name, holdout_folder(cache), HOLDOUT)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -256,14 +256,20 @@ def load_outside(name: str, cache: str | os.PathLike | None = None) -> tuple[Any
     tuple
         The model read from its IR, and its description (inputs, converter, library).
     """
+    return load_built(name, outside_folder(cache), OUTSIDE)
+
+
+def load_built(name: str, folder: pathlib.Path, builders: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]]
+               ) -> tuple[Any, dict]:
+    """Entry `name` of `builders` (description, builder) as (`ov.Model`, meta) from `folder`, built there the first
+    time (seeded, on one thread, saved with f32 weights; the JSON written last says the model is complete)."""
     import openvino as ov
 
-    folder = outside_folder(cache)
     xml, meta_path = folder / f"{name}.xml", folder / f"{name}.json"
     if not meta_path.is_file():
         import torch
 
-        library, build = OUTSIDE[name]
+        library, build = builders[name]
         folder.mkdir(parents=True, exist_ok=True)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the same bits whatever the machine's load (as the zoo builds)
@@ -371,16 +377,11 @@ def _names(node) -> set[str]:
 
 
 def producers_of(graph, site: str) -> set[str]:
-    """For a site that only moves values (`VIEWS`), the arithmetic node that produced them, walking up through other
-    such ops: naming it counts as naming the site (its values are that node's, moved). Empty for other sites."""
-    key, found = graph.find(site).key, set()
-    while graph[key].op_type in VIEWS:
-        computed = [k for k, _ in graph.data_inputs(key) if graph[k].kind == "compute"]
-        if not computed:
-            break
-        key = computed[0]
-        found.add(graph[key].name)
-    return found
+    """For a site that only moves values, the nodes whose values it carries up to the arithmetic node that produced
+    them (`bisect_ov.analysis.judge.carried_from`): naming one counts as naming the site. Empty for other sites."""
+    from bisect_ov.analysis.judge import carried_from
+
+    return {graph[k].name for k in carried_from(graph, graph.find(site).key)}
 
 
 def positions(model, target: str) -> dict[str, str]:

@@ -123,18 +123,11 @@ def found_names(shape: str, node: str) -> set[str]:
     that only moves values (a Reshape, a Transpose), the arithmetic node that produced them (walking up through
     other such ops), which the verdict names when the movement op's tensor is where that node's values were
     measured (`bisect_ov.analysis.judge`, rule 6)."""
-    from bisect_ov.analysis.judge import MOVEMENT
+    from bisect_ov.analysis.judge import carried_from
     from bisect_ov.model.graph import ModelGraph
 
     graph = ModelGraph(shape_model(shape))
-    names, key = {node}, graph.find(node).key
-    while graph[key].op_type in MOVEMENT:
-        computed = [k for k, _ in graph.data_inputs(key) if graph[k].kind == "compute"]
-        if not computed:
-            break
-        key = computed[0]
-        names.add(graph[key].name)
-    return names
+    return {node, *(graph[k].name for k in carried_from(graph, graph.find(node).key))}
 
 
 class FaultyCPU(OpenVINODevice):

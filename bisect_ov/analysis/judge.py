@@ -50,8 +50,9 @@ from typing import Any, Collection, Mapping
 
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
+from bisect_ov.model.graph import walk
 
-__all__ = ["Evidence", "Verdict", "Topology", "judge", "excess", "MOVEMENT", "EXCESS", "MOST", "NOTABLE"]
+__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "excess", "MOVEMENT", "EXCESS", "MOST", "NOTABLE"]
 
 # Ops that only move, select or copy values: they add no rounding error of their own.
 MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
@@ -302,6 +303,20 @@ def _arithmetic_producer(graph: Any, key: str, ev: Evidence) -> str | None:
         current = k
 
 
+def carried_from(graph: Any, key: str, movement: Collection[str] = MOVEMENT) -> list[str]:
+    """The nodes whose values op `key` carries when it only moves values (its op type in `movement`): walking up
+    its first computed input through other such ops to the arithmetic node that produced them (last). Empty when
+    `key` computes, or only model inputs lie upstream."""
+    chain: list[str] = []
+    while graph[key].op_type in movement:
+        computed = [k for k, _ in graph.data_inputs(key) if graph[k].kind == "compute"]
+        if not computed:
+            break
+        key = computed[0]
+        chain.append(key)
+    return chain
+
+
 def _far_beyond_rounding(ev: Evidence, nodes: Mapping[str, NodeScore]) -> str | None:
     """Rule 7: the measured node whose local error is over its tolerance and the most times its rounding-only one
     (at least `EXCESS`); None when there is none."""
@@ -397,10 +412,4 @@ class Topology:
 
     @staticmethod
     def _walk(key: str, stop: Any, include_self: bool, step: Any) -> set[str]:
-        seen, stack = {key}, [key]
-        while stack:
-            for nxt in step(stack.pop()):
-                if nxt not in seen and (stop is None or not stop(nxt)):
-                    seen.add(nxt)
-                    stack.append(nxt)
-        return seen if include_self else seen - {key}
+        return walk(key, step, stop=stop, include_self=include_self)

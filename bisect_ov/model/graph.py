@@ -26,7 +26,7 @@ import openvino as ov
 
 from bisect_ov.core.errors import InputError
 
-__all__ = ["TensorInfo", "NodeInfo", "ModelGraph", "element_dtype", "weight_bytes"]
+__all__ = ["TensorInfo", "NodeInfo", "ModelGraph", "element_dtype", "walk", "weight_bytes"]
 
 SHAPE_PRODUCERS = frozenset({"ShapeOf"})
 """Ops whose output is a shape, not data: what they compute depends on shapes only."""
@@ -76,6 +76,19 @@ class NodeInfo:
     @property
     def is_candidate(self) -> bool:
         return self.kind == "compute"
+
+
+def walk(key: str, step: Callable[[str], Iterable[str]], *, stop: Callable[[str], bool] | None = None,
+         include_self: bool = True) -> set[str]:
+    """Keys reached from `key` by `step` (a node's producers or consumers), never entering a node for which
+    `stop(key)` is true."""
+    seen, stack = {key}, [key]
+    while stack:
+        for nxt in step(stack.pop()):
+            if nxt not in seen and (stop is None or not stop(nxt)):
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen if include_self else seen - {key}
 
 
 def weight_bytes(model: ov.Model) -> int:
@@ -268,13 +281,7 @@ class ModelGraph:
 
     def _walk(self, key: str, stop: Callable[[str], bool] | None, include_self: bool,
               step: Callable[[str], Iterable[str]]) -> set[str]:
-        seen, stack = {key}, [key]
-        while stack:
-            for nxt in step(stack.pop()):
-                if nxt not in seen and (stop is None or not stop(nxt)):
-                    seen.add(nxt)
-                    stack.append(nxt)
-        return seen if include_self else seen - {key}
+        return walk(key, step, stop=stop, include_self=include_self)
 
     def constant_value(self, key: str) -> np.ndarray:
         """The data of a Constant node."""
