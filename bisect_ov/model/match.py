@@ -109,9 +109,22 @@ def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
     # and that are no recognised quantization.
     unmatched_target += [n.name for n in target if n.kind == "static" and n.key not in ref and n.key not in quantizers
                          and n.op_type not in LAYOUT_OPS and any(t.is_float for t in n.outputs)]
+    unmatched_target += _extra_outputs(ref, target, dict(pairs))
     twin_ops = tuple(op_pairs) if target is not ref else ()
     return Match(tuple(pairs), tuple(unmatched_ref), tuple(unmatched_target), twin_ops, quantized,
                  tuple(sorted(quantizers, key=lambda k: target[k].index)))
+
+
+def _extra_outputs(ref: ModelGraph, target: ModelGraph, target_of: dict[Tap, Tap]) -> list[str]:
+    """The twin's outputs the model has no counterpart for (none reads a matched tensor or has the name of one of the
+    model's outputs, and the twin has more outputs): they are run but not compared, and listed as unmatched."""
+    ref_results, target_results = ref.results(), target.results()
+    if len(target_results) <= len(ref_results):
+        return []  # as many outputs: unmatched ones pair by position (`engine.comparison`)
+    compared = {target_of.get(Tap(*r.inputs[0])) for r in ref_results}
+    names = {ref.output_name(r.key) for r in ref_results}
+    return [f"output '{target.output_name(r.key)}' (not compared: the model has no such output)" for r in target_results
+            if Tap(*r.inputs[0]) not in compared and target.output_name(r.key) not in names]
 
 
 def foreign_inputs(match: Match, target: ModelGraph, target_key: str) -> list[str]:

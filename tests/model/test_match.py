@@ -1,0 +1,39 @@
+"""A twin with an output the model lacks: it runs, the outputs both have are compared, and the extra one is listed."""
+
+from __future__ import annotations
+
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+
+from bisect_ov import bisect, inject_fault
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.match import match_nodes
+from tests.conftest import tiny_chain
+
+
+def _twin_with_extra_output(at: str, *, first: bool) -> ov.Model:
+    twin = inject_fault(tiny_chain(), "mm2")
+    node = next(n for n in twin.get_ordered_ops() if n.get_friendly_name() == at)
+    extra = ops.result(node.output(0))
+    extra.set_friendly_name("extra")
+    results = [extra, *twin.get_results()] if first else [*twin.get_results(), extra]
+    return ov.Model(results, twin.get_parameters(), "twin")
+
+
+def test_the_extra_output_is_listed_as_unmatched_and_not_compared():
+    model, twin = tiny_chain(), _twin_with_extra_output("tanh1", first=False)
+    match = match_nodes(ModelGraph(model), ModelGraph(twin))
+    assert [n for n in match.unmatched_target if "extra" in n] == ["output 'extra' (not compared: the model has no such output)"]
+    assert not [n for n in match_nodes(ModelGraph(model), ModelGraph(inject_fault(tiny_chain(), "mm2"))).unmatched_target
+                if n.startswith("output")]
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["extra-last", "extra-first"])
+def test_a_twin_with_one_extra_result_runs_every_experiment(first):
+    report = bisect(tiny_chain(), ref="CPU:f32", target="CPU:f32", target_model=_twin_with_extra_output("tanh1", first=first),
+                    fix=True)
+    assert report.first_divergence is not None and report.first_divergence.name == "mm2"
+    assert [o.name for o in report.outputs] == ["tanh3"]
+    assert any("'extra'" in name for name in report.unmatched["target_model"])
+    assert report.fix is not None
