@@ -296,3 +296,67 @@ def test_on_a_phone_the_page_never_scrolls_sideways_and_its_tables_do(fault_repo
     wide, box, overflow = seen["culprits"]
     assert wide > box and overflow == "auto"  # the culprit table is wider than the phone: it scrolls in its box
     assert seen["broken"] == [], seen["broken"]  # no figure broken mid-value ("8.7e-" / "01")
+
+
+# The contrast of each heading's text against the background it is drawn on (the first ancestor that paints
+# one), colours normalised through a canvas so that rgb(), color(srgb ...) and color-mix() all read the same.
+_CONTRAST = """(() => {
+    const ctx = document.createElement('canvas').getContext('2d');
+    const rgba = c => { ctx.clearRect(0, 0, 1, 1); ctx.fillStyle = '#000'; ctx.fillStyle = c; ctx.fillRect(0, 0, 1, 1);
+                        return Array.from(ctx.getImageData(0, 0, 1, 1).data); };
+    const luminance = ([r, g, b]) => [r, g, b].map(v => { v /= 255; return v <= 0.03928 ? v / 12.92
+                                                          : Math.pow((v + 0.055) / 1.055, 2.4); })
+                                       .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
+    const background = el => { for (; el; el = el.parentElement) { const c = rgba(getComputedStyle(el).backgroundColor);
+                                    if (c[3] > 0) return c; }
+                                return [255, 255, 255, 255]; };
+    return Array.from(document.querySelectorAll('h1, h2, .headline, .card .name, th')).map(el => {
+        const [a, b] = [luminance(rgba(getComputedStyle(el).color)), luminance(background(el))];
+        return {text: el.textContent.slice(0, 40), contrast: (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05),
+                background: luminance(background(el))};
+    });
+})()"""
+
+# A notebook's dark theme as its front end defines it: JupyterLab's theme variables (from its dark theme) and
+# VS Code's (from its Dark Modern theme), set on the page around the output, which they paint dark.
+_DARK_THEMES = {
+    "jupyterlab-dark": "--jp-layout-color0: #111111; --jp-layout-color1: #212121; --jp-layout-color2: #424242; "
+                       "--jp-content-font-color1: rgba(255,255,255,1); --jp-content-font-color2: rgba(255,255,255,0.7); "
+                       "--jp-border-color1: #616161; --jp-border-color2: #424242; --jp-error-color1: #d32f2f; "
+                       "background: #111111; color: rgba(255,255,255,1);",
+    "vscode-dark": "--vscode-editor-background: #1f1f1f; --vscode-editor-foreground: #cccccc; "
+                   "--vscode-descriptionForeground: #9d9d9d; --vscode-editorWidget-background: #202020; "
+                   "--vscode-panel-border: #2b2b2b; background: #1f1f1f; color: #cccccc;",
+}
+
+
+def _headings(chrome, url: str, scheme: str) -> list[dict]:
+    chrome.open("about:blank")
+    chrome.send("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
+    chrome.send("Page.navigate", {"url": url})
+    chrome.wait_for("document.readyState == 'complete' && document.querySelectorAll('h2').length > 0")
+    return chrome.evaluate(_CONTRAST)
+
+
+def test_headings_are_readable_in_light_and_dark_schemes_and_notebook_themes(fault_report, tmp_path):
+    from tests.report.cdp import Chromium, browser
+
+    if browser() is None:
+        pytest.skip("no chromium, chromium-browser or google-chrome on PATH to render the page")
+    page = save_html(fault_report, tmp_path / "report.html", plots=False)
+    pages = {}
+    for theme, variables in _DARK_THEMES.items():
+        pages[theme] = tmp_path / f"{theme}.html"
+        pages[theme].write_text(f'<!doctype html><html><body style="{variables}">{fault_report._repr_html_()}</body></html>',
+                                encoding="utf-8")
+    with Chromium(tmp_path / "profile", width=1280, height=1000) as chrome:
+        seen = {scheme: _headings(chrome, page.as_uri(), scheme) for scheme in ("light", "dark")}
+        # The notebook's theme decides, whatever the browser prefers.
+        seen.update({theme: _headings(chrome, path.as_uri(), "light") for theme, path in pages.items()})
+    for where, headings in seen.items():
+        assert len(headings) >= 5, (where, headings)
+        unreadable = [h for h in headings if h["contrast"] < 4.5]  # WCAG AA for text
+        assert not unreadable, (where, unreadable)
+    # The standalone page follows the reader's scheme: dark behind its headings when dark is preferred.
+    assert all(h["background"] > 0.8 for h in seen["light"]) and all(h["background"] < 0.1 for h in seen["dark"])
+    assert all(h["background"] < 0.1 for theme in _DARK_THEMES for h in seen[theme])
