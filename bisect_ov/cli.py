@@ -414,7 +414,7 @@ def _run(args, console: Console, model, target_model=None, inputs=None) -> Repor
     report = run(model, args.ref, args.target, inputs, _options(args), target_model=target_model)
     if _stdout(args.json) or _stdout(args.html):
         console.text = sys.stderr  # stdout carries the file: the text must not mix with it
-    console.say(report.to_text(top=args.top, width=args.width))
+    console.say(report.to_text(top=args.top, width=args.width, costs=args.verbose > 0))
     try:
         if args.json:
             if _stdout(args.json):

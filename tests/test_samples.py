@@ -143,7 +143,7 @@ def test_the_report_says_on_how_many_samples_a_node_is_over_its_tolerance(tmp_pa
     assert "Over the 12 samples it is over its tolerance on 8" in text
     assert "8/12" in text
     df = report.to_dataframe().set_index("name")
-    assert df.loc["relu", "samples_over_tol"] == 8
+    assert df.loc["relu", "n_samples_over_tol"] == 8
     assert "8 of 12 samples" in report.save_html(tmp_path / "r.html").read_text()  # the first divergence's card
     assert "8 of 12 samples" in " ".join(report._repr_html_().split())  # Jupyter shows the same card
 

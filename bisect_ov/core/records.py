@@ -52,9 +52,12 @@ class DeviceInfo:
 
     @property
     def label(self) -> str:
-        """``CPU/f32``, ``CPU/f32 (weights f16)``, ``EMU:f16/f16 (emulated)``."""
+        """``CPU/f32``, ``CPU/f32 (weights f16)``, ``EMU:f16 (emulated)``: the precision after the name unless the
+        name's suffix already says it (``CPU:f32``; ``CPU:bf16/f32`` when the CPU could not run what was asked)."""
         weights = f" (weights {self.weights})" if self.weights else ""
-        return f"{self.name}/{self.precision}{weights}" + (" (emulated)" if self.emulated else "")
+        suffix = self.name.rpartition(":")[2].split("-")[0].lower().replace("fp", "f") if ":" in self.name else ""
+        shown = self.name if suffix == self.precision else f"{self.name}/{self.precision}"
+        return f"{shown}{weights}" + (" (emulated)" if self.emulated else "")
 
 
 @dataclass(frozen=True)

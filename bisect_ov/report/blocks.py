@@ -59,10 +59,13 @@ def _fix(report: "Report") -> Block | None:
         return Block("fix", (f"Fix: none needed: the final error {fmt(fix.error_before)} is within its tolerance "
                              f"{fmt(fix.tolerance)} with everything on the target, so no node has to stay on the "
                              "reference.",))
-    verdict = "brings" if fix.solved else "does NOT bring"
-    lines = [f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {verdict} the final error "
-             f"from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance {fmt(fix.tolerance)}), "
-             f"verified by partitioned runs ({fix.runs} in all):"]
+    # What the fix reached comes after "to"; an unsolved fix says it reached it and that the tolerance was not met.
+    reached = (f"brings the final error from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance "
+               f"{fmt(fix.tolerance)})" if fix.solved else
+               f"takes the final error from {fmt(fix.error_before)} to {fmt(fix.error_after)}, still over its tolerance "
+               f"{fmt(fix.tolerance)} (not solved)")
+    lines = [f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {reached}, verified by "
+             f"partitioned runs ({fix.runs} in all):"]
     if fix.patterns:
         lines.append("  as patterns (the same op in each repeated block): " + "; ".join(fix.patterns))
     lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))

@@ -38,9 +38,9 @@ RUNTIME_COLUMNS = ("ref_precision", "ref_kernel", "target_precision", "target_ke
 # "int" (int64), "Int" (nullable Int64), "bool", "boolean" (nullable), "list" (Python lists), "object".
 _KINDS: dict[str, str] = {
     "name": "string", "op_type": "string", "index": "int", "role": "string", "rank": "Int", "first": "bool",
-    "diverged": "bool", "error": "float", "input_error": "float", "tolerance": "float", "over_tolerance": "float",
+    "diverged": "bool", "error": "float", "input_error": "float", "tolerance": "float", "times_tolerance": "float",
     "growth": "float", "local_error": "float", "amplification": "float", "impact": "float",
-    **{f"samples_{k}": "float" for k in SAMPLE_STATS}, "samples_over_tol": "Int",
+    **{f"samples_{k}": "float" for k in SAMPLE_STATS}, "n_samples_over_tol": "Int",
     "ref_nan": "int", "ref_inf": "int", "target_nan": "int", "target_inf": "int",
     "causes": "list", "shape": "list", "dtype": "list", "n_outputs": "int", "tensor_names": "list",
     "inputs": "list", "group": "list", "inside_kernel": "string",
@@ -66,11 +66,11 @@ def to_dataframe(report: "Report") -> "pd.DataFrame":
       tensor exists only inside, missing when the target stored it), ``out_dtype``, ``out_note``, and what the
       runtime graph says ran the node
       (``NodeResult.runtime``): ``ref_precision``, ``ref_kernel``, ``target_precision``, ``target_kernel``;
-    * numbers, sortable: ``error``, ``input_error``, ``tolerance``, ``over_tolerance`` (error / tolerance),
+    * numbers, sortable: ``error``, ``input_error``, ``tolerance``, ``times_tolerance`` (error / tolerance, a ratio),
       ``growth``, ``local_error`` (the node alone on the target, fed the reference's inputs),
       ``amplification``, ``impact`` (final-output error with only this node on the target),
       ``samples_mean``/``samples_p50``/``samples_p90``/``samples_max`` (error over many samples) as float64,
-      and ``samples_over_tol`` (on how many samples the node is over its tolerance) as nullable ``Int64``,
+      and ``n_samples_over_tol`` (a count: on how many samples the node is over its tolerance) as nullable ``Int64``,
       ``NaN`` where the experiment did not run (``inf`` and ``nan`` errors stay as they are); ``index``
       (topological), ``n_outputs`` and the NaN/Inf counts summed over the outputs (``ref_nan``, ``ref_inf``,
       ``target_nan``, ``target_inf``) as int64; ``rank`` (culprit rank) as nullable ``Int64``, missing for
@@ -115,10 +115,10 @@ def _row(n: "NodeResult") -> dict[str, Any]:
     row: dict[str, Any] = {
         "name": n.name, "op_type": n.op_type, "index": n.index, "role": n.role, "rank": n.rank,
         "first": bool(n.first), "diverged": n.diverged, "error": n.error, "input_error": n.input_error,
-        "tolerance": n.tolerance, "over_tolerance": ratio, "growth": n.growth, "local_error": n.local_error,
+        "tolerance": n.tolerance, "times_tolerance": ratio, "growth": n.growth, "local_error": n.local_error,
         "amplification": n.amplification, "impact": n.impact,
         **{f"samples_{k}": (n.over_samples or {}).get(k) for k in SAMPLE_STATS},
-        "samples_over_tol": (n.over_samples or {}).get("over_tolerance"),
+        "n_samples_over_tol": (n.over_samples or {}).get("over_tolerance"),
         **counts,
         "causes": list(n.causes), "shape": [tuple(s.shape) if s.shape is not None else None for s in n.outputs],
         "dtype": [s.dtype for s in n.outputs], "n_outputs": len(n.outputs), "tensor_names": list(n.tensor_names),

@@ -363,11 +363,12 @@ class Report:
                              f"{self.metric}={_fmt(worst.error if worst else math.nan)})")
         return printable(head + "no divergence)")
 
-    def to_text(self, top: int = 10, width: int = 120) -> str:
-        """The report as a terminal-readable page: verdict, final outputs, ranked culprits, run facts."""
+    def to_text(self, top: int = 10, width: int = 120, *, costs: bool = False) -> str:
+        """The report as a terminal-readable page: verdict, final outputs, ranked culprits, run facts (the run's
+        cost in one line; `costs`: its timings, compiles and cost per stage)."""
         from bisect_ov.report.text import render_text
 
-        return render_text(self, top=top, width=width)
+        return render_text(self, top=top, width=width, costs=costs)
 
     def _repr_html_(self) -> str:
         from bisect_ov.report.html import render_fragment

@@ -93,13 +93,18 @@ def unmatched_lines(report: "Report") -> list[str]:
     return lines
 
 
-def footer_lines(report: "Report", v: View | None = None) -> list[str]:
+DETAILED_COSTS = frozenset({"timings", "compiles", "costs"})  # the footer's facts shown only with costs=True
+
+
+def footer_lines(report: "Report", v: View | None = None, *, costs: bool = True) -> list[str]:
     """The run's facts: the fidelity check, timings, compiles, cost per stage, OpenVINO version and tolerance."""
-    return [f.text for f in (v or view(report)).footer]
+    hidden = {"cost"} if costs else DETAILED_COSTS
+    return [f.text for f in (v or view(report)).footer if f.kind not in hidden]
 
 
-def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
-    """The terminal page of `report`: prose wrapped to `width`, the culprit table fitted to it."""
+def render_text(report: "Report", *, top: int = 10, width: int = 120, costs: bool = False) -> str:
+    """The terminal page of `report`: prose wrapped to `width`, the culprit table fitted to it; the run's cost in one
+    line, or (`costs`) its timings, compiles and cost per stage."""
     v = view(report)
     title = printable(f"{v.title} | {report.ref.label} -> {report.target.label} | {len(report.nodes)} nodes compared")
     lines = [title, "=" * min(width, len(title))]
@@ -109,9 +114,11 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     fitted: list[str] = []
     if table.rows:
         inside = f"; {INSIDE_LEGEND}" if any(r.node.inside_kernel for r in table.rows) else ""
+        cut: set[str] = set()
+        fitted = fit_table(table.columns, [tuple(map(printable, r)) for r in table.cells()], width, cut=cut)
+        shortened = "; ~ = cut to fit --width" if cut else ""
         lines.append(f"Culprits (top {len(table.rows)} of {table.total}; * = first divergence{inside}; "
-                     f"error = {report.metric}):")
-        fitted = fit_table(table.columns, [tuple(map(printable, r)) for r in table.cells()], width)
+                     f"error = {report.metric}{shortened}):")
         lines += fitted
     else:
         lines.append("Culprits: none.")
@@ -127,7 +134,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     lines += [f"{s.role:>6}: {s.text}" for s in v.sides]
     lines += [f"Note: {note}" for note in report.notes]
     wrapped: list[str] = []
-    for line in lines + footer_lines(report, v):
+    for line in lines + footer_lines(report, v, costs=costs):
         line = printable(line)
         # Table rows are already fitted; prose wraps instead of being cut.
         if len(line) <= width or line in fitted:
@@ -137,8 +144,10 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120) -> str:
     return "\n".join(wrapped)
 
 
-def fit_table(header: Sequence[str], rows: Sequence[tuple[str, ...]], width: int) -> list[str]:
-    """The table's lines, at most `width` wide when the kept columns allow it (never wrapped).
+def fit_table(header: Sequence[str], rows: Sequence[tuple[str, ...]], width: int, *,
+              cut: set[str] | None = None) -> list[str]:
+    """The table's lines, at most `width` wide when the kept columns allow it (never wrapped); the names of the
+    columns where a cell was cut are added to `cut`.
 
     Too wide, the last column (kernel names, shapes), the node names and the op types are narrowed, cut text
     ending in ``~``; still too wide, columns are left out in `DROP_ORDER` and the narrowing starts again; as a
@@ -164,7 +173,10 @@ def fit_table(header: Sequence[str], rows: Sequence[tuple[str, ...]], width: int
     left = {i for i, h in enumerate(header) if h in _LEFT} | {len(header) - 1}
 
     def cell(text: str, w: int, i: int) -> str:
-        text = text if len(text) <= w else text[: max(1, w - 1)] + "~"
+        if len(text) > w:
+            text = text[: max(1, w - 1)] + "~"
+            if cut is not None:
+                cut.add(header[i])
         return text.ljust(w) if i in left else text.rjust(w)
 
     return ["  ".join(cell(c, w, i) for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in [header, *rows]]

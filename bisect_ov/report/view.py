@@ -200,7 +200,7 @@ class View:
     culprits: tuple[CulpritRow, ...]
     experiments: tuple[Block, ...]
     coverage: Fact | None
-    footer: tuple[Fact, ...]  # kinds: fidelity, timings, compiles, costs, openvino
+    footer: tuple[Fact, ...]  # kinds: fidelity, timings, compiles, costs, cost (their one-line summary), openvino
 
     def table(self, top: int) -> CulpritTable:
         """The first `top` culprits, without the optional columns none of them fills."""
@@ -498,6 +498,17 @@ def _cost(name: str, cost: StageCost) -> str:
     return f"{name} {float(cost.seconds):.2f}s" + (f" ({'; '.join(parts)})" if parts else "")
 
 
+def _cost_summary(report: "Report") -> Fact:
+    """One short line of what the run cost (the text's default; the three lines above are its ``costs=True``)."""
+    # The stages do not overlap, so their times add up; the older reports' timings overlap (a compile inside
+    # "experiments"), so without stages no total is given.
+    parts = [f"{sum(float(c.seconds) for c in report.costs.values()):.1f}s"] if report.costs else []
+    if report.compiles:
+        parts.append("compiles " + ", ".join(f"{k} {v}" for k, v in report.compiles.items()))
+    value = ", ".join(parts)
+    return Fact("cost", f"Cost: {value} (per stage: bisect-ov -v, report.to_text(costs=True))", value)
+
+
 def footer(report: "Report") -> list[Fact]:
     """The run's facts: the fidelity check, timings, compiles, cost per stage, OpenVINO version and tolerance."""
     facts = []
@@ -511,6 +522,8 @@ def footer(report: "Report") -> list[Fact]:
         facts.append(_labelled("compiles", "Compiles", ", ".join(f"{k} {v}" for k, v in report.compiles.items())))
     if report.costs:
         facts.append(_labelled("costs", "Cost per stage", "; ".join(_cost(k, c) for k, c in report.costs.items())))
+    if report.timings or report.costs or report.compiles:
+        facts.append(_cost_summary(report))
     versions = report.openvino_versions
     if len(versions) > 1:
         facts.append(Fact("openvino", f"OpenVINO: reference {versions['reference'].split('-')[0]}, target "

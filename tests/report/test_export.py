@@ -25,11 +25,11 @@ from bisect_ov.report.export import (
 from bisect_ov.zoo import synthetic
 
 REQUIRED = ("name", "op_type", "index", "role", "rank", "first", "diverged", "error", "input_error", "tolerance",
-            "over_tolerance", "growth", "local_error", "amplification", "impact", "samples_mean", "samples_p50",
+            "times_tolerance", "growth", "local_error", "amplification", "impact", "samples_mean", "samples_p50",
             "samples_p90", "samples_max", "causes", "shape", "dtype", "ref_precision", "ref_kernel",
             "target_precision", "target_kernel", "fused_with")
 # What the report shows as figures (text table, verdict, HTML cards): each must be a sortable number column.
-FIGURES = ("error", "input_error", "tolerance", "over_tolerance", "growth", "local_error", "amplification", "impact",
+FIGURES = ("error", "input_error", "tolerance", "times_tolerance", "growth", "local_error", "amplification", "impact",
            "samples_mean", "samples_p50", "samples_p90", "samples_max", "index", "rank", "ref_nan", "ref_inf",
            "target_nan", "target_inf", "out_max_abs", "out_cosine", "out_sqnr_db", "out_mismatches", "out_numel")
 TEXT = ("name", "op_type", "role", "ref_precision", "ref_kernel", "target_precision", "target_kernel", "out_dtype",
@@ -64,7 +64,7 @@ def test_dataframe_one_row_per_node_indexed_by_key(report):
     assert first["shape"] == [(1, 16, 32, 32)] and first["dtype"] == ["float32"]
     assert first["out_shape"] == (1, 16, 32, 32) and first["out_numel"] == 16 * 32 * 32
     assert first["out_max_abs"] == report.node("block1/conv1").stats.max_abs
-    assert first["over_tolerance"] == pytest.approx(first["error"] / first["tolerance"])
+    assert first["times_tolerance"] == pytest.approx(first["error"] / first["tolerance"])
     assert df[df["first"]].index.tolist() == ["block1/conv1"]
     # rank is a nullable integer: missing for nodes within tolerance
     assert str(df["rank"].dtype) == "Int64"
@@ -132,7 +132,7 @@ def test_dataframe_has_the_experiments_and_per_sample_columns(report):
 
 def test_dataframe_needs_pandas(report, monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)
-    with pytest.raises(ImportError, match=r"pip install bisect_ov\[dataframe\]"):
+    with pytest.raises(ImportError, match=r"pip install pandas \(or, in a checkout of bisect_ov: pip install -e '\.\[dataframe\]'\)"):
         to_dataframe(report)
 
 

@@ -160,3 +160,36 @@ def test_the_culprit_table_gives_no_column_more_room_than_its_cells():
     header = next(line for line in lines if line.startswith("rank  node"))
     longest = max(len(n.label) for n in V1.culprits[:10])
     assert header.index(" op ") - header.index("node") == longest + 1  # the node column, then two spaces
+
+
+def test_a_fix_that_does_not_solve_says_what_it_reached_and_that_the_tolerance_was_not_met():
+    assert V2.fix is not None and V2.fix.solved
+    unsolved = dataclasses.replace(V2, fix=dataclasses.replace(V2.fix, error_after=7.4e-2))
+    text = " ".join(unsolved.to_text(width=120).split())
+    assert "takes the final error from 1.2e-01 to 7.4e-02, still over its tolerance 7.2e-03 (not solved)" in text
+    assert "NOT bring" not in text
+    assert "brings the final error from 1.2e-01 to 2.7e-04 (tolerance 7.2e-03)" in " ".join(V2.to_text().split())
+
+
+def test_the_run_s_cost_is_one_line_unless_asked_for_per_stage():
+    short, full = V2.to_text(width=120).splitlines(), V2.to_text(width=120, costs=True).splitlines()
+    assert [line for line in short if line.startswith(("Timings", "Compiles", "Cost per stage"))] == []
+    assert [line for line in short if line.startswith("Cost:")] == [
+        "Cost: 5.1s, compiles ref 23, target 18 (per stage: bisect-ov -v, report.to_text(costs=True))"]
+    assert [line.split(":")[0] for line in full if line.startswith(("Timings", "Compiles", "Cost"))] == [
+        "Timings", "Compiles", "Cost per stage"]
+
+
+def test_a_cut_cell_is_explained_in_the_table_s_legend():
+    narrow, wide = V2.to_text(width=120), V2.to_text(width=200)
+    assert "1x16x32x32 ~" in narrow and "~ = cut to fit --width" in narrow
+    assert "1x16x32x32 f32" in wide and "~ = cut" not in wide
+
+
+@pytest.mark.parametrize("name, precision, emulated, label", [
+    ("EMU:f16", "f16", True, "EMU:f16 (emulated)"), ("CPU:f32", "f32", False, "CPU:f32"),
+    ("CPU", "f32", False, "CPU/f32"), ("CPU:bf16", "f32", False, "CPU:bf16/f32"), ("CPU:fp16", "f16", False, "CPU:fp16"),
+    ("EMU:bf16-acc4", "bf16", True, "EMU:bf16-acc4 (emulated)")])
+def test_a_side_s_label_does_not_repeat_the_precision_its_name_says(name, precision, emulated, label):
+    side = dataclasses.replace(V2.target, name=name, precision=precision, emulated=emulated)
+    assert side.label == label

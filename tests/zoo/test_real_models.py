@@ -188,7 +188,7 @@ def test_f32_reference_of_an_ir_with_f16_weights_is_described_as_f32():
     report = bisect(zoo_model("bert", compressed=True), "CPU:f32", "CPU", zoo_inputs("bert"), progress=False)
     assert report.ref.precision == "f32"
     assert "f16" not in report.ref.note, report.ref.note
-    assert report.ref.weights == "f16" and report.ref.label == "CPU:f32/f32 (weights f16)"
+    assert report.ref.weights == "f16" and report.ref.label == "CPU:f32 (weights f16)"
 
 
 def _outputs(model: ov.Model, inputs) -> list[np.ndarray]:
