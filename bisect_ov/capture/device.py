@@ -4,7 +4,7 @@
 on machine B; `SampledDevice` / `sampled_like` sample a live device the way a ``stats`` capture was sampled;
 `plan_recorded` tells `bisect()` what to switch off, which inputs to use and what to sample:
 
->>> bisect("model.xml", ref=RecordedDevice("epyc.npz"), target="CPU")         # doctest: +SKIP  (machine B)
+>>> bisect("model.xml", ref=RecordedDevice("epyc.npz"), target="CPU")         # doctest: +SKIP
 
 Assumptions: the file format and the helpers both machines must compute identically (`playback_hash`,
 `inputs_hash`, `sample_array`) come from `bisect_ov.capture.format`, and `load_capture` from

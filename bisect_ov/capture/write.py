@@ -4,8 +4,8 @@ One process cannot hold two CPU generations. `capture` runs a model on a device 
 candidate tensor and writes everything into ONE portable ``.npz`` file; on machine B,
 `bisect_ov.capture.device.RecordedDevice` plays that run back as the ``ref=`` or ``target=`` of `bisect()`:
 
->>> record("model.xml", "CPU", path="epyc.npz")                             # doctest: +SKIP  (machine A)
->>> bisect("model.xml", ref=RecordedDevice("epyc.npz"), target="CPU")         # doctest: +SKIP  (machine B)
+>>> record("model.xml", "CPU", path="epyc.npz")                             # doctest: +SKIP
+>>> bisect("model.xml", ref=RecordedDevice("epyc.npz"), target="CPU")         # doctest: +SKIP
 
 This module writes the file (`capture`); the format's constants and the helpers both machines compute
 identically live in `bisect_ov.capture.format`, reading and merging (`Capture`, `load_capture`,
