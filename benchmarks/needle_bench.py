@@ -648,7 +648,8 @@ def machine_facts() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", help="zoo models (default: every non-twin, non-stateful one); "
+    parser.add_argument("--models", nargs="*", help="zoo models (default: every non-twin, non-stateful one; none when "
+                                                    "given without names); "
                                                     f"outside-zoo names are allowed too: {sorted(OUTSIDE)}")
     parser.add_argument("--outside", nargs="*", default=None,
                         help="also architectures outside the zoo (all of them, or the names given)")
@@ -679,8 +680,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.target == "CPU:f16" and not facts["f16"]:
         print("Note: this CPU has no f16; CPU:f16 runs bf16 here (the plugin's fallback).")
-    print(f"Reference {REFERENCE}, target {args.target}; fault: inject_fault(model, site, 'scale', 0.2); "
-          f"{args.sites} sites per model, seed {args.seed}; budget {args.budget}")
+    shapes = ", ".join(f"{f} ({FAULTS[f]['kind']} {FAULTS[f]['magnitude']:g})" for f in args.faults)
+    print(f"Reference {REFERENCE}, target {args.target}; faults: {shapes}; {args.sites} sites per model"
+          f"{' drawn among all float nodes' if args.all_ops else ''}, seed {args.seed}; budget {args.budget}")
 
     from bisect_ov.zoo import cache
 
