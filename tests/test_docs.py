@@ -89,3 +89,40 @@ def test_module_doctests_pass(module):
     found = doctest.testmod(importlib.import_module(module), raise_on_error=False, report=True,
                             optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert found.failed == 0, f"{found.failed} of {found.attempted} examples of {module} failed"
+
+
+def test_every_page_is_linked_from_the_readme_documentation_table():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("## Documentation"):]
+    linked = set(re.findall(r"\]\(((?:docs/)?[\w./-]+\.md)\)", table))
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} | {"CHANGELOG.md"}
+    assert pages <= linked, f"pages missing from README's documentation table: {sorted(pages - linked)}"
+
+
+def test_the_install_page_lists_every_extra_with_what_it_brings():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w-]+)` \| ([^|]+) \|", (ROOT / "docs" / "install.md")
+                                                         .read_text(encoding="utf-8"), re.M)}
+    assert set(extras) <= set(rows), f"extras missing from docs/install.md: {sorted(set(extras) - set(rows))}"
+    for extra, specs in extras.items():
+        if extra == "test":
+            continue
+        names = {re.split(r"[<>=!~;\[ ]", s, maxsplit=1)[0] for s in specs}
+        missing = [n for n in names if f"`{n}" not in rows[extra]]
+        assert not missing, f"docs/install.md's row for '{extra}' does not name {missing}"
+
+
+@pytest.mark.parametrize("page, topics", [
+    ("faq.md", ("bf16", "absorbed", "Fidelity", "not measured", "dynamic shapes")),
+    ("comparison.md", ("Polygraphy", "cross_check_tool", "OV_GPU_DUMP_TENSORS", "OV_CPU_BLOB_DUMP", "ENABLE_DEBUG_CAPS")),
+    ("notebooks.md", ("jupyter lab", "jupyter nbconvert --to notebook --execute")),
+    ("reports.md", ("no adapter for OpenVINO IR",)),
+])
+def test_the_pages_a_new_user_looks_for_cover_their_questions(page, topics):
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    assert [t for t in topics if t not in text] == []
+
+
+def test_there_is_a_changelog():
+    assert (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").startswith("# Changelog")
