@@ -217,3 +217,19 @@ def test_resolved_options_read_and_compare_as_the_options():
     assert resolved == options and options == resolved
     assert resolved.to_dict() == options.to_dict()  # the report records options, not the decisions
     assert resolved != BisectOptions(seed=4)
+
+
+def test_a_strategy_registered_after_import_is_accepted():
+    from bisect_ov.core.errors import InputError
+    from bisect_ov.search import strategies
+
+    class Mine(strategies.BisectionSearch):
+        name = "mine_for_this_test"
+
+    with pytest.raises(InputError, match="mine_for_this_test"):
+        BisectOptions(strategy="mine_for_this_test")  # not yet registered: refused, the message lists no such name
+    strategies.register_strategy(Mine)
+    try:
+        assert BisectOptions(strategy="mine_for_this_test").strategy == "mine_for_this_test"
+    finally:
+        strategies._REGISTRY.pop("mine_for_this_test")

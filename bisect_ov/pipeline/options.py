@@ -25,7 +25,7 @@ from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.core.checks import check_config, check_flag, check_seed, check_tap_bytes, is_integer, tap_bytes_of_mb
 from bisect_ov.core.errors import InputError
 from bisect_ov.samples.executors import check_executor
-from bisect_ov.search.strategies import STRATEGIES
+from bisect_ov.search.strategies import STRATEGIES, strategy_names
 
 __all__ = ["BisectOptions", "ResolvedOptions", "Flag", "GROUPS", "KEYWORDS", "STRATEGIES", "BUDGETS",
            "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "MAX_CURVE_POINTS", "auto_tap_bytes", "key_value"]
@@ -111,6 +111,11 @@ def _one_of(choices: Iterable[str]) -> Check:
             raise InputError(f"Unknown {name} '{value}'. Available: {list(allowed)}.")
         return value
     return check
+
+
+def _strategy(name: str, value: Any) -> str:
+    """A strategy name of the live registry (`register_strategy` may add one after this module is imported)."""
+    return _one_of(strategy_names())(name, value)
 
 
 def _metric(name: str, value: Any) -> Any:
@@ -233,7 +238,7 @@ class BisectOptions:
         "auto", "search", "Which tensors to expose (see `bisect_ov.search.strategies`): ``fusion`` taps only the outputs "
         "of the target's fusion groups, so the instrumented target compiles the same kernels; ``full`` taps every node; "
         "``bisection`` searches with a few taps per compile (about log2(N) compiles); ``auto`` (default) is ``fusion``, "
-        "falling back to ``bisection`` when the fidelity check fails.", _one_of(STRATEGIES), choices=STRATEGIES,
+        "falling back to ``bisection`` when the fidelity check fails.", _strategy, choices=STRATEGIES,
         kind=str, help="which tensors to expose (auto: fusion, falling back to bisection when taps change the target)")
     metric: str | Callable[[TensorStats], float] = _opt(
         "rel_l2", "search", "Error measure per tensor: a name in `bisect_ov.analysis.metrics.METRICS` or a callable on "
