@@ -65,3 +65,26 @@ def test_per_node_keys_the_model_does_not_have_are_named_before_compiling():
     report = bisect(tiny_chain(), "CPU", "CPU:f32", tolerance=Tolerance(per_node={"mm1": 0.25}), strategy="full",
                     progress=False)
     assert report.node("mm1").tolerance == 0.25
+
+
+def test_a_movement_op_carries_its_producer_s_tolerance_unless_the_user_set_one():
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from bisect_ov.analysis.judge import MOVEMENT
+    from bisect_ov.analysis.tolerance import Tolerance, node_thresholds
+    from bisect_ov.model.graph import ModelGraph
+
+    x = ops.parameter([1, 16, 256], np.float32, name="x")
+    w = ops.constant(np.ones((256, 256), np.float32))
+    mm = ops.matmul(x, w, False, False, name="mm")
+    t = ops.transpose(mm, ops.constant(np.array([0, 2, 1], np.int64)), name="t")
+    act = ops.relu(t, name="act")
+    graph = ModelGraph(ov.Model([act.output(0)], [x]))
+    keys = {n.name: n.key for n in graph}
+    found = node_thresholds(Tolerance(precision="bf16"), graph, MOVEMENT)
+    assert found[(keys["t"], 0)] == found[(keys["mm"], 0)] > found[(keys["act"], 0)]  # K = 256 vs elementwise
+    assert node_thresholds(Tolerance(precision="bf16", value=1e-3), graph, MOVEMENT)[(keys["t"], 0)] == 1e-3
+    per_node = node_thresholds(Tolerance(precision="bf16", per_node={"t": 5e-4}), graph, MOVEMENT)
+    assert per_node[(keys["t"], 0)] == 5e-4
