@@ -140,6 +140,15 @@ PAGE_STYLE = (f"body {{ margin: 0; background: {_LIGHT['bg']}; }}\n"
               ":root { color-scheme: light dark; }\n"
               f"@media (max-width: 600px) {{ .{ROOT}.page {{ padding: 10px 10px 30px; }} }}")
 
+# A notebook front end styles the HTML outputs it renders (JupyterLab's .jp-RenderedHTMLCommon floats dt and dd,
+# pads every ul, fixes table layouts): these rules undo that for the report's own elements, under a doubled root
+# so that they outrank the front end's selectors.
+_RESETS = """
+.metrics dt, .metrics dd, .kv dt, .kv dd { float: none; width: auto; padding: 0; }
+.facts { padding-left: 0; }
+table { table-layout: auto; margin: 0; }
+"""
+
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _RULE = re.compile(r"([^{}]+)\{([^{}]*)\}")
 
@@ -157,4 +166,9 @@ def style() -> str:
         selectors = ", ".join(f"{root} {s.strip()}" for s in match.group(1).split(","))
         return f"\n{selectors} {{{match.group(2)}}}"
 
-    return head + _RULE.sub(scope, _COMMENT.sub("", _RULES)).strip() + "\n"
+    def reset(match: re.Match) -> str:
+        selectors = ", ".join(f"{root}{root} {s.strip()}" for s in match.group(1).split(","))
+        return f"\n{selectors} {{{match.group(2)}}}"
+
+    return (head + _RULE.sub(scope, _COMMENT.sub("", _RULES)).strip() + "\n"
+            + _RULE.sub(reset, _RESETS).strip() + "\n")

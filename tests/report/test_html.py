@@ -360,3 +360,36 @@ def test_headings_are_readable_in_light_and_dark_schemes_and_notebook_themes(fau
     # The standalone page follows the reader's scheme: dark behind its headings when dark is preferred.
     assert all(h["background"] > 0.8 for h in seen["light"]) and all(h["background"] < 0.1 for h in seen["dark"])
     assert all(h["background"] < 0.1 for theme in _DARK_THEMES for h in seen[theme])
+
+
+# What JupyterLab's stylesheet does to the HTML outputs it renders (its .jp-RenderedHTMLCommon rules): floated
+# definition lists, padded lists, fixed table layouts.
+_JUPYTERLAB_RULES = (".jp-RenderedHTMLCommon dt { float: left; width: 20%; font-weight: bold; } "
+                     ".jp-RenderedHTMLCommon dd { float: left; width: 80%; margin: 0; } "
+                     ".jp-RenderedHTMLCommon ul:not(.list-inline) { padding-left: 2em; } "
+                     ".jp-RenderedHTMLCommon table { table-layout: fixed; margin-left: auto; margin-right: auto; }")
+
+
+def test_inside_jupyterlab_s_output_styles_the_cards_keep_their_layout(fault_report, tmp_path):
+    from tests.report.cdp import Chromium, browser
+
+    if browser() is None:
+        pytest.skip("no chromium, chromium-browser or google-chrome on PATH to render the page")
+    page = tmp_path / "jupyterlab.html"
+    page.write_text(f"<!doctype html><html><head><style>{_JUPYTERLAB_RULES}</style></head><body>"
+                    f'<div class="jp-RenderedHTMLCommon">{fault_report._repr_html_()}</div></body></html>', encoding="utf-8")
+    with Chromium(tmp_path / "profile", width=1280, height=1000) as chrome:
+        chrome.open(page.as_uri())
+        chrome.wait_for("document.readyState == 'complete'")
+        seen = chrome.evaluate("""(() => {
+            const box = el => el.getBoundingClientRect();
+            const overlaps = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+            return {
+                overlapping: Array.from(document.querySelectorAll('.metrics > div')).filter(d => {
+                    const [dt, dd] = [d.querySelector('dt'), d.querySelector('dd')];
+                    return overlaps(box(dt), box(dd)); }).map(d => d.textContent),
+                facts: getComputedStyle(document.querySelector('.facts')).paddingLeft,
+                layout: getComputedStyle(document.querySelector('table')).tableLayout,
+            };
+        })()""")
+    assert seen == {"overlapping": [], "facts": "0px", "layout": "auto"}, seen
