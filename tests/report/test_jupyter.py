@@ -65,7 +65,7 @@ def test_the_html_display_holds_what_the_text_holds(tmp_path):
     data, = _results(cell)
     page = data["text/html"]
     report = _report()
-    text = report.to_text(width=100_000)
+    text = report.to_text(width=100_000, costs=True)  # with each stage's cost, as the page shows them
     # The page's renderer, in its compact form: the page's sections without the plots and the document.
     assert page == render_fragment(report) and page.startswith('<div class="bisect-ov-report compact">')
     assert "<img" not in page and "<html" not in page
@@ -75,7 +75,7 @@ def test_the_html_display_holds_what_the_text_holds(tmp_path):
             *(c.text for f in v.verdict.first for c in f.causes), *(f.node.label for f in v.verdict.first),
             *(line.strip() for b in v.experiments for line in b.lines),
             *(x for s in v.sides for x in (s.device, s.precision, s.hardware, s.note) if x),
-            *(f.value for f in v.footer if f.value), report.openvino_version.split("-")[0],
+            *(f.value for f in v.footer if f.value and f.kind != "cost"), report.openvino_version.split("-")[0],
             fmt(report.fidelity.plain_error), fmt(report.fidelity.tapped_error)]
     assert html.escape(v.verdict.headline) in page and f"Verdict: {v.verdict.text}" in text
     missing = [s for s in both if html.escape(s) not in page or s not in text]
