@@ -29,9 +29,10 @@ def test_the_extra_output_is_listed_as_unmatched_and_not_compared():
                 if n.startswith("output")]
 
 
-@pytest.mark.parametrize("first", [False, True], ids=["extra-last", "extra-first"])
-def test_a_twin_with_one_extra_result_runs_every_experiment(first):
-    report = bisect(tiny_chain(), ref="CPU:f32", target="CPU:f32", target_model=_twin_with_extra_output("tanh1", first=first),
+@pytest.mark.parametrize("at, first", [("tanh1", False), ("tanh1", True), ("x", False), ("mm2/before_fault", False)],
+                         ids=["extra-last", "extra-first", "extra-reads-the-input", "extra-reads-the-twin-s-own-op"])
+def test_a_twin_with_one_extra_result_runs_every_experiment(at, first):
+    report = bisect(tiny_chain(), ref="CPU:f32", target="CPU:f32", target_model=_twin_with_extra_output(at, first=first),
                     fix=True)
     assert report.first_divergence is not None and report.first_divergence.name == "mm2"
     assert [o.name for o in report.outputs] == ["tanh3"]
