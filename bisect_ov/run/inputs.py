@@ -36,7 +36,9 @@ class ParameterSpec:
         self.index = index
         self.friendly = param.get_friendly_name()
         self.names = set(out.get_names()) | {self.friendly}
-        self.name = sorted(out.get_names())[0] if out.get_names() else self.friendly
+        # The name a person gave it: a converter's counter-made tensor name ('52', from TorchScript) only if none.
+        named = sorted(out.get_names())
+        self.name = next((n for n in named if not n.isdigit()), named[0] if named else self.friendly)
         self.pshape = out.get_partial_shape()
         self.type_name = out.get_element_type().get_type_name()
         self.dtype = element_dtype(self.type_name)
