@@ -1,7 +1,9 @@
 """Needle in noise: how often `bisect()` names an injected fault as the origin on a real low-precision target.
 
-For each model, a 20% multiplicative fault (``inject_fault(model, site, "scale", 0.2)``) is planted at N random
-float compute nodes of the target's copy, and `bisect(model, "CPU:f32", target, inputs, target_model=faulty)`
+For each model, a fault is planted at N random float compute nodes of the target's copy (by default a 20%
+multiplicative one, ``inject_fault(model, site, "scale", 0.2)``; with ``--faults``, each site gets each of the
+shapes in `FAULTS`: elementwise noise, a constant scale, an offset relative to the tensor's rms, a sparse fault,
+sign flips), and `bisect(model, "CPU:f32", target, inputs, target_model=faulty)`
 runs with the target in a real low precision (``CPU:bf16`` by default), where every node carries rounding error
 and the fault is only a little more than rounding. Per site it records:
 
