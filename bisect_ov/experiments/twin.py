@@ -123,23 +123,19 @@ def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: 
 
 
 def _target_tap(engine: Engine, op_of: dict[str, str], tap: Tap) -> Tap:
-    """The twin's tensor for the reference's `tap`: its matched pair; else the twin's tensor of the same name; else,
-    when the matched op lacks that output (an op put in front of one output of a multi-output node, as a fault
-    injected there, took the node's name), that output of the op it reads; else the same port of the matched op."""
-    paired = engine.target_of.get(tap)
-    if paired is not None:
-        return paired
+    """The twin's tensor for the reference's `tap`: the same output of the matched op. When the matched op lacks
+    that output (an op put in front of one output of a multi-output node, as a fault injected there, took the
+    node's name): the twin's tensor of the same name, else that output of the op the matched one reads."""
+    key, target = op_of[tap.key], engine.target_graph
+    if tap.port < len(target[key].outputs):
+        return Tap(key, tap.port)
     for name in engine.graph[tap.key].outputs[tap.port].names:
-        found = engine.target_graph.lookup_tensor(name)
+        found = target.lookup_tensor(name)
         if found is not None:
             return Tap(*found)
-    key, target = op_of[tap.key], engine.target_graph
-    if tap.port >= len(target[key].outputs):
-        # The matched op has no such output: an op put in front of one output of a multi-output node took its
-        # name; the node's other outputs are on the op it reads.
-        for producer, _ in target.data_inputs(key):
-            if len(target[producer].outputs) > tap.port:
-                return Tap(producer, tap.port)
+    for producer, _ in target.data_inputs(key):
+        if len(target[producer].outputs) > tap.port:
+            return Tap(producer, tap.port)
     return Tap(key, tap.port)
 
 
