@@ -108,8 +108,9 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The decision: each measured node's score and role, the first divergences, the ranking, and why nodes were
-    set aside (`reasons`: kind -> keys; `moved`: movement op -> the node named in its place)."""
+    """The decision: each measured node's score and role, the first divergences, the ranking, the nodes set aside
+    by each rule (absorbed, bystanders, internal), the origins and overflow origins, and `moved` (movement op ->
+    the node named in its place)."""
 
     scores: Scores
     first: tuple[str, ...]
