@@ -52,7 +52,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
     precision = examined.tolerance.precision
     assert precision is not None  # `run_untouched` set it (`Tolerance.with_precision`)
     with setup.clock("score"):
-        kernels = kernel_tensors(session.target_graph, session.target_runtime, session.match)
+        kernels = scored.kernels if scored.kernels is not None else kernel_tensors(
+            session.target_graph, session.target_runtime, session.match)  # read once, by the verdict stage
         ranking = scored.scores.ranking  # the judge's (`bisect_ov.pipeline.decide`)
         nodes = node_results(session, measurement, scored, precision, findings, ranking,
                              frozenset(examined.tolerance.quantization), kernels)

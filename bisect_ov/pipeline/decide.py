@@ -30,7 +30,7 @@ def decide(setup: Setup, examined: Examined, measurement: Measurement, scored: S
     verdict = judge(engine.graph, ev)
     notes = verdict_notes(engine.graph, verdict, scored, findings, kernels)
     return replace(scored, scores=verdict.scores, absorbed=(*verdict.absorbed, *verdict.bystanders),
-                   absorbed_why=" ".join(notes), verdict=verdict)
+                   absorbed_why=" ".join(notes), verdict=verdict, kernels=kernels)
 
 
 def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
