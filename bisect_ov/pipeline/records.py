@@ -79,11 +79,15 @@ class Examined:
     the precision really in play."""
 
     engine: Engine
-    tolerance: Tolerance
-    plan: Plan  # every node's and output's tolerance, made once from `tolerance` (`bisect_ov.pipeline.plan`)
+    plan: Plan  # the tolerance model and every node's and output's tolerance, made once (`bisect_ov.pipeline.plan`)
     # Another compile of the untouched target run on the engine's sample (the generation steps made one): its
     # outputs, for the compile-to-compile noise (`Engine.noise`).
     recompiled: tuple[np.ndarray, ...] | None = None
+
+    @property
+    def tolerance(self) -> Tolerance:
+        """The tolerance model for the precision really in play (the plan's)."""
+        return self.plan.tolerance
 
 
 @dataclass(frozen=True, eq=False)

@@ -227,7 +227,7 @@ def run_untouched(setup: Setup) -> Examined:
     runner.keep_compiles = setup.runs_steps  # the steps run the same model: the reference's compile is kept
     engine = examine(runner, setup.sample, options)
     tolerance = _tolerance(options, comparison, engine.ref_info, engine.target_info)
-    return Examined(engine, tolerance, make_plan(tolerance, comparison.graph))
+    return Examined(engine, make_plan(tolerance, comparison.graph))
 
 
 def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo | None, target: DeviceInfo | None):
