@@ -51,6 +51,10 @@ _EXPORTS = {
     "METRICS": "bisect_ov.analysis.metrics",
     "Tolerance": "bisect_ov.analysis.tolerance",
     "score_graph": "bisect_ov.analysis.scoring",
+    "judge": "bisect_ov.analysis.judge",
+    "Evidence": "bisect_ov.analysis.judge",
+    "Verdict": "bisect_ov.analysis.judge",
+    "Topology": "bisect_ov.analysis.judge",
     "BisectError": "bisect_ov.core.errors",
     "InputError": "bisect_ov.core.errors",
     "DeviceError": "bisect_ov.core.errors",
@@ -92,6 +96,10 @@ __all__ = [
     "METRICS",
     "Tolerance",
     "score_graph",
+    "judge",
+    "Evidence",
+    "Verdict",
+    "Topology",
     "BisectError",
     "InputError",
     "DeviceError",
@@ -121,6 +129,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what static checkers and IDEs see; at run time the names above come from `__getattr__`
+    from bisect_ov.analysis.judge import Evidence, Topology, Verdict, judge
     from bisect_ov.analysis.metrics import METRICS, TensorStats, compare
     from bisect_ov.analysis.scoring import score_graph
     from bisect_ov.analysis.tolerance import Tolerance
