@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
@@ -290,30 +290,23 @@ def _bystanders(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore], diverg
 def _arithmetic_producer(graph: Any, key: str, ev: Evidence) -> str | None:
     """The nearest node upstream of movement op `key` that computes (walking through other movement ops along the
     data input that carries the most error); None when only parameters lie upstream."""
-    seen = {key}
-    current = key
-    while True:
-        reads = [(k, p) for k, p in graph.data_inputs(current) if k not in seen]
-        computed = [(k, p) for k, p in reads if graph[k].kind == "compute"]
-        if not computed:
-            return None
-        k, _ = max(computed, key=lambda kp: ev.errors.get(kp, 0.0))
-        if k not in ev.movement:
-            return k
-        seen.add(k)
-        current = k
+    chain = carried_from(graph, key, moves=lambda k: k in ev.movement, pick=lambda kp: ev.errors.get(kp, 0.0))
+    return chain[-1] if chain and chain[-1] not in ev.movement else None
 
 
-def carried_from(graph: Any, key: str, movement: Collection[str] = MOVEMENT) -> list[str]:
-    """The nodes whose values op `key` carries when it only moves values (its op type in `movement`): walking up
-    its first computed input through other such ops to the arithmetic node that produced them (last). Empty when
-    `key` computes, or only model inputs lie upstream."""
+def carried_from(graph: Any, key: str, *, moves: Callable[[str], bool] | None = None,
+                 pick: Callable[[tuple[str, int]], float] | None = None) -> list[str]:
+    """The nodes whose values `key` carries when it only moves values (`moves(key)`; default: its op type is in
+    `MOVEMENT`): walking up through other such ops to the arithmetic node that produced them (last), along the
+    computed input `pick` ranks highest (default: the first). Empty when `key` computes; the last is a movement
+    op when only model inputs lie beyond it."""
+    moves = moves or (lambda k: graph[k].op_type in MOVEMENT)
     chain: list[str] = []
-    while graph[key].op_type in movement:
-        computed = [k for k, _ in graph.data_inputs(key) if graph[k].kind == "compute"]
+    while moves(key):
+        computed = [(k, p) for k, p in graph.data_inputs(key) if graph[k].kind == "compute"]
         if not computed:
             break
-        key = computed[0]
+        key = (max(computed, key=pick) if pick is not None else computed[0])[0]
         chain.append(key)
     return chain
 
