@@ -10,7 +10,8 @@ The rules, in the order they are applied (each reads the evidence, none edits an
 
 1. **Growth** (`score_graph`): a node over its tolerance that multiplied what it was given by `min_growth` is a
    source (clean inputs) or an amplifier; over its tolerance with less growth it inherits.
-2. **Overflow origins**: a node whose target output gains NaN/Inf from inputs that hold none is where that
+2. **Overflow origins**: a node whose target output gains NaN/Inf from inputs that hold none (its nearest
+   measured inputs gained none, even where an earlier overflow was taken out by a norm) is where that
    overflow starts. It is protected: never absorbed, never a bystander, whatever an impact run measured, and it
    is a first divergence unless a first divergence lies upstream of it (or it is internal, rule 4).
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
@@ -210,17 +211,28 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
 
 # ----- the rules ------------------------------------------------------------------------------------------
 def _overflow_origins(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> set[str]:
-    """Measured nodes whose target output gained NaN/Inf while nothing upstream of them did (through unmeasured
-    nodes too): the first place each overflow appears."""
+    """Measured nodes whose target output gained NaN/Inf from inputs that hold none: the nearest measured nodes
+    upstream (walking through unmeasured ones) gained none. An overflow that a norm took out again (rsqrt of inf
+    is 0) does not make a later overflow inherited: each place that overflows from finite values is an origin."""
     if not ev.nonfinite:
         return set()
-    found = set()
-    for key in ev.nonfinite:
-        if key not in nodes:
+    return {key for key in ev.nonfinite if key in nodes and not _measured_inputs(graph, key, nodes) & ev.nonfinite}
+
+
+def _measured_inputs(graph: Any, key: str, nodes: Collection[str]) -> set[str]:
+    """The measured nodes nearest upstream of `key` along its data inputs, through nodes that were not measured."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    stack = [k for k, _ in graph.data_inputs(key)]
+    while stack:
+        k = stack.pop()
+        if k in seen:
             continue
-        upstream = graph.upstream(key, include_self=False)
-        if not any(u in ev.nonfinite for u in upstream):
-            found.add(key)
+        seen.add(k)
+        if k in nodes:
+            found.add(k)
+        else:
+            stack.extend(i for i, _ in graph.data_inputs(k))
     return found
 
 

@@ -105,6 +105,12 @@ def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings:
         if key in verdict.first:
             notes.append(f"'{graph[key].name}' is where the overflow starts: its output on the target gains NaN/Inf "
                          "from inputs that hold none, so it is named whatever its impact or growth.")
+    again = [k for k in verdict.overflow if k not in verdict.first and k not in verdict.internal]
+    if again:
+        shown = ", ".join(f"'{graph[k].name}'" for k in again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")
+        notes.append(f"{len(again)} more node(s) overflow on their own, from finite inputs (an earlier overflow was "
+                     f"taken out again, e.g. by a norm: the square root of inf divides to 0): {shown}. Each is a "
+                     "source whatever its impact alone; a fix must cover them too.")
     return tuple(notes)
 
 

@@ -102,12 +102,27 @@ CASES = {
     "movement chain": Case(
         _chain(("fc", "MatMul"), ("mvn", "MVN"), ("split", "Split"), ("reshape", "Reshape"), ("mul", "Multiply")),
         {"fc": 1e-3, "reshape": 0.3, "mul": 0.3}, ("mvn",)),
-    # Overflow: x*x gains inf from finite inputs. An impact run measured it small (a saturated value carried
-    # on) and the consumers inherit inf: the Power is still named, and the mean is not a source of its own.
+    # Overflow: x*x gains inf from finite inputs. An impact run measured it small (the norm turns inf into 0 and
+    # the branch it zeroes adds little) and the consumers inherit inf: the Power is still named, and the mean
+    # is not a source of its own.
     "overflow with a small impact": Case(
         NORM, {"add": 0.02, "pow": INF, "mean": INF, "sqrt": INF, "div": 1.0}, ("pow",),
         tolerances={"add": 0.03}, nonfinite=frozenset({"pow", "mean", "sqrt"}),
         impacts={"pow": 1e-4, "fc": 0.5}, local={"pow": INF, "fc": 0.3}, roles={"mean": "inherits"}),
+    # Two norms in a row, as in a Llama with massive activations: the first x*x overflows, its norm turns inf
+    # into 0 (rsqrt), the residual stream stays finite and the second norm's x*x overflows again from finite
+    # inputs. Its impact alone is tiny (the branch it zeroes adds little to the residual): it is an overflow
+    # origin too, neither absorbed nor a bystander, and its mean inherits.
+    "an overflow after a norm took one out": Case(
+        Topology([("x", "Parameter", ()), ("pow1", "Power", ("x",)), ("mean1", "ReduceMean", ("pow1",)),
+                  ("rs1", "Sqrt", ("mean1",)), ("norm1", "Divide", ("x", "rs1")), ("fc1", "MatMul", ("norm1",)),
+                  ("res", "Add", ("x", "fc1")), ("pow2", "Power", ("res",)), ("mean2", "ReduceMean", ("pow2",)),
+                  ("rs2", "Sqrt", ("mean2",)), ("norm2", "Divide", ("res", "rs2")), ("fc2", "MatMul", ("norm2",)),
+                  ("res2", "Add", ("res", "fc2")), ("out", "Result", ("res2",))]),
+        {"pow1": INF, "mean1": INF, "rs1": INF, "norm1": 1.0, "fc1": 1.0, "res": 2e-3, "pow2": INF, "mean2": INF,
+         "rs2": INF, "norm2": 1.0, "fc2": 1.0, "res2": 0.3}, ("pow1",),
+        nonfinite=frozenset({"pow1", "mean1", "rs1", "pow2", "mean2", "rs2"}), impacts={"pow1": 0.3, "pow2": 5e-5},
+        local={"pow1": INF, "pow2": INF}, roles={"pow2": "source", "mean2": "inherits", "mean1": "inherits"}),
     # Overflow when every output stays within tolerance (the norm divides it away): still an origin.
     "overflow within tolerance": Case(
         NORM, {"pow": INF, "mean": INF}, ("pow",), outputs=((1e-3, TOL),), nonfinite=frozenset({"pow", "mean"}),
@@ -196,6 +211,14 @@ def test_an_overflow_origin_is_never_a_bystander_whatever_its_impact():
     for impact in (0.0, 1e-9, 1e-4):
         verdict = judge(case.graph, Evidence(**{**case.evidence().__dict__, "impacts": {"pow": impact, "fc": 0.5}}))
         assert verdict.first[0] == "pow" and "pow" not in verdict.bystanders and "pow" not in verdict.absorbed
+
+
+def test_each_place_that_overflows_from_finite_inputs_is_an_overflow_origin():
+    case = CASES["an overflow after a norm took one out"]
+    verdict = judge(case.graph, case.evidence())
+    assert verdict.overflow == ("pow1", "pow2")
+    assert "pow2" not in verdict.bystanders and "pow2" not in verdict.absorbed
+    assert verdict.ranking.index("pow2") < verdict.ranking.index("mean2")
 
 
 def test_the_judge_is_a_pure_function_of_its_records():
