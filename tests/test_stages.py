@@ -22,7 +22,7 @@ from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import BisectOptions
 from bisect_ov.pipeline.records import Measurement, Scored
 from bisect_ov.pipeline.stages import examine, experiments, open_comparison, run_untouched, score
-from bisect_ov.search.strategies import BisectionSearch, FusionSearch, Results, Strategy
+from bisect_ov.search.strategies import BisectionSearch, FusionSearch, Results, Step, Strategy
 from tests.conftest import tiny_chain
 
 
@@ -240,3 +240,28 @@ def test_the_auto_tap_budget_is_half_the_weights_and_at_least_64_mb():
     assert report.options["max_tap_bytes"] == 64 << 20  # resolved, and recorded as a number
     assert auto_tap_bytes(1 << 30) == 512 << 20 and auto_tap_bytes(0) == 64 << 20
     assert bisect(tiny_chain(), "CPU", "CPU:f32", progress=False, max_tap_bytes=None).options["max_tap_bytes"] is None
+
+
+@pytest.mark.parametrize("prefetches", [True, False])
+def test_a_strategy_says_what_the_reference_s_plain_run_exposes_for_it(prefetches):
+    # A strategy registered by a user: with a `prefetch`, its one step is answered from the reference's plain run
+    # (one reference compile in all); without, the reference compiles again for it.
+    from bisect_ov.search import strategies
+
+    class EveryTensor(Strategy):
+        name = "test-every-tensor"
+
+        def plan(self):
+            yield Step(tuple(r for r, _ in self.comparison.match.pairs))
+
+    if prefetches:
+        EveryTensor.prefetch = classmethod(lambda cls, comparison, prefetch: ([r for r, _ in comparison.match.pairs], None))
+    strategies.register_strategy(EveryTensor)
+    try:
+        report = bisect(tiny_chain(), "CPU:f32", "EMU:f16", strategy="test-every-tensor", impact=0, local=False,
+                        noise=False, baseline=False, progress=False)
+    finally:
+        strategies._REGISTRY.pop("test-every-tensor")
+    computes = [op for op in tiny_chain().get_ordered_ops() if op.get_type_name() not in ("Parameter", "Constant", "Result")]
+    assert len(report.nodes) == len(computes)  # every compute node was compared
+    assert sum(c["ref_compiles"] for c in report.costs.values()) == (1 if prefetches else 2)

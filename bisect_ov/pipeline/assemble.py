@@ -30,7 +30,7 @@ from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, Tole
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.local import LOCAL_SHARE
 from bisect_ov.experiments.partitioned import Findings, patch_model
-from bisect_ov.model.fusion import KernelTensors, kernel_tensors
+from bisect_ov.model.fusion import KernelTensors
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.match import foreign_inputs
@@ -52,8 +52,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
     precision = examined.tolerance.precision
     assert precision is not None  # `run_untouched` set it (`Tolerance.with_precision`)
     with setup.clock("score"):
-        kernels = scored.kernels if scored.kernels is not None else kernel_tensors(
-            session.target_graph, session.target_runtime, session.match)  # read once, by the verdict stage
+        kernels = examined.plan.fusion.kernels  # read once, into the plan
         ranking = scored.scores.ranking  # the judge's (`bisect_ov.pipeline.decide`)
         nodes = node_results(session, measurement, scored, precision, findings, ranking,
                              frozenset(examined.tolerance.quantization), kernels)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from bisect_ov.analysis.judge import NOTABLE, Evidence, Verdict, judge
 from bisect_ov.experiments.partitioned import Findings
-from bisect_ov.model.fusion import KernelTensors, kernel_tensors
+from bisect_ov.model.fusion import KernelTensors
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 
@@ -25,12 +25,12 @@ def decide(setup: Setup, examined: Examined, measurement: Measurement, scored: S
     """`scored` with the judge's verdict: its scores (roles, first divergences, ranks), the nodes it set aside and
     the notes saying why."""
     engine = examined.engine
-    kernels = kernel_tensors(engine.target_graph, engine.target_runtime, engine.match)
+    kernels = examined.plan.fusion.kernels
     ev = evidence(setup, examined, measurement, scored, findings, kernels)
     verdict = judge(engine.graph, ev)
     notes = verdict_notes(engine.graph, verdict, scored, findings, kernels)
     return replace(scored, scores=verdict.scores, absorbed=(*verdict.absorbed, *verdict.bystanders),
-                   absorbed_why=" ".join(notes), verdict=verdict, kernels=kernels)
+                   absorbed_why=" ".join(notes), verdict=verdict)
 
 
 def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
@@ -107,9 +107,9 @@ def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings:
                          "from inputs that hold none, so it is named whatever its impact or growth.")
     again = [k for k in verdict.overflow if k not in verdict.first and k not in verdict.internal]
     if again:
-        shown = ", ".join(f"'{graph[k].name}'" for k in again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")
+        names = ", ".join(f"'{graph[k].name}'" for k in again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")
         notes.append(f"{len(again)} more node(s) overflow on their own, from finite inputs (an earlier overflow was "
-                     f"taken out again, e.g. by a norm: the square root of inf divides to 0): {shown}. Each is a "
+                     f"taken out again, e.g. by a norm: the square root of inf divides to 0): {names}. Each is a "
                      "source whatever its impact alone; a fix must cover them too.")
     return tuple(notes)
 

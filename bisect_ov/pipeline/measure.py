@@ -28,10 +28,9 @@ from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.core.errors import BisectError, first_line
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.core.records import Cause, Fidelity
-from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.measured import Measured, TappedRun
 from bisect_ov.engine.runner import FinalOutput
-from bisect_ov.experiments.local import LocalErrors, local_units, measure_local, owned_units, worth_isolating
+from bisect_ov.experiments.local import LocalErrors, local_units, measure_local, worth_isolating
 from bisect_ov.experiments.partitioned import MixedRuns, first_prefix, target_in_pieces
 from bisect_ov.model.graph import weight_bytes
 from bisect_ov.model.taps import Tap
@@ -39,7 +38,7 @@ from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.pipeline.records import Examined, Measurement, Setup
 from bisect_ov.report.report import NodeResult
 from bisect_ov.samples.runs import node_spread
-from bisect_ov.search.strategies import Results, Strategy, fusion_taps, make_strategy
+from bisect_ov.search.strategies import Results, Strategy, make_strategy, strategy_class
 
 __all__ = ["measure", "fidelity", "localize", "faithful_nodes", "FIDELITY_RANGE", "PREFIX_SHARE"]
 
@@ -68,9 +67,9 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     def diverged(tap: Tap, stats: TensorStats) -> bool:
         return setup.error_of(stats) > plan.node(tap.key, tap.port)
 
-    name = "fusion" if options.strategy == "auto" else options.strategy
+    name = strategy_class(options.strategy).name
     fusion = name == "fusion"
-    search = _run(setup, examined, _strategy(name, engine, diverged, options), max_bytes, local=fusion,
+    search = _run(setup, examined, _strategy(name, examined, diverged, options), max_bytes, local=fusion,
                   recompile=_may_recompile(setup, examined))
     recompile = search.recompile
     faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric, _negligible(examined))
@@ -79,7 +78,7 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     groups = search.strategy.groups()
     if options.strategy == "auto" and faithful is not None and faithful.warning:
         # The fusion taps changed what the target computes: their runs do not speak for the bisection's.
-        search = _run(setup, examined, _strategy("bisection", engine, diverged, options), max_bytes, local=False,
+        search = _run(setup, examined, _strategy("bisection", examined, diverged, options), max_bytes, local=False,
                       recompile=recompile is None and _may_recompile(setup, examined))
         recompile = recompile or search.recompile
         faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric, _negligible(examined))
@@ -130,10 +129,13 @@ def _may_recompile(setup: Setup, examined: Examined) -> bool:
             and sum(engine.tensor_sizes.values()) <= 2 * RECOMPILE_BESIDE_BYTES)
 
 
-def _strategy(name: str, engine: Engine, diverged: Callable[[Tap, TensorStats], bool],
+def _strategy(name: str, examined: Examined, diverged: Callable[[Tap, TensorStats], bool],
               options: ResolvedOptions) -> Strategy:
+    """A fresh search of strategy `name`, given the plan's fusion groups (read once, `Plan.fusion`)."""
+    engine, fusion = examined.engine, examined.plan.fusion
     return make_strategy(name, engine.comparison, diverged, runtime=engine.target_runtime,
-                         untappable=engine.untappable, refine=options.refine, local=options.local)
+                         untappable=engine.untappable, fusion=(fusion.boundaries, fusion.groups),
+                         refine=options.refine, local=options.local)
 
 
 def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | None, *, local: bool,
@@ -142,13 +144,11 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
     and on each streamed segment (see the module docstring). `recompile`: the noise check's compile may start
     beside it (`_may_recompile`)."""
     engine, options, plan = examined.engine, setup.options, examined.plan
-    graph = engine.graph
     can_local = local and options.local
     done = _Driven(strategy=strategy)
     planned: dict[str, tuple[str, ...]] = {}
     if can_local and not engine.comparison.twin:  # the units streamed segments can run alone
-        boundaries, groups = fusion_taps(engine.comparison, engine.target_runtime, engine.untappable)
-        planned = owned_units(graph, [t.key for t in boundaries], groups)
+        planned = dict(plan.fusion.units)
     results = Results()
     while (step := strategy.next_step(results)) is not None:
         if step.local:

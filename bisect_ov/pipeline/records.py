@@ -122,7 +122,6 @@ class Scored:
     absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (the judge's verdict)
     absorbed_why: str = ""
     verdict: Any = None  # the judge's `Verdict` (`bisect_ov.pipeline.decide`), once it has spoken
-    kernels: Any = None  # which tensors exist only inside a kernel the target fused (`model.fusion.KernelTensors`)
 
     @property
     def floor(self) -> float:

@@ -35,9 +35,9 @@ from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.ledger import Clock, Ledger
 from bisect_ov.engine.runner import Runner
-from bisect_ov.engine.untouched import run_reference, run_target
+from bisect_ov.engine.untouched import TargetRun, run_reference, run_target
 from bisect_ov.experiments.baseline import baseline_device, rounding_baseline
-from bisect_ov.experiments.local import local_errors, local_units, owned_units, split_known
+from bisect_ov.experiments.local import local_errors, local_units, split_known
 from bisect_ov.experiments.partitioned import (
     Findings,
     MixedRuns,
@@ -53,9 +53,9 @@ from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import initial_states, is_stateful, make_stateless
-from bisect_ov.model.taps import Tap, plan_chunks, tensor_sizes
+from bisect_ov.model.taps import Tap, tensor_sizes
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
-from bisect_ov.pipeline.plan import make_plan
+from bisect_ov.pipeline.plan import Fusion, make_plan, plan_fusion
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.pipeline.sides import bind_sides
 from bisect_ov.report.report import OutputResult
@@ -65,7 +65,7 @@ from bisect_ov.samples.batches import prepare_pair
 from bisect_ov.samples.prompts import PromptInputs, sweep_prompts
 from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
-from bisect_ov.search.strategies import fusion_taps
+from bisect_ov.search.strategies import Prefetch, strategy_class
 
 __all__ = ["open_comparison", "run_untouched", "examine", "score", "experiments",
            "diagnosis_of", "comparison_precision", "twin_fix_candidates"]
@@ -225,9 +225,11 @@ def run_untouched(setup: Setup) -> Examined:
     """
     runner, options, comparison = setup.runner, setup.options, setup.comparison
     runner.keep_compiles = setup.runs_steps  # the steps run the same model: the reference's compile is kept
-    engine = examine(runner, setup.sample, options)
+    target_run = run_target(runner, setup.sample, repeat=options.noise_runs)
+    fusion = plan_fusion(comparison, target_run.runtime, target_run.untappable)
+    engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion)
     tolerance = _tolerance(options, comparison, engine.ref_info, engine.target_info)
-    return Examined(engine, make_plan(tolerance, comparison.graph))
+    return Examined(engine, make_plan(tolerance, comparison.graph, fusion))
 
 
 def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo | None, target: DeviceInfo | None):
@@ -240,38 +242,28 @@ def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo |
     return tolerance
 
 
-def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = None) -> Engine:
+def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = None, *,
+            target_run: TargetRun | None = None, fusion: Fusion | None = None) -> Engine:
     """The untouched run of `sample` on both sides, as the engine that measures it. Without `options` the
-    reference exposes nothing and the target runs once (a generation step examined afresh)."""
-    target_run = run_target(runner, sample, repeat=options is not None and options.noise_runs)
+    reference exposes nothing and the target runs once (a generation step examined afresh). `target_run`: the
+    untouched target's run already made; `fusion`: its fused kernels already read (`plan_fusion`)."""
+    if target_run is None:
+        target_run = run_target(runner, sample, repeat=options is not None and options.noise_runs)
     if options is None or target_run.compiled is not None:
         return Engine(runner, sample, run_reference(runner, sample, target_run))
     comparison = runner.comparison
     target = comparison.target
     lower = target.emulated or target.activation_precision not in ("f32", "")
-    pairs = [r for r, _ in comparison.match.pairs]
-    max_bytes = options.tap_bytes
-    wanted: list[Tap] = []
-    compared: list[Tap] | None = None  # of `wanted`, those later stages compare (the rest are fed values)
     graph = comparison.graph
-    sizes = tensor_sizes(graph, list(sample.ref)) or None
-    if options.strategy == "full":
-        wanted = plan_chunks(graph, pairs, max_bytes, sizes)[0] if pairs else []
-    elif lower:
-        exact = exact_candidates(graph) if comparison.exact_checks else []
-        exact_taps = [*(Tap(k, 0) for k in exact), *(Tap(i, p) for k in exact for i, p in graph.data_inputs(k))]
-        if options.strategy == "bisection":
-            every = list(dict.fromkeys([*pairs, *exact_taps]))
-            wanted = every if len(plan_chunks(graph, every, max_bytes, sizes)) == 1 else []
-        else:
-            # The boundaries, and every tensor a group reads from outside what it computes (`owned_units`): the
-            # values the local-error runs feed in, which only the reference needs.
-            boundaries, groups = fusion_taps(comparison, target_run.runtime, target_run.untappable)
-            fed = [Tap(i, p) for unit in owned_units(graph, [t.key for t in boundaries], groups).values()
-                   for m in unit for i, p in graph.data_inputs(m) if i not in unit and graph[i].kind != "parameter"]
-            compared = list(dict.fromkeys([*boundaries, *exact_taps]))
-            wanted = list(dict.fromkeys([*boundaries, *fed, *exact_taps]))
-    stream_bytes = max_bytes if lower and options.strategy in ("auto", "fusion") else None
+    if fusion is None:
+        fusion = plan_fusion(comparison, target_run.runtime, target_run.untappable)
+    exact = exact_candidates(graph) if lower and comparison.exact_checks else []
+    exact_taps = (*(Tap(k, 0) for k in exact), *(Tap(i, p) for k in exact for i, p in graph.data_inputs(k)))
+    max_bytes = options.tap_bytes
+    strategy = strategy_class(options.strategy)
+    wanted, compared = strategy.prefetch(comparison, Prefetch(
+        fusion.boundaries, fusion.units, tensor_sizes(graph, list(sample.ref)) or None, max_bytes, exact_taps, lower))
+    stream_bytes = max_bytes if lower and strategy.streams else None
     return Engine(runner, sample, run_reference(runner, sample, target_run, taps=wanted, stream_bytes=stream_bytes,
                                                 streamed_taps=compared))
 

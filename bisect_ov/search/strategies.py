@@ -38,9 +38,9 @@ from bisect_ov.model.fusion import fusion_boundaries
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import cut_after
 from bisect_ov.model.runtime import RuntimeGraph
-from bisect_ov.model.taps import Tap
+from bisect_ov.model.taps import Tap, plan_chunks
 
-__all__ = ["STRATEGIES", "Step", "Results", "Strategy", "FullSearch", "FusionSearch", "BisectionSearch",
+__all__ = ["STRATEGIES", "Step", "Results", "Prefetch", "Strategy", "strategy_class", "FullSearch", "FusionSearch", "BisectionSearch",
            "register_strategy", "make_strategy", "strategy_names", "fusion_taps", "unmeasured_ancestors"]
 
 Diverged = Callable[[Tap, TensorStats], bool]
@@ -71,14 +71,35 @@ class Results:
                        self.local_measured or creates is not None)
 
 
+@dataclass(frozen=True)
+class Prefetch:
+    """What a strategy's `prefetch` may read: the target's fusion boundaries and each boundary's local-error unit
+    (read once, into the run's plan), the tensors' sizes for the inputs in use, the tap budget of one compile,
+    the integer nodes' taps to check exactly, and whether the target runs a lower precision than f32 (exposing
+    other tensors than the target does moves f32 results by ~1e-5 where ops cancel: noise against bf16 or f16
+    rounding, a false divergence between two f32 runs)."""
+
+    boundaries: tuple[Tap, ...] = ()
+    units: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    sizes: Mapping[Tap, int] | None = None
+    max_bytes: int | None = None
+    exact: tuple[Tap, ...] = ()
+    lower: bool = False
+
+
 class Strategy:
     """A search over taps. Subclasses write `plan()`, a generator that yields `Step`s and reads `self.results`
     (the results after the step it yielded); `next_step` drives it. `groups()` gives, at the end, the fusion
     group each measured node stands for (its unmeasured members), by node key."""
 
     name = ""
+    # Its first step may be measured as the reference's plain run streamed in segments (beyond the tap budget)
+    # against a lower precision: the fusion search's boundaries, each segment's values dropped once compared.
+    streams = False
 
-    def __init__(self, comparison: Comparison, diverged: Diverged):
+    def __init__(self, comparison: Comparison, diverged: Diverged, **_):
+        """`make_strategy`'s context (`runtime`, `untappable`, `fusion`, `refine`, `local`) is offered to every
+        strategy; one that reads none of it need not write an ``__init__``."""
         self.comparison = comparison
         self.graph: ModelGraph = comparison.graph
         self.diverged = diverged
@@ -99,6 +120,13 @@ class Strategy:
         raise NotImplementedError
         yield
 
+    @classmethod
+    def prefetch(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[list[Tap], list[Tap] | None]:
+        """What the reference's plain run may expose for this strategy's later steps, so that the reference need
+        not compile again for them: the taps, and of those the ones later stages compare (None: all of them).
+        Nothing by default."""
+        return [], None
+
     def groups(self) -> dict[str, tuple[str, ...]]:
         return {}
 
@@ -114,20 +142,45 @@ class FullSearch(Strategy):
     def plan(self) -> Generator[Step, None, None]:
         yield Step(tuple(r for r, _ in self.comparison.match.pairs))
 
+    @classmethod
+    def prefetch(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[list[Tap], list[Tap] | None]:
+        """The first chunk, whatever the target's precision: both sides then tap the same tensors."""
+        pairs = [r for r, _ in comparison.match.pairs]
+        return (plan_chunks(comparison.graph, pairs, prefetch.max_bytes, prefetch.sizes)[0] if pairs else []), None
+
 
 class FusionSearch(Strategy):
     """Fusion-group boundaries, then the members of the groups where error starts (see the module docstring)."""
 
     name = "fusion"
+    streams = True
 
     def __init__(self, comparison: Comparison, diverged: Diverged, *, runtime: RuntimeGraph | None = None,
-                 untappable: frozenset[Tap] = frozenset(), refine: bool = True, local: bool = False, **_):
+                 untappable: frozenset[Tap] = frozenset(),
+                 fusion: tuple[tuple[Tap, ...], Mapping[str, tuple[str, ...]]] | None = None, refine: bool = True,
+                 local: bool = False, **_):
+        """`fusion`: the boundaries and groups already read (`fusion_taps`), else read here from `runtime`."""
         super().__init__(comparison, diverged)
-        self.taps, self._groups = fusion_taps(comparison, runtime or RuntimeGraph(), untappable)
+        if fusion is not None:
+            self.taps, self._groups = list(fusion[0]), dict(fusion[1])
+        else:
+            self.taps, self._groups = fusion_taps(comparison, runtime or RuntimeGraph(), untappable)
         self.refine, self.local = refine, local
 
     def groups(self) -> dict[str, tuple[str, ...]]:
         return self._groups
+
+    @classmethod
+    def prefetch(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[list[Tap], list[Tap] | None]:
+        """Against a lower precision: the boundaries, and every tensor a unit reads from outside what it computes
+        (the values the local-error runs feed in, which only the reference needs: fetched, not compared)."""
+        if not prefetch.lower:
+            return [], None
+        graph = comparison.graph
+        fed = [Tap(i, p) for unit in prefetch.units.values() for m in unit for i, p in graph.data_inputs(m)
+               if i not in unit and graph[i].kind != "parameter"]
+        compared = list(dict.fromkeys([*prefetch.boundaries, *prefetch.exact]))
+        return list(dict.fromkeys([*prefetch.boundaries, *fed, *prefetch.exact])), compared
 
     def plan(self) -> Generator[Step, None, None]:
         yield Step(tuple(self.taps), desc="compare groups")
@@ -172,6 +225,15 @@ class BisectionSearch(Strategy):
         self.matched = {r for r, _ in comparison.match.pairs} - untappable
         self.order = [n.key for n in self.graph.candidates()
                       if any(Tap(n.key, t.port) in self.matched for t in n.outputs)]
+
+    @classmethod
+    def prefetch(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[list[Tap], list[Tap] | None]:
+        """Against a lower precision: every matched tensor, when all of them fit one compile's budget."""
+        if not prefetch.lower:
+            return [], None
+        every = list(dict.fromkeys([*(r for r, _ in comparison.match.pairs), *prefetch.exact]))
+        fits = len(plan_chunks(comparison.graph, every, prefetch.max_bytes, prefetch.sizes)) == 1
+        return (every if fits else []), None
 
     def _cut(self, i: int) -> list[Tap]:
         return [t for t in cut_after(self.graph, self.order, i) if t in self.matched]
@@ -232,9 +294,14 @@ def strategy_names() -> tuple[str, ...]:
 STRATEGIES = strategy_names()
 
 
+def strategy_class(name: str) -> type[Strategy]:
+    """The registered strategy `name` (``auto`` starts as ``fusion``)."""
+    return _REGISTRY["fusion" if name == "auto" else name]
+
+
 def make_strategy(name: str, comparison: Comparison, diverged: Diverged, **context) -> Strategy:
     """A fresh search of strategy `name`; `context` holds what strategies may use (`runtime`, `untappable`,
-    `refine`, `local`), each taking what it needs."""
+    `fusion`, `refine`, `local`), each taking what it needs."""
     return _REGISTRY[name](comparison, diverged, **context)
 
 
