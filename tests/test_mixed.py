@@ -129,3 +129,29 @@ def test_impact_reorders_suspects_and_noise_floor_is_reported():
     assert report.culprits[0].impact == max(n.impact for n in with_impact)
     assert report.noise == Noise(run_to_run=0.0)  # emulated: the CPU in f32, so no second compile
     assert "bit-identical" in report.to_text()
+
+
+class _Runs:
+    """Partitioned runs on paper: the final error is within the tolerance only when exactly one of `ok` is kept
+    on the reference (errors of mixed precision need not shrink as more is kept)."""
+
+    def __init__(self, order, ok):
+        self.order, self.ok, self.cache, self.runs = list(order), {frozenset(s) for s in ok}, {}, 0
+
+    def error(self, on_target):
+        key = frozenset(on_target)
+        if key not in self.cache:
+            self.runs += 1
+            self.cache[key] = 1e-3 if frozenset(self.order) - key in self.ok else 1.0
+        return self.cache[key]
+
+
+def test_the_fix_is_1_minimal_pass_after_pass_within_its_run_budget():
+    from bisect_ov.experiments.partitioned import find_fix
+
+    # One suspect unit of three nodes. Dropping b leaves {a, c}; only then can a go too: one pass keeps {a, c}.
+    ok = [{"a", "b", "c"}, {"a", "c"}, {"c"}]
+    fix = find_fix(_Runs("abc", ok), [("a", "b", "c")], 1e-2)
+    assert fix.on_reference == ("c",) and fix.solved and fix.minimal
+    capped = find_fix(_Runs("abc", ok), [("a", "b", "c")], 1e-2, max_single=2)  # the budget ends the passes
+    assert capped.on_reference == ("a", "c") and capped.solved and not capped.minimal

@@ -79,6 +79,8 @@ class Fix:
     patched_model: str | None = None
     # The repeated-block roles the kept nodes make up ("<pattern> (kept of all)"), when several nodes share one.
     patterns: tuple[str, ...] = ()
+    # 1-minimal, checked: no kept node can go back to the target without the final error going over the tolerance.
+    minimal: bool = False
 
     @property
     def solved(self) -> bool:

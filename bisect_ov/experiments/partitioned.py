@@ -194,8 +194,11 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
     each suspect is first tried as its whole pattern ("this op in every layer") when the pattern holds several
     nodes, then alone: a problem that repeats in every block is then one candidate, whatever the depth. The
     greedy pass goes through every candidate until the error is within `tolerance` (no cap on units). The
-    result is minimised by dropping kept candidates, then whole patterns, then single nodes (at most
-    `max_single` runs); every step is a real partitioned run.
+    result is minimised by dropping kept candidates, then whole patterns, then single nodes, pass after pass
+    until a whole pass drops none: the fix is then **1-minimal** (no kept node can go back to the target without
+    the final error going over `tolerance`, each checked; `Fix.minimal`). The single-node passes take at most
+    `max_single` runs; when they run out first, the fix is verified but not known to be 1-minimal. Every step
+    is a real partitioned run.
     """
     everything = set(runs.order)
     before = runs.error(everything)
@@ -223,6 +226,7 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
         kept.append(unit)
         error = runs.error(everything - _union(kept))
     keep = _union(kept)
+    minimal = False
     if error <= tolerance:
         # Delta debugging: drop whole candidates that are not needed, then whole patterns, then single nodes
         # (a candidate can be a large fusion group of which one op matters).
@@ -237,9 +241,25 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
         for nodes in sorted(by_pattern.values(), key=len):
             if len(nodes) > 1 and len(keep) > len(nodes) and runs.error(everything - (keep - nodes)) <= tolerance:
                 keep = keep - nodes
-        for key in [k for k in runs.order if k in keep][:max_single]:
-            if len(keep) > 1 and runs.error(everything - (keep - {key})) <= tolerance:
-                keep = keep - {key}
+        minimal, budget = False, max_single
+        while budget > 0 and not minimal:
+            # One pass over every kept node; 1-minimal once a whole pass drops none. A run already made (the
+            # cache) costs nothing, so a later pass pays only for the sets an earlier drop changed.
+            dropped = False
+            for key in [k for k in runs.order if k in keep]:
+                if len(keep) == 1:  # with nothing kept the error is `before`, over the tolerance
+                    continue
+                trial = everything - (keep - {key})
+                if frozenset(trial) not in runs.cache:
+                    if budget == 0:
+                        break
+                    budget -= 1
+                if runs.error(trial) <= tolerance:
+                    keep, dropped = keep - {key}, True
+            else:
+                minimal = not dropped
+                continue
+            break
         error = runs.error(everything - keep)
     ordered = tuple(k for k in runs.order if k in keep)
     counts: dict[str, int] = {}
@@ -248,7 +268,7 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
             counts[pattern_of[key]] = counts.get(pattern_of[key], 0) + 1
     patterns = tuple(f"{p} ({n} of {len(members[p])})" for p, n in counts.items() if n > 1)
     return Fix(ordered, before, error, tolerance, True, runs.runs, tuple(u[0] for u in candidates[:16]),
-               patterns=patterns)
+               patterns=patterns, minimal=error <= tolerance and minimal)
 
 
 def _union(units: Sequence[Sequence[str]]) -> set[str]:

@@ -64,8 +64,10 @@ def _fix(report: "Report") -> Block | None:
                f"{fmt(fix.tolerance)})" if fix.solved else
                f"takes the final error from {fmt(fix.error_before)} to {fmt(fix.error_after)}, still over its tolerance "
                f"{fmt(fix.tolerance)} (not solved)")
+    minimal = ("; each is needed: with any one of them back on the target the final error is over the tolerance "
+               "(checked)" if fix.minimal else "")
     lines = [f"Fix: keeping {len(keep)} node(s) on the reference ({report.ref.precision}) {reached}, verified by "
-             f"partitioned runs ({fix.runs} in all):"]
+             f"partitioned runs ({fix.runs} in all){minimal}:"]
     if fix.patterns:
         lines.append("  as patterns (the same op in each repeated block): " + "; ".join(fix.patterns))
     lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))

@@ -138,7 +138,7 @@ def normalized(report) -> dict[str, Any]:
 _NEW_IN = {3: (("nodes", "diagnosis", "numbers"),)}
 # Fields added since with a default (no new schema version): left out of both sides when the saved report was
 # written before them, as the upgrade fills in the default rather than what the run would have recorded.
-_ADDED = (("ref", "openvino_version"), ("target", "openvino_version"))
+_ADDED = (("ref", "openvino_version"), ("target", "openvino_version"), ("fix", "minimal"))
 
 
 def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -148,7 +148,7 @@ def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, An
     from bisect_ov.report.upgrade import upgrade
 
     version = saved.get("schema_version")
-    absent = [path for path in _ADDED if path[-1] not in saved.get(path[0], {})]
+    absent = [path for path in _ADDED if path[-1] not in (saved.get(path[0]) or {})]
     # Decoded without `Report.from_dict`'s check of unique node keys: normalized names (`Multiply_#`) can repeat.
     saved, new = (normalized(codec.from_dict(Report, upgrade(d, d["schema_version"]), where="report"))
                   for d in (saved, new))

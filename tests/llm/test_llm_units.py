@@ -157,6 +157,7 @@ def test_fix_search_takes_a_pattern_for_every_layer():
     class Runs:
         order = [f"layer{i}/{op}" for i in range(32) for op in ("square", "mean", "add")]
         runs = 0
+        cache: dict = {}  # the runs already made: none kept here, each trial counts
 
         def error(self, on_target):
             self.runs += 1
