@@ -187,7 +187,7 @@ def impact(runs: MixedRuns, units: Mapping[str, Sequence[str]]) -> dict[str, flo
 
 
 def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: float, *,
-             pattern_of: Mapping[str, str] | None = None, max_single: int = 16) -> Fix:
+             pattern_of: Mapping[str, str] | None = None, max_single: int = 48) -> Fix:
     """Greedy over ranked suspect units (and their patterns), then drop what is not needed.
 
     With `pattern_of` (node key -> its role in the model's repeated blocks, `bisect_ov.analysis.names.pattern`),
