@@ -315,11 +315,12 @@ def _convert(module, key: str | None, example: tuple, names: list[str], method: 
     return converted, f"torch.onnx.export (TorchScript exporter, opset {OPSET}) + openvino.Core().read_model"
 
 
-def _build(arch: str, method: str) -> tuple[Any, dict]:
-    """One entry: architecture `arch` with seeded weights (the caller seeds torch), exported by `method`."""
+def _build(arch: str, method: str, table: dict | None = None) -> tuple[Any, dict]:
+    """One entry: architecture `arch` of `table` (default `ARCHITECTURES`) with seeded weights (the caller seeds
+    torch), exported by `method`."""
     import torch
 
-    _, key, factory = ARCHITECTURES[arch]
+    _, key, factory = (table or ARCHITECTURES)[arch]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         module = factory().eval()

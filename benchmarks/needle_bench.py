@@ -319,6 +319,21 @@ def _plain_outputs(model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(v, dtype=np.float64) for v in compiled.create_infer_request().infer(inputs).values()]
 
 
+def fault_size(model, faulty, site: str, inputs: dict[str, np.ndarray]) -> float:
+    """How much the fault changes the site's own output on ``CPU:f32`` (relative L2, the faulty model against the
+    clean one): a fault smaller than its node's tolerance is within what the target's rounding there allows."""
+    import openvino as ov
+
+    def value(m) -> np.ndarray:
+        m = m.clone()
+        (op,) = [o for o in m.get_ops() if o.get_friendly_name() == site]
+        m.add_outputs([op.output(0)])
+        compiled = ov.Core().compile_model(m, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        return np.asarray(list(compiled.create_infer_request().infer(inputs).values())[-1], dtype=np.float64)
+
+    return _change([value(faulty)], [value(model)])
+
+
 def _change(faulty: list[np.ndarray], clean: list[np.ndarray]) -> float:
     changes = []
     for f, c in zip(faulty, clean):
@@ -488,6 +503,9 @@ def run_model(name: str, model, inputs: dict[str, np.ndarray], *, target: str = 
                 faulty = inject_fault(model, site, seed=zlib.crc32(f"{name}:{site}".encode()), **FAULTS[fault])
                 report = bisect(model, REFERENCE, target, inputs, target_model=faulty, budget=budget, progress=False)
                 row.update(judge(report, site, also))
+                row["fault_size"] = fault_size(model, faulty, site, inputs)
+                measured = [n for n in report.nodes if n.name == site]
+                row["site_tolerance"] = measured[0].tolerance if measured else None
             except Exception as exc:  # noqa: BLE001 - a failing run is a result (a miss), not the end of the benchmark
                 row.update({"hit": False, "top3": False, "regime": "error", "verdict": "error",
                             "named": f"{type(exc).__name__}: {exc}"[:200], "named_op": None, "named_role": None})
@@ -572,9 +590,15 @@ def summary(results: list[dict]) -> dict:
         return {value: rate([x for x in rows if x.get(field) == value])
                 for value in sorted({str(x.get(field)) for x in rows}) if value != "None"}
 
+    # Faults that change their own node's output by more than that node's tolerance: beyond what the target's
+    # rounding there allows, so a tool that compares against that tolerance can see them.
+    beyond = [x for x in rows if x.get("site_tolerance") is not None and x.get("fault_size", 0.0) > x["site_tolerance"]]
     return {"all": rate(rows), "over": rate([x for x in rows if x["regime"] == "over"]),
+            "beyond": rate(beyond), "beyond_by_fault": {k: rate([x for x in beyond if x["fault"] == k])
+                                                       for k in sorted({x["fault"] for x in beyond})},
             "by_fault": by("fault"), "by_op": by("op_type"), "by_position": by("position"),
             "holdout": rate([x for x in rows if x["source"] == "holdout"]),
+            "holdout2": rate([x for x in rows if x["source"] == "holdout2"]),
             "within": rate([x for x in rows if x["regime"] == "within"]),
             "errors": sum(x["regime"] == "error" for x in rows), "top3": rate(rows, "top3"),
             "zoo": rate([x for x in rows if x["source"] == "zoo"]),
@@ -605,8 +629,11 @@ def summary_lines(s: dict) -> list[str]:
              f"  outputs over their tolerance:   {r(s['over'])}",
              f"  outputs within their tolerance: {r(s['within'])}",
              f"  named in the top-3 culprits:    {r(s['top3'])}",
-             f"  zoo: {r(s['zoo'])}; outside the zoo: {r(s['outside'])}; held out: {r(s['holdout'])}",
+             f"  zoo: {r(s['zoo'])}; outside the zoo: {r(s['outside'])}; held out: {r(s['holdout'])}; "
+             f"second held-out set: {r(s.get('holdout2', {'hits': 0, 'sites': 0}))}",
              "  by fault shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["by_fault"].items()),
+             f"  faults larger than their node's tolerance (fault size on f32 > the measured site's tolerance): "
+             f"{r(s['beyond'])}; by shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["beyond_by_fault"].items()),
              "  by position relative to the target's kernels: " + ", ".join(f"{k} {r(v)}" for k, v in s["by_position"].items()),
              "  by op type: " + ", ".join(f"{k} {r(v)}" for k, v in sorted(s["by_op"].items(), key=lambda kv: -kv[1]["sites"])),
              f"  sites skipped (fault leaves the f32 outputs unchanged): {s['skipped']}",
@@ -657,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also architectures outside the zoo (all of them, or the names given)")
     parser.add_argument("--holdout", nargs="*", default=None,
                         help="also the held-out architectures of benchmarks/holdout.py (all of them, or the names given)")
+    parser.add_argument("--holdout2", nargs="*", default=None,
+                        help="also the second held-out set, benchmarks/holdout2.py (all of it, or the names given)")
     parser.add_argument("--sites", type=int, default=10, help="fault sites per model (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sites and the inputs (default 0)")
     parser.add_argument("--target", default="CPU:bf16", choices=TARGETS, help="the target (default CPU:bf16)")
@@ -694,11 +723,19 @@ def main(argv: list[str] | None = None) -> int:
     jobs += [(n, "outside") for n in outside_names if n not in zoo_names]
     if args.holdout is not None:
         sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-        from holdout import HOLDOUT, load_holdout
+        from holdout import HOLDOUT
 
         if set(args.holdout) - set(HOLDOUT):
             parser.error(f"unknown --holdout entries {sorted(set(args.holdout) - set(HOLDOUT))}; known: {sorted(HOLDOUT)}")
         jobs += [(n, "holdout") for n in (args.holdout or list(HOLDOUT))]
+    loaders = {"holdout": "holdout.load_holdout", "holdout2": "holdout2.load_holdout2", "outside": None}
+    if args.holdout2 is not None:
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+        from holdout2 import HOLDOUT2
+
+        if set(args.holdout2) - set(HOLDOUT2):
+            parser.error(f"unknown --holdout2 entries {sorted(set(args.holdout2) - set(HOLDOUT2))}; known: {sorted(HOLDOUT2)}")
+        jobs += [(n, "holdout2") for n in (args.holdout2 or list(HOLDOUT2))]
     zoo_root = pathlib.Path(args.cache) / cache.version_key() if args.cache else None
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     results, failed = [], []
@@ -708,7 +745,11 @@ def main(argv: list[str] | None = None) -> int:
                 model = cache.load(name, "small", root=zoo_root)
                 inputs = cache.sample_inputs(name, "small", args.seed, root=zoo_root, model=model)
             else:
-                model, meta = load_holdout(name, args.cache) if source == "holdout" else load_outside(name, args.cache)
+                if loaders.get(source):
+                    module, function = loaders[source].split(".")
+                    model, meta = getattr(__import__(module), function)(name, args.cache)
+                else:
+                    model, meta = load_outside(name, args.cache)
                 inputs = outside_inputs(meta, model, args.seed)
         except Exception as exc:  # noqa: BLE001 - an architecture that does not build or convert is reported
             failed.append((name, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]))

@@ -224,3 +224,35 @@ def test_a_virtual_reference_runs_f32():
     report = bisect(synthetic.demo(), "AUTO:CPU", "CPU:f32", progress=False, **{"local": False})
     assert report.ref.precision == "f32" and report.ref.execution_devices == ("CPU",)
     assert not report.diverges
+
+
+class ManyTapsDrift(OpenVINODevice):
+    """The CPU in f32 whose compiles exposing more than `most` tensors compute the model's last op a little
+    differently (as when many taps break a kernel's fusion): a few taps at a time stay faithful."""
+
+    def __init__(self, last: str, most: int = 3):
+        super().__init__("CPU", {"INFERENCE_PRECISION_HINT": "f32"}, name=f"CPU:f32 drifting with over {most} taps")
+        self.last, self.most = last, most
+
+    def _compile(self, model, taps=(), fed=()):
+        names = {op.get_friendly_name() for op in model.get_ops()}
+        if len(taps) > self.most and self.last in names:
+            model = _with_fault(model, self.last, 0.5)
+        return super()._compile(model, taps, fed)
+
+
+@pytest.mark.parametrize("shape", ["chain", "diamond"])
+def test_auto_starts_over_with_the_bisection_when_the_fusion_taps_are_unfaithful(shape):
+    # The fusion taps (every tensor, on this f32 target) drift; the bisection's cuts, a few tensors each, do
+    # not: `auto` drops what the fusion taps measured and names the injected fault from the cuts alone.
+    from bisect_ov import inject_fault
+
+    model = shape_model(shape)
+    site = float_sites(shape)[len(float_sites(shape)) // 2]
+    last = float_sites(shape)[-1]
+    report = bisect(model, "CPU:f32", ManyTapsDrift(last), shape_inputs(shape),
+                    target_model=inject_fault(model, site, "scale", 0.3), **FAST)
+    assert report.strategy == "bisection", report.to_text()
+    assert any("the bisection strategy was used" in n for n in report.notes)
+    assert report.fidelity is not None and not report.fidelity.rejected, report.to_text()
+    assert report.first_divergence is not None and report.first_divergence.name == site, report.to_text()

@@ -249,12 +249,12 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
             for key in [k for k in runs.order if k in keep]:
                 if len(keep) == 1:  # with nothing kept the error is `before`, over the tolerance
                     continue
-                trial = everything - (keep - {key})
-                if frozenset(trial) not in runs.cache:
+                back = everything - (keep - {key})  # `key` back on the target
+                if frozenset(back) not in runs.cache:
                     if budget == 0:
                         break
                     budget -= 1
-                if runs.error(trial) <= tolerance:
+                if runs.error(back) <= tolerance:
                     keep, dropped = keep - {key}, True
             else:
                 minimal = not dropped

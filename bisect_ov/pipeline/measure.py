@@ -38,7 +38,7 @@ from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.pipeline.records import Examined, Measurement, Setup
 from bisect_ov.report.report import NodeResult
 from bisect_ov.samples.runs import node_spread
-from bisect_ov.search.strategies import Results, Strategy, make_strategy, strategy_class
+from bisect_ov.search.strategies import Results, Strategy, make_strategy
 
 __all__ = ["measure", "fidelity", "localize", "faithful_nodes", "FIDELITY_RANGE", "PREFIX_SHARE"]
 
@@ -56,6 +56,7 @@ class _Driven:
     measured: Measured = field(default_factory=Measured)
     local_runs: LocalErrors = field(default_factory=dict)
     recompile: Future | None = None  # the noise check's compile, started beside the search (`_may_recompile`)
+    reproduced: bool = False  # a compile measured before a fresh start reproduced the untouched outputs
 
 
 def measure(setup: Setup, examined: Examined) -> Measurement:
@@ -67,23 +68,16 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     def diverged(tap: Tap, stats: TensorStats) -> bool:
         return setup.error_of(stats) > plan.node(tap.key, tap.port)
 
-    name = strategy_class(options.strategy).name
-    fusion = name == "fusion"
-    search = _run(setup, examined, _strategy(name, examined, diverged, options), max_bytes, local=fusion,
+    strategy = _strategy(options.strategy, examined, diverged, options)
+    search = _run(setup, examined, strategy, max_bytes, local=strategy.streams,
                   recompile=_may_recompile(setup, examined))
     recompile = search.recompile
     faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric, _negligible(examined))
-    fell_back = False
-    reproduced = any(r.reproduced for r in search.measured.runs)
-    groups = search.strategy.groups()
-    if options.strategy == "auto" and faithful is not None and faithful.warning:
-        # The fusion taps changed what the target computes: their runs do not speak for the bisection's.
-        search = _run(setup, examined, _strategy("bisection", examined, diverged, options), max_bytes, local=False,
-                      recompile=recompile is None and _may_recompile(setup, examined))
-        recompile = recompile or search.recompile
-        faithful = fidelity(engine.untouched.outputs, search.measured.runs, options.metric, _negligible(examined))
-        reproduced = reproduced or any(r.reproduced for r in search.measured.runs)
-        groups, fell_back, name = {}, True, "bisection"
+    # A composite that started over (``auto``'s bisection after unfaithful fusion taps) dropped what its first
+    # part measured; a compile of it that reproduced the untouched outputs still says the target is deterministic.
+    reproduced = search.reproduced or any(r.reproduced for r in search.measured.runs)
+    groups, fell_back, name = strategy.groups(), strategy.fell_back, strategy.ran
+    fusion = name == "fusion"
     measured = search.measured
     pending = [k for k in engine.exact_candidates() if k not in measured.exact]
     if pending:
@@ -151,6 +145,9 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
         planned = dict(plan.fusion.units)
     results = Results()
     while (step := strategy.next_step(results)) is not None:
+        if step.fresh:  # a composite's next part: nothing measured so far speaks for it
+            done.reproduced = done.reproduced or any(r.reproduced for r in done.measured.runs)
+            done.measured, done.local_runs, results, planned = Measured(), {}, Results(), {}
         if step.local:
             results = results.plus(creates=_creates(setup, examined, done, results, strategy))
             continue
@@ -176,7 +173,8 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
             # the untouched target again, so it starts now, beside the local errors and later steps.
             done.recompile = engine.start_recompile()
         done.measured = done.measured.plus(measured)
-        results = results.plus(measured.stats)
+        faithful = fidelity(engine.untouched.outputs, done.measured.runs, options.metric, _negligible(examined))
+        results = results.plus(measured.stats, unfaithful=faithful is not None and bool(faithful.warning))
     return done
 
 

@@ -22,14 +22,17 @@ results and asks again, until the strategy says it is done (None). Strategies ar
   i is then the first divergence (its inputs lie in the clean cut at i - 1). That takes ceil(log2 N) compiles
   plus one to confirm, with a handful of tensors each: for models too big or too fragile for many taps.
 
-``auto`` is the pipeline's policy, not a strategy: ``fusion``, then ``bisection`` when the fusion taps changed
-what the target computes (the fidelity check). Scoring (`bisect_ov.analysis.scoring`) works with any subset
-of taps, unmeasured tensors passing their inputs' error on.
+* ``auto`` (the default), a composite: ``fusion``, then, when the fusion taps changed what the target computes
+  (the driver's fidelity check, `Results.unfaithful`), ``bisection`` from scratch (its first step is `fresh`:
+  nothing measured through the fusion taps speaks for it).
+
+Scoring (`bisect_ov.analysis.scoring`) works with any subset of taps, unmeasured tensors passing their inputs'
+error on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Generator, Mapping
 
 from bisect_ov.analysis.metrics import TensorStats
@@ -40,7 +43,8 @@ from bisect_ov.model.partition import cut_after
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, plan_chunks
 
-__all__ = ["STRATEGIES", "Step", "Results", "Prefetch", "Strategy", "strategy_class", "FullSearch", "FusionSearch", "BisectionSearch",
+__all__ = ["STRATEGIES", "Step", "Results", "Prefetch", "Strategy", "strategy_class", "AutoSearch", "FullSearch",
+           "FusionSearch", "BisectionSearch",
            "register_strategy", "make_strategy", "strategy_names", "fusion_taps", "unmeasured_ancestors"]
 
 Diverged = Callable[[Tap, TensorStats], bool]
@@ -55,6 +59,7 @@ class Step:
     desc: str = "compare"
     chunked: bool = True
     local: bool = False
+    fresh: bool = False  # start over: what was measured before this step does not count (a composite's next part)
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,13 @@ class Results:
     stats: Mapping[Tap, TensorStats] = field(default_factory=dict)
     creates: Mapping[str, bool] = field(default_factory=dict)
     local_measured: bool = False  # a local step was answered (maybe with nothing: local errors unavailable)
+    unfaithful: bool = False  # the taps so far changed what the target computes (the driver's fidelity check)
 
-    def plus(self, stats: Mapping[Tap, TensorStats] = {}, creates: Mapping[str, bool] | None = None) -> "Results":
+    def plus(self, stats: Mapping[Tap, TensorStats] = {}, creates: Mapping[str, bool] | None = None,
+             unfaithful: bool | None = None) -> "Results":
         return Results({**self.stats, **stats}, dict(creates) if creates is not None else self.creates,
-                       self.local_measured or creates is not None)
+                       self.local_measured or creates is not None,
+                       self.unfaithful if unfaithful is None else unfaithful)
 
 
 @dataclass(frozen=True)
@@ -129,6 +137,16 @@ class Strategy:
 
     def groups(self) -> dict[str, tuple[str, ...]]:
         return {}
+
+    @property
+    def ran(self) -> str:
+        """The name of the search that made the measurement (a composite's last part)."""
+        return self.name
+
+    @property
+    def fell_back(self) -> bool:
+        """Whether a composite gave up its first part for another."""
+        return False
 
 
 class FullSearch(Strategy):
@@ -273,6 +291,51 @@ class BisectionSearch(Strategy):
             yield Step(self._missing(confirm), chunked=False)
 
 
+class AutoSearch(Strategy):
+    """``fusion``, then ``bisection`` from scratch when the fusion taps were unfaithful; see the module docstring."""
+
+    name = "auto"
+    streams = True
+
+    def __init__(self, comparison: Comparison, diverged: Diverged, **context):
+        super().__init__(comparison, diverged)
+        self._context = context
+        self._part: Strategy = FusionSearch(comparison, diverged, **context)
+        self._fell_back = False
+
+    @classmethod
+    def prefetch(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[list[Tap], list[Tap] | None]:
+        return FusionSearch.prefetch(comparison, prefetch)
+
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        return {} if self._fell_back else self._part.groups()
+
+    @property
+    def ran(self) -> str:
+        return self._part.name
+
+    @property
+    def fell_back(self) -> bool:
+        return self._fell_back
+
+    def plan(self) -> Generator[Step, None, None]:
+        yield from self._drive(self.results)
+        if not self.results.unfaithful:
+            return
+        self._fell_back = True
+        self._part = BisectionSearch(self.comparison, self.diverged, **self._context)
+        first = True
+        for step in self._drive(Results()):
+            yield replace(step, fresh=True) if first else step
+            first = False
+
+    def _drive(self, results: Results) -> Generator[Step, None, None]:
+        """The current part's steps, each answered with the results the driver hands back."""
+        while (step := self._part.next_step(results)) is not None:
+            yield step
+            results = self.results
+
+
 _REGISTRY: dict[str, type[Strategy]] = {}
 
 
@@ -282,21 +345,21 @@ def register_strategy(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-for _cls in (FusionSearch, FullSearch, BisectionSearch):
+for _cls in (AutoSearch, FusionSearch, FullSearch, BisectionSearch):
     register_strategy(_cls)
 
 
 def strategy_names() -> tuple[str, ...]:
-    """``auto`` and the registered strategies' names."""
-    return ("auto", *_REGISTRY)
+    """The registered strategies' names, ``auto`` first."""
+    return tuple(_REGISTRY)
 
 
 STRATEGIES = strategy_names()
 
 
 def strategy_class(name: str) -> type[Strategy]:
-    """The registered strategy `name` (``auto`` starts as ``fusion``)."""
-    return _REGISTRY["fusion" if name == "auto" else name]
+    """The registered strategy `name`."""
+    return _REGISTRY[name]
 
 
 def make_strategy(name: str, comparison: Comparison, diverged: Diverged, **context) -> Strategy:
