@@ -63,10 +63,7 @@ def _mobilebert():
     return transformers.MobileBertModel(config, add_pooling_layer=False)
 
 
-def _timm(name: str, **kwargs):
-    import timm
-
-    return timm.create_model(name, pretrained=False, num_classes=CLASSES, **kwargs)
+_timm = holdout._timm  # timm.create_model(name, pretrained=False, num_classes=CLASSES, **kwargs)
 
 
 def _mobilenet_v2():
