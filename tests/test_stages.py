@@ -265,3 +265,23 @@ def test_a_strategy_says_what_the_reference_s_plain_run_exposes_for_it(prefetche
     computes = [op for op in tiny_chain().get_ordered_ops() if op.get_type_name() not in ("Parameter", "Constant", "Result")]
     assert len(report.nodes) == len(computes)  # every compute node was compared
     assert sum(c["ref_compiles"] for c in report.costs.values()) == (1 if prefetches else 2)
+
+
+def test_the_plan_reads_the_target_s_fused_kernels_once_and_the_search_measures_them():
+    # A real CPU compile fuses each convolution with its BatchNorm and ReLU: the plan holds those groups, and the
+    # fusion search (no refinement) measures exactly the plan's boundaries.
+    from bisect_ov.pipeline.plan import plan_fusion
+    from bisect_ov.zoo import synthetic
+
+    model = synthetic.conv_bn_net()
+    options = BisectOptions(progress=False, noise=False, refine=False, local=False)
+    setup = open_comparison(model, "CPU:f32", "CPU:f32", synthetic.sample_inputs(model, seed=1), None, options)
+    examined = run_untouched(setup)
+    fusion = examined.plan.fusion
+    assert fusion.boundaries and any(len(members) >= 2 for members in fusion.groups.values())
+    assert set(fusion.units) == {t.key for t in fusion.boundaries} and fusion.kernels.outputs
+    engine = examined.engine
+    assert plan_fusion(setup.comparison, engine.target_runtime, engine.untappable) == fusion  # what it read is all
+    measurement = measure(setup, examined)
+    assert set(measurement.stats) == set(fusion.boundaries)
+    assert measurement.groups == dict(fusion.groups)
