@@ -99,7 +99,7 @@ class RecordedDevice(Device):
             note += f"; {recorded.note}"
         # The runtime that recorded it, even in captures whose device record predates the field.
         version = recorded.openvino_version or str(header.get("openvino_version", ""))
-        return replace(recorded, name=self.name, note=note, openvino_version=version)
+        return replace(recorded, name=self.name, note=note, openvino_version=version, recorded=True)
 
     def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> "RecordedCompiled":
         cap = self.capture

@@ -49,6 +49,8 @@ class DeviceInfo:
     # The OpenVINO runtime that ran this side, version and build (``ov.get_version()``): for a recorded run,
     # the one it was recorded with. Empty in reports saved before it was recorded.
     openvino_version: str = ""
+    # A side replayed from a recording (`bisect_ov.capture`), not run here.
+    recorded: bool = False
 
     @property
     def label(self) -> str:

@@ -21,6 +21,8 @@ Fields added since with a default need no step and no new version: a node's ``in
 fused kernel its tensor exists only inside) is absent from reports saved before it, and reads as null
 (unknown, taken as stored); the role ``internal`` is a new value of a string field; each side's
 ``openvino_version`` (`DeviceInfo`) reads as empty (unknown) in reports saved before the sides recorded it.
+A side's ``recorded`` (replayed from a capture) is read, in reports saved before it, from the device name a
+recorded side had (``capture:<file>``).
 
 Assumes the dict came from JSON (plain dicts, lists, strings and numbers); what is not the shape a step
 expects is left alone for the codec to refuse with the field's name.
@@ -52,6 +54,10 @@ def upgrade(d: Mapping[str, Any], version: int) -> dict[str, Any]:
         data = _v1_to_v2(data)
     if version < 3:
         data = _v2_to_v3(data)
+    for role in ("ref", "target"):
+        side = data.get(role)
+        if isinstance(side, dict) and "recorded" not in side:
+            data[role] = {**side, "recorded": str(side.get("name", "")).startswith("capture:")}
     data["schema_version"] = SCHEMA_VERSION
     return data
 

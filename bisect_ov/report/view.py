@@ -47,7 +47,6 @@ OPTIONAL_COLUMNS = ("local", "x rounding", "impact", "over tol", "nan/inf", "tar
 VERDICT_KINDS = ("diverges", "accumulates", "absorbed", "no_divergence", "localized_by_partitions", "unfaithful")
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
                  "uint8": "u8", "bool": "bool"}
-_RECORDED = "capture:"  # the device-name prefix of a recorded run (`bisect_ov.capture`)
 # After the role of a culprit whose tensor exists only inside a fused kernel of the target, and its legend.
 INSIDE_MARK = "^"
 INSIDE_LEGEND = "^ = exists only inside a kernel the target fused"
@@ -424,7 +423,7 @@ def side(role: str, info: DeviceInfo) -> Side:
         text += f" [{info.note}]"
     return Side(role=role, title="Reference" if role == "ref" else "Target", device=info.name, label=info.label,
                 precision=info.precision, requested=info.requested_precision, emulated=info.emulated,
-                recorded=info.name.startswith(_RECORDED), hardware=info.full_name, note=info.note,
+                recorded=info.recorded, hardware=info.full_name, note=info.note,
                 kernels=tuple((str(k), int(v)) for k, v in (info.precision_counts or {}).items()),
                 config=tuple((str(k), str(v)) for k, v in (info.config or {}).items()), text=text,
                 execution_devices=tuple(info.execution_devices))

@@ -138,7 +138,8 @@ def normalized(report) -> dict[str, Any]:
 _NEW_IN = {3: (("nodes", "diagnosis", "numbers"),)}
 # Fields added since with a default (no new schema version): left out of both sides when the saved report was
 # written before them, as the upgrade fills in the default rather than what the run would have recorded.
-_ADDED = (("ref", "openvino_version"), ("target", "openvino_version"), ("fix", "minimal"))
+_ADDED = (("ref", "openvino_version"), ("target", "openvino_version"), ("fix", "minimal"), ("ref", "recorded"),
+          ("target", "recorded"))
 
 
 def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

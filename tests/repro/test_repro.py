@@ -191,6 +191,15 @@ def test_a_recorded_target_is_refused(tmp_path):
     assert report.first_divergence is not None
     with pytest.raises(InputError, match="The target is a recorded run"):
         report.repro(tmp_path / "r")
+    # The side says it was replayed, in the report and once saved; a report saved before the field says it too.
+    from bisect_ov.report.view import view
+
+    assert report.target.recorded and not report.ref.recorded and view(report).sides[1].recorded
+    report.save(tmp_path / "r.json")
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert Report.load(tmp_path / "r.json").target.recorded
+    del saved["target"]["recorded"]
+    assert Report.from_dict(saved).target.recorded and not Report.from_dict(saved).ref.recorded
 
 
 def test_a_piece_that_does_not_reproduce_grows_upstream_or_nothing_is_written(demo_f16, tmp_path, monkeypatch):
