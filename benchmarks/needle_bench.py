@@ -492,6 +492,7 @@ def run_model(name: str, model, inputs: dict[str, np.ndarray], *, target: str = 
     graph = ModelGraph(model)
     where = positions(model, target)
     rows = []
+    noop = 0
     for site, op_type, change in chosen:
         also = producers_of(graph, site)
         for fault in faults:
@@ -501,9 +502,13 @@ def run_model(name: str, model, inputs: dict[str, np.ndarray], *, target: str = 
             t = time.perf_counter()
             try:
                 faulty = inject_fault(model, site, seed=zlib.crc32(f"{name}:{site}".encode()), **FAULTS[fault])
+                size = fault_size(model, faulty, site, inputs)
+                if size <= UNCHANGED:  # the fault changes nothing at its node (a sparse pick on a zero): no fault
+                    noop += 1
+                    continue
                 report = bisect(model, REFERENCE, target, inputs, target_model=faulty, budget=budget, progress=False)
                 row.update(judge(report, site, also))
-                row["fault_size"] = fault_size(model, faulty, site, inputs)
+                row["fault_size"] = size
                 measured = [n for n in report.nodes if n.name == site]
                 row["site_tolerance"] = measured[0].tolerance if measured else None
             except Exception as exc:  # noqa: BLE001 - a failing run is a result (a miss), not the end of the benchmark
@@ -530,7 +535,7 @@ def run_model(name: str, model, inputs: dict[str, np.ndarray], *, target: str = 
         log(f"  {name}: benign {benign['verdict']}" + (f" (first divergence {benign['first_divergence']})"
                                                        if benign.get("false_alarm") else "")
             + f" [{benign['seconds']:.1f}s]")
-    return {"model": name, "source": source, "sites": len(rows), "skipped": skipped,
+    return {"model": name, "source": source, "sites": len(rows), "skipped": skipped, "noop": noop,
             "hits": sum(r["hit"] for r in rows), "top3": sum(r["top3"] for r in rows),
             "over": _count(rows, "over"), "within": _count(rows, "within"), "errors": _count(rows, "error")[1],
             "benign": benign, "bisect_seconds": [r["seconds"] for r in rows] + [benign["seconds"]],
@@ -603,7 +608,7 @@ def summary(results: list[dict]) -> dict:
             "errors": sum(x["regime"] == "error" for x in rows), "top3": rate(rows, "top3"),
             "zoo": rate([x for x in rows if x["source"] == "zoo"]),
             "outside": rate([x for x in rows if x["source"] == "outside"]),
-            "skipped": sum(r["skipped"] for r in results),
+            "skipped": sum(r["skipped"] for r in results), "noop": sum(r.get("noop", 0) for r in results),
             "benign_false_alarms": sum(bool(b.get("false_alarm")) for b in benign), "benign_runs": len(benign),
             "misses": Counter(_miss_pattern(x) for x in rows if not x["hit"]).most_common()}
 
@@ -636,7 +641,8 @@ def summary_lines(s: dict) -> list[str]:
              f"{r(s['beyond'])}; by shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["beyond_by_fault"].items()),
              "  by position relative to the target's kernels: " + ", ".join(f"{k} {r(v)}" for k, v in s["by_position"].items()),
              "  by op type: " + ", ".join(f"{k} {r(v)}" for k, v in sorted(s["by_op"].items(), key=lambda kv: -kv[1]["sites"])),
-             f"  sites skipped (fault leaves the f32 outputs unchanged): {s['skipped']}",
+             f"  sites skipped (fault leaves the f32 outputs unchanged): {s['skipped']}; faults left out because they "
+             f"change nothing at their own node on f32: {s.get('noop', 0)}",
              f"Benign runs (no fault): {s['benign_false_alarms']} false alarm(s) in {s['benign_runs']}"]
     if s["errors"]:
         lines.append(f"Runs that raised (counted as misses): {s['errors']}")

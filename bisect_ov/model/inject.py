@@ -33,8 +33,7 @@ FAULT_KINDS = {
     "nan": "make one element NaN (all of them when the shape is dynamic)",
     "mnoise": "multiply elementwise by (1 + magnitude * N(0, 1)), seeded; 0.2 by default",
     "roffset": "add magnitude times the tensor's own rms (computed in the graph); 0.2 by default",
-    "sparse": "multiply a few elements (one in a thousand, at least one when the shape is static; seeded) by "
-              "(1 + magnitude); 1.0 by default",
+    "sparse": "multiply a few elements (one in a thousand, at least one; seeded) by (1 + magnitude); 1.0 by default",
     "signflip": "flip the sign of a share `magnitude` of the elements, seeded; 0.05 by default",
 }
 _DEFAULT_MAGNITUDE = {"scale": 0.5, "offset": 1.0, "noise": 0.1, "mnoise": 0.2, "roffset": 0.2, "sparse": 1.0,
@@ -120,15 +119,32 @@ def inject_fault(
 _TABLE = 1 << 16
 
 
-def _factors(kind: str, m: float, shape: tuple[int, ...], seed: int) -> np.ndarray:
-    """The multiplicative factors of the ``mnoise``, ``sparse`` and ``signflip`` kinds for a tensor of `shape`."""
+# A dynamic tensor's picks (``sparse``, ``signflip``) are spread over the table so that every tensor has some: the
+# first within its first `_FIRST` values, then one in each stretch of the table as long as the share asks.
+_FIRST = 16
+
+
+def _factors(kind: str, m: float, shape: tuple[int, ...], seed: int, *, table: bool = False) -> np.ndarray:
+    """The multiplicative factors of the ``mnoise``, ``sparse`` and ``signflip`` kinds for a tensor of `shape`;
+    with `table`, for the table a dynamic tensor's values are cut from (`_dynamic_draws`): its picks are
+    stratified, one in each stretch of ``1 / share`` values and the first within `_FIRST`, so that a tensor of
+    any size run time gives has its share of picks (a uniform draw over the table left about a third of the
+    1,024-value tensors without a sparse pick)."""
     rng = np.random.default_rng(seed)
     size = int(np.prod(shape))
     if kind == "mnoise":
         return 1.0 + m * rng.standard_normal(shape)
-    count = max(1, size // 1000) if kind == "sparse" else max(1, int(round(m * size)))
+    share = 1e-3 if kind == "sparse" else m
     picked = np.zeros(size, dtype=bool)
-    picked[rng.choice(size, size=min(count, size), replace=False)] = True
+    if table:
+        stretch = max(1, int(round(1 / share)))
+        starts = np.arange(0, size, stretch)
+        picked[np.minimum(starts + rng.integers(0, stretch, len(starts)), size - 1)] = True
+        picked[:stretch] = False
+        picked[rng.integers(0, min(_FIRST, stretch, size))] = True
+    else:
+        count = max(1, size // 1000) if kind == "sparse" else max(1, int(round(m * size)))
+        picked[rng.choice(size, size=min(count, size), replace=False)] = True
     return np.where(picked.reshape(shape), 1.0 + m if kind == "sparse" else -1.0, 1.0)
 
 
@@ -173,7 +189,7 @@ def _perturb(out, dtype_name: str, shape, kind: str, magnitude: float | None, se
         rms = ops.sqrt(ops.reduce_mean(squares, axes, keep_dims=False))
         return ops.add(out, ops.multiply(rms, const(m))).output(0)
     if kind in ("mnoise", "sparse", "signflip") and shape is None:
-        return ops.multiply(out, _dynamic_draws(out, _factors(kind, m, (_TABLE,), seed), dtype)).output(0)
+        return ops.multiply(out, _dynamic_draws(out, _factors(kind, m, (_TABLE,), seed, table=True), dtype)).output(0)
     if kind in ("mnoise", "sparse", "signflip"):
         return ops.multiply(out, const(_factors(kind, m, tuple(shape), seed))).output(0)
     if kind == "noise":

@@ -88,3 +88,20 @@ def test_the_random_fault_shapes_work_on_dynamic_tensors_and_repeat(kind):
         assert abs(np.mean(np.isclose(ratio, -1)) - 0.2) < 0.02
     else:
         assert abs(np.std(bad - clean) - 0.2) < 0.02
+
+
+@pytest.mark.parametrize("size", [16, 100, 1024, 5000])
+def test_a_sparse_fault_on_a_dynamic_tensor_picks_at_least_one_element_whatever_its_size(size):
+    # The picks come from a table cut to the size at run time: stratified, with the first among the first 16
+    # values, so a short tensor is never left without one (a uniform draw left a third of 1,024-value tensors so).
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    x = ops.parameter(ov.PartialShape([1, -1]), np.float32, name="x")
+    y = ops.relu(ops.add(x, ops.constant(np.float32(2.0))), name="y")
+    model = ov.Model([ops.negative(y, name="z").output(0)], [x])
+    data = np.random.default_rng(0).uniform(0, 1, (1, size)).astype(np.float32)
+    clean = _run(model, data)
+    for seed in range(5):
+        moved = np.sum(~np.isclose(_run(inject_fault(model, "y", "sparse", seed=seed), data) / clean, 1))
+        assert 1 <= moved <= size // 1000 + 1, (seed, moved)
