@@ -767,6 +767,8 @@ def main(argv: list[str] | None = None) -> int:
         if log:
             r = results[-1]
             log(f"{name}: {r['hits']}/{r['sites']} hits, {r['skipped']} skipped, {r['seconds']:.0f}s")
+        if args.json:  # after each model: a run that is stopped (or killed for memory) keeps what it measured
+            write_json(args.json, command, date, facts, args, results, failed)
 
     print()
     print(format_table(table_rows(results), args.markdown))
@@ -777,12 +779,19 @@ def main(argv: list[str] | None = None) -> int:
     for name, why in failed:
         print(f"Not measured: {name}: {why}")
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(
-            {"command": command, "date": date, "machine": facts, "reference": REFERENCE, "target": args.target,
-             "faults": {f: FAULTS[f] for f in args.faults}, "sites_per_model": args.sites, "seed": args.seed, "budget": args.budget,
-             "summary": s, "failed": failed, "models": [{k: v for k, v in r.items() if k != "rows"} for r in results],
-             "rows": [row for r in results for row in r["rows"]]}, indent=1, default=str))
+        write_json(args.json, command, date, facts, args, results, failed)
     return 0
+
+
+def write_json(path: str, command: str, date: str, facts: dict, args: argparse.Namespace, results: list[dict],
+               failed: list) -> None:
+    """Every row, each model's figures and the summary of `results` so far, as JSON at `path`."""
+    pathlib.Path(path).write_text(json.dumps(
+        {"command": command, "date": date, "machine": facts, "reference": REFERENCE, "target": args.target,
+         "faults": {f: FAULTS[f] for f in args.faults}, "sites_per_model": args.sites, "seed": args.seed,
+         "budget": args.budget, "summary": summary(results), "failed": failed,
+         "models": [{k: v for k, v in r.items() if k != "rows"} for r in results],
+         "rows": [row for r in results for row in r["rows"]]}, indent=1, default=str))
 
 
 if __name__ == "__main__":
