@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import openvino as ov
 
-from bisect_ov.core.errors import InputError
+from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.run.openvino_device import OpenVINOCompiled, OpenVINODevice
 
 __all__ = ["EmulatedDevice"]
@@ -51,12 +51,25 @@ class EmulatedDevice(OpenVINODevice):
 
         emulated = emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes)
         # Runs in f32 and rounds at every boundary itself: tap outputs stay f32.
-        compiled = super()._compile(emulated)
+        without = ""
+        try:
+            compiled = super()._compile(emulated)
+        except DeviceError as err:
+            if "SNIPPETS_MODE" in self.config:
+                raise
+            # The CPU plugin's snippets pass (which fuses elementwise chains) fails on some rewritten graphs:
+            # "Topological order is required, but not set" at a Select fed by an attention mask's subgraph, in
+            # an ONNX export of MobileBERT. Without snippets the same ops run unfused, in f32 all the same.
+            try:
+                compiled = super()._compile(emulated, extra={"SNIPPETS_MODE": "DISABLE"})
+            except DeviceError:
+                raise err from None
+            without = f"; compiled without the CPU plugin's snippets (SNIPPETS_MODE=DISABLE): with them, {err}"
         acc = (f"reductions accumulate in {self.precision} over {self.lanes} lane(s)" if self.reductions
                else "ops accumulate in f32")
         compiled.info = replace(
             compiled.info, precision=self.precision, requested_precision=self.precision, emulated=True,
-            note=f"emulated on the CPU: values rounded to {self.precision} between ops; {acc}",
+            note=f"emulated on the CPU: values rounded to {self.precision} between ops; {acc}{without}",
             precision_counts={},
         )
         return compiled

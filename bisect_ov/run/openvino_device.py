@@ -229,9 +229,13 @@ class OpenVINODevice(Device):
         device, config = self.runs_on
         return _predicted_precision(device, config)
 
-    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> OpenVINOCompiled:
+    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = (), *,
+                 extra: dict[str, str] | None = None) -> OpenVINOCompiled:
+        """`extra`: properties added to this compile's only (a subclass's retry)."""
         core = shared_core()
         device, config = self.runs_on if (taps or fed) else (self.device, self.config)
+        if extra:
+            config = {**config, **extra}
         if taps or fed:
             model = _type_taps(model, taps, self.activation_precision, fed)
         try:

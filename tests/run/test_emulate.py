@@ -449,3 +449,31 @@ def test_a_fault_between_two_emulated_devices_is_named(node):
     report = bisect(model, "EMU:f16", "EMU:f16", [x], target_model=inject_fault(model, node, "offset", 1.0),
                     noise=False, progress=False)
     assert report.first_divergence is not None and report.first_divergence.name == node, report.to_text()
+
+
+def test_an_emulated_compile_that_the_snippets_pass_fails_is_made_without_snippets(monkeypatch):
+    # The CPU plugin's snippets tokenization throws on some rewritten graphs (an ONNX MobileBERT's attention mask):
+    # the emulated device compiles again without snippets and says so; a failure that remains is the first one.
+    from bisect_ov.core.errors import DeviceError
+    from bisect_ov.run.emulated_device import EmulatedDevice
+    from bisect_ov.run.openvino_device import OpenVINODevice
+    from tests.conftest import tiny_chain
+
+    real = OpenVINODevice._compile
+    asked = []
+
+    def snippets_fail(self, model, taps=(), fed=(), *, extra=None):
+        asked.append(dict(extra or {}))
+        if not extra:
+            raise DeviceError("Compiling for EMU:f16 failed: Topological order is required, but not set.")
+        return real(self, model, taps, fed, extra=extra)
+
+    monkeypatch.setattr(OpenVINODevice, "_compile", snippets_fail)
+    compiled = EmulatedDevice("f16").compile(tiny_chain())
+    assert asked == [{}, {"SNIPPETS_MODE": "DISABLE"}]
+    assert "SNIPPETS_MODE=DISABLE" in compiled.info.note and "Topological order" in compiled.info.note
+
+    monkeypatch.setattr(OpenVINODevice, "_compile", lambda self, model, taps=(), fed=(), *, extra=None: (_ for _ in ()).throw(
+        DeviceError(f"failed {extra}")))
+    with pytest.raises(DeviceError, match="failed None"):
+        EmulatedDevice("f16").compile(tiny_chain())
