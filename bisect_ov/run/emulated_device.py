@@ -46,22 +46,23 @@ class EmulatedDevice(OpenVINODevice):
         self.reductions = reductions
         self.lanes = lanes
 
-    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = ()) -> OpenVINOCompiled:
+    def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = (), *,
+                 extra: dict[str, str] | None = None) -> OpenVINOCompiled:
         from bisect_ov.run.emulate import emulate_precision  # the rewrite is heavy to import only when used
 
         emulated = emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes)
         # Runs in f32 and rounds at every boundary itself: tap outputs stay f32.
         without = ""
         try:
-            compiled = super()._compile(emulated)
+            compiled = super()._compile(emulated, extra=extra)
         except DeviceError as err:
-            if "SNIPPETS_MODE" in self.config:
+            if "SNIPPETS_MODE" in {**self.config, **(extra or {})}:
                 raise
             # The CPU plugin's snippets pass (which fuses elementwise chains) fails on some rewritten graphs:
             # "Topological order is required, but not set" at a Select fed by an attention mask's subgraph, in
             # an ONNX export of MobileBERT. Without snippets the same ops run unfused, in f32 all the same.
             try:
-                compiled = super()._compile(emulated, extra={"SNIPPETS_MODE": "DISABLE"})
+                compiled = super()._compile(emulated, extra={**(extra or {}), "SNIPPETS_MODE": "DISABLE"})
             except DeviceError:
                 raise err from None
             without = f"; compiled without the CPU plugin's snippets (SNIPPETS_MODE=DISABLE): with them, {err}"
