@@ -250,7 +250,12 @@ class OpenVINODevice(Device):
             ran = _ran_on(compiled)
             if ran is not None and self._ran is None:
                 self._ran = (ran[0], {**_own_properties(ran[0], self.config), **ran[1]})
-        return OpenVINOCompiled(compiled, self._info(compiled, runtime, device=device), runtime)
+        try:  # the infer request is made here: a plugin that compiles a graph it cannot run fails at this point
+            return OpenVINOCompiled(compiled, self._info(compiled, runtime, device=device), runtime)
+        except Exception as err:
+            raise_if_interrupted(err)
+            raise DeviceError(f"Compiling for {self.name} with {config or 'default properties'} failed when its "
+                              f"infer request was made: {first_line(err)}") from err
 
     def _info(self, compiled: ov.CompiledModel, runtime: RuntimeGraph, *, emulated: bool = False,
               device: str | None = None) -> DeviceInfo:
