@@ -381,31 +381,35 @@ def load_holdout(name: str, cache: str | os.PathLike | None = None) -> tuple[Any
 # Listing
 # ------------------------------------------------------------------------------------------------------------
 
-def main(argv: list[str] | None = None) -> int:
-    """Build (or read) entries, run each once on CPU f32 with `outside_inputs`, and list them.
+def main(argv: list[str] | None = None, *, table: dict | None = None,
+         load: Callable[[str, Any], tuple[Any, dict]] | None = None) -> int:
+    """Build (or read) entries of `table` (default `HOLDOUT`, read by `load`), run each once on CPU f32 with
+    `outside_inputs`, and list them.
 
     Per entry: op count, build-and-load seconds, and the largest relative difference of its output from the
     architecture's first built entry (the export paths should agree to f32 rounding).
     """
+    table = HOLDOUT if table is None else table
+    load = load_holdout if load is None else load
     import numpy as np
     import openvino as ov
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("names", nargs="*", help=f"entries (default: all {len(HOLDOUT)})")
+    parser.add_argument("names", nargs="*", help=f"entries (default: all {len(table)})")
     parser.add_argument("--cache", help="root of the model cache (default: the zoo's)")
     args = parser.parse_args(argv)
-    unknown = [n for n in args.names if n not in HOLDOUT]
+    unknown = [n for n in args.names if n not in table]
     if unknown:
-        parser.error(f"unknown entries {unknown}; known: {sorted(HOLDOUT)}")
+        parser.error(f"unknown entries {unknown}; known: {sorted(table)}")
 
     core = ov.Core()
     first: dict[str, np.ndarray] = {}
     failed = []
     print(f"{'entry':<24} {'ops':>6} {'seconds':>8} {'vs first':>9}  converter")
-    for name in args.names or list(HOLDOUT):
+    for name in args.names or list(table):
         start = time.perf_counter()
         try:
-            model, meta = load_holdout(name, args.cache)
+            model, meta = load(name, args.cache)
             seconds = time.perf_counter() - start
             inputs = outside_inputs(meta, model, 0)
             compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})

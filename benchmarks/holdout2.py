@@ -104,20 +104,8 @@ def load_holdout2(name: str, cache: str | os.PathLike | None = None) -> tuple[An
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build every entry (or those named) and say which built."""
-    import time
-
-    names = (argv if argv is not None else sys.argv[1:]) or list(HOLDOUT2)
-    failed = []
-    for name in names:
-        start = time.perf_counter()
-        try:
-            model, _ = load_holdout2(name)
-            print(f"{name:<24} {len(model.get_ops()):>6} ops {time.perf_counter() - start:6.1f}s", flush=True)
-        except Exception as exc:  # noqa: BLE001 - a failing entry is reported, the others still build
-            failed.append(name)
-            print(f"{name:<24} FAILED {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300], flush=True)
-    return 1 if failed else 0
+    """Build every entry (or those named), run each once and list it (`holdout.main`)."""
+    return holdout.main(argv, table=HOLDOUT2, load=load_holdout2)
 
 
 if __name__ == "__main__":

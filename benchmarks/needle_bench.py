@@ -74,6 +74,9 @@ FAULT = {"kind": "scale", "magnitude": 0.2}  # how sites are checked to change t
 FAULTS = {"mnoise": {"kind": "mnoise", "magnitude": 0.2}, "scale": {"kind": "scale", "magnitude": 0.2},
           "roffset": {"kind": "roffset", "magnitude": 0.2}, "sparse": {"kind": "sparse", "magnitude": 1.0},
           "signflip": {"kind": "signflip", "magnitude": 0.05}}
+# The held-out sets: option and source name -> (module in benchmarks/, its table of entries, its loader).
+HELD_OUT = {"holdout": ("holdout", "HOLDOUT", "load_holdout"), "holdout2": ("holdout2", "HOLDOUT2", "load_holdout2"),
+            "holdout3": ("holdout3", "HOLDOUT3", "load_holdout3")}
 # A fault "changes the final outputs" when some output moves by more than this (relative L2): f32 rounding.
 UNCHANGED = 1e-6
 # Ops that only move or select values (and the masks built from them); faults go on arithmetic by default.
@@ -602,8 +605,7 @@ def summary(results: list[dict]) -> dict:
             "beyond": rate(beyond), "beyond_by_fault": {k: rate([x for x in beyond if x["fault"] == k])
                                                        for k in sorted({x["fault"] for x in beyond})},
             "by_fault": by("fault"), "by_op": by("op_type"), "by_position": by("position"),
-            "holdout": rate([x for x in rows if x["source"] == "holdout"]),
-            "holdout2": rate([x for x in rows if x["source"] == "holdout2"]),
+            **{held: rate([x for x in rows if x["source"] == held]) for held in HELD_OUT},
             "within": rate([x for x in rows if x["regime"] == "within"]),
             "errors": sum(x["regime"] == "error" for x in rows), "top3": rate(rows, "top3"),
             "zoo": rate([x for x in rows if x["source"] == "zoo"]),
@@ -635,7 +637,8 @@ def summary_lines(s: dict) -> list[str]:
              f"  outputs within their tolerance: {r(s['within'])}",
              f"  named in the top-3 culprits:    {r(s['top3'])}",
              f"  zoo: {r(s['zoo'])}; outside the zoo: {r(s['outside'])}; held out: {r(s['holdout'])}; "
-             f"second held-out set: {r(s.get('holdout2', {'hits': 0, 'sites': 0}))}",
+             f"second held-out set: {r(s.get('holdout2', {'hits': 0, 'sites': 0}))}; "
+             f"third: {r(s.get('holdout3', {'hits': 0, 'sites': 0}))}",
              "  by fault shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["by_fault"].items()),
              f"  faults larger than their node's tolerance (fault size on f32 > the measured site's tolerance): "
              f"{r(s['beyond'])}; by shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["beyond_by_fault"].items()),
@@ -692,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the held-out architectures of benchmarks/holdout.py (all of them, or the names given)")
     parser.add_argument("--holdout2", nargs="*", default=None,
                         help="also the second held-out set, benchmarks/holdout2.py (all of it, or the names given)")
+    parser.add_argument("--holdout3", nargs="*", default=None,
+                        help="also the third held-out set, benchmarks/holdout3.py (all of it, or the names given)")
     parser.add_argument("--sites", type=int, default=10, help="fault sites per model (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sites and the inputs (default 0)")
     parser.add_argument("--target", default="CPU:bf16", choices=TARGETS, help="the target (default CPU:bf16)")
@@ -727,21 +732,17 @@ def main(argv: list[str] | None = None) -> int:
     outside_names = [] if args.outside is None else (args.outside or list(OUTSIDE))
     jobs = [(n, "outside" if n in OUTSIDE else "zoo") for n in zoo_names]
     jobs += [(n, "outside") for n in outside_names if n not in zoo_names]
-    if args.holdout is not None:
+    loaders: dict[str, str | None] = {"outside": None}
+    for held, (module, table, loader) in HELD_OUT.items():
+        asked = getattr(args, held)
+        if asked is None:
+            continue
         sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-        from holdout import HOLDOUT
-
-        if set(args.holdout) - set(HOLDOUT):
-            parser.error(f"unknown --holdout entries {sorted(set(args.holdout) - set(HOLDOUT))}; known: {sorted(HOLDOUT)}")
-        jobs += [(n, "holdout") for n in (args.holdout or list(HOLDOUT))]
-    loaders = {"holdout": "holdout.load_holdout", "holdout2": "holdout2.load_holdout2", "outside": None}
-    if args.holdout2 is not None:
-        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-        from holdout2 import HOLDOUT2
-
-        if set(args.holdout2) - set(HOLDOUT2):
-            parser.error(f"unknown --holdout2 entries {sorted(set(args.holdout2) - set(HOLDOUT2))}; known: {sorted(HOLDOUT2)}")
-        jobs += [(n, "holdout2") for n in (args.holdout2 or list(HOLDOUT2))]
+        entries = getattr(__import__(module), table)
+        if set(asked) - set(entries):
+            parser.error(f"unknown --{held} entries {sorted(set(asked) - set(entries))}; known: {sorted(entries)}")
+        jobs += [(n, held) for n in (asked or list(entries))]
+        loaders[held] = f"{module}.{loader}"
     zoo_root = pathlib.Path(args.cache) / cache.version_key() if args.cache else None
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     results, failed = [], []

@@ -258,6 +258,10 @@ def test_case5_every_square_that_overflows_from_finite_inputs_is_a_source_whatev
     means = [n for n in report.nodes if n.op_type == "ReduceMean" and n.error > n.tolerance]
     assert means and all(n.role == "inherits" for n in means), [(n.name, n.role) for n in means]
     assert f"{2 * LAYERS} more node(s) overflow on their own" in " ".join(report.to_text().split())
+    # Headroom names every square that leaves the f16 range, the least headroom first.
+    over = report.headroom(0.0)
+    assert {n.name for n in squares} <= {n.name for n in over} and over[0].f16_headroom < 0
+    assert f"f16 headroom: {len(over)} node(s) whose reference values exceed 65,504" in " ".join(report.to_text().split())
 
 
 def test_case5_fix_covers_every_layer_as_a_pattern_and_is_verified(case5):

@@ -286,11 +286,19 @@ def test_a_descriptor_is_written_in_place_and_what_it_holds_is_kept(report, tmp_
     link = tmp_path / "out.json"
     link.symlink_to(f"/proc/self/fd/{write_end}")
     assert fileio.destination(link) == (link, True)
+    got: list[bytes] = []
+
+    def read() -> None:  # beside the write: a report larger than the pipe's buffer would block it otherwise
+        with os.fdopen(read_end, "rb", closefd=False) as r:
+            got.append(r.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
         report.save(link)
         os.close(write_end)
-        with os.fdopen(read_end, "rb") as r:
-            assert Report.from_dict(json.loads(r.read())) == report
+        reader.join(60)
+        assert got and Report.from_dict(json.loads(got[0])) == report
     finally:
         for fd in (read_end, write_end):
             with contextlib.suppress(OSError):

@@ -176,15 +176,15 @@ ALL_SIDES = {"local_possible": True, "pieces_possible": True, "twin": False}
 
 
 def test_resolve_with_the_default_budget_keeps_every_experiment():
-    resolved, notes = BisectOptions(fix=True, curve=2).resolve(**ALL_SIDES, weight_bytes=1 << 30)
-    assert isinstance(resolved, ResolvedOptions) and notes == ()
+    resolved = BisectOptions(fix=True, curve=2).resolve(**ALL_SIDES, weight_bytes=1 << 30)
+    assert isinstance(resolved, ResolvedOptions) and resolved.left_out == ()
     assert (resolved.local, resolved.refine, resolved.impact, resolved.fix, resolved.curve) == (True, True, 3, True, 2)
     assert resolved.noise_runs and resolved.node_spread and resolved.partitioned
     assert resolved.max_tap_bytes == resolved.tap_bytes == 1 << 29
 
 
 def test_resolve_with_the_fast_budget_leaves_out_what_it_promises():
-    resolved, _ = BisectOptions(budget="fast").resolve(**ALL_SIDES, weight_bytes=0)
+    resolved = BisectOptions(budget="fast").resolve(**ALL_SIDES, weight_bytes=0)
     assert not (resolved.local or resolved.refine or resolved.impact or resolved.noise_runs or resolved.node_spread)
     assert resolved.noise  # the floor is still read, from the compiles made anyway
     assert resolved.tap_bytes == AUTO_MIN_TAP_BYTES
@@ -192,20 +192,20 @@ def test_resolve_with_the_fast_budget_leaves_out_what_it_promises():
 
 def test_resolve_switches_off_what_the_sides_cannot_run():
     options = BisectOptions(fix=True, delegation=True, curve=3, sensitivity=True, patched_model="p.xml")
-    recorded, _ = options.resolve(local_possible=False, pieces_possible=False, twin=True)
+    recorded = options.resolve(local_possible=False, pieces_possible=False, twin=True)
     assert not (recorded.local or recorded.partitioned or recorded.fix or recorded.patched_model)
     assert recorded.refine and recorded.noise_runs and recorded.node_spread  # the budget's decisions stand
-    target_recorded, _ = BisectOptions().resolve(local_possible=False, pieces_possible=True, twin=False)
+    target_recorded = BisectOptions().resolve(local_possible=False, pieces_possible=True, twin=False)
     assert not target_recorded.local and target_recorded.impact == 3
-    no_noise, _ = BisectOptions(noise=False).resolve(**ALL_SIDES)
+    no_noise = BisectOptions(noise=False).resolve(**ALL_SIDES)
     assert not no_noise.noise_runs and no_noise.node_spread
 
 
 def test_tap_bytes_are_bytes_or_none_once_resolved():
-    assert BisectOptions(max_tap_bytes=None).resolve(**ALL_SIDES, weight_bytes=10)[0].tap_bytes is None
-    assert BisectOptions(max_tap_bytes=4096).resolve(**ALL_SIDES, weight_bytes=1 << 40)[0].tap_bytes == 4096
+    assert BisectOptions(max_tap_bytes=None).resolve(**ALL_SIDES, weight_bytes=10).tap_bytes is None
+    assert BisectOptions(max_tap_bytes=4096).resolve(**ALL_SIDES, weight_bytes=1 << 40).tap_bytes == 4096
     assert auto_tap_bytes(1 << 30) == 1 << 29
-    unresolved, _ = BisectOptions().resolve(**ALL_SIDES)  # no weight bytes: "auto" stays, and says so when read
+    unresolved = BisectOptions().resolve(**ALL_SIDES)  # no weight bytes: "auto" stays, and says so when read
     assert unresolved.max_tap_bytes == "auto"
     with pytest.raises(TypeError, match="weight_bytes"):
         _ = unresolved.tap_bytes
@@ -213,7 +213,7 @@ def test_tap_bytes_are_bytes_or_none_once_resolved():
 
 def test_resolved_options_read_and_compare_as_the_options():
     options = BisectOptions(keep=("a",), seed=3)
-    resolved, _ = options.resolve(**ALL_SIDES)
+    resolved = options.resolve(**ALL_SIDES)
     assert resolved == options and options == resolved
     assert resolved.to_dict() == options.to_dict()  # the report records options, not the decisions
     assert resolved != BisectOptions(seed=4)

@@ -10,6 +10,7 @@ import pytest
 
 from bisect_ov import InputError, bisect, inject_fault
 from bisect_ov.analysis.metrics import compare
+from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.core.records import Fidelity, Noise
 from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.engine import Engine
@@ -20,6 +21,7 @@ from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.assemble import assemble, run_notes
 from bisect_ov.pipeline.measure import measure
 from bisect_ov.pipeline.options import BisectOptions
+from bisect_ov.pipeline.plan import make_plan
 from bisect_ov.pipeline.records import Measurement, Scored
 from bisect_ov.pipeline.stages import examine, experiments, open_comparison, run_untouched, score
 from bisect_ov.search.strategies import BisectionSearch, FusionSearch, Results, Step, Strategy
@@ -63,15 +65,34 @@ def test_options_are_frozen_and_fix_takes_a_tolerance():
 def test_resolve_switches_off_what_cannot_run_and_says_why():
     options = BisectOptions(fix=True, delegation=True, curve=4, impact=3, local=True)
     # A twin runs partitioned runs too: its segments come from the twin.
-    twin, notes = options.resolve(local_possible=True, pieces_possible=True, twin=True)
+    twin = options.resolve(local_possible=True, pieces_possible=True, twin=True)
     assert (twin.fix, twin.delegation, twin.curve, twin.impact, twin.local) == (True, True, 4, 3, True)
-    assert notes == ()
-    single, notes = BisectOptions(sensitivity=True).resolve(local_possible=True, pieces_possible=True, twin=False)
-    assert not single.sensitivity and notes and "needs target_model" in notes[0]
-    recorded, notes = options.resolve(local_possible=False, pieces_possible=False, twin=False)
-    assert not recorded.local and not recorded.partitioned and notes == ()
-    same, notes = options.resolve(local_possible=True, pieces_possible=True, twin=False)
-    assert same == options and notes == ()
+    assert twin.left_out == ()
+    single = BisectOptions(sensitivity=True).resolve(local_possible=True, pieces_possible=True, twin=False)
+    assert not single.sensitivity and dict(single.left_out)["sensitivity"].endswith("needs target_model")
+    recorded = options.resolve(local_possible=False, pieces_possible=False, twin=False)
+    assert not recorded.local and not recorded.partitioned
+    assert set(dict(recorded.left_out)) == {"local", "fix", "delegation", "curve", "impact"}
+    same = options.resolve(local_possible=True, pieces_possible=True, twin=False)
+    assert same == options and same.left_out == ()
+    fast = BisectOptions(budget="fast").resolve(local_possible=True, pieces_possible=True, twin=False)
+    assert dict(fast.left_out) == {"local": "budget='fast'", "impact": "budget='fast'", "baseline": "budget='fast'"}
+
+
+def test_the_plan_says_which_experiments_run_and_the_report_what_was_left_out():
+    from bisect_ov import bisect
+    from bisect_ov.zoo import synthetic
+
+    model = synthetic.demo()
+    inputs = synthetic.sample_inputs(model, seed=1)
+    fast = bisect(model, "CPU:f32", "EMU:f16", inputs, budget="fast", sensitivity=True, progress=False)
+    note = [n for n in fast.notes if n.startswith("Not run:")]
+    # The baseline does not apply against an emulated target: it is not listed as left out by the budget.
+    assert note == ["Not run: local errors, impact runs (budget='fast'); layer sensitivity (it ranks the quantized "
+                    "layers of a twin: it needs target_model)."]
+    assert all(n.local_error is None for n in fast.nodes)
+    full = bisect(model, "CPU:f32", "EMU:f16", inputs, progress=False)
+    assert not [n for n in full.notes if n.startswith("Not run:")]
 
 
 # ----- the engine ------------------------------------------------------------------------------------------------
@@ -158,6 +179,7 @@ def test_notes_come_from_the_records():
 
     class _Examined:
         engine = _Engine()
+        plan = make_plan(Tolerance(), ModelGraph(tiny_chain()))
 
     measurement = Measurement(stats={}, groups={}, strategy="bisection", fell_back=True)
     scored = Scored(errors={}, tolerances={}, scores=None, outputs=(),  # type: ignore[arg-type]

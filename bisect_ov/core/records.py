@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DeviceInfo", "Fix", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary",
+__all__ = ["DeviceInfo", "Fix", "ScaleFactor", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary",
            "Step", "Cause", "CAUSE_KINDS", "ToleranceInfo", "RunOptions", "InputInfo", "StageCost", "FrameworkMatch",
            "Truth", "Repro"]
 
@@ -87,6 +87,35 @@ class Fix:
     @property
     def solved(self) -> bool:
         return self.error_after <= self.tolerance
+
+
+@dataclass(frozen=True)
+class ScaleFactor:
+    """The smallest power of two for the activation scale factor (``ACTIVATIONS_SCALE_FACTOR``) that brings the
+    final error under `tolerance`, verified on `device`; `factor` is None when no factor tried does.
+
+    ``tried`` holds every (factor, final error) run, in order; the factor half as large was among them and did
+    not solve it (unless `factor` is 2, the smallest). `emulated`: verified on an emulated device, with the
+    plugin's activation scaling written out as ops (`bisect_ov.model.scaling`), not on the real plugin.
+    """
+
+    JSON_PROPERTIES = ("solved",)
+
+    factor: float | None
+    error_before: float
+    error_after: float | None
+    tolerance: float
+    tried: tuple[tuple[float, float], ...]
+    device: str
+    emulated: bool = False
+
+    @property
+    def solved(self) -> bool:
+        return self.factor is not None
+
+    def error_at(self, factor: float) -> float | None:
+        """The final error measured with `factor`, None when it was not tried."""
+        return next((e for f, e in self.tried if f == factor), None)
 
 
 @dataclass(frozen=True)

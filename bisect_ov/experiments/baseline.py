@@ -69,8 +69,10 @@ def baseline_device(comparison: Comparison, precision: str | None) -> str | None
 
 
 def rounding_baseline(engine: Engine, units: Mapping[str, tuple[str, ...]], device: str,
-                      error_of: Callable[[TensorStats], float], *, max_bytes: int | None) -> Baseline:
-    """Run the reference's model on `device` (untouched, and `units` alone fed the reference's values)."""
+                      error_of: Callable[[TensorStats], float], *, max_bytes: int | None,
+                      counts: Callable[[str, int], bool] = lambda key, port: True) -> Baseline:
+    """Run the reference's model on `device` (untouched, and `units` alone fed the reference's values); a unit's
+    local error is the largest of its outputs' for which `counts(key, port)` (`Plan.counts`)."""
     graph = engine.graph
     try:
         emulated = make_device(device)
@@ -91,7 +93,8 @@ def rounding_baseline(engine: Engine, units: Mapping[str, tuple[str, ...]], devi
                                      f"({str(err).splitlines()[0][:200]}): tolerances come from the formula alone.")
     local: dict[str, float] = {}
     for tap, stats in found.items():
-        local[tap.key] = max(local.get(tap.key, 0.0), error_of(stats))
+        if counts(tap.key, tap.port):
+            local[tap.key] = max(local.get(tap.key, 0.0), error_of(stats))
     return Baseline(device, tuple(error_of(s) for _, _, s in outputs), local)
 
 

@@ -87,7 +87,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation)
         + truth_notes(truth.record if truth is not None else None, truth.nodes if truth is not None else {},
                       session.graph),
-        fidelity=scored.fidelity, noise=scored.noise, fix=fix, delegation=findings.delegation,
+        fidelity=scored.fidelity, noise=scored.noise, fix=fix, scale_factor=findings.scale_factor,
+        delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes, session.match),
         repro_source=ReproSource(session.comparison, session.sample, session.target_runtime),
         sensitivity=tuple(findings.sensitivity),
@@ -172,7 +173,7 @@ def _generation_note(generation: Any) -> tuple[str, ...]:
 
 def _local_note(setup: Setup, examined: Examined, measurement: Measurement, findings: Findings) -> tuple[str, ...]:
     """Which nodes' local errors were measured, when the options asked for them and some were not."""
-    if not setup.options.local or setup.comparison.twin:
+    if not examined.plan.experiments.local or setup.comparison.twin:
         return ()
     measured = list(dict.fromkeys(t.key for t in measurement.stats))
     left = [k for k in measured if k not in findings.local_errors]
@@ -196,6 +197,9 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     for role, info in (("Reference", session.ref_info), ("Target", session.target_info)):
         if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
             notes.append(f"{role}: {info.note}.")
+    left_out = examined.plan.experiments.note()
+    if left_out:
+        notes.append(left_out)
     if scored.absorbed_why:
         notes.append(scored.absorbed_why)
     saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
@@ -342,6 +346,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
             inputs=tuple(k for k, _ in graph.data_inputs(key)), diagnosis=tuple(causes), runtime=runtime,
             group=tuple(dict.fromkeys(m for m in group if m != key)),
             over_samples=_over_samples(measurement.spread.get(measured_as), s.tolerance),
+            ref_absmax_samples=measurement.ref_absmax.get(key, measurement.ref_absmax.get(measured_as)),
             # A stand-in was measured where its kernel stored the values, not inside it.
             inside_kernel=kernels.kernel_of(key) if kernels is not None and key not in stand_in else None,
         ))

@@ -37,7 +37,7 @@ from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.pipeline.records import Examined, Measurement, Setup
 from bisect_ov.report.report import NodeResult
-from bisect_ov.samples.runs import node_spread
+from bisect_ov.samples.runs import NodeSpread, node_spread
 from bisect_ov.search.strategies import Results, Strategy, make_strategy
 
 __all__ = ["measure", "fidelity", "localize", "faithful_nodes", "FIDELITY_RANGE", "PREFIX_SHARE"]
@@ -101,9 +101,10 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
             limits[t.key] = max(limits.get(t.key, 0.0), plan.node(t.key, t.port))
     spread = (node_spread(engine.runner, list(measured.stats), setup.samples, partial(metric_value, metric=options.metric),
                           seed=options.seed, limits=limits)
-              if setup.samples is not None and setup.summary is not None and options.node_spread else {})
-    return Measurement(dict(measured.stats), groups, name, fell_back, spread, search.local_runs if fusion and not fell_back
-                       else {}, faithful, reproduced, dict(measured.exact), recompile)
+              if setup.samples is not None and setup.summary is not None and options.node_spread else NodeSpread())
+    return Measurement(dict(measured.stats), groups, name, fell_back, dict(spread.errors), dict(spread.ref_absmax),
+                       search.local_runs if fusion and not fell_back else {}, faithful, reproduced, dict(measured.exact),
+                       recompile)
 
 
 # A model whose weights and tensors are this small is compiled a second time beside the measurement (the noise
@@ -129,7 +130,7 @@ def _strategy(name: str, examined: Examined, diverged: Callable[[Tap, TensorStat
     engine, fusion = examined.engine, examined.plan.fusion
     return make_strategy(name, engine.comparison, diverged, runtime=engine.target_runtime,
                          untappable=engine.untappable, fusion=(fusion.boundaries, fusion.groups),
-                         refine=options.refine, local=options.local)
+                         refine=options.refine, local=examined.plan.experiments.local)
 
 
 def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | None, *, local: bool,
@@ -138,7 +139,7 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
     and on each streamed segment (see the module docstring). `recompile`: the noise check's compile may start
     beside it (`_may_recompile`)."""
     engine, options, plan = examined.engine, setup.options, examined.plan
-    can_local = local and options.local
+    can_local = local and plan.experiments.local
     done = _Driven(strategy=strategy)
     planned: dict[str, tuple[str, ...]] = {}
     if can_local and not engine.comparison.twin:  # the units streamed segments can run alone
@@ -161,7 +162,8 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
                 # reference compile is needed for them later.
                 worst: dict[str, float] = {}
                 for t, st in part.stats.items():
-                    worst[t.key] = max(worst.get(t.key, 0.0), setup.error_of(st))
+                    if plan.counts(t.key, t.port):
+                        worst[t.key] = max(worst.get(t.key, 0.0), setup.error_of(st))
                 units = {k: planned[k] for k, e in worst.items()
                          if k in planned and worth_isolating(e, plan.node(k))}
                 if units:
@@ -183,10 +185,10 @@ def _creates(setup: Setup, examined: Examined, done: _Driven, results: Results, 
     makes error of its own; nothing when local errors cannot run or the taps so far are unfaithful."""
     engine, options, plan = examined.engine, setup.options, examined.plan
     faithful = fidelity(engine.untouched.outputs, done.measured.runs, options.metric, _negligible(examined))
-    if not options.local or (faithful is not None and faithful.warning):
+    if not plan.experiments.local or (faithful is not None and faithful.warning):
         return {}
     stats = results.stats
-    errors = {(t.key, t.port): setup.error_of(st) for t, st in stats.items()}
+    errors = {(t.key, t.port): setup.error_of(st) for t, st in stats.items() if plan.counts(t.key, t.port)}
     limits = {t.key: plan.node(t.key) for t in stats}
     units = local_units(engine.comparison, stats, strategy.groups(), errors, limits)
     done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=options.tap_bytes))
@@ -248,12 +250,12 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
     must give it too, or cutting changes what the target computes). Outcome ``localized_by_partitions`` with the
     node, or ``unfaithful`` with the reason.
     """
-    engine, options = examined.engine, setup.options
+    engine = examined.engine
     graph, plain = engine.graph, rejected.plain_error
     taps = (f"exposing intermediate tensors changed the final-output error from {plain:.2e} to "
             f"{rejected.tapped_error:.2e} (fidelity {rejected.ratio:.2f}, outside [{FIDELITY_RANGE[0]}, "
             f"{FIDELITY_RANGE[1]}]), so the per-node errors do not explain the plain run")
-    limit = options.fix_tolerance
+    limit = examined.plan.experiments.fix_limit
     if limit is None:
         limit = min((examined.plan.output(key) for _, key, _ in engine.outputs), default=0.0)
 

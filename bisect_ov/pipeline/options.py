@@ -395,9 +395,9 @@ class BisectOptions:
         return bool(self.impact or self.fix or self.delegation or self.curve or self.sensitivity)
 
     def resolve(self, *, local_possible: bool, pieces_possible: bool, twin: bool,
-                weight_bytes: int | None = None) -> tuple["ResolvedOptions", tuple[str, ...]]:
-        """What runs here, decided once from the budget and what the sides can do, and notes for what was
-        switched off.
+                weight_bytes: int | None = None) -> "ResolvedOptions":
+        """What runs here, decided once from the budget and what the sides can do; what was asked for and
+        switched off is in `ResolvedOptions.left_out`, with why.
 
         Parameters
         ----------
@@ -414,31 +414,40 @@ class BisectOptions:
 
         Returns
         -------
-        tuple of (ResolvedOptions, tuple of str)
+        ResolvedOptions
             Options whose fields say what runs: `local` (local errors), `refine` (fusion groups re-measured),
             `impact`, `fix`, `delegation`, `curve`, `sensitivity` (0/False when they cannot run), `max_tap_bytes`
-            (bytes or None once `weight_bytes` is given), `noise_runs` and `node_spread`.
+            (bytes or None once `weight_bytes` is given), `noise_runs`, `node_spread` and `left_out`.
         """
         fast = self.budget == "fast"
         resolved = ResolvedOptions(**{f.name: getattr(self, f.name) for f in fields(BisectOptions)},
                                    noise_runs=self.noise and not fast, node_spread=not fast)
-        notes: list[str] = []
+        left_out: dict[str, str] = {}  # experiment asked for -> why it does not run
+
+        def leave_out(why: str, **off: Any) -> None:
+            nonlocal resolved
+            for name in off:
+                if name in _EXPERIMENT_NAMES and getattr(resolved, name) and name not in left_out:
+                    left_out[name] = why
+            resolved = replace(resolved, **off)
+
         if fast:
             # What the fast budget leaves out; noise is read from the compiles made anyway (see Engine.noise).
             # Without local errors, refining would re-measure every diverged group's members (one more compile
             # per side): the report names fusion groups instead.
-            resolved = replace(resolved, local=False, impact=0, refine=False, baseline=False)
+            leave_out("budget='fast'", local=False, impact=0, refine=False, baseline=False)
         if not local_possible and self.local:
-            resolved = replace(resolved, local=False)
+            leave_out("the target cannot run a piece fed with the reference's values (a recorded or sampled side)",
+                      local=False)
         if not twin and self.sensitivity:
-            notes.append("Layer sensitivity ranks the quantized layers of a twin; it needs target_model.")
-            resolved = replace(resolved, sensitivity=False)
+            leave_out("it ranks the quantized layers of a twin: it needs target_model", sensitivity=False)
         if not pieces_possible:
-            resolved = replace(resolved, impact=0, fix=False, fix_tolerance=None, delegation=False, curve=0,
-                               patched_model=None, sensitivity=False)
+            leave_out("a side cannot run pieces of the model (a recorded or sampled side replays whole runs)",
+                      impact=0, fix=False, fix_tolerance=None, delegation=False, curve=0, patched_model=None,
+                      sensitivity=False)
         if weight_bytes is not None and self.max_tap_bytes == "auto":
             resolved = replace(resolved, max_tap_bytes=auto_tap_bytes(weight_bytes))
-        return resolved, tuple(notes)
+        return replace(resolved, left_out=tuple(left_out.items()))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values of every option (a callable metric by its name, configs as strings)."""
@@ -490,6 +499,9 @@ class ResolvedOptions(BisectOptions):
     node_spread: bool = field(default=True, metadata={"check": check_flag, "doc": (
         "With many samples, each measured node's error is summarised over every sample (each sample runs again "
         "with the measured tensors exposed); False: the samples are only run and ranked by final-output error.")})
+    left_out: tuple[tuple[str, str], ...] = field(default=(), metadata={"check": lambda _, value: tuple(value), "doc": (
+        "(experiment option, why) for each experiment asked for that does not run here (the budget, or what the "
+        "sides can do).")})
 
     @property
     def tap_bytes(self) -> int | None:
@@ -505,6 +517,9 @@ class ResolvedOptions(BisectOptions):
 
     __hash__ = None  # type: ignore[assignment]
 
+
+# The options that switch an experiment on (`ResolvedOptions.left_out` names these).
+_EXPERIMENT_NAMES = ("local", "baseline", "impact", "fix", "delegation", "curve", "sensitivity")
 
 # The keywords of `bisect()` that are options, in the record's order.
 KEYWORDS = tuple(f.name for f in fields(BisectOptions) if f.metadata["keyword"])

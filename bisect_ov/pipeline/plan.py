@@ -6,16 +6,24 @@ It holds the tolerance model for that precision and, from it, every node's and e
 target's fusion (`Fusion`: the group boundaries, each boundary's group and local-error unit, which tensors exist
 only inside a kernel). No stage computes a tolerance or a boundary of its own: the reference's plain run, the
 measurement's search, the scoring, the experiments, the judge and the sweep read these.
+
+It says which experiments run after the measurement and why the others do not (`Experiments`: what the budget
+and the sides allow, decided by `BisectOptions.resolve`, and the rounding-only baseline, which needs the precision
+the target ran), and which tensors count toward a node's error (`Plan.counts`): all of them except the index outputs of
+an op that selects among floating values (MaxPool's and TopK's indices). Those change whenever two values within
+rounding of each other swap order, which says nothing of the arithmetic: the values the op selects are judged
+instead, and the indices are still compared and shown.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from bisect_ov.analysis.judge import MOVEMENT
 from bisect_ov.analysis.tolerance import Tolerance, node_thresholds
 from bisect_ov.engine.comparison import Comparison
+from bisect_ov.experiments.baseline import baseline_device
 from bisect_ov.experiments.local import owned_units
 from bisect_ov.model.fusion import KernelTensors, kernel_tensors
 from bisect_ov.model.graph import ModelGraph
@@ -23,7 +31,16 @@ from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 from bisect_ov.search.strategies import fusion_taps
 
-__all__ = ["Plan", "Fusion", "make_plan", "plan_fusion"]
+if TYPE_CHECKING:
+    from bisect_ov.pipeline.options import ResolvedOptions
+
+__all__ = ["Plan", "Fusion", "Experiments", "make_plan", "plan_fusion", "plan_experiments"]
+
+# What each experiment is called in the report's notes.
+EXPERIMENT_TITLES = {"local": "local errors", "baseline": "the rounding-only baseline", "impact": "impact runs",
+                     "scale_factor": "the activation scale factor search",
+                     "fix": "the fix search", "delegation": "the delegation range", "curve": "the contribution curve",
+                     "sensitivity": "layer sensitivity"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +73,77 @@ def plan_fusion(comparison: Comparison, runtime: RuntimeGraph, untappable: froze
 
 
 @dataclass(frozen=True)
+class Experiments:
+    """Which experiments run after the measurement, and why each one asked for does not.
+
+    local
+        Each measured node (or fusion group) alone on the target, fed the reference's values.
+    baseline
+        The emulated device whose rounding alone is measured (`experiments.baseline`), or None.
+    impact
+        How many suspects get an impact run.
+    fix, fix_limit
+        Whether the fix is searched, and the final-output error it must reach (None: the outputs' tolerance).
+    scale_factor
+        With the fix, against an f16 target whose device takes ``ACTIVATIONS_SCALE_FACTOR``: the smallest factor
+        that solves an overflow is searched first (`experiments.scaling`), when the reference's values leave
+        f16's range and the outputs diverge.
+    delegation, curve, sensitivity
+        The delegation range, the contribution curve's points, layer sensitivity (a twin).
+    left_out
+        (experiment, why) for each experiment that was asked for and does not run here.
+    """
+
+    local: bool = False
+    baseline: str | None = None
+    impact: int = 0
+    fix: bool = False
+    fix_limit: float | None = None
+    scale_factor: bool = False
+    delegation: bool = False
+    curve: int = 0
+    sensitivity: bool = False
+    left_out: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether some experiment runs the model partly on each side."""
+        return bool(self.impact or self.fix or self.delegation or self.curve or self.sensitivity)
+
+    @property
+    def any(self) -> bool:
+        """Whether any experiment runs."""
+        return self.local or self.partitioned
+
+    def note(self) -> str | None:
+        """One sentence for the report naming what was asked for and left out, and why; None when nothing was."""
+        if not self.left_out:
+            return None
+        by_why: dict[str, list[str]] = {}
+        for name, why in self.left_out:
+            by_why.setdefault(why, []).append(EXPERIMENT_TITLES.get(name, name))
+        parts = [f"{', '.join(names)} ({why})" for why, names in by_why.items()]
+        return "Not run: " + "; ".join(parts) + "."
+
+
+def plan_experiments(options: "ResolvedOptions", comparison: Comparison, precision: str | None) -> Experiments:
+    """The `Experiments` of a run from its resolved options (`ResolvedOptions`: the budget and what the sides
+    can do already applied) and the precision the target ran (which decides the rounding-only baseline)."""
+    applies = baseline_device(comparison, precision)  # None: no rounding-only baseline for this comparison
+    device = applies if options.baseline else None
+    left_out = tuple((name, why) for name, why in options.left_out if name != "baseline" or applies is not None)
+    scale_factor = bool(options.fix) and precision == "f16"
+    if scale_factor and comparison.target.with_activation_scale(2.0) is None:
+        scale_factor = False
+        left_out += (("scale_factor", f"{comparison.target.name} has no ACTIVATIONS_SCALE_FACTOR setting (the CPU "
+                                      "plugin refuses it; the GPU's and emulated f16 take it)"),)
+    return Experiments(local=bool(options.local), baseline=device, impact=int(options.impact), fix=bool(options.fix),
+                       fix_limit=options.fix_tolerance, scale_factor=scale_factor,
+                       delegation=bool(options.delegation), curve=int(options.curve),
+                       sensitivity=bool(options.sensitivity and comparison.twin), left_out=left_out)
+
+
+@dataclass(frozen=True)
 class Plan:
     """The tolerance model and every node's and output's tolerance, by key, and the target's fusion."""
 
@@ -64,11 +152,21 @@ class Plan:
     outputs: Mapping[str, float] = field(default_factory=dict)  # Result key -> tolerance
     movement: frozenset[str] = frozenset()  # keys of the nodes that only move values
     fusion: Fusion = field(default_factory=Fusion)
+    indices: frozenset[tuple[str, int]] = frozenset()  # (key, port): index outputs of a selection among floats
+    experiments: Experiments = field(default_factory=Experiments)
 
     def node(self, key: str, port: int = 0) -> float:
-        """The tolerance of node `key`'s output `port` (its first output's when the port has none)."""
+        """The tolerance of node `key`'s output `port` (its first output's when the port has none; infinite for
+        an index output, which never counts as diverged: see `counts`)."""
+        if (key, port) in self.indices:
+            return float("inf")
         found = self.thresholds.get((key, port))
         return found if found is not None else self.thresholds.get((key, 0), 0.0)
+
+    def counts(self, key: str, port: int = 0) -> bool:
+        """Whether output `port` of node `key` counts toward the node's error: every output but the integer
+        indices of an op that also outputs the floating values it selected (MaxPool, TopK)."""
+        return (key, port) not in self.indices
 
     def output(self, key: str) -> float:
         """The tolerance of final output `key` (a Result)."""
@@ -80,9 +178,11 @@ class Plan:
         return min(self.outputs.values(), default=0.0)
 
 
-def make_plan(tolerance: Tolerance, graph: ModelGraph, fusion: Fusion | None = None) -> Plan:
+def make_plan(tolerance: Tolerance, graph: ModelGraph, fusion: Fusion | None = None,
+              experiments: Experiments | None = None) -> Plan:
     """The plan for `graph` under `tolerance` (its precision filled in from what the sides ran), with the target's
-    `fusion` (`plan_fusion`; none known when not given)."""
+    `fusion` (`plan_fusion`; none known when not given) and the `experiments` that run (`plan_experiments`;
+    none when not given)."""
     thresholds = node_thresholds(tolerance, graph, MOVEMENT)
     outputs = {}
     for result in graph.results():
@@ -91,4 +191,18 @@ def make_plan(tolerance: Tolerance, graph: ModelGraph, fusion: Fusion | None = N
         outputs[result.key] = (thresholds[(producer, port)] if (producer, port) in thresholds
                                else tolerance.for_node(node, port))
     movement = frozenset(n.key for n in graph.candidates() if n.op_type in MOVEMENT)
-    return Plan(tolerance, thresholds, outputs, movement, fusion or Fusion())
+    return Plan(tolerance, thresholds, outputs, movement, fusion or Fusion(), index_outputs(graph),
+                experiments or Experiments())
+
+
+def index_outputs(graph: ModelGraph) -> frozenset[tuple[str, int]]:
+    """(key, port) of every integer output of a node that reads and outputs floating tensors: the indices a
+    selection (MaxPool, TopK) returns beside the values it selected."""
+    found: set[tuple[str, int]] = set()
+    for node in graph.candidates():
+        if not any(t.is_float for t in node.outputs):
+            continue
+        if not any(graph[k].outputs[p].is_float for k, p in graph.data_inputs(node.key)):
+            continue
+        found.update((node.key, t.port) for t in node.outputs if not t.is_float)
+    return frozenset(found)

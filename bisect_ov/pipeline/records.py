@@ -99,6 +99,7 @@ class Measurement:
     strategy: str
     fell_back: bool = False
     spread: dict[str, Distribution] = field(default_factory=dict)  # each node's error over the samples
+    ref_absmax: dict[str, float] = field(default_factory=dict)  # each node's largest |x| over the samples
     # Local errors measured while measuring (to decide which fusion groups to refine), by unit key; the
     # experiments reuse those whose unit did not change.
     local_runs: LocalErrors = field(default_factory=dict)

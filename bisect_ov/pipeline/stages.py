@@ -37,7 +37,7 @@ from bisect_ov.engine.engine import Engine
 from bisect_ov.engine.ledger import Clock, Ledger
 from bisect_ov.engine.runner import Runner
 from bisect_ov.engine.untouched import TargetRun, run_reference, run_target
-from bisect_ov.experiments.baseline import baseline_device, rounding_baseline
+from bisect_ov.experiments.baseline import rounding_baseline
 from bisect_ov.experiments.local import local_errors, local_units, split_known
 from bisect_ov.experiments.partitioned import (
     Findings,
@@ -48,6 +48,7 @@ from bisect_ov.experiments.partitioned import (
     suspects_for_fix,
 )
 from bisect_ov.experiments.partitioned import impact as impact_of
+from bisect_ov.experiments.scaling import find_scale_factor, least_headroom
 from bisect_ov.experiments.twin import layer_sensitivity, quantized_units, twin_tolerance
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph, weight_bytes
@@ -56,7 +57,7 @@ from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, tensor_sizes
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
-from bisect_ov.pipeline.plan import Fusion, make_plan, plan_fusion
+from bisect_ov.pipeline.plan import Fusion, make_plan, plan_experiments, plan_fusion
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.pipeline.sides import bind_sides
 from bisect_ov.report.report import OutputResult
@@ -106,7 +107,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     # What can run is decided here, once (local errors: the target runs pieces fed with the reference's values;
     # the tap budget in bytes from the weights); later stages read the resolved values.
     weights = weight_bytes(ov_model)
-    resolved, why = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,
+    resolved = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,
                                     pieces_possible=plan.pieces and plan.ref.can_run_pieces and plan.target.can_run_pieces,
                                     twin=ov_target is not None, weight_bytes=weights)
     many = as_samples(plan.inputs)
@@ -168,8 +169,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         except BaseException:
             run.close()
             raise
-        why = why + tuple(run.notes)
-    notes = tuple(plan.notes) + bound.notes + why + cast_notes
+    notes = tuple(plan.notes) + bound.notes + (tuple(run.notes) if run is not None else ()) + cast_notes
     for param, array in zip(graph.parameters(), first[0]):
         if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
             nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
@@ -230,7 +230,8 @@ def run_untouched(setup: Setup) -> Examined:
     fusion = plan_fusion(comparison, target_run.runtime, target_run.untappable)
     engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion)
     tolerance = _tolerance(options, comparison, engine.ref_info, engine.target_info)
-    return Examined(engine, make_plan(tolerance, comparison.graph, fusion))
+    return Examined(engine, make_plan(tolerance, comparison.graph, fusion,
+                                      plan_experiments(options, comparison, tolerance.precision)))
 
 
 def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo | None, target: DeviceInfo | None):
@@ -278,7 +279,8 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
     with setup.clock("score"):
-        errors = {(tap.key, tap.port): setup.error_of(s) for tap, s in measurement.stats.items()}
+        errors = {(tap.key, tap.port): setup.error_of(s) for tap, s in measurement.stats.items()
+                  if plan.counts(tap.key, tap.port)}
         exact = measurement.exact
         # An integer computation has one right answer: the two sides must agree exactly.
         tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, plan.node(tap.key))
@@ -290,9 +292,11 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
 
 
 def experiments(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored) -> Findings:
-    """Local errors, impacts, the delegation range, the contribution curve and the fix, as the options ask."""
-    engine, options = examined.engine, setup.options
-    if not (options.local or options.partitioned):
+    """Local errors, impacts, the delegation range, the contribution curve and the fix, as the plan's
+    `Experiments` say."""
+    engine, options, plan = examined.engine, setup.options, examined.plan
+    planned = plan.experiments
+    if not planned.any:
         return Findings()
     with setup.clock("experiments"):
         stats, scores = measurement.stats, scored.scores
@@ -301,37 +305,43 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
         local: dict[str, float] = {}
         twin = setup.comparison.twin
         units_run: dict[str, tuple[str, ...]] = {}
-        if options.local and measured:
+        if planned.local and measured:
             # A twin whose outputs agree needs every layer's own error only for its sensitivity or a fix.
-            every = bool(options.sensitivity or options.fix or any(o.diverged for o in scored.outputs))
+            every = bool(planned.sensitivity or planned.fix or any(o.diverged for o in scored.outputs))
             units_run = local_units(setup.comparison, stats, measurement.groups, scored.errors, scored.tolerances,
                                     every_twin_layer=every)
             found, todo = split_known(units_run, measurement.local_runs)
             if todo:
                 found.update(local_errors(engine, todo, max_bytes=options.tap_bytes))
             for tap, st in found.items():
-                local[tap.key] = max(local.get(tap.key, 0.0), setup.error_of(st))
+                if plan.counts(tap.key, tap.port):
+                    local[tap.key] = max(local.get(tap.key, 0.0), setup.error_of(st))
         baseline = None
         suspects = _origin_candidates(setup, scored, local)
-        device = baseline_device(setup.comparison, examined.tolerance.precision) if options.baseline else None
+        device = planned.baseline
         if device is not None and suspects:
             # Rounding alone for the units that could be origins: it decides whether they are.
             baseline = rounding_baseline(engine, {k: u for k, u in units_run.items() if k in suspects}, device,
-                                         setup.error_of, max_bytes=options.tap_bytes)
+                                         setup.error_of, max_bytes=options.tap_bytes, counts=plan.counts)
         runs = MixedRuns(engine, setup.error_of)
         try:
-            curve = contribution_curve(runs, options.curve) if options.curve else []
-            delegation = smallest_range(runs) if options.delegation else None
+            curve = contribution_curve(runs, planned.curve) if planned.curve else []
+            delegation = smallest_range(runs) if planned.delegation else None
             impact: dict[str, float] = {}
-            if options.impact:
+            if planned.impact:
                 suspects = [*scores.first, *[k for k in scores.ranking if scores.nodes[k].role in ("source", "amplifier")]]
                 by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)), key=lambda k: -local[k])
-                impact = _impacts(runs, list(dict.fromkeys(suspects + by_local)), units, options.impact, scored)
-            sensitivity = layer_sensitivity(engine, runs.error, local) if twin and options.sensitivity else ()
-            fix = None
-            if options.fix:
-                limit = (options.fix_tolerance if options.fix_tolerance is not None
+                impact = _impacts(runs, list(dict.fromkeys(suspects + by_local)), units, planned.impact, scored)
+            sensitivity = layer_sensitivity(engine, runs.error, local) if planned.sensitivity else ()
+            fix, scale_factor = None, None
+            if planned.fix:
+                limit = (planned.fix_limit if planned.fix_limit is not None
                          else min(o.tolerance for o in scored.outputs))
+                final = max((o.error for o in scored.outputs), default=0.0)
+                least = least_headroom(stats.values())
+                if planned.scale_factor and not final <= limit and least < 0:
+                    # The cheapest remedy first: an f16 overflow the plugin's activation scaling may cure.
+                    scale_factor = find_scale_factor(engine, setup.error_of, limit, final, least)
                 if twin and engine.match.quantized:
                     candidates = twin_fix_candidates(engine, sensitivity, local)
                     fix = find_fix(runs, candidates, limit)
@@ -344,7 +354,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
         finally:
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
-                    sensitivity=sensitivity, baseline=baseline)
+                    sensitivity=sensitivity, baseline=baseline, scale_factor=scale_factor)
 
 
 def _impacts(runs: MixedRuns, suspects: list[str], units: dict[str, tuple[str, ...]], count: int,

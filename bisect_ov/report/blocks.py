@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bisect_ov.analysis.headroom import NEAR
 from bisect_ov.report.numbers import fmt
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ __all__ = ["Block", "experiment_blocks"]
 
 @dataclass(frozen=True)
 class Block:
-    """An experiment's lines (`kind`: ``steps``, ``fix``, ``sensitivity``, ``delegation``, ``curve``,
+    """An experiment's lines (`kind`: ``steps``, ``headroom``, ``scale_factor``, ``fix``, ``sensitivity``, ``delegation``, ``curve``,
     ``kernels``, ``samples``, ``noise``); `gap`: set apart from what comes before by an empty line."""
 
     kind: str
@@ -31,8 +32,8 @@ class Block:
 
 def experiment_blocks(report: "Report") -> list[Block]:
     """The blocks of the experiments that ran, in the order the report shows them."""
-    blocks = [_steps(report), _fix(report), _sensitivity(report), _delegation(report), _curve(report),
-              _kernels(report), _samples(report), _noise(report)]
+    blocks = [_steps(report), _headroom(report), _scale_factor(report), _fix(report), _sensitivity(report), _delegation(report),
+              _curve(report), _kernels(report), _samples(report), _noise(report)]
     return [b for b in blocks if b is not None]
 
 
@@ -104,6 +105,60 @@ def _curve(report: "Report") -> Block | None:
     points = ", ".join(f"{p.fraction:.0%}: {fmt(p.error)}" for p in report.curve)
     return Block("curve", (f"Error contribution curve (share of the graph on the target: final error): {points}",),
                  gap=False)
+
+
+def _headroom(report: "Report") -> Block | None:
+    """Against an f16 target: the nodes whose reference values cross the f16 range or come within 2x of it."""
+    if not report.f16_target:
+        return None
+    ranked = report.headroom()
+    if not ranked:
+        return None
+    near = [n for n in ranked if n.f16_headroom < NEAR]
+    if not near:
+        closest = ranked[0]
+        return Block("headroom", (f"f16 headroom: every compared node's reference values stay at least 2x below "
+                                  f"65,504; the closest, '{closest.label}' ({closest.op_type}), reaches "
+                                  f"{_absmax(closest)} (headroom {closest.f16_headroom:.1f} powers of two).",))
+    over = sum(n.f16_headroom < 0 for n in near)
+    lines = [f"f16 headroom: {over} node(s) whose reference values exceed 65,504 and {len(near) - over} within 2x "
+             "of it (headroom = powers of two left; a norm downstream can hide an overflow, so these are listed "
+             "even when the outputs stay finite):"]
+    for n in near[:8]:
+        lines.append(f"  '{n.label}' ({n.op_type}, #{n.index}): max |x| {_absmax(n)}, headroom "
+                     f"{n.f16_headroom:.1f}" + (" (overflows f16)" if n.f16_headroom < 0 else ""))
+    if len(near) > 8:
+        lines.append(f"  ... {len(near) - 8} more (report.headroom(1.0))")
+    return Block("headroom", tuple(lines))
+
+
+def _scale_factor(report: "Report") -> Block | None:
+    """The activation scale factor searched for an f16 overflow: the smallest power of two that solves it."""
+    found = report.scale_factor
+    if found is None:
+        return None
+    how = ("the GPU plugin's activation scaling written out as ops" if found.emulated
+           else "the plugin's own activation scaling")
+    if found.factor is None:
+        factors = ", ".join(f"{f:g}" for f, _ in found.tried)
+        errors = ", ".join(fmt(e) for _, e in found.tried)
+        return Block("scale_factor", (
+            f"Activation scale factor: none of {factors} brings the final error under {fmt(found.tolerance)} on "
+            f"{found.device} ({how}; final errors {errors}): the values that overflow are not only between a linear "
+            "layer and a norm, where the scaling acts (values from an embedding table, a Gather, are not scaled).",))
+    smaller = found.error_at(found.factor / 2)
+    lines = [f"Activation scale factor: ACTIVATIONS_SCALE_FACTOR={found.factor:g} brings the final error from "
+             f"{fmt(found.error_before)} to {fmt(found.error_after or 0.0)} (tolerance {fmt(found.tolerance)}) on "
+             f"{found.device}, {how}"
+             + (f"; {found.factor / 2:g} does not ({fmt(smaller)})" if smaller is not None else "") + "."
+             + (" Norms written out as ops round their squares there, where a GPU's fused norm kernel may not: "
+                "the GPU may need a smaller factor." if found.emulated else ""),
+             f"  apply: core.compile_model(model, \"GPU\", {{\"ACTIVATIONS_SCALE_FACTOR\": \"{found.factor:g}\"}})"]
+    return Block("scale_factor", tuple(lines))
+
+
+def _absmax(n) -> str:
+    return fmt(n.ref_absmax if n.ref_absmax is not None else 0.0)
 
 
 def _kernels(report: "Report") -> Block | None:

@@ -39,7 +39,7 @@ RUNTIME_COLUMNS = ("ref_precision", "ref_kernel", "target_precision", "target_ke
 _KINDS: dict[str, str] = {
     "name": "string", "op_type": "string", "index": "int", "role": "string", "rank": "Int", "first": "bool",
     "diverged": "bool", "error": "float", "input_error": "float", "tolerance": "float", "times_tolerance": "float",
-    "growth": "float", "local_error": "float", "amplification": "float", "impact": "float",
+    "growth": "float", "local_error": "float", "amplification": "float", "impact": "float", "f16_headroom": "float",
     **{f"samples_{k}": "float" for k in SAMPLE_STATS}, "n_samples_over_tol": "Int",
     "ref_nan": "int", "ref_inf": "int", "target_nan": "int", "target_inf": "int",
     "causes": "list", "shape": "list", "dtype": "list", "n_outputs": "int", "tensor_names": "list",
@@ -68,7 +68,8 @@ def to_dataframe(report: "Report") -> "pd.DataFrame":
       (``NodeResult.runtime``): ``ref_precision``, ``ref_kernel``, ``target_precision``, ``target_kernel``;
     * numbers, sortable: ``error``, ``input_error``, ``tolerance``, ``times_tolerance`` (error / tolerance, a ratio),
       ``growth``, ``local_error`` (the node alone on the target, fed the reference's inputs),
-      ``amplification``, ``impact`` (final-output error with only this node on the target),
+      ``amplification``, ``impact`` (final-output error with only this node on the target), ``f16_headroom``
+      (powers of two the node's reference values stay below 65,504: under 1 within 2x of overflowing f16),
       ``samples_mean``/``samples_p50``/``samples_p90``/``samples_max`` (error over many samples) as float64,
       and ``n_samples_over_tol`` (a count: on how many samples the node is over its tolerance) as nullable ``Int64``,
       ``NaN`` where the experiment did not run (``inf`` and ``nan`` errors stay as they are); ``index``
@@ -116,7 +117,7 @@ def _row(n: "NodeResult") -> dict[str, Any]:
         "name": n.name, "op_type": n.op_type, "index": n.index, "role": n.role, "rank": n.rank,
         "first": bool(n.first), "diverged": n.diverged, "error": n.error, "input_error": n.input_error,
         "tolerance": n.tolerance, "times_tolerance": ratio, "growth": n.growth, "local_error": n.local_error,
-        "amplification": n.amplification, "impact": n.impact,
+        "amplification": n.amplification, "impact": n.impact, "f16_headroom": n.f16_headroom,
         **{f"samples_{k}": (n.over_samples or {}).get(k) for k in SAMPLE_STATS},
         "n_samples_over_tol": (n.over_samples or {}).get("over_tolerance"),
         **counts,

@@ -23,6 +23,7 @@ import os
 import pathlib
 from typing import TYPE_CHECKING, Any, Iterable
 
+from bisect_ov.analysis.headroom import NEAR
 from bisect_ov.core.extras import install_hint
 from bisect_ov.core.fileio import write_text_atomic
 from bisect_ov.report.numbers import fmt, fmt_growth
@@ -280,7 +281,7 @@ def _plots(report: "Report") -> str:
         return ('<p class="note plots-missing">No plots on this page: they need matplotlib, which is not installed '
                 f'where it was written. Install it (<code>{e(install_hint("plot"))}</code>) and save the page '
                 "again to see the error along depth and the graph around the first divergence.</p>")
-    from bisect_ov.report.plots import MAX_NEIGHBOURS, figure_to_png_base64, plot_errors, plot_neighbourhood
+    from bisect_ov.report.plots import MAX_NEIGHBOURS, figure_to_png_base64, plot_errors, plot_headroom, plot_neighbourhood
 
     out = []
     try:
@@ -292,6 +293,16 @@ def _plots(report: "Report") -> str:
     except Exception as err:  # a plotting problem must not cost the user the page
         log.warning("The error plot of the HTML report failed: %s", err, exc_info=True)
         out.append(f'<p class="note">The error plot could not be drawn: {e(type(err).__name__)}: {e(err)}</p>')
+    if report.f16_target and report.headroom(NEAR):
+        try:
+            img = figure_to_png_base64(plot_headroom(report))
+            out.append('<h2>f16 headroom</h2><figure><img alt="f16 headroom of every compared node along the '
+                       f'topological order" src="data:image/png;base64,{img}"><figcaption>Powers of two between each '
+                       "node's largest magnitude on the reference and 65,504, the largest f16 value; red points are "
+                       "within 2x of it or over (below 0 the values do not fit f16).</figcaption></figure>")
+        except Exception as err:
+            log.warning("The headroom plot of the HTML report failed: %s", err, exc_info=True)
+            out.append(f'<p class="note">The headroom plot could not be drawn: {e(type(err).__name__)}: {e(err)}</p>')
     first = report.first_divergence
     if first is not None:
         try:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bisect_ov.analysis.headroom import NEAR
 from bisect_ov.core.extras import install_hint
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     from bisect_ov.report.report import NodeResult, Report
 
-__all__ = ["plot_errors", "plot_values", "plot_neighbourhood", "figure_to_png_base64", "ROLE_COLORS"]
+__all__ = ["plot_errors", "plot_headroom", "plot_values", "plot_neighbourhood", "figure_to_png_base64", "ROLE_COLORS"]
 
 # Colours by role, shared with the HTML page.
 ROLE_COLORS = {
@@ -200,6 +201,50 @@ def plot_errors(report: "Report", ax: "Axes | None" = None) -> "Figure":
     ax.set_title(f"Error along depth: {report.ref.label} \u2192 {report.target.label}", fontsize=10, loc="left",
                  parse_math=False)
     ax.legend(fontsize=7, loc="upper left", ncols=4, frameon=False)
+    return fig
+
+
+def plot_headroom(report: "Report", ax: "Axes | None" = None) -> "Figure":
+    """Each compared node's f16 headroom along the topological order (`NodeResult.f16_headroom`: powers of two
+    between its largest magnitude on the reference and 65,504).
+
+    A line at 0 (the f16 limit) and a dotted one at 1 (within 2x of it); points under 1 are red and the lowest
+    are labelled. Nodes without floating outputs are left out; all-zero ones (infinite headroom) are drawn at the
+    top. Meaningful for any target (what the reference computes), written for f16 ones.
+    """
+    Figure = _require_matplotlib()
+    if ax is None:
+        fig = Figure(figsize=(10, 3.2), layout="constrained")
+        ax = fig.add_subplot(1, 1, 1)
+    else:
+        fig = ax.figure
+    nodes = [n for n in report.nodes if not math.isnan(n.f16_headroom)]
+    if not nodes:
+        ax.text(0.5, 0.5, "no compared node with floating outputs", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return fig
+    finite = [n.f16_headroom for n in nodes if math.isfinite(n.f16_headroom)]
+    top = max(finite + [NEAR + 1.0]) + 1.0
+    bottom = min(finite + [0.0]) - 1.0
+    x = np.array([n.index for n in nodes], dtype=np.float64)
+    y = np.array([min(max(n.f16_headroom, bottom), top) for n in nodes], dtype=np.float64)
+    ax.plot(x, y, color="#78909c", linewidth=1.0, marker=".", markersize=3, label="headroom (powers of two)", zorder=3)
+    near = [i for i, n in enumerate(nodes) if n.f16_headroom < NEAR]
+    if near:
+        ax.scatter(x[near], y[near], s=36, color=ROLE_COLORS["source"], edgecolors="white", linewidths=0.5,
+                   label=f"within 2x of 65,504 or over ({len(near)})", zorder=4)
+    ax.axhline(0.0, color="#b71c1c", linewidth=1.0, label="f16 limit (65,504)", zorder=2)
+    ax.axhline(NEAR, color="#b71c1c", linewidth=0.8, linestyle=":", zorder=2)
+    for k, i in enumerate(sorted(near, key=lambda i: y[i])[:4]):
+        ax.annotate(_short(nodes[i].name), (x[i], y[i]), xytext=(10, -14 - 6 * k), textcoords="offset points",
+                    fontsize=8, color=ROLE_COLORS["source"], parse_math=False,
+                    arrowprops={"arrowstyle": "-", "color": "#9e9e9e", "linewidth": 0.6})
+    ax.set_ylim(bottom, top)
+    ax.set_xlabel("topological index of the node")
+    ax.set_ylabel("log2(65,504 / max |x|)")
+    ax.grid(True, which="major", axis="y", color="#eeeeee")
+    ax.set_title(f"f16 headroom on the reference ({report.ref.label})", fontsize=10, loc="left", parse_math=False)
+    ax.legend(fontsize=7, loc="upper right", ncols=3, frameon=False)
     return fig
 
 

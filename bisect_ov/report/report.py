@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from bisect_ov.analysis.diagnosis import kernel_difference
+from bisect_ov.analysis.headroom import headroom
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core import codec
 from bisect_ov.core.errors import InputError
@@ -45,6 +46,7 @@ from bisect_ov.core.records import (
     Repro,
     RunOptions,
     SamplesSummary,
+    ScaleFactor,
     StageCost,
     Step,
     ToleranceInfo,
@@ -94,6 +96,8 @@ class NodeResult:
     amplification: float | None = None  # error / input_error: how much it magnifies what it inherited
     impact: float | None = None  # final-output error when only this node runs on the target
     over_samples: dict[str, float] = field(default_factory=dict)  # error over many samples: mean, p50, p90, max
+    # With many samples: the largest |x| of its floating outputs on the reference over all of them.
+    ref_absmax_samples: float | None = None
     # Its local error with rounding alone (the emulated device of the target's precision): what it should make.
     expected_error: float | None = None
     inside_kernel: str | None = None  # the untouched target's fused kernel its tensor exists only inside
@@ -141,6 +145,25 @@ class NodeResult:
             "ref_nan": sum(s.ref_nan for s in self.outputs), "ref_inf": sum(s.ref_inf for s in self.outputs),
             "target_nan": sum(s.target_nan for s in self.outputs), "target_inf": sum(s.target_inf for s in self.outputs),
         }
+
+    @property
+    def ref_absmax(self) -> float | None:
+        """The largest magnitude of the node's floating outputs on the reference (over every sample when many ran:
+        `ref_absmax_samples`); None for a node without floating outputs."""
+        values = [s.ref_absmax for s in self.outputs if not s.integer]
+        if not values:
+            return None
+        if self.ref_absmax_samples is not None:
+            values.append(self.ref_absmax_samples)
+        return max(values, key=lambda v: math.inf if math.isnan(v) else v)
+
+    @property
+    def f16_headroom(self) -> float:
+        """Powers of two between `ref_absmax` and the largest finite f16 value (`bisect_ov.analysis.headroom`):
+        below 1 the values are within 2x of overflowing f16, below 0 they do not fit it; NaN for a node without
+        floating outputs."""
+        absmax = self.ref_absmax
+        return math.nan if absmax is None else headroom(absmax)
 
     @property
     def stats(self) -> TensorStats | None:
@@ -217,6 +240,8 @@ class Report:
     fidelity: Fidelity | None = None
     noise: Noise | None = None
     fix: Fix | None = None
+    # With fix=True against an f16 target that overflows: the smallest activation scale factor that solves it.
+    scale_factor: ScaleFactor | None = None
     delegation: Delegation | None = None
     curve: tuple[CurvePoint, ...] = ()
     samples: SamplesSummary | None = None
@@ -271,6 +296,27 @@ class Report:
             return {"reference": ref, "target": target}
         one = ref or target or self.openvino_version
         return {"both": one} if one else {}
+
+    @property
+    def f16_target(self) -> bool:
+        """Whether the target ran f16 (real or emulated): then each node's `NodeResult.f16_headroom` says how close
+        its values come to overflowing, and the report lists the closest (`headroom`)."""
+        return self.target.precision == "f16"
+
+    def headroom(self, below: float | None = None) -> list[NodeResult]:
+        """The compared nodes with floating outputs, the least f16 headroom first (those that cross the f16 range
+        and those within 2x of it come first, even when every output stays finite: a norm can hide an
+        overflow); with `below`, only those whose headroom is under it (``report.headroom(1.0)``: within 2x).
+
+        Examples
+        --------
+        >>> [(n.name, round(n.f16_headroom, 1)) for n in report.headroom(1.0)]   # doctest: +SKIP
+        [('encoder.block.1.layer.1.DenseReluDense.wo', -0.6), ...]
+        """
+        nodes = [n for n in self.nodes if not math.isnan(n.f16_headroom)]
+        if below is not None:
+            nodes = [n for n in nodes if n.f16_headroom < below]
+        return sorted(nodes, key=lambda n: (n.f16_headroom, n.index))
 
     @property
     def first_divergences(self) -> tuple[NodeResult, ...]:
@@ -398,6 +444,13 @@ class Report:
         from bisect_ov.report.plots import plot_errors
 
         return plot_errors(self, ax)
+
+    def plot_headroom(self, ax=None):
+        """Each node's f16 headroom along the topological order, the nodes within 2x of 65,504 marked (needs
+        matplotlib)."""
+        from bisect_ov.report.plots import plot_headroom
+
+        return plot_headroom(self, ax)
 
     def plot_neighbourhood(self, name: str, *, radius: int = 1):
         """The graph around a node, coloured by error (needs matplotlib)."""

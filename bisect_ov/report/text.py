@@ -25,7 +25,8 @@ __all__ = ["render_text", "verdict_lines", "experiment_lines", "output_lines", "
 
 # When the table is wider than the page: the columns left out first (the least needed to read a row); rank,
 # node, error and role always stay.
-DROP_ORDER = ("target ran", "nan/inf", "shape", "over tol", "x rounding", "impact", "local", "growth", "inputs", "tol", "#", "op")
+DROP_ORDER = ("target ran", "nan/inf", "shape", "headroom",
+              "over tol", "x rounding", "impact", "local", "growth", "inputs", "tol", "#", "op")
 # Columns narrowed (to the least width given) before any is left out: kernel names or shapes, names, op types.
 _NARROWED = (("last", 12), ("node", 16), ("op", 8))
 _LEFT = ("node", "op", "role")  # left-aligned, and the last column (text that may be cut); numbers go right

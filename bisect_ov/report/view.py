@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
+from bisect_ov.analysis.headroom import NEAR
 from bisect_ov.core.records import Cause, DeviceInfo, Fidelity, StageCost, ToleranceInfo
 from bisect_ov.report.blocks import Block, experiment_blocks
 from bisect_ov.report.numbers import fmt, fmt_growth
@@ -35,10 +36,12 @@ __all__ = ["view", "View", "Verdict", "FirstDivergence", "SamplesOver", "Fact", 
            "samples_over", "inside_kernel_text", "kernel_output", "INSIDE_MARK", "INSIDE_LEGEND"]
 
 COLUMNS = ("rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "x rounding", "impact", "over tol",
-           "role", "shape", "nan/inf", "target ran")
+           "headroom", "role", "shape", "nan/inf", "target ran")
 # Left out when no culprit has a value; "over tol": on how many of the samples the node is over its tolerance;
-# "x rounding": its local error over what rounding alone gives it (the rounding-only baseline).
-OPTIONAL_COLUMNS = ("local", "x rounding", "impact", "over tol", "nan/inf", "target ran")
+# "x rounding": its local error over what rounding alone gives it (the rounding-only baseline); "headroom":
+# against an f16 target where some node comes within 2x of 65,504, the powers of two its reference values stay
+# below that (`NodeResult.f16_headroom`).
+OPTIONAL_COLUMNS = ("local", "x rounding", "impact", "over tol", "headroom", "nan/inf", "target ran")
 # diverges: error starts at named nodes; accumulates: over tolerance at the outputs with no single source;
 # absorbed: nodes over their tolerance, outputs within theirs; no_divergence: every node within its tolerance.
 # When the taps changed what the target computed (the fidelity check failed): localized_by_partitions: error
@@ -220,9 +223,12 @@ def view(report: "Report") -> View:
     if report.target_model and report.coverage is not None:
         coverage = _labelled("coverage", "Coverage", f"{report.coverage:.0%} of the model's compute nodes compared "
                                                      "with the twin (directly or inside a kernel the target fused)")
+    # The headroom column when the target ran f16 and some node comes within 2x of its range (else the headroom
+    # block's one line says how far the closest stays).
+    near = report.f16_target and bool(report.headroom(NEAR))
     return View(report=report, title=title, verdict=verdict(report),
                 sides=(side("ref", report.ref), side("target", report.target)),
-                tolerance=tolerance_facts(report.tolerance), culprits=tuple(culprit_row(n) for n in report.culprits),
+                tolerance=tolerance_facts(report.tolerance), culprits=tuple(culprit_row(n, f16=near) for n in report.culprits),
                 experiments=tuple(experiment_blocks(report)), coverage=coverage, footer=tuple(footer(report)))
 
 
@@ -471,15 +477,21 @@ def _over_rounding(n: "NodeResult") -> str:
     return fmt_growth(n.local_error / max(n.expected_error, 1e-7))
 
 
-def culprit_row(n: "NodeResult") -> CulpritRow:
-    """A culprit's cells, one per `COLUMNS` entry (``-`` where there is nothing)."""
+def _headroom(n: "NodeResult") -> str:
+    room = n.f16_headroom
+    return "-" if math.isnan(room) else "inf" if math.isinf(room) and room > 0 else f"{room:.1f}"
+
+
+def culprit_row(n: "NodeResult", *, f16: bool = False) -> CulpritRow:
+    """A culprit's cells, one per `COLUMNS` entry (``-`` where there is nothing; the headroom only when the target
+    ran `f16`)."""
     shape = "x".join(str(d) for d in n.shapes[0]) if n.shapes and n.shapes[0] is not None else "?"
     dtypes = ",".join(sorted({_SHORT_DTYPES.get(d, d) for d in n.dtypes}))
     counts = samples_over(n)
     return CulpritRow(n, (
         str(n.rank), n.label, n.op_type, str(n.index), fmt(n.error), fmt(n.input_error), fmt(n.tolerance),
         fmt_growth(n.growth), fmt(n.local_error), _over_rounding(n), fmt(n.impact),
-        "-" if counts is None else f"{counts[0]}/{counts[1]}",
+        "-" if counts is None else f"{counts[0]}/{counts[1]}", _headroom(n) if f16 else "-",
         n.role + ("*" if n.first else "") + (INSIDE_MARK if n.inside_kernel else ""), f"{shape} {dtypes}",
         _nan_inf(n), _runtime(n),
     ))

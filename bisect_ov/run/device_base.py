@@ -85,6 +85,12 @@ class Device:
     def can_run_pieces(self) -> bool:
         return not (self.recorded or self.sampled)
 
+    def with_activation_scale(self, factor: float) -> "Device | None":
+        """This device compiling with the activation scale factor `factor` (``ACTIVATIONS_SCALE_FACTOR``: the
+        values between each Convolution/MatMul and the next norm kept `factor` times smaller); None when the
+        device has no such setting (the CPU plugin refuses it, a recorded run cannot recompute)."""
+        return None
+
     def provides(self, graph) -> frozenset | None:
         """The tensors (`Tap`s of `graph`) this device has values for; None: every tensor of the model.
 

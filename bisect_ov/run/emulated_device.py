@@ -45,11 +45,29 @@ class EmulatedDevice(OpenVINODevice):
         self.precision = precision
         self.reductions = reductions
         self.lanes = lanes
+        self.activation_scale: float | None = None
+
+    def with_activation_scale(self, factor: float) -> "EmulatedDevice | None":
+        """This emulated device applying the activation scaling a GPU applies for ``ACTIVATIONS_SCALE_FACTOR``
+        (`bisect_ov.model.scaling`, written from the plugin's documented behaviour) before rounding; None for
+        bf16, whose range is f32's (the plugin scales f16 only)."""
+        if self.precision != "f16":
+            return None
+        from bisect_ov.model.scaling import SCALE_FACTOR_PROPERTY
+
+        scaled = EmulatedDevice(self.precision, reductions=self.reductions, lanes=self.lanes,
+                                name=f"{self.name} ({SCALE_FACTOR_PROPERTY}={factor:g}, emulated)")
+        scaled.activation_scale = float(factor)
+        return scaled
 
     def _compile(self, model: ov.Model, taps: tuple[int, ...] = (), fed: tuple[int, ...] = (), *,
                  extra: dict[str, str] | None = None) -> OpenVINOCompiled:
         from bisect_ov.run.emulate import emulate_precision  # the rewrite is heavy to import only when used
 
+        if self.activation_scale is not None:
+            from bisect_ov.model.scaling import scale_activations
+
+            model = scale_activations(model, self.activation_scale)
         emulated = emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes)
         # Runs in f32 and rounds at every boundary itself: tap outputs stay f32.
         without = ""

@@ -223,6 +223,17 @@ class OpenVINODevice(Device):
             return listed[0], _own_properties(listed[0], self.config)
         return self.device, self.config
 
+    def with_activation_scale(self, factor: float) -> "OpenVINODevice | None":
+        """This device with ``ACTIVATIONS_SCALE_FACTOR`` set, when its plugin lists the property (the GPU's does,
+        the CPU's does not)."""
+        from bisect_ov.model.scaling import SCALE_FACTOR_PROPERTY
+
+        device = self.runs_on[0]
+        if not supports_property(device, SCALE_FACTOR_PROPERTY):
+            return None
+        return OpenVINODevice(self.device, {**self.config, SCALE_FACTOR_PROPERTY: _factor_text(factor)},
+                              name=f"{self.name} ({SCALE_FACTOR_PROPERTY}={_factor_text(factor)})")
+
     @property
     def activation_precision(self) -> str:
         """The precision this device will store activations in, predicted before compiling."""
@@ -410,6 +421,11 @@ def _check_device(device: str) -> None:
         f"Unknown device '{device}'. Available: {available}. "
         "Pass a device name from ov.Core().available_devices, or an emulated one such as 'EMU:f16'."
     )
+
+
+def _factor_text(factor: float) -> str:
+    """``16`` for 16.0: how the property's value is written."""
+    return f"{factor:g}"
 
 
 def supports_property(device: str, prop: str) -> bool:

@@ -119,6 +119,7 @@ class BatchResult:
     spread: dict[str, Distribution] = field(default_factory=dict)
     worker: str = ""
     first_over: dict[int, str] = field(default_factory=dict)  # sample -> first tap key over its limit ("" none)
+    ref_absmax: dict[str, float] = field(default_factory=dict)  # tap key -> largest |x| of its floating outputs
 
 
 # ----- one batch ----------------------------------------------------------------------------------------------
@@ -163,7 +164,10 @@ def execute(plan: Plan, batch: Batch, compiled: tuple[Any, Any], models: tuple[o
                                            functools.partial(target_c.infer, target_in))
             seen: dict[str, float] = {}
             for key, ri, ti in zip(plan.tap_keys, plan.ref_tap_outputs, plan.target_tap_outputs):
-                seen[key] = _worse(seen.get(key), plan.metric(compare(ref_out[ri], target_out[ti])))
+                stats = compare(ref_out[ri], target_out[ti])
+                seen[key] = _worse(seen.get(key), plan.metric(stats))
+                if not stats.integer:  # what each node's values reach on the reference (its f16 headroom)
+                    result.ref_absmax[key] = _worse(result.ref_absmax.get(key), stats.ref_absmax)
             for key, value in seen.items():
                 result.spread.setdefault(key, Distribution()).add(value, i)
             if plan.limits:

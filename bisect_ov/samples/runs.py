@@ -25,7 +25,7 @@ import logging
 import math
 import pickle
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import openvino as ov
@@ -40,7 +40,7 @@ from bisect_ov.samples.batches import Batch, BatchResult, ModelPayload, Plan, ex
 from bisect_ov.samples.executors import Inline, RayExecutor, executor_width, open_executor
 from bisect_ov.samples.sources import RunLog, Samples, SampleSummary
 
-__all__ = ["SampleRun", "node_spread", "run_samples"]
+__all__ = ["SampleRun", "NodeSpread", "node_spread", "run_samples"]
 
 log = logging.getLogger(__name__)
 
@@ -280,16 +280,17 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
 
 def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
                 error_of: Callable[[TensorStats], float], *, seed: int = 0,
-                limits: Mapping[str, float] | None = None) -> dict[str, Distribution]:
+                limits: Mapping[str, float] | None = None) -> NodeSpread:
     """Error of each tapped node over all samples, merged over the batches (`Distribution.summary` gives mean,
-    median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit).
+    median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit), and
+    the largest magnitude each node's floating outputs reach on the reference over all samples.
 
     With `limits` (a tolerance per node key), each sample's first node in graph order over its limit is kept
     in ``run.first_over`` (sample index -> node key, "" when none is)."""
     graph = runner.graph
     taps = sorted((t for t in taps if t in runner.target_of), key=lambda t: (graph[t.key].index, t.port))
     if not taps or len(run.samples) < 2:
-        return {}
+        return NodeSpread()
     ref_tapped = tap_model(runner.graph, taps)
     target_tapped = tap_model(runner.target_graph, [runner.target_of[t] for t in taps])
     remote = run.remote(runner)
@@ -311,11 +312,23 @@ def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
     if lost:
         run.log.spread_missing.extend(lost)
     merged: dict[str, Distribution] = {}
+    absmax: dict[str, float] = {}
     for result in results:  # in batch order; the merge is exact, so any order gives these figures
         for key, dist in result.spread.items():
             merged[key] = merged[key].merge(dist) if key in merged else dist
+        for key, value in result.ref_absmax.items():
+            absmax[key] = max(absmax.get(key, value), value, key=lambda v: math.inf if math.isnan(v) else v)
         run.first_over.update(result.first_over)
-    return merged
+    return NodeSpread(merged, absmax)
+
+
+@dataclass(frozen=True)
+class NodeSpread:
+    """What the per-node pass over many samples found: each tapped node's error distribution (by key) and the
+    largest magnitude its floating outputs reached on the reference over every sample (its f16 headroom)."""
+
+    errors: Mapping[str, Distribution] = field(default_factory=dict)
+    ref_absmax: Mapping[str, float] = field(default_factory=dict)
 
 
 def _count_runs(runner: Runner, samples: int) -> None:

@@ -88,3 +88,44 @@ def test_a_movement_op_carries_its_producer_s_tolerance_unless_the_user_set_one(
     assert node_thresholds(Tolerance(precision="bf16", value=1e-3), graph, MOVEMENT)[(keys["t"], 0)] == 1e-3
     per_node = node_thresholds(Tolerance(precision="bf16", per_node={"t": 5e-4}), graph, MOVEMENT)
     assert per_node[(keys["t"], 0)] == 5e-4
+
+
+def _pool_with_ties():
+    """x * 1 -> MaxPool (values and i64 indices) -> Relu, and an input whose every 2x2 window holds four values
+    within f16's rounding of each other (the largest last): on f16 they tie, so the indices change."""
+    import numpy as np
+    import openvino as ov
+    from openvino import opset8
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, 4, 8, 8], np.float32, name="x")
+    scaled = ops.multiply(x, ops.constant(np.float32(1.0)), name="scale")
+    pool = opset8.max_pool(scaled, [2, 2], [1, 1], [0, 0], [0, 0], [2, 2], index_element_type="i64", name="pool")
+    act = ops.relu(pool.output(0), name="act")
+    rng = np.random.default_rng(0)
+    coarse = rng.uniform(1, 2, (1, 4, 4, 4)).astype(np.float32)
+    values = np.repeat(np.repeat(coarse, 2, 2), 2, 3) + np.tile(np.array([[0, 1e-4], [2e-4, 3e-4]], np.float32), (4, 4))
+    return ov.Model([act.output(0)], [x], "pool_ties"), {"x": values}
+
+
+def test_a_selection_s_indices_do_not_count_toward_its_error():
+    from bisect_ov import bisect, inject_fault
+    from bisect_ov.analysis.tolerance import Tolerance
+    from bisect_ov.model.graph import ModelGraph
+    from bisect_ov.pipeline.plan import make_plan
+
+    model, inputs = _pool_with_ties()
+    graph = ModelGraph(model)
+    pool = next(n for n in graph if n.name == "pool")
+    plan = make_plan(Tolerance(precision="f16"), graph)
+    assert not plan.counts(pool.key, 1) and plan.counts(pool.key, 0) and plan.node(pool.key, 1) == float("inf")
+
+    clean = bisect(model, "CPU:f32", "EMU:f16", inputs, progress=False)
+    node = clean.node("pool")
+    assert node.outputs[1].mismatches > 0  # the ties did change the indices; they are still compared and shown
+    assert not node.diverged and not clean.diverges and node.error == pytest.approx(node.outputs[0].rel_l2)
+
+    faulty = bisect(model, "CPU:f32", "EMU:f16", inputs, progress=False,
+                    target_model=inject_fault(model, "scale", kind="scale", magnitude=0.2))
+    assert [n.name for n in faulty.first_divergences] == ["scale"]
+    assert faulty.node("pool").role == "inherits"  # not an amplifier for indices that moved with ties

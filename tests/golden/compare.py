@@ -139,7 +139,7 @@ _NEW_IN = {3: (("nodes", "diagnosis", "numbers"),)}
 # Fields added since with a default (no new schema version): left out of both sides when the saved report was
 # written before them, as the upgrade fills in the default rather than what the run would have recorded.
 _ADDED = (("ref", "openvino_version"), ("target", "openvino_version"), ("fix", "minimal"), ("ref", "recorded"),
-          ("target", "recorded"))
+          ("target", "recorded"), ("nodes", "ref_absmax_samples"))
 
 
 def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -149,7 +149,7 @@ def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, An
     from bisect_ov.report.upgrade import upgrade
 
     version = saved.get("schema_version")
-    absent = [path for path in _ADDED if path[-1] not in (saved.get(path[0]) or {})]
+    absent = [path for path in _ADDED if not _has(saved.get(path[0]), path[-1])]
     # Decoded without `Report.from_dict`'s check of unique node keys: normalized names (`Multiply_#`) can repeat.
     saved, new = (normalized(codec.from_dict(Report, upgrade(d, d["schema_version"]), where="report"))
                   for d in (saved, new))
@@ -162,6 +162,13 @@ def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, An
                 for d in (saved, new):
                     _drop(d, path)
     return saved, new
+
+
+def _has(value: Any, key: str) -> bool:
+    """Whether `value` (a dict, or a list of them: every node) holds `key`."""
+    if isinstance(value, list):
+        return any(isinstance(item, dict) and key in item for item in value)
+    return isinstance(value, dict) and key in value
 
 
 def _drop(value: Any, path: tuple[str, ...]) -> None:

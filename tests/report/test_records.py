@@ -48,7 +48,8 @@ def test_a_schema_1_report_loads_into_typed_records_and_renders_as_before():
     s = report.samples
     assert isinstance(s, SamplesSummary) and (s.count, s.k, s.topk_misses, s.top1_flipped) == (2, 5, 0, (0, 1))
     # The text rendered from this file, kept beside it (as the schema-1 code rendered it, but the culprit table
-    # fitted without padding and the tolerance line naming the growth a source needs).
+    # fitted without padding, the tolerance line naming the growth a source needs, and the f16 headroom line that
+    # the statistics it holds give).
     assert report.to_text(width=120) == (DATA / "report_v1.txt").read_text()
     assert report.schema_version == SCHEMA_VERSION == 4
     assert report.tolerance == ToleranceInfo(precision="f16") and report.options is None and report.costs == {}

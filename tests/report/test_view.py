@@ -142,7 +142,7 @@ def test_every_width_from_40_renders_and_no_line_is_longer(report):
 
 def test_a_narrow_table_keeps_rank_node_error_and_role():
     row = ("12", "model.layers.3.self_attn/" * 3, "SquaredDifference", "35", "5.8e-01", "4.0e-04", "3.9e-03",
-           "1.46e+03x", "6.1e-01", "52x", "2.3e-01", "5/8", "source*", "1x16x32x32 f32", "0/0 -> 3/0",
+           "1.46e+03x", "6.1e-01", "52x", "2.3e-01", "5/8", "-0.6", "source*", "1x16x32x32 f32", "0/0 -> 3/0",
            "f16 jit_avx512_core_f16_kernel +3 fused")
     header, rows = COLUMNS, [row, row]
     for width in (40, 60, 90):
@@ -152,7 +152,7 @@ def test_a_narrow_table_keeps_rank_node_error_and_role():
         assert all(len(line) <= width for line in lines), (width, lines)
     wide = fit_table(header, rows, 10_000)
     assert wide[0].split() == ["rank", "node", "op", "#", "error", "inputs", "tol", "growth", "local", "x", "rounding",
-                               "impact", "over", "tol", "role", "shape", "nan/inf", "target", "ran"]
+                               "impact", "over", "tol", "headroom", "role", "shape", "nan/inf", "target", "ran"]
 
 
 def test_the_culprit_table_gives_no_column_more_room_than_its_cells():
