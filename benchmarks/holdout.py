@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None, *, table: dict | None = None,
         base = first.setdefault(arch, output)
         diff = float(np.max(np.abs(output - base)) / (np.max(np.abs(base)) or 1.0)) if base.shape == output.shape else np.inf
         print(f"{name:<24} {len(model.get_ops()):>6} {seconds:>8.1f} {diff:>9.1e}  {meta['converter']}", flush=True)
-    print(f"{len(args.names or HOLDOUT) - len(failed)} built, {len(failed)} failed" + (f": {failed}" if failed else ""))
+    print(f"{len(args.names or table) - len(failed)} built, {len(failed)} failed" + (f": {failed}" if failed else ""))
     return 1 if failed else 0
 
 
