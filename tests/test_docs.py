@@ -126,3 +126,11 @@ def test_the_pages_a_new_user_looks_for_cover_their_questions(page, topics):
 
 def test_there_is_a_changelog():
     assert (ROOT / "CHANGELOG.md").read_text(encoding="utf-8").startswith("# Changelog")
+
+
+def test_the_license_file_is_the_one_the_package_declares():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["license"]["text"]
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert declared == "Apache-2.0" and "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text  # the whole text, not a pointer to it
