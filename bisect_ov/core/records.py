@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DeviceInfo", "Fix", "ScaleFactor", "Delegation", "CurvePoint", "LayerSensitivity", "Fidelity", "Noise", "SamplesSummary",
+__all__ = ["DeviceInfo", "Fix", "ScaleFactor", "Clamp", "RemedyCost", "Delegation", "CurvePoint", "LayerSensitivity",
+           "Fidelity", "Noise", "SamplesSummary",
            "Step", "Cause", "CAUSE_KINDS", "ToleranceInfo", "RunOptions", "InputInfo", "StageCost", "FrameworkMatch",
            "Truth", "Repro"]
 
@@ -90,6 +91,56 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class RemedyCost:
+    """What a remedy costs on the target: the latency of the model with the remedy applied (`seconds`) against the
+    untouched model's (`untouched_seconds`), each the median of `repeats` inferences of the examined sample after a
+    warm-up, on `device`. `emulated`: the device is emulated, so the cost is the CPU's running the emulation, not
+    the real device's."""
+
+    JSON_PROPERTIES = ("slowdown",)
+
+    seconds: float
+    untouched_seconds: float
+    repeats: int
+    device: str
+    emulated: bool = False
+
+    @property
+    def slowdown(self) -> float:
+        """How many times the untouched model's latency the remedy's is."""
+        return self.seconds / self.untouched_seconds if self.untouched_seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class Clamp:
+    """Clamps after the nodes whose values leave the target's range (`bisect_ov.model.clamping`): each node of
+    `bounds` has its floating outputs kept within ``[-bound, bound]``, the whole patched model run on `device` and
+    its final error (`error_after`) compared with `tolerance`.
+
+    The nodes are the overflow's origins: nodes whose reference values exceed the target's largest finite value,
+    or whose target outputs gain NaN/Inf from finite inputs, and whose inputs do neither. The bound is the largest
+    value the reference reaches there, at most the target's largest finite value. When the clamps solve it, each
+    was dropped in turn and kept only when the rest no longer did (`bounds` is 1-minimal). `runs`: the patched
+    models run.
+    """
+
+    JSON_PROPERTIES = ("solved",)
+
+    bounds: tuple[tuple[str, float], ...]
+    error_before: float
+    error_after: float
+    tolerance: float
+    device: str
+    emulated: bool = False
+    runs: int = 1
+    cost: RemedyCost | None = None
+
+    @property
+    def solved(self) -> bool:
+        return self.error_after <= self.tolerance
+
+
+@dataclass(frozen=True)
 class ScaleFactor:
     """The smallest power of two for the activation scale factor (``ACTIVATIONS_SCALE_FACTOR``) that brings the
     final error under `tolerance`, verified on `device`; `factor` is None when no factor tried does.
@@ -108,6 +159,7 @@ class ScaleFactor:
     tried: tuple[tuple[float, float], ...]
     device: str
     emulated: bool = False
+    cost: RemedyCost | None = None  # the model compiled with the factor against the untouched one, when it solves
 
     @property
     def solved(self) -> bool:

@@ -34,7 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.core.records import Cause, CurvePoint, Delegation, Fix, LayerSensitivity, ScaleFactor
+from bisect_ov.core.records import Cause, Clamp, CurvePoint, Delegation, Fix, LayerSensitivity, ScaleFactor
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.baseline import Baseline
 from bisect_ov.model.partition import cut_after, extract, segments
@@ -308,6 +308,7 @@ class Findings:
     sensitivity: tuple[LayerSensitivity, ...] = ()
     baseline: Baseline | None = None  # what rounding alone does, when measured
     scale_factor: ScaleFactor | None = None  # the activation scale factor that solves an f16 overflow, when searched
+    clamp: Clamp | None = None  # clamps after the overflow's origins, when tried
 
 
 def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],

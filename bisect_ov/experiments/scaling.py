@@ -25,13 +25,12 @@ import logging
 import math
 from typing import Callable
 
-import numpy as np
-
 from bisect_ov.analysis.headroom import headroom as headroom_of
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import BisectError
 from bisect_ov.core.records import ScaleFactor
 from bisect_ov.engine.engine import Engine
+from bisect_ov.experiments.whole import compile_variant, final_error
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +70,13 @@ def find_scale_factor(engine: Engine, error_of: Callable[[TensorStats], float], 
     if target.with_activation_scale(2.0) is None:
         return None
     model = engine.comparison.target_graph.model
-    ref_final = engine.untouched.ref_final
-    n = len(engine.graph.model.outputs)
     tried: dict[float, float] = {}
 
     def error_at(factor: float) -> float:
         if factor not in tried:
             device = target.with_activation_scale(factor)
             assert device is not None
-            compiled = device.compile(model)
-            engine.ledger.compiled("target", None)
-            out = compiled.infer(list(engine.sample.target))
-            engine.runner.ran("target")
-            finals = engine.runner.final_outputs(list(ref_final), [np.array(a) for a in out], n)
-            tried[factor] = max((error_of(s) for _, _, s in finals), default=0.0)
+            tried[factor] = final_error(engine, compile_variant(engine, device, model), error_of)
             log.info("Activation scale factor %g: final error %.3e (limit %.3e)", factor, tried[factor], limit)
         return tried[factor]
 

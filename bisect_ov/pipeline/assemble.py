@@ -87,7 +87,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation)
         + truth_notes(truth.record if truth is not None else None, truth.nodes if truth is not None else {},
                       session.graph),
-        fidelity=scored.fidelity, noise=scored.noise, fix=fix, scale_factor=findings.scale_factor,
+        fidelity=scored.fidelity, noise=scored.noise, fix=fix, scale_factor=findings.scale_factor, clamp=findings.clamp,
         delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes, session.match),
         repro_source=ReproSource(session.comparison, session.sample, session.target_runtime),

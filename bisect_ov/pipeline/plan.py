@@ -39,6 +39,7 @@ __all__ = ["Plan", "Fusion", "Experiments", "make_plan", "plan_fusion", "plan_ex
 # What each experiment is called in the report's notes.
 EXPERIMENT_TITLES = {"local": "local errors", "baseline": "the rounding-only baseline", "impact": "impact runs",
                      "scale_factor": "the activation scale factor search",
+                     "clamp": "the clamp remedy",
                      "fix": "the fix search", "delegation": "the delegation range", "curve": "the contribution curve",
                      "sensitivity": "layer sensitivity"}
 
@@ -88,6 +89,9 @@ class Experiments:
         With the fix, against an f16 target whose device takes ``ACTIVATIONS_SCALE_FACTOR``: the smallest factor
         that solves an overflow is searched first (`experiments.scaling`), when the reference's values leave
         f16's range and the outputs diverge.
+    clamp
+        With the fix, against an f16 target: clamps after the overflow's origins are tried next
+        (`experiments.clamping`), when some node's values leave f16's range and the outputs diverge.
     delegation, curve, sensitivity
         The delegation range, the contribution curve's points, layer sensitivity (a twin).
     left_out
@@ -100,6 +104,7 @@ class Experiments:
     fix: bool = False
     fix_limit: float | None = None
     scale_factor: bool = False
+    clamp: bool = False
     delegation: bool = False
     curve: int = 0
     sensitivity: bool = False
@@ -139,6 +144,7 @@ def plan_experiments(options: "ResolvedOptions", comparison: Comparison, precisi
                                       "plugin refuses it; the GPU's and emulated f16 take it)"),)
     return Experiments(local=bool(options.local), baseline=device, impact=int(options.impact), fix=bool(options.fix),
                        fix_limit=options.fix_tolerance, scale_factor=scale_factor,
+                       clamp=bool(options.fix) and precision == "f16",
                        delegation=bool(options.delegation), curve=int(options.curve),
                        sensitivity=bool(options.sensitivity and comparison.twin), left_out=left_out)
 

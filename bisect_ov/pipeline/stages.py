@@ -38,6 +38,7 @@ from bisect_ov.engine.ledger import Clock, Ledger
 from bisect_ov.engine.runner import Runner
 from bisect_ov.engine.untouched import TargetRun, run_reference, run_target
 from bisect_ov.experiments.baseline import rounding_baseline
+from bisect_ov.experiments.clamping import find_clamp, overflow_origins
 from bisect_ov.experiments.local import local_errors, local_units, split_known
 from bisect_ov.experiments.partitioned import (
     Findings,
@@ -48,6 +49,7 @@ from bisect_ov.experiments.partitioned import (
     suspects_for_fix,
 )
 from bisect_ov.experiments.partitioned import impact as impact_of
+from bisect_ov.experiments.remedies import remedy_costs
 from bisect_ov.experiments.scaling import find_scale_factor, least_headroom
 from bisect_ov.experiments.twin import layer_sensitivity, quantized_units, twin_tolerance
 from bisect_ov.frameworks.side import FrameworkSide
@@ -333,7 +335,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                 by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)), key=lambda k: -local[k])
                 impact = _impacts(runs, list(dict.fromkeys(suspects + by_local)), units, planned.impact, scored)
             sensitivity = layer_sensitivity(engine, runs.error, local) if planned.sensitivity else ()
-            fix, scale_factor = None, None
+            fix, scale_factor, clamp = None, None, None
             if planned.fix:
                 limit = (planned.fix_limit if planned.fix_limit is not None
                          else min(o.tolerance for o in scored.outputs))
@@ -342,6 +344,11 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                 if planned.scale_factor and not final <= limit and least < 0:
                     # The cheapest remedy first: an f16 overflow the plugin's activation scaling may cure.
                     scale_factor = find_scale_factor(engine, setup.error_of, limit, final, least)
+                if planned.clamp and not final <= limit:
+                    # Next, a patched model: clamps where the values leave f16's range.
+                    origins = overflow_origins(engine.graph, ((t.key, t.port, st) for t, st in stats.items()))
+                    clamp = find_clamp(engine, setup.error_of, limit, final, origins)
+                scale_factor, clamp = remedy_costs(engine, scale_factor, clamp)
                 if twin and engine.match.quantized:
                     candidates = twin_fix_candidates(engine, sensitivity, local)
                     fix = find_fix(runs, candidates, limit)
@@ -354,7 +361,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
         finally:
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
-                    sensitivity=sensitivity, baseline=baseline, scale_factor=scale_factor)
+                    sensitivity=sensitivity, baseline=baseline, scale_factor=scale_factor, clamp=clamp)
 
 
 def _impacts(runs: MixedRuns, suspects: list[str], units: dict[str, tuple[str, ...]], count: int,

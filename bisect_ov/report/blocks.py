@@ -22,8 +22,9 @@ __all__ = ["Block", "experiment_blocks"]
 
 @dataclass(frozen=True)
 class Block:
-    """An experiment's lines (`kind`: ``steps``, ``headroom``, ``scale_factor``, ``fix``, ``sensitivity``, ``delegation``, ``curve``,
-    ``kernels``, ``samples``, ``noise``); `gap`: set apart from what comes before by an empty line."""
+    """An experiment's lines (`kind`: ``steps``, ``headroom``, ``scale_factor``, ``clamp``, ``fix``,
+    ``sensitivity``, ``delegation``, ``curve``, ``kernels``, ``samples``, ``noise``); `gap`: set apart from what
+    comes before by an empty line."""
 
     kind: str
     lines: tuple[str, ...]
@@ -32,7 +33,8 @@ class Block:
 
 def experiment_blocks(report: "Report") -> list[Block]:
     """The blocks of the experiments that ran, in the order the report shows them."""
-    blocks = [_steps(report), _headroom(report), _scale_factor(report), _fix(report), _sensitivity(report), _delegation(report),
+    blocks = [_steps(report), _headroom(report), _scale_factor(report), _clamp(report), _fix(report),
+              _sensitivity(report), _delegation(report),
               _curve(report), _kernels(report), _samples(report), _noise(report)]
     return [b for b in blocks if b is not None]
 
@@ -154,7 +156,36 @@ def _scale_factor(report: "Report") -> Block | None:
              + (" Norms written out as ops round their squares there, where a GPU's fused norm kernel may not: "
                 "the GPU may need a smaller factor." if found.emulated else ""),
              f"  apply: core.compile_model(model, \"GPU\", {{\"ACTIVATIONS_SCALE_FACTOR\": \"{found.factor:g}\"}})"]
-    return Block("scale_factor", tuple(lines))
+    return Block("scale_factor", tuple(lines + _cost(found.cost)))
+
+
+def _clamp(report: "Report") -> Block | None:
+    """Clamps after the overflow's origins, run whole on the target: whether they solve it, and what they cost."""
+    found = report.clamp
+    if found is None:
+        return None
+    shown = ", ".join(f"'{name}' at {fmt(bound)}" for name, bound in found.bounds[:4])
+    shown += f" and {len(found.bounds) - 4} more" if len(found.bounds) > 4 else ""
+    if not found.solved:
+        return Block("clamp", (
+            f"Clamp: clamping {shown} leaves the final error at {fmt(found.error_after)} (it was "
+            f"{fmt(found.error_before)}; tolerance {fmt(found.tolerance)}) on {found.device}: what follows needs the "
+            "values themselves, not a bounded stand-in.",))
+    minimal = (f", none of them can be dropped ({found.runs} patched models run)" if len(found.bounds) > 1 else "")
+    lines = [f"Clamp: clamping {shown} brings the final error from {fmt(found.error_before)} to "
+             f"{fmt(found.error_after)} (tolerance {fmt(found.tolerance)}) on {found.device}{minimal}.",
+             "  apply: ov.save_model(bisect_ov.clamp_after(model, dict(report.clamp.bounds)), \"clamped.xml\")"]
+    return Block("clamp", tuple(lines + _cost(found.cost)))
+
+
+def _cost(cost) -> list[str]:
+    """A remedy's measured latency against the untouched model's, as one indented line (none when not measured)."""
+    if cost is None:
+        return []
+    where = (f"{cost.device}, the CPU running the emulation: not the real device's cost" if cost.emulated
+             else cost.device)
+    return [f"  cost: {cost.seconds * 1e3:.3g} ms per inference against {cost.untouched_seconds * 1e3:.3g} ms "
+            f"untouched ({cost.slowdown:.2f}x; median of {cost.repeats}, on {where})"]
 
 
 def _absmax(n) -> str:

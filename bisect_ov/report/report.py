@@ -31,6 +31,7 @@ from bisect_ov.core import codec
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.fileio import write_text_atomic
 from bisect_ov.core.records import (
+    Clamp,
     CurvePoint,
     Delegation,
     DeviceInfo,
@@ -98,6 +99,8 @@ class Report:
     fix: Fix | None = None
     # With fix=True against an f16 target that overflows: the smallest activation scale factor that solves it.
     scale_factor: ScaleFactor | None = None
+    # With fix=True against an f16 target that diverges: clamps after the nodes whose values leave f16's range.
+    clamp: Clamp | None = None
     delegation: Delegation | None = None
     curve: tuple[CurvePoint, ...] = ()
     samples: SamplesSummary | None = None

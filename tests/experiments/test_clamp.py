@@ -1,0 +1,90 @@
+"""The clamp remedy: a clamp after the node whose values leave f16's range, verified on the target, made 1-minimal,
+with its cost measured; and said not to solve it where what follows needs the values themselves."""
+
+import numpy as np
+import pytest
+
+from bisect_ov import InputError, bisect, clamp_after
+
+
+def _two_overflows():
+    """Two linear layers whose outputs reach ~1e5 in one channel, past f16's 65,504: one feeds a Softmax (inf there
+    gives NaN; a bounded stand-in gives the same one-hot answer), the other a Tanh (inf is harmless there)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(0)
+    x = ops.parameter([1, 8, 16], np.float32, name="x")
+
+    def linear(t, columns, name):
+        weights = rng.normal(0, 0.2, (16, 16)).astype(np.float32)
+        weights[:, columns] = 1e4
+        return ops.matmul(t, ops.constant(weights), False, False, name=name)
+
+    scores = ops.softmax(linear(x, 5, "scores"), -1, name="softmax")
+    gate = ops.tanh(linear(x, 2, "gate"), name="tanh")
+    mix = ops.add(scores, gate, name="mix")
+    out = ops.matmul(mix, ops.constant(rng.normal(0, 0.5, (16, 4)).astype(np.float32)), False, False, name="head")
+    inputs = {"x": np.abs(rng.normal(0, 1, (1, 8, 16))).astype(np.float32) + 0.5}
+    return ov.Model([out.output(0)], [x], "two_overflows"), inputs
+
+
+def _run(model, inputs):
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return [np.array(a) for a in compiled(list(inputs.values())).values()]
+
+
+def test_a_clamp_changes_only_the_values_past_its_bound_and_keeps_the_names():
+    model, inputs = _two_overflows()
+    plain = _run(model, inputs)[0]
+    assert np.allclose(_run(clamp_after(model, {"scores": 1e9}), inputs)[0], plain, rtol=1e-6)  # nothing reaches 1e9
+    clamped = clamp_after(model, {"scores": 100.0, "gate": 100.0})
+    assert [o.get_names() for o in clamped.outputs] == [o.get_names() for o in model.outputs]
+    added = [op for op in clamped.get_ops() if op.get_type_name() == "Clamp"]
+    assert len(clamped.get_ops()) == len(model.get_ops()) + 2 and len(added) == 2
+    assert {op.input_value(0).get_node().get_friendly_name() for op in added} == {"scores", "gate"}
+    for bad in ({"scores": 0.0}, {"scores": float("inf")}, {"nowhere": 1.0}):
+        with pytest.raises(InputError):
+            clamp_after(model, bad)
+
+
+def test_the_clamp_that_solves_an_overflow_is_found_minimal_and_its_cost_measured():
+    model, inputs = _two_overflows()
+    report = bisect(model, "CPU:f32", "EMU:f16", inputs, fix=True, progress=False)
+    found = report.clamp
+    assert found is not None and found.solved and found.emulated and found.device == "EMU:f16"
+    assert found.error_before > found.tolerance >= found.error_after
+    # Both linear layers overflow; only the Softmax's needs the clamp: the Tanh's was dropped, and the run without
+    # the Softmax's clamp did not solve it (three patched models: both, each alone).
+    assert [name for name, _ in found.bounds] == ["scores"] and found.runs == 3
+    assert found.bounds[0][1] == pytest.approx(65504.0)  # the reference reaches past f16: the bound is f16's limit
+    assert found.cost is not None and found.cost.emulated and found.cost.seconds > 0 and found.cost.slowdown > 0
+    text = " ".join(report.to_text().split())
+    assert "Clamp: clamping 'scores' at 6.6e+04 brings the final error from" in text
+    assert "bisect_ov.clamp_after(model, dict(report.clamp.bounds))" in text
+    assert "the CPU running the emulation: not the real device's cost" in text
+    assert type(report).from_dict(report.to_dict()).clamp == found
+    fixed = _run(clamp_after(model, dict(found.bounds)), inputs)[0]
+    assert np.allclose(fixed, _run(model, inputs)[0], rtol=1e-5)  # the patched model computes what the model does
+
+
+def test_a_clamp_is_said_not_to_solve_an_overflow_the_next_norm_needs_exactly():
+    """A norm's square that leaves f16 (T5-style): clamping it changes the norm's scale, so the clamp does not solve
+    it, and the report says so instead of proposing it."""
+    from tests.experiments.test_scale_factor import _ffn_block
+
+    model, inputs = _ffn_block(2000.0)
+    report = bisect(model, "CPU:f32", "EMU:f16", inputs, fix=True, progress=False)
+    found = report.clamp
+    assert found is not None and not found.solved and found.cost is None
+    assert [name for name, _ in found.bounds] == ["norm1/square"]
+    assert found.error_after > found.tolerance
+    assert "leaves the final error at" in " ".join(report.to_text().split())
+
+
+def test_no_clamp_without_a_divergence_or_for_a_bf16_target():
+    model, inputs = _two_overflows()
+    assert bisect(model, "CPU:f32", "EMU:bf16", inputs, fix=True, progress=False).clamp is None
+    assert bisect(model, "CPU:f32", "EMU:f16", inputs, progress=False).clamp is None  # no fix asked for
