@@ -84,7 +84,8 @@ def test_bisect_passes_each_keyword_to_the_record(monkeypatch):
 
     values = {"ref_config": {"A": "1"}, "target_config": {"B": "2"}, "strategy": "full", "metric": "max_abs",
               "tolerance": 0.5, "refine": False, "max_tap_bytes": 1234, "budget": "fast", "local": False,
-              "noise": False, "baseline": False, "impact": 1, "fix": 0.25, "delegation": True, "curve": 2, "sensitivity": True,
+              "noise": False, "baseline": False, "impact": 1, "fix": 0.25, "max_fix_slowdown": 1.5,
+              "delegation": True, "curve": 2, "sensitivity": True,
               "keep": ("a",), "patched_model": "out.xml", "seed": 7, "executor": "threads:2", "samples_per_batch": 3,
               "batch_retries": 1, "classifier_outputs": ("logits",), "prompt_length": 5, "prompt_lengths": (8, 64),
               "steps": 2, "progress": False,

@@ -427,6 +427,7 @@ class RunOptions(_ByName):
     impact: int = 3
     fix: bool = False
     fix_tolerance: float | None = None
+    max_fix_slowdown: float | None = None
     delegation: bool = False
     curve: int = 0
     sensitivity: bool = False

@@ -80,6 +80,7 @@ def bisect(
     baseline: bool = True,
     impact: int = 3,
     fix: bool | float = False,
+    max_fix_slowdown: float | None = None,
     delegation: bool = False,
     curve: int = 0,
     sensitivity: bool = False,

@@ -148,6 +148,13 @@ def _fix_tolerance(name: str, value: Any) -> Any:
     return value
 
 
+def _slowdown(name: str, value: Any) -> Any:
+    if value is not None and (not _number(value) or not 1 < value < math.inf):
+        raise InputError(f"{name} must be a number above 1 (a remedy's latency over the untouched model's); "
+                         f"got {value!r}.")
+    return value
+
+
 def _keep(name: str, value: Any) -> tuple[str, ...]:
     try:
         keep = tuple((value,) if isinstance(value, str) else value)
@@ -293,6 +300,11 @@ class BisectOptions:
     fix_tolerance: float | None = _opt(
         None, "experiments", "Final-output error the fix must reach (None: each output's tolerance).", _fix_tolerance,
         cli=None, keyword=False)  # set by fix=TOL (--fix TOL)
+    max_fix_slowdown: float | None = _opt(
+        None, "experiments", "With the fix: the largest slowdown (a remedy's latency over the untouched model's, on "
+        "the target) a remedy may cost; a remedy that solves but costs more is said to be too slow, and the next one "
+        "is offered. None: no bound.", _slowdown, kind=float, metavar="X",
+        help="with --fix: a remedy slower than X times the untouched model is reported as too slow")
     delegation: bool = _opt(
         False, "experiments", "Search the shortest node range whose delegation to the target alone reproduces half "
         "the final error.", check_flag)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from bisect_ov.analysis.headroom import NEAR
 from bisect_ov.report.numbers import fmt
+from bisect_ov.report.remedies import rank
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import Report
@@ -22,7 +23,7 @@ __all__ = ["Block", "experiment_blocks"]
 
 @dataclass(frozen=True)
 class Block:
-    """An experiment's lines (`kind`: ``steps``, ``headroom``, ``scale_factor``, ``clamp``, ``fix``,
+    """An experiment's lines (`kind`: ``steps``, ``headroom``, ``remedies``, ``scale_factor``, ``clamp``, ``fix``,
     ``sensitivity``, ``delegation``, ``curve``, ``kernels``, ``samples``, ``noise``); `gap`: set apart from what
     comes before by an empty line."""
 
@@ -33,7 +34,7 @@ class Block:
 
 def experiment_blocks(report: "Report") -> list[Block]:
     """The blocks of the experiments that ran, in the order the report shows them."""
-    blocks = [_steps(report), _headroom(report), _scale_factor(report), _clamp(report), _fix(report),
+    blocks = [_steps(report), _headroom(report), _remedies(report), _scale_factor(report), _clamp(report), _fix(report),
               _sensitivity(report), _delegation(report),
               _curve(report), _kernels(report), _samples(report), _noise(report)]
     return [b for b in blocks if b is not None]
@@ -132,6 +133,25 @@ def _headroom(report: "Report") -> Block | None:
     if len(near) > 8:
         lines.append(f"  ... {len(near) - 8} more (report.headroom(1.0))")
     return Block("headroom", tuple(lines))
+
+
+def _remedies(report: "Report") -> Block | None:
+    """The remedies tried, ranked (`bisect_ov.report.remedies`), when there is a choice or a bound to say about."""
+    ranked = rank(report)
+    if len(ranked) < 2 and not any(r.too_slow for r in ranked):
+        return None
+    bound = report.options.max_fix_slowdown if report.options is not None else None
+    parts = []
+    for i, r in enumerate(ranked, 1):
+        cost = f"{r.slowdown:.2f}x the untouched latency" if r.slowdown is not None else "cost not measured"
+        state = ("too slow (over max_fix_slowdown " + f"{bound:g}x)" if r.too_slow
+                 else cost if r.solves else "does not solve it")
+        parts.append(f"{i}. {r.title}: " + (f"{cost}, {state}" if r.too_slow else state))
+    use = next((r for r in ranked if r.usable), None)
+    tail = (f" Use {use.title} (below)." if use is not None
+            else " None solves it within the bound." if any(r.solves for r in ranked) else " None solves it.")
+    return Block("remedies", ("Remedies tried, those that solve first, then by measured latency: " + "; ".join(parts)
+                              + "." + tail,))
 
 
 def _scale_factor(report: "Report") -> Block | None:

@@ -51,6 +51,7 @@ from bisect_ov.core.records import (
     Truth,
 )
 from bisect_ov.report.numbers import fmt as _fmt
+from bisect_ov.report.remedies import Remedy, rank
 from bisect_ov.report.results import NodeResult, OutputResult
 from bisect_ov.report.upgrade import SCHEMA_VERSION, upgrade
 from bisect_ov.report.validate import check_references
@@ -176,6 +177,11 @@ class Report:
         if below is not None:
             nodes = [n for n in nodes if n.f16_headroom < below]
         return sorted(nodes, key=lambda n: (n.f16_headroom, n.index))
+
+    def remedies(self) -> list[Remedy]:
+        """The remedies the fix search tried (scale factor, clamps, f32 island), those that solve first, then by
+        measured latency; `Remedy.too_slow` past ``max_fix_slowdown`` (`bisect_ov.report.remedies`)."""
+        return rank(self)
 
     @property
     def first_divergences(self) -> tuple[NodeResult, ...]:

@@ -88,3 +88,29 @@ def test_no_clamp_without_a_divergence_or_for_a_bf16_target():
     model, inputs = _two_overflows()
     assert bisect(model, "CPU:f32", "EMU:bf16", inputs, fix=True, progress=False).clamp is None
     assert bisect(model, "CPU:f32", "EMU:f16", inputs, progress=False).clamp is None  # no fix asked for
+
+
+def test_remedies_rank_those_that_solve_first_then_by_cost_and_a_bound_makes_one_too_slow():
+    import dataclasses
+
+    from bisect_ov.core.records import RemedyCost
+
+    model, inputs = _two_overflows()
+    report = bisect(model, "CPU:f32", "EMU:f16", inputs, fix=True, progress=False)
+    ranked = report.remedies()
+    assert [r.kind for r in ranked] == ["clamp", "fix", "scale_factor"]  # measured, then not measured; unsolved last
+    assert [r.solves for r in ranked] == [True, True, False] and ranked[1].slowdown is None
+    text = " ".join(report.to_text().split())
+    assert "Remedies tried, those that solve first, then by measured latency: 1. clamps after 1 node(s):" in text
+    assert "Use clamps after 1 node(s) (below)." in text
+    # The same records with a bound below the clamp's (set, so that nothing here depends on timing): too slow, and
+    # the f32 island, whose cost is not known to be over the bound, is the one to use.
+    slow = RemedyCost(seconds=2.0, untouched_seconds=1.0, repeats=7, device="EMU:f16", emulated=True)
+    bounded = dataclasses.replace(report, clamp=dataclasses.replace(report.clamp, cost=slow),
+                                  options=dataclasses.replace(report.options, max_fix_slowdown=1.5))
+    ranked = bounded.remedies()
+    assert [(r.kind, r.too_slow, r.usable) for r in ranked] == [("fix", False, True), ("clamp", True, False),
+                                                               ("scale_factor", False, False)]
+    text = " ".join(bounded.to_text().split())
+    assert "clamps after 1 node(s): 2.00x the untouched latency, too slow (over max_fix_slowdown 1.5x)" in text
+    assert "Use 2 node(s) kept in f32 (below)." in text
