@@ -84,6 +84,10 @@ class Fix:
     patterns: tuple[str, ...] = ()
     # 1-minimal, checked: no kept node can go back to the target without the final error going over the tolerance.
     minimal: bool = False
+    # On a target that honours precision marks (GPU, NPU, emulated): the final error of the whole model with the
+    # kept nodes marked to stay in f32, run on the target, and its latency against the untouched model's.
+    error_on_target: float | None = None
+    cost: RemedyCost | None = None
 
     @property
     def solved(self) -> bool:

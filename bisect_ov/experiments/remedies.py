@@ -1,10 +1,14 @@
 """What each remedy that solves costs on the target, measured: the patched or re-configured model's latency
 against the untouched model's (`bisect_ov.experiments.whole.latency`).
 
-A remedy found by its search (an activation scale factor, clamps) is compiled again as the user would apply it
-and timed; the untouched target model is compiled and timed once for all of them. A remedy that does not solve
-is not timed. On an emulated target the time is the CPU's running the emulation (the report says so), a relative
-figure at best.
+A remedy found by its search (an activation scale factor, clamps, the f32 island) is compiled again as the user
+would apply it and timed; the untouched target model is compiled and timed once for all of them. The f32 island
+is applied as its patched model (the kept nodes marked ``disable_fp16_compression``): on a target that honours
+the marks (the GPU and NPU plugins, the emulated devices) that model is also run whole, and its final error
+recorded (`Fix.error_on_target`), which checks the fix the way the user applies it and not only by partitioned
+runs; on the CPU plugin, which ignores the marks, the island has no cost to measure. A remedy that does not
+solve is not timed. On an emulated target the time is the CPU's running the emulation (the report says so), a
+relative figure at best.
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+from typing import Callable
 
+from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import BisectError
-from bisect_ov.core.records import Clamp, ScaleFactor
+from bisect_ov.core.records import Clamp, Fix, ScaleFactor
 from bisect_ov.engine.engine import Engine
-from bisect_ov.experiments.whole import compile_variant, latency, remedy_cost
+from bisect_ov.experiments.partitioned import patch_model
+from bisect_ov.experiments.whole import compile_variant, final_error, latency, remedy_cost
 from bisect_ov.model.clamping import clamp_after
 
 log = logging.getLogger(__name__)
@@ -24,11 +31,12 @@ log = logging.getLogger(__name__)
 __all__ = ["remedy_costs"]
 
 
-def remedy_costs(engine: Engine, scale_factor: ScaleFactor | None,
-                 clamp: Clamp | None) -> tuple[ScaleFactor | None, Clamp | None]:
-    """`scale_factor` and `clamp` with the cost of each one that solves (see the module docstring)."""
+def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale_factor: ScaleFactor | None,
+                 clamp: Clamp | None, fix: Fix | None) -> tuple[ScaleFactor | None, Clamp | None, Fix | None]:
+    """`scale_factor`, `clamp` and `fix` with the cost of each one that solves (see the module docstring)."""
     target = engine.comparison.target
-    model = engine.comparison.target_graph.model
+    graph = engine.comparison.target_graph
+    model = graph.model
 
     @functools.cache
     def untouched() -> float:
@@ -44,6 +52,12 @@ def remedy_costs(engine: Engine, scale_factor: ScaleFactor | None,
             patched = clamp_after(model, dict(clamp.bounds))
             clamp = dataclasses.replace(clamp, cost=remedy_cost(engine, compile_variant(engine, target, patched),
                                                                 untouched))
+        marks = target.honours_precision_marks and not engine.comparison.twin  # a twin's fix keeps layers unquantized
+        if fix is not None and fix.solved and fix.on_reference and marks:
+            patched = patch_model(model, [graph[k].name for k in fix.on_reference if k in graph])
+            compiled = compile_variant(engine, target, patched)
+            fix = dataclasses.replace(fix, error_on_target=final_error(engine, compiled, error_of),
+                                      cost=remedy_cost(engine, compiled, untouched))
     except (BisectError, RuntimeError) as err:
         log.info("A remedy's cost was not measured: %s", err)
-    return scale_factor, clamp
+    return scale_factor, clamp, fix

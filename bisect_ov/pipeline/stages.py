@@ -348,7 +348,6 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                     # Next, a patched model: clamps where the values leave f16's range.
                     origins = overflow_origins(engine.graph, ((t.key, t.port, st) for t, st in stats.items()))
                     clamp = find_clamp(engine, setup.error_of, limit, final, origins)
-                scale_factor, clamp = remedy_costs(engine, scale_factor, clamp)
                 if twin and engine.match.quantized:
                     candidates = twin_fix_candidates(engine, sensitivity, local)
                     fix = find_fix(runs, candidates, limit)
@@ -358,6 +357,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                                                   scored.tolerances, causes, delegation)
                     pattern_of = {n.key: pattern(n.name) for n in engine.graph.candidates()}
                     fix = find_fix(runs, candidates, limit, pattern_of=pattern_of)
+                scale_factor, clamp, fix = remedy_costs(engine, setup.error_of, scale_factor, clamp, fix)
         finally:
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,

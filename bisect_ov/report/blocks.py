@@ -79,7 +79,11 @@ def _fix(report: "Report") -> Block | None:
         lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")
     if report.target_model and keep:
         lines.append(f"  NNCF: ignored_scope=nncf.IgnoredScope(names={report.ignored_scope()!r})")
-    return Block("fix", tuple(lines))
+    if fix.error_on_target is not None:
+        held = "it holds" if fix.error_on_target <= fix.tolerance else "over the tolerance: the partitioned runs do not"
+        lines.append(f"  on the target as a patched model (those nodes marked disable_fp16_compression, run whole): "
+                     f"final error {fmt(fix.error_on_target)}, {held}")
+    return Block("fix", tuple(lines + _cost(fix.cost)))
 
 
 def _sensitivity(report: "Report") -> Block | None:

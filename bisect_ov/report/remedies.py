@@ -4,7 +4,9 @@ A run with ``fix=True`` against an f16 target may try three remedies, in order o
 user: the activation scale factor (a compile property), clamps (a patched model) and the f32 island (nodes kept
 in f32). `rank` lists the ones tried; a remedy that solves but is slower than the bound the user set
 (``max_fix_slowdown``) is too slow, and the first remedy that solves within the bound is the one to use. A
-remedy whose cost was not measured (the f32 island) keeps its place in that order after the measured ones.
+remedy whose cost was not measured (the f32 island on the CPU plugin, which ignores precision marks) keeps its
+place in that order after the measured ones. The f32 island solves when its partitioned runs say so and, where
+its patched model was run whole on the target, that run does too.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def rank(report: "Report") -> list[Remedy]:
     if report.clamp is not None:
         add("clamp", f"clamps after {len(report.clamp.bounds)} node(s)", report.clamp.solved, report.clamp.cost)
     if report.fix is not None:
-        add("fix", f"{len(report.fix.on_reference)} node(s) kept in f32", report.fix.solved, None)
+        fix = report.fix
+        on_target = fix.error_on_target is None or fix.error_on_target <= fix.tolerance  # applied as the user would
+        add("fix", f"{len(fix.on_reference)} node(s) kept in f32", fix.solved and on_target, fix.cost)
     order = {r.kind: i for i, r in enumerate(found)}
     return sorted(found, key=lambda r: (not r.solves, r.too_slow, math.inf if r.slowdown is None else r.slowdown,
                                         order[r.kind]))

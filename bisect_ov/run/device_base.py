@@ -85,6 +85,12 @@ class Device:
     def can_run_pieces(self) -> bool:
         return not (self.recorded or self.sampled)
 
+    @property
+    def honours_precision_marks(self) -> bool:
+        """Whether ops marked to stay in f32 (``disable_fp16_compression``, as a fix's patched model marks them)
+        run in f32 here: the GPU and NPU plugins and the emulated devices do, the CPU plugin does not."""
+        return False
+
     def with_activation_scale(self, factor: float) -> "Device | None":
         """This device compiling with the activation scale factor `factor` (``ACTIVATIONS_SCALE_FACTOR``: the
         values between each Convolution/MatMul and the next norm kept `factor` times smaller); None when the

@@ -16,6 +16,11 @@ anyone reads it. `emulate_precision` rewrites a model so that, compiled on the O
   compute them on the host.
 * Rounding is `round_array`: f16 follows IEEE binary16 (subnormals kept, ``|x| >= 65520`` overflows to
   +-inf, signed zeros kept); bf16 keeps float32's exponent range; NaN stays NaN.
+* Ops marked to stay in f32 (runtime info ``disable_fp16_compression`` / ``precise``, read back from IR as
+  ``DisablePrecisionConversion``: what the GPU and NPU plugins honour, and what a fix's patched model carries)
+  are computed as on the reference: their outputs reach the other marked ops, and the model's outputs,
+  unrounded (an unmarked consumer still reads them rounded), their constant inputs are not rounded, and no
+  low-precision accumulation is emulated in them.
 * Optionally (``reductions=...``) Softmax, ReduceSum, ReduceMean, MVN, MatMul and ScaledDotProductAttention
   are replaced by ops that also *accumulate* in the low precision over ``lanes`` partial sums, every
   intermediate rounded: the kernels and the lane model are in `bisect_ov.run.lowp`.
@@ -69,7 +74,8 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.run import lowp
 from bisect_ov.run.lowp import PRECISIONS, round_array
 
-__all__ = ["PRECISIONS", "REDUCTION_OPS", "EmulatedAccumulation", "EmulatedRound", "emulate_precision", "round_array",
+__all__ = ["PRECISIONS", "REDUCTION_OPS", "EmulatedAccumulation", "EmulatedRound", "emulate_precision", "keeps_precision",
+           "round_array",
            "round_output"]
 
 #: Op types whose accumulation `emulate_precision` can emulate (``reductions=``).
@@ -380,6 +386,16 @@ def _data_path(nodes: list[ov.Node]) -> set[int]:
     return data
 
 
+# The runtime info that keeps an op out of the low-precision conversion (the GPU and NPU plugins honour it): as set
+# in memory (`disable_fp16_compression_<n>`, `precise_<n>`) and as read back from IR (`DisablePrecisionConversion`).
+_KEEP_PRECISION = ("disable_fp16_compression", "precise_", "DisablePrecisionConversion")
+
+
+def keeps_precision(node: ov.Node) -> bool:
+    """Whether `node` is marked to run in f32 on a low-precision device (as `patch_model` marks a fix's nodes)."""
+    return any(str(key).startswith(_KEEP_PRECISION) for key in node.get_rt_info().keys())
+
+
 def _is_float(out: ov.Output) -> bool:
     return out.get_element_type() in _FLOAT_TYPES
 
@@ -481,6 +497,7 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
     for node in nodes:
         if node.get_type_name() == "Result":
             continue
+        keeps = keeps_precision(node)
         for out in node.outputs():
             targets = list(out.get_target_inputs())  # taken before the rounding ops become consumers
             if not _is_float(out) or not targets:
@@ -488,18 +505,25 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
             suffix = f"/out{out.get_index()}" if node.get_output_size() > 1 else ""
             prefix = f"{node.get_friendly_name()}/{tag}{suffix}"
             if node.get_instance_id() in data:
+                # A node kept in f32 hands its value unrounded to the others kept and to the model's outputs.
+                readers = [t for t in targets if not (keeps and (keeps_precision(t.get_node())
+                                                                 or t.get_node().get_type_name() == "Result"))]
+                if not readers:
+                    continue
                 r = _round(out, precision, prefix)
-                _redirect(targets, out, r, move_names=node.get_type_name() != "Parameter")
+                _redirect(readers, out, r, move_names=node.get_type_name() != "Parameter" and len(readers) == len(targets))
                 rounded[(node.get_instance_id(), out.get_index())] = r
             else:
-                _round_static(node, out, targets, data, precision, prefix)
+                _round_static(node, out, [t for t in targets if not keeps_precision(t.get_node())], data, precision,
+                              prefix)
 
     # Low-precision accumulation: rebuild selected ops from their (already rounded) inputs and hand the
     # original's consumers, friendly name and tensor names to the emulated result.
     for node in nodes:
         kind = node.get_type_name()
         r = rounded.get((node.get_instance_id(), 0))
-        if kind not in selected or r is None or node.get_output_element_type(0) != ov.Type.f32:
+        if (kind not in selected or r is None or node.get_output_element_type(0) != ov.Type.f32
+                or keeps_precision(node)):
             continue
         found = _EMULATORS[kind](node)
         if found is None:  # non-constant axes, dynamic rank, ...: keep per-op rounding only

@@ -47,6 +47,10 @@ class EmulatedDevice(OpenVINODevice):
         self.lanes = lanes
         self.activation_scale: float | None = None
 
+    @property
+    def honours_precision_marks(self) -> bool:
+        return True  # `emulate_precision` leaves marked ops unrounded
+
     def with_activation_scale(self, factor: float) -> "EmulatedDevice | None":
         """This emulated device applying the activation scaling a GPU applies for ``ACTIVATIONS_SCALE_FACTOR``
         (`bisect_ov.model.scaling`, written from the plugin's documented behaviour) before rounding; None for

@@ -223,6 +223,10 @@ class OpenVINODevice(Device):
             return listed[0], _own_properties(listed[0], self.config)
         return self.device, self.config
 
+    @property
+    def honours_precision_marks(self) -> bool:
+        return self.runs_on[0].split(".")[0] in ("GPU", "NPU")
+
     def with_activation_scale(self, factor: float) -> "OpenVINODevice | None":
         """This device with ``ACTIVATIONS_SCALE_FACTOR`` set, when its plugin lists the property (the GPU's does,
         the CPU's does not)."""

@@ -98,19 +98,49 @@ def test_remedies_rank_those_that_solve_first_then_by_cost_and_a_bound_makes_one
     model, inputs = _two_overflows()
     report = bisect(model, "CPU:f32", "EMU:f16", inputs, fix=True, progress=False)
     ranked = report.remedies()
-    assert [r.kind for r in ranked] == ["clamp", "fix", "scale_factor"]  # measured, then not measured; unsolved last
-    assert [r.solves for r in ranked] == [True, True, False] and ranked[1].slowdown is None
+    assert sorted(r.kind for r in ranked[:2]) == ["clamp", "fix"] and ranked[2].kind == "scale_factor"
+    assert [r.solves for r in ranked] == [True, True, False]  # the scale factor does not solve it: last
+    assert all(r.slowdown is not None and r.slowdown > 0 for r in ranked[:2])
     text = " ".join(report.to_text().split())
-    assert "Remedies tried, those that solve first, then by measured latency: 1. clamps after 1 node(s):" in text
-    assert "Use clamps after 1 node(s) (below)." in text
-    # The same records with a bound below the clamp's (set, so that nothing here depends on timing): too slow, and
-    # the f32 island, whose cost is not known to be over the bound, is the one to use.
-    slow = RemedyCost(seconds=2.0, untouched_seconds=1.0, repeats=7, device="EMU:f16", emulated=True)
-    bounded = dataclasses.replace(report, clamp=dataclasses.replace(report.clamp, cost=slow),
-                                  options=dataclasses.replace(report.options, max_fix_slowdown=1.5))
-    ranked = bounded.remedies()
-    assert [(r.kind, r.too_slow, r.usable) for r in ranked] == [("fix", False, True), ("clamp", True, False),
-                                                               ("scale_factor", False, False)]
+    assert "Remedies tried, those that solve first, then by measured latency: 1. " in text
+    assert f"Use {ranked[0].title} (below)." in text
+
+    # The same records with costs and a bound set here, so that nothing depends on timing: the cheaper first, one
+    # over the bound too slow, and the next one that solves within it is the one to use.
+    def cost(slowdown):
+        return RemedyCost(seconds=slowdown, untouched_seconds=1.0, repeats=7, device="EMU:f16", emulated=True)
+
+    def with_costs(clamp, fix, bound=None):
+        return dataclasses.replace(report, clamp=dataclasses.replace(report.clamp, cost=cost(clamp)),
+                                   fix=dataclasses.replace(report.fix, cost=cost(fix)),
+                                   options=dataclasses.replace(report.options, max_fix_slowdown=bound))
+
+    assert [r.kind for r in with_costs(1.1, 3.0).remedies()] == ["clamp", "fix", "scale_factor"]
+    assert [r.kind for r in with_costs(3.0, 1.1).remedies()] == ["fix", "clamp", "scale_factor"]
+    bounded = with_costs(2.0, 1.8, bound=1.5)
+    assert [(r.kind, r.too_slow, r.usable) for r in bounded.remedies()] == [
+        ("fix", True, False), ("clamp", True, False), ("scale_factor", False, False)]
     text = " ".join(bounded.to_text().split())
     assert "clamps after 1 node(s): 2.00x the untouched latency, too slow (over max_fix_slowdown 1.5x)" in text
+    assert "None solves it within the bound." in text
+    text = " ".join(with_costs(2.0, 1.2, bound=1.5).to_text().split())
+    assert "1. 2 node(s) kept in f32: 1.20x the untouched latency; 2. clamps after 1 node(s): 2.00x" in text
     assert "Use 2 node(s) kept in f32 (below)." in text
+
+
+def test_the_f32_island_is_run_whole_as_its_patched_model_where_the_target_honours_the_marks():
+    from bisect_ov import make_device
+    from bisect_ov.zoo.user_cases import demo
+
+    report = bisect(demo(), "CPU", "EMU:f16", fix=True, progress=False)
+    fix = report.fix
+    assert fix is not None and fix.solved and fix.error_on_target is not None
+    # The patched model (its nodes marked disable_fp16_compression) run whole on the emulated f16 device holds what
+    # the partitioned runs found.
+    assert fix.error_on_target <= fix.tolerance < fix.error_before
+    assert fix.cost is not None and fix.cost.emulated and fix.cost.slowdown > 0
+    text = " ".join(report.to_text().split())
+    assert "on the target as a patched model (those nodes marked disable_fp16_compression, run whole)" in text
+    assert type(report).from_dict(report.to_dict()).fix == fix
+    assert [r.kind for r in report.remedies()] == ["fix"]
+    assert make_device("EMU:f16").honours_precision_marks and not make_device("CPU").honours_precision_marks

@@ -24,8 +24,8 @@ import re
 from typing import Any
 
 FOLDER = pathlib.Path(__file__).resolve().parent
-# What varies from run to run without changing what the tool found.
-TIMING_KEYS = {"timings", "seconds"}
+# What varies from run to run without changing what the tool found (a remedy's `cost` is its measured latency).
+TIMING_KEYS = {"timings", "seconds", "cost"}
 # Names OpenVINO makes up from a process-wide counter (`Multiply_272946`): they depend on what ran before.
 AUTO_NAME = re.compile(r"\b([A-Z][A-Za-z]*_?)\d+\b")
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_bf16", "amx_tile", "avx_vnni")
@@ -139,7 +139,7 @@ _NEW_IN = {3: (("nodes", "diagnosis", "numbers"),)}
 # Fields added since with a default (no new schema version): left out of both sides when the saved report was
 # written before them, as the upgrade fills in the default rather than what the run would have recorded.
 _ADDED = (("ref", "openvino_version"), ("target", "openvino_version"), ("fix", "minimal"), ("ref", "recorded"),
-          ("target", "recorded"), ("nodes", "ref_absmax_samples"))
+          ("target", "recorded"), ("nodes", "ref_absmax_samples"), ("fix", "error_on_target"))
 
 
 def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -477,3 +477,41 @@ def test_an_emulated_compile_that_the_snippets_pass_fails_is_made_without_snippe
         DeviceError(f"failed {extra}")))
     with pytest.raises(DeviceError, match="failed None"):
         EmulatedDevice("f16").compile(tiny_chain())
+
+
+def test_ops_marked_to_stay_in_f32_are_not_rounded_as_the_gpu_honours_the_mark(tmp_path):
+    """A fix's patched model marks its nodes ``disable_fp16_compression``: the emulated device computes them as the
+    reference does (the GPU and NPU plugins honour the mark), in memory and as read back from IR."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from bisect_ov.experiments.partitioned import patch_model
+    from bisect_ov.run.emulate import emulate_precision, keeps_precision
+
+    x = ops.parameter([64], np.float32, name="x")
+    third = ops.multiply(x, ops.constant(np.float32(1 / 3)), name="third")
+    out = ops.add(third, ops.constant(np.float32(0.1)), name="offset")
+    model = ov.Model([out.output(0)], [x], "chain")
+    values = np.linspace(1.0, 2.0, 64, dtype=np.float32)
+
+    def run(m):
+        compiled = ov.Core().compile_model(emulate_precision(m, "f16"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        return np.array(compiled([values])[compiled.outputs[0]])
+
+    x16 = values.astype(np.float16).astype(np.float32)  # the input is stored in f16 either way
+    f16 = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731
+    plain = run(model)
+    np.testing.assert_array_equal(plain, f16(f16(x16 * f16(np.float32(1 / 3))) + f16(np.float32(0.1))))  # weights too
+    marked = patch_model(model, ["third", "offset"])
+    assert [keeps_precision(op) for op in marked.get_ordered_ops() if op.get_friendly_name() in ("third", "offset")] \
+        == [True, True]
+    kept = run(marked)
+    reference = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    np.testing.assert_array_equal(kept, np.array(reference([x16])[reference.outputs[0]]))  # as the f32 CPU computes
+    assert not np.array_equal(kept, plain)
+    ov.save_model(marked, str(tmp_path / "marked.xml"))
+    np.testing.assert_array_equal(run(ov.Core().read_model(str(tmp_path / "marked.xml"))), kept)
+    # Only the first marked: its weight stays f32, its value reaches the unmarked Add rounded, as a GPU stores it
+    # for an f16 kernel.
+    np.testing.assert_array_equal(run(patch_model(model, ["third"])),
+                                  f16(f16(x16 * np.float32(1 / 3)) + f16(np.float32(0.1))))
