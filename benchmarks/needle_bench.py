@@ -296,7 +296,9 @@ def outside_inputs(meta: dict, model, seed: int) -> dict[str, np.ndarray]:
     """Seeded inputs for an outside architecture: token ids within the vocabulary, a full attention mask,
     standard-normal images."""
     rng = np.random.default_rng(seed)
-    types = {p.output(0).get_any_name(): p.output(0).get_element_type().to_dtype() for p in model.get_parameters()}
+    # Every name of each input: a traced model's input can carry a made-up name beside the one the config gives.
+    types = {name: p.output(0).get_element_type().to_dtype() for p in model.get_parameters()
+             for name in p.output(0).get_names()}
     arrays = {}
     for name, spec in meta["inputs"].items():
         shape = tuple(spec["shape"])
