@@ -39,13 +39,15 @@ from openvino import opset13 as ops
 
 from bisect_ov.core.errors import InputError
 
-__all__ = ["scale_activations", "SCALE_FACTOR_PROPERTY"]
+__all__ = ["scale_activations", "SCALE_FACTOR_PROPERTY", "SCALED_OPS"]
 
 SCALE_FACTOR_PROPERTY = "ACTIVATIONS_SCALE_FACTOR"
 """The compile property (``ov::hint::activations_scale_factor``) the GPU plugin reads."""
 
-_LINEAR = frozenset({"MatMul", "Convolution", "GroupConvolution", "ConvolutionBackpropData",
-                     "GroupConvolutionBackpropData"})
+SCALED_OPS = frozenset({"MatMul", "Convolution", "GroupConvolution", "ConvolutionBackpropData",
+                        "GroupConvolutionBackpropData"})
+"""The ops whose activation input the scaling divides: a model without any is not helped by a factor."""
+
 _ALIGN = frozenset({"Add", "Subtract", "Concat", "Maximum", "Minimum"})
 _KEEP = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice", "StridedSlice", "Gather", "GatherND",
                    "GatherElements", "Split", "VariadicSplit", "Broadcast", "Tile", "Pad", "DepthToSpace",
@@ -123,7 +125,7 @@ def _visit(rw: _Rewrite, node: ov.Node) -> None:
         return
     if kind in _SHAPE_ONLY:
         return
-    if kind in _LINEAR:
+    if kind in SCALED_OPS:
         activations = [i for i in floats if not _constant(node.input_value(i))]
         for n, i in enumerate(activations):
             rw.feed(node, i, 1.0 if n == 0 else 0.0)

@@ -28,6 +28,7 @@ from bisect_ov.experiments.local import owned_units
 from bisect_ov.model.fusion import KernelTensors, kernel_tensors
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.runtime import RuntimeGraph
+from bisect_ov.model.scaling import SCALED_OPS
 from bisect_ov.model.taps import Tap
 from bisect_ov.search.strategies import fusion_taps
 
@@ -142,6 +143,9 @@ def plan_experiments(options: "ResolvedOptions", comparison: Comparison, precisi
         scale_factor = False
         left_out += (("scale_factor", f"{comparison.target.name} has no ACTIVATIONS_SCALE_FACTOR setting (the CPU "
                                       "plugin refuses it; the GPU's and emulated f16 take it)"),)
+    elif scale_factor and not any(n.op_type in SCALED_OPS for n in comparison.target_graph):
+        scale_factor = False
+        left_out += (("scale_factor", "the model has no Convolution or MatMul for the activation scaling to act on"),)
     return Experiments(local=bool(options.local), baseline=device, impact=int(options.impact), fix=bool(options.fix),
                        fix_limit=options.fix_tolerance, scale_factor=scale_factor,
                        clamp=bool(options.fix) and precision == "f16",

@@ -144,3 +144,38 @@ def test_the_f32_island_is_run_whole_as_its_patched_model_where_the_target_honou
     assert type(report).from_dict(report.to_dict()).fix == fix
     assert [r.kind for r in report.remedies()] == ["fix"]
     assert make_device("EMU:f16").honours_precision_marks and not make_device("CPU").honours_precision_marks
+
+
+def _pooled_head():
+    """Token embeddings summed over the prompt, then a linear layer whose output grows with the prompt's length:
+    one channel reaches ~6,500 at 8 tokens and ~100,000 (past f16) at 128; a Softmax follows."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(0)
+    ids = ops.parameter([1, -1], np.int64, name="input_ids")
+    table = rng.uniform(0.5, 1.5, (50, 16)).astype(np.float32)
+    tokens = ops.gather(ops.constant(table), ids, ops.constant(np.int64(0)), name="embed")
+    pooled = ops.reduce_sum(tokens, ops.constant(np.array([1])), True, name="pool")
+    weights = rng.normal(0, 0.5, (16, 16)).astype(np.float32)
+    weights[:, 3] = 50.0
+    fc = ops.matmul(pooled, ops.constant(weights), False, False, name="fc")
+    probs = ops.softmax(fc, -1, name="softmax")
+    out = ops.matmul(probs, ops.constant(rng.normal(0, 1, (16, 4)).astype(np.float32)), False, False, name="head")
+    return ov.Model([out.output(0)], [ids], "pooled_head")
+
+
+def test_an_fc_output_that_overflows_only_at_long_prompts_gets_its_headroom_and_remedies():
+    report = bisect(_pooled_head(), "CPU:f32", "EMU:f16", prompt_lengths=(8, 128), fix=True, progress=False)
+    assert report.first_divergence is not None and report.first_divergence.name == "fc"
+    assert "8 tokens: none; 128 tokens: 'fc'" in " ".join(report.to_text().split())
+    # Headroom over the sweep: the FC's values pass f16's limit (at 128 tokens), and it is listed first.
+    below = report.headroom(0.0)
+    assert [n.name for n in below] == ["fc"] and below[0].ref_absmax > 65504.0
+    clamp, fix = report.clamp, report.fix
+    assert clamp is not None and clamp.solved and [n for n, _ in clamp.bounds] == ["fc"]
+    assert fix is not None and fix.solved and "fc" in fix.on_reference and fix.minimal
+    assert fix.error_on_target is not None and fix.error_on_target <= fix.tolerance
+    assert clamp.cost is not None and fix.cost is not None  # each remedy that solves has its cost
+    assert report.scale_factor is not None and not report.scale_factor.solved  # a Softmax follows, not a norm
+    assert {r.kind for r in report.remedies() if r.solves} == {"clamp", "fix"}

@@ -112,11 +112,18 @@ def test_values_the_scaling_does_not_reach_are_reported_as_such():
     x = ops.parameter([1, 4, 16], np.float32, name="x")
     square = ops.power(x, ops.constant(np.float32(2)), name="square")
     mean = ops.reduce_mean(square, ops.constant(np.array([-1])), True, name="mean")
-    out = ops.divide(x, ops.sqrt(ops.add(mean, ops.constant(np.float32(1e-6)))), name="div")
-    model = ov.Model([out.output(0)], [x], "norm_of_input")
+    norm = ops.divide(x, ops.sqrt(ops.add(mean, ops.constant(np.float32(1e-6)))), name="div")
+    weights = np.random.default_rng(1).normal(0, 0.3, (16, 8)).astype(np.float32)
+    head = ops.matmul(norm, ops.constant(weights), False, False, name="head")  # after the norm: scaled back there
     values = np.random.default_rng(0).normal(0, 1, (1, 4, 16)).astype(np.float32)
     values[..., 0] = 1000.0
-    report = bisect(model, "CPU:f32", "EMU:f16", {"x": values}, fix=True, progress=False)
+    report = bisect(ov.Model([head.output(0)], [x], "norm_of_input"), "CPU:f32", "EMU:f16", {"x": values}, fix=True,
+                    progress=False)
     found = report.scale_factor
     assert found is not None and not found.solved and 1 <= len(found.tried) <= 6
     assert "not only between a linear layer and a norm" in " ".join(report.to_text().split())
+    # Without any Convolution or MatMul the search is not run at all, and the notes say why.
+    bare = ov.Model([norm.output(0)], [x], "norm_only")
+    report = bisect(bare, "CPU:f32", "EMU:f16", {"x": values}, fix=True, progress=False)
+    assert report.scale_factor is None
+    assert any("no Convolution or MatMul for the activation scaling to act on" in n for n in report.notes)
