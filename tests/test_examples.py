@@ -269,6 +269,14 @@ def test_case5_fix_covers_every_layer_as_a_pattern_and_is_verified(case5):
 
     fix = case5["f16"].fix
     assert fix is not None and fix.solved and fix.error_before > fix.tolerance
+    # Run whole as its patched model on the emulated f16 device, it holds; clamping the squares does not (the norms
+    # need their values) and no activation scale factor reaches values that come from the embedding: the island is
+    # the remedy to use.
+    assert fix.error_on_target is not None and fix.error_on_target <= fix.tolerance
+    clamp, factor = case5["f16"].clamp, case5["f16"].scale_factor
+    assert clamp is not None and not clamp.solved and all(n.endswith("norm/aten::pow/Power") for n, _ in clamp.bounds)
+    assert factor is not None and not factor.solved
+    assert [(r.kind, r.usable) for r in case5["f16"].remedies()][0] == ("fix", True)
     squares = [k for k in fix.on_reference if k.endswith("input_layernorm/aten::pow/Power")]
     assert len(squares) == LAYERS, fix.on_reference
     assert any(p.startswith("__module.model.layers.*.input_layernorm/aten::pow/Power") and f"({LAYERS} of {LAYERS})" in p
