@@ -181,7 +181,16 @@ def static_shapes(graph: ModelGraph, arrays: Sequence[np.ndarray]) -> dict[Tap, 
     except Exception:  # noqa: BLE001 - a model whose shapes do not follow its inputs alone: its own shapes
         clone = graph.model
     shapes: dict[Tap, tuple[int, ...]] = {}
-    for key, op in zip(graph.order, clone.get_ordered_ops()):
+    # Each op found by its friendly name: reshaping can change the op count (shape subgraphs fold) and so the
+    # positions; a name the clone repeats is left out rather than guessed.
+    by_name: dict[str, list] = {}
+    for op in clone.get_ordered_ops():
+        by_name.setdefault(op.get_friendly_name(), []).append(op)
+    for key in graph.order:
+        found = by_name.get(graph[key].name, [])
+        if len(found) != 1:
+            continue
+        op = found[0]
         for port, out in enumerate(op.outputs()):
             ps = out.get_partial_shape()
             if ps.is_static:
