@@ -515,3 +515,23 @@ def test_ops_marked_to_stay_in_f32_are_not_rounded_as_the_gpu_honours_the_mark(t
     # for an f16 kernel.
     np.testing.assert_array_equal(run(patch_model(model, ["third"])),
                                   f16(f16(x16 * np.float32(1 / 3)) + f16(np.float32(0.1))))
+
+
+def test_f16_weights_past_the_range_saturate_as_openvino_converts_them_while_activations_overflow():
+    """An attention mask's ``(1 - mask) * finfo(float32).min``: stored in f16 by OpenVINO's precision conversion, the
+    constant becomes -65,504 (finite values clamp; inf and NaN stay), so ``0 * min`` is 0, not NaN. An activation
+    that leaves the range at run time still becomes inf."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from bisect_ov.run.emulate import emulate_precision
+
+    x = ops.parameter([5], np.float32, name="x")
+    weights = np.array([np.finfo(np.float32).min, 1e5, np.inf, 2.0, 3e4], np.float32)
+    product = ops.multiply(x, ops.constant(weights), name="product")
+    model = ov.Model([product.output(0)], [x], "saturating_weights")
+    compiled = ov.Core().compile_model(emulate_precision(model, "f16"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    out = np.array(compiled([np.array([0.0, 1.0, 1.0, 1.0, 4.0], np.float32)])[compiled.outputs[0]])
+    assert out[0] == 0.0 and not np.isnan(out[0])  # 0 * -65,504, where a rounded -inf would give NaN
+    assert out[1] == 65504.0 and out[2] == np.inf and out[3] == 2.0
+    assert out[4] == np.inf  # 4 * 30,000 = 120,000: computed at run time, past f16: inf, as on a device
