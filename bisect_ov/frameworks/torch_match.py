@@ -14,7 +14,9 @@ inputs come from the calls its own inputs were paired with (and of the same outp
 reads the query projection, the key's view the key projection. Events with no OpenVINO call (a dropout, a
 ``contiguous``) and calls with no event (a Convert) are looked through, so what each reads is the nearest
 paired value upstream. `match_modules` pairs, for what that leaves, a module's output (forward hooks) with the
-one value leaving the module's ops that has its shape.
+one value leaving the module's ops that has its shape. `match_neighbours` pairs what no name places (an op the
+conversion renamed, such as a convolution with its BatchNorm folded in, ``Multiply_<n>``) through a paired op
+that reads it: its one unpaired input is its event's one unpaired input.
 
 Pure functions of the walked graph and the events: no torch, no OpenVINO. Assumes the events come in
 execution order, so an event's inputs come before it.
@@ -30,7 +32,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap
 
 __all__ = ["Event", "ModuleOutput", "ov_label", "ov_calls", "normalize_op", "match_events", "match_modules",
-           "exported_label"]
+           "match_neighbours", "exported_label"]
 
 _TRACED = re.compile(r"^(?:__module(?:\.(?P<module>[^/]+))?/)?aten::(?P<op>[A-Za-z0-9_]+)(?:/|$)")
 _EXPORTED = re.compile(r"^(?P<call>[A-Za-z_][A-Za-z0-9_]*)/aten\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?(?:/|$)")
@@ -286,4 +288,63 @@ def match_modules(graph: ModelGraph, outputs: Sequence[ModuleOutput], taken: Map
         exits = [t for t in exits if t not in taken and t not in found]
         if len(exits) == 1:
             found[exits[0]] = out.value
+    return found
+
+
+def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[Tap, Ref], covered: set[str],
+                     shapes: Mapping[Tap, tuple[int, ...]]) -> dict[Tap, Ref]:
+    """Values that no name places, paired through a paired op that reads them (see the module docstring): when
+    every other value a paired call (or an op paired this way) reads is paired with one of its event's inputs,
+    its one value left is the event's one input left, if their shapes agree. A convolution whose BatchNorm the
+    conversion folded in is named ``Multiply_<n>``; the ReLU that reads it is paired, and so it is the
+    BatchNorm's output. Repeated until nothing more pairs, so a chain of such ops pairs one by one."""
+    calls = ov_calls(graph)
+    call_of = {k: i for i, c in enumerate(calls) for k in c.members}
+    event_at = {e.index: e for e in events}
+    held: dict[Tap, Ref] = {}  # every value paired so far
+    held.update(taken)
+    for key in graph.order:
+        if graph[key].kind == "parameter":
+            held[Tap(key, 0)] = ("input", graph.parameter_position[key])
+    # Consumers: a paired call reads its inputs; an event reads its refs.
+    consumers: list[tuple[tuple, int]] = []
+    seen_calls = set()
+    for tap, ref in taken.items():
+        if ref[0] != "event" or tap.key not in call_of or call_of[tap.key] in seen_calls:
+            continue
+        seen_calls.add(call_of[tap.key])
+        consumers.append((tuple(calls[call_of[tap.key]].inputs), ref[1]))
+    found: dict[Tap, Ref] = {}
+    refs_held = set(held.values())
+
+    def shape_of(ref: Ref) -> tuple[int, ...] | None:
+        if ref[0] != "event":
+            return None
+        event = event_at.get(ref[1])
+        return event.shapes[ref[2]] if event is not None and ref[2] < len(event.shapes) else None
+
+    changed = True
+    while changed:
+        changed = False
+        for sources, index in list(consumers):
+            event = event_at.get(index)
+            if event is None:
+                continue
+            left = [Tap(s, p) for s, p in sources if Tap(s, p) not in held and s not in covered
+                    and graph[s].kind == "compute"]
+            known = {held[Tap(s, p)] for s, p in sources if Tap(s, p) in held}
+            if not known <= set(event.inputs):  # the neighbours it reads are not the event's: no safe pairing
+                continue
+            refs = [r for r in dict.fromkeys(event.inputs) if r not in refs_held]
+            if len(left) != 1 or len(refs) != 1:
+                continue
+            tap, ref = left[0], refs[0]
+            shape = shape_of(ref)
+            if shape is None or shapes.get(tap) is None or not _shape_fits(shapes.get(tap), shape):
+                continue
+            held[tap] = found[tap] = ref
+            refs_held.add(ref)
+            changed = True
+            if tap.key not in call_of:  # an op no name places (a convolution named Multiply_n): it reads too
+                consumers.append((tuple(graph.data_inputs(tap.key)), ref[1]))
     return found

@@ -38,7 +38,14 @@ import numpy as np
 from bisect_ov.core.errors import DeviceError, InputError, first_line
 from bisect_ov.core.extras import install_hint
 from bisect_ov.frameworks.side import Binding, FrameworkSide, check_outputs, static_shapes
-from bisect_ov.frameworks.torch_match import Event, ModuleOutput, exported_label, match_events, match_modules
+from bisect_ov.frameworks.torch_match import (
+    Event,
+    ModuleOutput,
+    exported_label,
+    match_events,
+    match_modules,
+    match_neighbours,
+)
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.taps import Tap
 
@@ -314,8 +321,9 @@ class Torch(FrameworkSide):
         check_outputs(graph, "PyTorch", [tuple(t.shape) for t in outputs], shapes, f"module's forward ({type(self.module).__name__})")
         taps, covered = match_events(graph, recorder.events, shapes)
         modules = match_modules(graph, recorder.modules, taps, shapes)
-        sources: dict[Tap, Hashable] = {**taps, **modules}
-        kinds = {**{t: "aten" for t in taps}, **{t: "module" for t in modules}}
+        neighbours = match_neighbours(graph, recorder.events, {**taps, **modules}, covered, shapes)
+        sources: dict[Tap, Hashable] = {**taps, **modules, **neighbours}
+        kinds = {**{t: "aten" for t in taps}, **{t: "module" for t in modules}, **{t: "aten" for t in neighbours}}
         self._outputs_as_sources(graph, sources, kinds)
         return Binding(sources, kinds, frozenset(covered), tuple(("output", j) for j in range(len(outputs))),
                        note=f"PyTorch eager; {len(recorder.events)} torch calls, {recorder.calls} module calls",

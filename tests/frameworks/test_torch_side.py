@@ -170,6 +170,27 @@ def test_a_model_converted_with_dynamic_dimensions_is_compared_not_refused():
     assert report.outputs[0].stats.shape == (1, 1000)
 
 
+def test_a_convolution_renamed_by_batchnorm_folding_is_paired_and_named_when_it_is_wrong():
+    """The conversion folds each BatchNorm into its convolution and names it ``Multiply_<n>``: no name or module
+    places it, but the ReLU that reads it is paired, so it is the BatchNorm's output. An edited weight of the
+    eleventh convolution is named there, not at the ReLU after it."""
+    import openvino.opset13 as ops
+
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    module = torchvision.models.resnet18().eval()
+    x = torch.randn(1, 3, 32, 32)
+    model = ov.convert_model(module, example_input=x)
+    conv = [op for op in model.get_ordered_ops() if op.get_type_name() == "Convolution"][10]
+    assert conv.get_friendly_name().startswith("Multiply_")
+    conv.input(1).replace_source_output(ops.multiply(conv.input_value(1), ops.constant(np.float32(1.2))).output(0))
+    model.validate_nodes_and_infer_types()
+    report = bisect(model, ref=module, target="CPU:f32", inputs=[x.numpy()], **FAST)
+    first = report.first_divergence
+    assert first is not None and first.name == conv.get_friendly_name() and first.op_type == "Convolution"
+    assert report.coverage >= 0.8  # the folded convolutions are compared (58% of the compute nodes without them)
+
+
 def test_inputs_the_module_rejects_surface_its_error():
     module = torch.nn.Linear(4, 3).eval()
     model = ov.convert_model(torch.nn.Tanh(), example_input=torch.ones(2, 5))
