@@ -267,11 +267,18 @@ def _culprits(v: View, top: int) -> str:
 
 def _experiments(v: View) -> str:
     """The fix, the delegation range, the curve, the samples, kernel differences and noise, as in the text."""
-    lines = [line for block in v.experiments for line in block.lines if line.strip()]
-    if not lines:
+    items = []
+    for block in v.experiments:
+        # A block's first line is its item; its indented lines (what to apply, its cost, the nodes kept, the nodes
+        # listed) belong to it, as a list inside it.
+        head, *rest = [line for line in block.lines if line.strip()] or [""]
+        if not head:
+            continue
+        inner = "".join(f"<li>{e(line.strip())}</li>" for line in rest)
+        items.append(f"<li>{e(head)}" + (f"<ul>{inner}</ul>" if inner else "") + "</li>")
+    if not items:
         return ""
-    items = "".join(f"<li>{e(line)}</li>" for line in lines)
-    return f"<h2>Experiments <small>partitioned runs, samples and noise</small></h2><ul>{items}</ul>"
+    return f"<h2>Experiments <small>partitioned runs, samples and noise</small></h2><ul>{''.join(items)}</ul>"
 
 
 def _plots(report: "Report") -> str:

@@ -226,6 +226,11 @@ def test_fix_and_samples_appear_on_the_page():
     page = render_page(report, plots=False)
     assert "<h2>Experiments" in page and "Fix: keeping" in page and "inorm/sub" in page
     assert "Fix: keeping" in report._repr_html_()
+    # The fix's own lines (the nodes kept, its run on the target, its cost) are a list inside its item, not items
+    # of their own beside it.
+    item = page[page.index("<li>Fix: keeping"):]
+    item = item[:item.index("</ul></li>") + len("</ul></li>")]
+    assert "<ul><li>keep: inorm/" in item and "<li>cost: " in item
 
 
 def test_columns_no_culprit_fills_are_left_out():
