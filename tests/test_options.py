@@ -234,3 +234,25 @@ def test_a_strategy_registered_after_import_is_accepted():
         assert BisectOptions(strategy="mine_for_this_test").strategy == "mine_for_this_test"
     finally:
         strategies._REGISTRY.pop("mine_for_this_test")
+
+
+def test_the_recorded_options_mirror_every_option_with_its_default():
+    """`RunOptions` (the report's record, in the layer below the options) repeats `BisectOptions`' fields: every
+    option is recorded, under its name, and a default run records what the options record holds by default, so
+    an option added to one and not the other fails here."""
+    from bisect_ov.core.records import RunOptions
+    from bisect_ov.pipeline.assemble import record_of
+
+    options = [f.name for f in fields(BisectOptions)]
+    recorded = [f.name for f in fields(RunOptions)]
+    assert options == recorded
+    assert record_of(RunOptions, BisectOptions().to_dict()) == RunOptions()
+
+
+def test_the_recorded_tolerance_mirrors_the_tolerance_model_with_its_defaults():
+    from bisect_ov.analysis.tolerance import Tolerance
+    from bisect_ov.core.records import ToleranceInfo
+    from bisect_ov.pipeline.assemble import record_of
+
+    assert [f.name for f in fields(Tolerance)] == [f.name for f in fields(ToleranceInfo)]
+    assert record_of(ToleranceInfo, Tolerance().to_dict()) == ToleranceInfo()
