@@ -167,7 +167,9 @@ def covered_by_consumers(graph: ModelGraph, matched: set[str]) -> frozenset[str]
         node = graph[key]
         if not node.is_candidate or key in matched:
             continue
-        found = {c if c in matched else owner.get(c) for c in graph.consumers(key)}
+        # A ShapeOf reads only the shape (an ONNX Conv's bias is reshaped to the output's rank through one).
+        readers = [c for c in graph.consumers(key) if graph[c].op_type != "ShapeOf"]
+        found = {c if c in matched else owner.get(c) for c in readers}
         owner[key] = found.pop() if len(found) == 1 else None
     return frozenset(k for k, v in owner.items() if v is not None)
 

@@ -73,3 +73,22 @@ def test_ort_needs_an_onnx_model():
     with pytest.raises(InputError, match="pass the model as an .onnx path"):
         x = ops.parameter([2], np.float32)
         bisect(ov.Model([ops.relu(x)], [x]), ref="ORT", target="CPU", **FAST)
+
+
+def test_a_convolution_s_halves_count_as_covered_by_its_bias_add(tmp_path):
+    """OpenVINO splits an ONNX Conv into ``.../WithoutBiases`` and a bias Add that holds the ONNX value; the bias is
+    reshaped through a ShapeOf of the first half, which reads only its shape: every compute node of a torchvision
+    ResNet-18's ONNX export is compared or covered (20 convolutions were listed unmatched)."""
+    import warnings
+
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    module = torchvision.models.resnet18().eval()
+    x = torch.randn(1, 3, 32, 32)
+    path = tmp_path / "resnet18.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x,), str(path), opset_version=17, dynamo=False)
+    report = bisect(str(path), ref="ORT", target="CPU:f32", inputs=[x.numpy()], **FAST)
+    (match,) = report.frameworks
+    assert match.unmatched == () and match.covered == match.compute_nodes
