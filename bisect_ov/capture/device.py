@@ -87,6 +87,17 @@ class RecordedDevice(Device):
             return None
         return frozenset(Tap(t["key"], t["port"]) for t in self.capture.header["taps"] if t is not None)
 
+    def repro_side(self, info: DeviceInfo, role: str) -> dict:
+        """As the reference, the device it was recorded on, not run by default (its recorded values are the
+        expected ones); as the target, refused: a recording cannot run a piece of the model."""
+        if role == "target":
+            raise InputError(
+                f"The target is a recorded run ('{info.name}'): it cannot run a piece of the model, so no reproducer "
+                "can be verified. Compare against the live device instead (bisect(model, ref=..., target='CPU')), or "
+                "make the recording the reference.")
+        return {"device": info.device, "config": dict(info.config), "runnable": False,
+                "recorded": self.capture.path.name}
+
     def device_info(self) -> DeviceInfo:
         """The recorded `DeviceInfo`, named ``capture:<file>``, with a note saying where it was recorded."""
         header = self.capture.header

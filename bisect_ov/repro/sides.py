@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from bisect_ov.capture.device import RecordedDevice
-from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import DeviceInfo
-from bisect_ov.run.devices import Device, EmulatedDevice, OpenVINODevice
+from bisect_ov.run.devices import Device
 
 __all__ = ["side_spec"]
 
 
 def side_spec(device: Device, info: DeviceInfo, role: str) -> dict[str, Any]:
     """The ``repro.json`` entry of one side (without its model files); `role` is ``reference`` or ``target``.
+
+    Each device says how it is rebuilt (`Device.repro_side`).
 
     Raises
     ------
@@ -34,24 +34,4 @@ def side_spec(device: Device, info: DeviceInfo, role: str) -> dict[str, Any]:
     spec: dict[str, Any] = {"label": info.label, "name": info.name, "precision": info.precision,
                             "full_name": info.full_name, "runnable": True, "emulated": None,
                             "openvino": info.openvino_version}
-    if isinstance(device, RecordedDevice):
-        if role == "target":
-            raise InputError(
-                f"The target is a recorded run ('{info.name}'): it cannot run a piece of the model, so no reproducer "
-                "can be verified. Compare against the live device instead (bisect(model, ref=..., target='CPU')), or "
-                "make the recording the reference.")
-        return {**spec, "device": info.device, "config": dict(info.config), "runnable": False,
-                "recorded": device.capture.path.name}
-    if type(device) is EmulatedDevice:
-        # Accumulation in the low precision is written in opset ops for Softmax, ReduceSum and ReduceMean; a
-        # piece holding another accumulating op is refused when it is written (`saveable_emulation`).
-        return {**spec, "device": "CPU", "config": {"INFERENCE_PRECISION_HINT": "f32"}, "emulated": device.precision,
-                "lanes": device.lanes if device.reductions else None}
-    if type(device) is OpenVINODevice:
-        return {**spec, "device": device.device, "config": {str(k): str(v) for k, v in device.config.items()}}
-    if getattr(device, "sampled", False):
-        raise InputError(f"The {role} '{info.name}' is sampled (a stats capture): it holds samples of the tensors, "
-                         "not the tensors a reproducer needs. Record the capture in full mode.")
-    raise InputError(
-        f"The {role} is a {type(device).__name__} ('{info.name}'), a device class run.py cannot rebuild with "
-        "OpenVINO alone. Reproduce with an OpenVINO device name (CPU, GPU, CPU:bf16, ...) or EMU:f16/EMU:bf16.")
+    return {**spec, **device.repro_side(info, role)}

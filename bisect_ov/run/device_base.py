@@ -85,6 +85,23 @@ class Device:
     def can_run_pieces(self) -> bool:
         return not (self.recorded or self.sampled)
 
+    def repro_side(self, info: DeviceInfo, role: str) -> dict:
+        """How a reproducer's ``run.py`` rebuilds this side (`bisect_ov.repro.sides`): the device and properties it
+        compiles with, as ``repro.json`` entries; `role` is ``reference`` or ``target``.
+
+        Raises
+        ------
+        InputError
+            A device ``run.py`` cannot rebuild with OpenVINO alone (this base: every device class that does not
+            say how), with what to reproduce with instead.
+        """
+        if self.sampled:
+            raise InputError(f"The {role} '{info.name}' is sampled (a stats capture): it holds samples of the "
+                             "tensors, not the tensors a reproducer needs. Record the capture in full mode.")
+        raise InputError(
+            f"The {role} is a {type(self).__name__} ('{info.name}'), a device class run.py cannot rebuild with "
+            "OpenVINO alone. Reproduce with an OpenVINO device name (CPU, GPU, CPU:bf16, ...) or EMU:f16/EMU:bf16.")
+
     @property
     def honours_precision_marks(self) -> bool:
         """Whether ops marked to stay in f32 (``disable_fp16_compression``, as a fix's patched model marks them)

@@ -15,6 +15,8 @@ from dataclasses import replace
 import openvino as ov
 
 from bisect_ov.core.errors import DeviceError, InputError
+from bisect_ov.core.records import DeviceInfo
+from bisect_ov.run.device_base import Device
 from bisect_ov.run.openvino_device import OpenVINOCompiled, OpenVINODevice
 
 __all__ = ["EmulatedDevice"]
@@ -46,6 +48,15 @@ class EmulatedDevice(OpenVINODevice):
         self.reductions = reductions
         self.lanes = lanes
         self.activation_scale: float | None = None
+
+    def repro_side(self, info: DeviceInfo, role: str) -> dict:
+        """The CPU in f32 running the piece with the rounding written in opset ops
+        (`bisect_ov.run.emulate_ir.saveable_emulation`: accumulation in the low precision for Softmax, ReduceSum
+        and ReduceMean; a piece holding another accumulating op is refused when it is written)."""
+        if type(self)._compile is not EmulatedDevice._compile or self.activation_scale is not None:
+            return Device.repro_side(self, info, role)
+        return {"device": "CPU", "config": {"INFERENCE_PRECISION_HINT": "f32"}, "emulated": self.precision,
+                "lanes": self.lanes if self.reductions else None}
 
     @property
     def honours_precision_marks(self) -> bool:

@@ -223,6 +223,12 @@ class OpenVINODevice(Device):
             return listed[0], _own_properties(listed[0], self.config)
         return self.device, self.config
 
+    def repro_side(self, info: DeviceInfo, role: str) -> dict:
+        """Its device name and properties; a subclass that compiles otherwise is refused unless it says how."""
+        if type(self)._compile is not OpenVINODevice._compile:
+            return super().repro_side(info, role)
+        return {"device": self.device, "config": {str(k): str(v) for k, v in self.config.items()}}
+
     @property
     def honours_precision_marks(self) -> bool:
         return self.runs_on[0].split(".")[0] in ("GPU", "NPU")

@@ -232,3 +232,34 @@ def test_growth_adds_the_upstream_neighbours_within_the_bound(demo_f16):
     assert set(sizes[1]) == {"inorm/sub", "inorm/offset", "inorm/mean"}
     assert all(set(a) < set(b) for a, b in zip(sizes, sizes[1:])) and all(len(s) <= 8 for s in sizes)
     assert growth(graph, unit, max_nodes=1) == [("inorm/sub",)]
+
+
+def test_each_device_says_how_a_reproducer_rebuilds_it():
+    """`side_spec` asks the device (`Device.repro_side`) instead of switching on classes: a device class of the
+    user's own is refused unless it says how run.py rebuilds it, and then it is written as it says."""
+    from bisect_ov import make_device
+    from bisect_ov.core.errors import InputError
+    from bisect_ov.core.records import DeviceInfo
+    from bisect_ov.repro.sides import side_spec
+    from bisect_ov.run.devices import OpenVINODevice
+
+    cpu = make_device("CPU:f32")
+    assert side_spec(cpu, DeviceInfo("CPU:f32", "CPU", precision="f32"), "target")["device"] == "CPU"
+    emulated = make_device("EMU:f16")
+    spec = side_spec(emulated, DeviceInfo("EMU:f16", "CPU", precision="f16", emulated=True), "target")
+    assert spec["device"] == "CPU" and spec["emulated"] == "f16"
+
+    class Shifted(OpenVINODevice):  # computes something else than its device name says
+        def _compile(self, model, taps=(), fed=(), *, extra=None):
+            return super()._compile(model, taps, fed, extra=extra)
+
+    shifted = Shifted("CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    with pytest.raises(InputError, match="a Shifted .* run.py cannot rebuild"):
+        side_spec(shifted, DeviceInfo("shifted", "CPU"), "target")
+
+    class Described(Shifted):
+        def repro_side(self, info, role):
+            return {"device": "CPU", "config": {"INFERENCE_PRECISION_HINT": "f32"}}
+
+    described = Described("CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    assert side_spec(described, DeviceInfo("described", "CPU"), "target")["config"] == {"INFERENCE_PRECISION_HINT": "f32"}
