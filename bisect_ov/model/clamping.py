@@ -37,12 +37,17 @@ def clamp_after(model: ov.Model, bounds: Mapping[str, float]) -> ov.Model:
         if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound <= 0:
             raise InputError(f"A clamp bound must be a positive finite number; got {bound!r} for '{name}'.")
     clone = model.clone()
-    by_name = {op.get_friendly_name(): op for op in clone.get_ordered_ops()}
+    by_name: dict[str, list] = {}
+    for op in clone.get_ordered_ops():
+        by_name.setdefault(op.get_friendly_name(), []).append(op)
     missing = [n for n in bounds if n not in by_name]
     if missing:
         raise InputError(f"No node named {missing[:3]} in the model; clamps go after nodes the report names.")
+    repeated = [n for n in bounds if len(by_name[n]) > 1]
+    if repeated:
+        raise InputError(f"Several nodes are named {repeated[:3]}: a clamp after one of them would be a guess.")
     for name, bound in bounds.items():
-        op = by_name[name]
+        (op,) = by_name[name]
         outputs = [out for out in op.outputs() if out.get_element_type().is_real()]
         if not outputs:
             raise InputError(f"Node '{name}' has no floating output to clamp.")

@@ -439,6 +439,8 @@ def _beyond_f16(values: np.ndarray) -> np.ndarray | None:
     clamped to +-65,504 (``torch.finfo(torch.float32).min`` in an attention mask becomes -65,504, not -inf, and
     ``0 * min`` stays 0), while inf and NaN stay what they are. Activations computed at run time still overflow."""
     values = np.asarray(values, np.float32)
+    if values.size == 0 or (-F16_MAX <= values.min() and values.max() <= F16_MAX):  # no copy for the usual weights
+        return None
     over = np.isfinite(values) & (np.abs(values) > F16_MAX)
     if not over.any():
         return None
@@ -455,7 +457,8 @@ def _round_static(node: ov.Node, out: ov.Output, targets: list[ov.Input], data: 
         non_value = _NON_VALUE_INPUTS.get(user.get_type_name(), ())
         return user.get_instance_id() in data and inp.get_index() not in non_value
 
-    consumers = [inp for inp in targets if is_value_use(inp)]
+    # An op kept in f32 reads the weight as it is (the plugins leave its constants out of the conversion too).
+    consumers = [inp for inp in targets if is_value_use(inp) and not keeps_precision(inp.get_node())]
     if not consumers:  # pure shape arithmetic: computed on the host in f32 by real plugins
         return
     if node.get_type_name() == "Constant":
@@ -534,8 +537,7 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
                 _redirect(readers, out, r, move_names=node.get_type_name() != "Parameter" and len(readers) == len(targets))
                 rounded[(node.get_instance_id(), out.get_index())] = r
             else:
-                _round_static(node, out, [t for t in targets if not keeps_precision(t.get_node())], data, precision,
-                              prefix)
+                _round_static(node, out, targets, data, precision, prefix)
 
     # Low-precision accumulation: rebuild selected ops from their (already rounded) inputs and hand the
     # original's consumers, friendly name and tensor names to the emulated result.
