@@ -53,7 +53,8 @@ from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
 
-__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "excess", "MOVEMENT", "EXCESS", "MOST", "NOTABLE"]
+__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "excess", "measured_inputs", "MOVEMENT", "EXCESS",
+           "MOST", "NOTABLE"]
 
 # Ops that only move, select or copy values: they add no rounding error of their own.
 MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
@@ -216,10 +217,10 @@ def _overflow_origins(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) 
     is 0) does not make a later overflow inherited: each place that overflows from finite values is an origin."""
     if not ev.nonfinite:
         return set()
-    return {key for key in ev.nonfinite if key in nodes and not _measured_inputs(graph, key, nodes) & ev.nonfinite}
+    return {key for key in ev.nonfinite if key in nodes and not measured_inputs(graph, key, nodes) & ev.nonfinite}
 
 
-def _measured_inputs(graph: Any, key: str, nodes: Collection[str]) -> set[str]:
+def measured_inputs(graph: Any, key: str, nodes: Collection[str]) -> set[str]:
     """The measured nodes nearest upstream of `key` along its data inputs, through nodes that were not measured."""
     found: set[str] = set()
     seen: set[str] = set()

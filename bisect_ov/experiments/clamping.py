@@ -8,7 +8,8 @@ the patched model, run whole on the target, brings the final error under the tol
 
 The clamped nodes are the origins of the overflow (`overflow_origins`): nodes with a floating output whose values
 on the reference exceed the target's largest finite value, or whose target output gains NaN/Inf from finite
-inputs, and none of whose inputs does either. Each bound is the largest magnitude the reference reaches there,
+inputs, and none of whose nearest measured producers does either (the walk the judge makes to its overflow
+origins). Each bound is the largest magnitude the reference reaches there,
 at most the largest finite f16 value. When the clamps together solve it and there are several, each is dropped
 in turn and stays dropped when the rest still solve it: no clamp left can be removed (1-minimal, as delta
 debugging makes it). Each patched model is one compile and one run of the whole target model.
@@ -17,8 +18,9 @@ debugging makes it). Each patched model is one compile and one run of the whole 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Collection, Mapping
 
+from bisect_ov.analysis.judge import measured_inputs
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import BisectError, InputError
 from bisect_ov.core.numeric import F16_MAX
@@ -35,7 +37,8 @@ MAX_CLAMPS = 8
 """At most this many origins are clamped; past it the overflow is everywhere and a clamp is not the remedy."""
 
 
-def overflow_origins(graph, stats: Iterable[tuple[str, int, TensorStats]], limit: float = F16_MAX) -> dict[str, float]:
+def overflow_origins(graph, stats: Collection[tuple[str, int, TensorStats]],
+                     limit: float = F16_MAX) -> dict[str, float]:
     """Node key -> clamp bound for the origins of an overflow (see the module docstring), in graph order.
 
     `stats` holds (node key, output port, statistics) of the measured tensors; a node is over when a floating
@@ -47,9 +50,11 @@ def overflow_origins(graph, stats: Iterable[tuple[str, int, TensorStats]], limit
             continue
         if s.ref_absmax > limit or s.new_nonfinite > 0:
             over[key] = max(over.get(key, 0.0), s.ref_absmax)
+    measured = {key for key, _port, _s in stats}
     origins = {}
     for node in graph:
-        if node.key in over and not any(k in over for k, _ in node.inputs):
+        # Its nearest measured producers (through nodes not measured, as the judge walks to overflow origins).
+        if node.key in over and not measured_inputs(graph, node.key, measured) & over.keys():
             origins[node.key] = min(limit, over[node.key]) if over[node.key] > 0 else limit
     return origins
 

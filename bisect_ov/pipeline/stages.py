@@ -346,7 +346,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                     scale_factor = find_scale_factor(engine, setup.error_of, limit, final, least)
                 if planned.clamp and not final <= limit:
                     # Next, a patched model: clamps where the values leave f16's range.
-                    origins = overflow_origins(engine.graph, ((t.key, t.port, st) for t, st in stats.items()))
+                    origins = overflow_origins(engine.graph, [(t.key, t.port, st) for t, st in stats.items()])
                     clamp = find_clamp(engine, setup.error_of, limit, final, origins)
                 if twin and engine.match.quantized:
                     candidates = twin_fix_candidates(engine, sensitivity, local)
