@@ -122,8 +122,8 @@ class Clamp:
     its final error (`error_after`) compared with `tolerance`.
 
     The nodes are the overflow's origins: nodes whose reference values exceed the target's largest finite value,
-    or whose target outputs gain NaN/Inf from finite inputs, and whose nearest measured producers do neither. The bound is the largest
-    value the reference reaches there, at most the target's largest finite value. When the clamps solve it, each
+    or whose target outputs gain NaN/Inf from finite inputs, and whose nearest measured producers do neither. The
+    bound is the largest value the reference reaches there, at most the target's largest finite value. When the clamps solve it, each
     was dropped in turn and kept only when the rest no longer did (`bounds` is 1-minimal). `runs`: the patched
     models run.
     """
