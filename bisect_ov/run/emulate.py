@@ -11,11 +11,11 @@ anyone reads it. `emulate_precision` rewrites a model so that, compiled on the O
   each floating output; all consumers, model outputs included, read the rounded value.
 * Floating constants, and constant or shape-derived float subgraphs (e.g. decompressed weights, positional
   encodings built from ``ShapeOf``), are computed in f32 and rounded once where they enter the data path,
-  as a device would store its weights. An f16 constant saturates as OpenVINO's precision conversion makes it:
-  a finite value past 65,504 becomes +-65,504 (an attention mask's ``finfo(float32).min`` stays a large
-  negative number, not -inf), inf and NaN stay. Pure shape arithmetic (``ShapeOf -> Convert -> Multiply -> ...``
-  feeding shapes) and the ``scales``/``sizes`` inputs of ``Interpolate`` are not rounded: real plugins
-  compute them on the host.
+  as a device would store its weights. A constant saturates as OpenVINO's precision conversion makes it: a
+  finite value past the precision's range becomes its largest value (+-65,504 in f16, +-3.39e38 in bf16: an
+  attention mask's ``finfo(float32).min`` stays a large negative number, not -inf), inf and NaN stay. Pure
+  shape arithmetic (``ShapeOf -> Convert -> Multiply -> ...`` feeding shapes) and the ``scales``/``sizes``
+  inputs of ``Interpolate`` are not rounded: real plugins compute them on the host.
 * Rounding is `round_array`: f16 follows IEEE binary16 (subnormals kept, ``|x| >= 65520`` overflows to
   +-inf, signed zeros kept); bf16 keeps float32's exponent range; NaN stays NaN.
 * Ops marked to stay in f32 (runtime info ``disable_fp16_compression`` / ``precise``, read back from IR as
@@ -73,7 +73,7 @@ import openvino as ov
 from openvino import opset13 as ops
 
 from bisect_ov.core.errors import InputError
-from bisect_ov.core.numeric import F16_MAX
+from bisect_ov.core.numeric import BF16_MAX, F16_MAX
 from bisect_ov.run import lowp
 from bisect_ov.run.lowp import PRECISIONS, round_array
 
@@ -421,30 +421,31 @@ def _round_constant(node: ov.Node, out: ov.Output, precision: str, prefix: str) 
     # Weights can hold hundreds of millions of values: round them tensor to tensor, without copies.
     rounded = np.empty(list(out.get_shape()), np.float32)
     rounder = _rounder(precision)
+    # OpenVINO's f32 -> f16 and f32 -> bf16 weight conversions saturate finite values past the range, as here.
+    saturated = _saturated(node.get_data(), F16_MAX if precision == "f16" else BF16_MAX)
     if isinstance(rounder, _F16Rounding):
-        source = node.get_tensor_view()
-        beyond = _beyond_f16(node.get_data())
-        if beyond is not None:  # OpenVINO's f32 -> f16 weight conversion saturates finite values, as here
-            source = ov.Tensor(beyond)
+        source = node.get_tensor_view() if saturated is None else ov.Tensor(saturated)
         rounder.into(ov.Tensor(rounded, shared_memory=True), source)
     else:
-        rounded[...] = rounder(node.get_data())
+        rounded[...] = rounder(node.get_data() if saturated is None else saturated)
     return ops.constant(rounded, ov.Type.f32, name=f"{prefix}/constant").output(0)
 
 
-def _beyond_f16(values: np.ndarray) -> np.ndarray | None:
-    """`values` with finite magnitudes past f16's largest value set to it (sign kept), or None when there are none.
+def _saturated(values: np.ndarray, limit: float) -> np.ndarray | None:
+    """`values` with finite magnitudes past `limit` (the emulated precision's largest value) set to it, sign kept;
+    None when there are none.
 
-    A device stores an f32 weight in f16 as OpenVINO's precision conversion does: a finite value out of range is
-    clamped to +-65,504 (``torch.finfo(torch.float32).min`` in an attention mask becomes -65,504, not -inf, and
-    ``0 * min`` stays 0), while inf and NaN stay what they are. Activations computed at run time still overflow."""
+    A device stores an f32 weight in f16 or bf16 as OpenVINO's precision conversion does: a finite value out of
+    range is clamped to the largest one (``torch.finfo(torch.float32).min`` in an attention mask becomes -65,504 in
+    f16, -3.39e38 in bf16, not -inf, and ``0 * min`` stays 0), while inf and NaN stay what they are. Activations
+    computed at run time still overflow."""
     values = np.asarray(values, np.float32)
-    if values.size == 0 or (-F16_MAX <= values.min() and values.max() <= F16_MAX):  # no copy for the usual weights
+    if values.size == 0 or (-limit <= values.min() and values.max() <= limit):  # no copy for the usual weights
         return None
-    over = np.isfinite(values) & (np.abs(values) > F16_MAX)
+    over = np.isfinite(values) & (np.abs(values) > limit)
     if not over.any():
         return None
-    return np.where(over, np.copysign(np.float32(F16_MAX), values), values).astype(np.float32)
+    return np.where(over, np.copysign(np.float32(limit), values), values).astype(np.float32)
 
 
 def _round_static(node: ov.Node, out: ov.Output, targets: list[ov.Input], data: set[int], precision: str,

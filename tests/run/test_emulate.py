@@ -535,3 +535,19 @@ def test_f16_weights_past_the_range_saturate_as_openvino_converts_them_while_act
     assert out[0] == 0.0 and not np.isnan(out[0])  # 0 * -65,504, where a rounded -inf would give NaN
     assert out[1] == 65504.0 and out[2] == np.inf and out[3] == 2.0
     assert out[4] == np.inf  # 4 * 30,000 = 120,000: computed at run time, past f16: inf, as on a device
+
+
+def test_bf16_weights_past_the_range_saturate_too():
+    """``finfo(float32).min`` is past bf16's largest value (3.39e38): rounded to nearest it would be -inf, and the
+    mask's ``0 * min`` NaN; stored as OpenVINO's conversion stores it, it is -3.39e38."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from bisect_ov.run.emulate import emulate_precision
+
+    x = ops.parameter([3], np.float32, name="x")
+    weights = np.array([np.finfo(np.float32).min, np.finfo(np.float32).max, 1.5], np.float32)
+    model = ov.Model([ops.multiply(x, ops.constant(weights), name="product").output(0)], [x], "bf16_weights")
+    compiled = ov.Core().compile_model(emulate_precision(model, "bf16"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    out = np.array(compiled([np.array([0.0, 1.0, 2.0], np.float32)])[compiled.outputs[0]])
+    assert out[0] == 0.0 and out[1] == np.float32(3.3895313892515355e38) and out[2] == 3.0
