@@ -73,7 +73,6 @@ import openvino as ov
 from openvino import opset13 as ops
 
 from bisect_ov.core.errors import InputError
-from bisect_ov.core.numeric import BF16_MAX, F16_MAX
 from bisect_ov.run import lowp
 from bisect_ov.run.lowp import PRECISIONS, round_array
 
@@ -422,30 +421,13 @@ def _round_constant(node: ov.Node, out: ov.Output, precision: str, prefix: str) 
     rounded = np.empty(list(out.get_shape()), np.float32)
     rounder = _rounder(precision)
     # OpenVINO's f32 -> f16 and f32 -> bf16 weight conversions saturate finite values past the range, as here.
-    saturated = _saturated(node.get_data(), F16_MAX if precision == "f16" else BF16_MAX)
+    saturated = lowp.saturated(node.get_data(), precision)
     if isinstance(rounder, _F16Rounding):
         source = node.get_tensor_view() if saturated is None else ov.Tensor(saturated)
         rounder.into(ov.Tensor(rounded, shared_memory=True), source)
     else:
         rounded[...] = rounder(node.get_data() if saturated is None else saturated)
     return ops.constant(rounded, ov.Type.f32, name=f"{prefix}/constant").output(0)
-
-
-def _saturated(values: np.ndarray, limit: float) -> np.ndarray | None:
-    """`values` with finite magnitudes past `limit` (the emulated precision's largest value) set to it, sign kept;
-    None when there are none.
-
-    A device stores an f32 weight in f16 or bf16 as OpenVINO's precision conversion does: a finite value out of
-    range is clamped to the largest one (``torch.finfo(torch.float32).min`` in an attention mask becomes -65,504 in
-    f16, -3.39e38 in bf16, not -inf, and ``0 * min`` stays 0), while inf and NaN stay what they are. Activations
-    computed at run time still overflow."""
-    values = np.asarray(values, np.float32)
-    if values.size == 0 or (-limit <= values.min() and values.max() <= limit):  # no copy for the usual weights
-        return None
-    over = np.isfinite(values) & (np.abs(values) > limit)
-    if not over.any():
-        return None
-    return np.where(over, np.copysign(np.float32(limit), values), values).astype(np.float32)
 
 
 def _round_static(node: ov.Node, out: ov.Output, targets: list[ov.Input], data: set[int], precision: str,

@@ -25,8 +25,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bisect_ov.core.errors import InputError
+from bisect_ov.core.numeric import BF16_MAX, F16_MAX
 
-__all__ = ["PRECISIONS", "attention", "lane_sum", "matmul", "mvn", "reduce", "round_array", "rounder", "softmax"]
+__all__ = ["PRECISIONS", "attention", "lane_sum", "matmul", "mvn", "reduce", "round_array", "rounder", "saturated",
+           "softmax"]
 
 #: Precisions a device can be emulated in.
 PRECISIONS = ("f16", "bf16")
@@ -243,3 +245,21 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | No
         elif mask is not None:
             s = r(s + np.asarray(mask, np.float32))
     return matmul(softmax(s, -1, lanes, r), v, False, False, lanes, r)
+
+
+def saturated(values: np.ndarray, precision: str) -> np.ndarray | None:
+    """`values` with finite magnitudes past the largest value of `precision` (``f16``, ``bf16``) set to it, sign
+    kept; None when there are none.
+
+    A device stores an f32 weight in f16 or bf16 as OpenVINO's precision conversion does: a finite value out of
+    range is clamped to the largest one (``torch.finfo(torch.float32).min`` in an attention mask becomes -65,504 in
+    f16, -3.39e38 in bf16, not -inf, and ``0 * min`` stays 0), while inf and NaN stay what they are. Activations
+    computed at run time still overflow."""
+    limit = F16_MAX if precision == "f16" else BF16_MAX
+    values = np.asarray(values, np.float32)
+    if values.size == 0 or (-limit <= values.min() and values.max() <= limit):  # no copy for the usual weights
+        return None
+    over = np.isfinite(values) & (np.abs(values) > limit)
+    if not over.any():
+        return None
+    return np.where(over, np.copysign(np.float32(limit), values), values).astype(np.float32)
