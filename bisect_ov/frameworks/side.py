@@ -30,7 +30,7 @@ import openvino as ov
 
 from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.core.records import DeviceInfo, FrameworkMatch
-from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.graph import ModelGraph, ops_by_name
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 from bisect_ov.run.device_base import Device, infer_each
@@ -185,9 +185,7 @@ def static_shapes(graph: ModelGraph, arrays: Sequence[np.ndarray]) -> dict[Tap, 
     shapes: dict[Tap, tuple[int, ...]] = {}
     # Each op found by its friendly name: reshaping can change the op count (shape subgraphs fold) and so the
     # positions; a name the clone repeats is left out rather than guessed.
-    by_name: dict[str, list] = {}
-    for op in clone.get_ordered_ops():
-        by_name.setdefault(op.get_friendly_name(), []).append(op)
+    by_name = ops_by_name(clone)
     for key in graph.order:
         found = by_name.get(graph[key].name, [])
         if len(found) != 1:

@@ -19,6 +19,7 @@ import openvino as ov
 from openvino import opset13 as ops
 
 from bisect_ov.core.errors import InputError
+from bisect_ov.model.graph import ops_by_name
 
 __all__ = ["clamp_after"]
 
@@ -37,9 +38,7 @@ def clamp_after(model: ov.Model, bounds: Mapping[str, float]) -> ov.Model:
         if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound <= 0:
             raise InputError(f"A clamp bound must be a positive finite number; got {bound!r} for '{name}'.")
     clone = model.clone()
-    by_name: dict[str, list] = {}
-    for op in clone.get_ordered_ops():
-        by_name.setdefault(op.get_friendly_name(), []).append(op)
+    by_name = ops_by_name(clone)
     missing = [n for n in bounds if n not in by_name]
     if missing:
         raise InputError(f"No node named {missing[:3]} in the model; clamps go after nodes the report names.")

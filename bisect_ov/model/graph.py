@@ -26,7 +26,7 @@ import openvino as ov
 
 from bisect_ov.core.errors import InputError
 
-__all__ = ["TensorInfo", "NodeInfo", "ModelGraph", "element_dtype", "walk", "weight_bytes"]
+__all__ = ["TensorInfo", "NodeInfo", "ModelGraph", "element_dtype", "ops_by_name", "walk", "weight_bytes"]
 
 SHAPE_PRODUCERS = frozenset({"ShapeOf"})
 """Ops whose output is a shape, not data: what they compute depends on shapes only."""
@@ -89,6 +89,16 @@ def walk(key: str, step: Callable[[str], Iterable[str]], *, stop: Callable[[str]
                 seen.add(nxt)
                 stack.append(nxt)
     return seen if include_self else seen - {key}
+
+
+def ops_by_name(model: ov.Model) -> dict[str, list]:
+    """Friendly name -> the ops of `model` that carry it, in topological order (a copy of a walked model, where
+    positions may have moved: a reshape folds shape subgraphs). A name held by several ops maps to all of them,
+    so that a caller can refuse to guess."""
+    found: dict[str, list] = {}
+    for op in model.get_ordered_ops():
+        found.setdefault(op.get_friendly_name(), []).append(op)
+    return found
 
 
 def weight_bytes(model: ov.Model) -> int:
