@@ -29,8 +29,8 @@ from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
 from bisect_ov.core.records import Cause
 
-__all__ = ["observations", "diagnose", "kernel_difference", "overflow", "underflow", "kind_of_text", "Cause", "CANCELLATION_RATIO",
-           "LONG_REDUCTION", "CANCELLING_OPS"]
+__all__ = ["observations", "diagnose", "kernel_difference", "overflow", "underflow", "concentrated", "kind_of_text", "Cause",
+           "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED"]
 
 # Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
 CANCELLING_OPS = frozenset({"Subtract", "Add", "MVN", "ReduceSum", "ReduceMean", "MatMul", "Convolution",
@@ -42,6 +42,12 @@ _SUMMING = frozenset({"ReduceSum", "ReduceMean", "MatMul", "Convolution", "Group
                       "FullyConnected", "Add", "ScaledDotProductAttention", "Softmax"})
 
 CANCELLATION_RATIO = 10.0  # inputs this many times larger than the output
+# A few elements wrong (the judge's concentrated-error rule): rounding leaves each element within ~u of the
+# tensor's largest value and the tolerance is 8u or more, so a worst element this many tolerances off (as a share
+# of the largest value) is beyond what rounding leaves anywhere ...
+SPIKE = 2.0
+# ... and, this many times the relative L2 error, it sits in a few elements, not in all of them.
+CONCENTRATED = 3.0
 LONG_REDUCTION = 64
 
 
@@ -94,6 +100,9 @@ def diagnose(
     if found or output.new_nonfinite:
         return found
     found = underflow(op_type, output, precision)
+    if found:
+        return found
+    found = concentrated(output, tolerance)
     if found:
         return found
     scale_in = max((s.ref_absmax for s in inputs), default=0.0)
@@ -149,6 +158,21 @@ def overflow(op_type: str, output: TensorStats, inputs: Sequence[TensorStats], p
     return []
 
 
+def concentrated(output: TensorStats, tolerance: float) -> list[Cause]:
+    """A few elements wrong (the judge's concentrated-error test): the worst element's error, as a share of the
+    tensor's largest value, beyond `SPIKE` tolerances and `CONCENTRATED` times the relative L2 error."""
+    if output.integer or output.ref_absmax <= 0 or not math.isfinite(output.max_abs) or tolerance <= 0:
+        return []
+    peak = output.max_abs / output.ref_absmax
+    if peak < SPIKE * tolerance or peak < CONCENTRATED * output.rel_l2:
+        return []
+    ratio = peak / max(output.rel_l2, 1e-30)
+    return [Cause("concentrated", f"concentrated: its worst element is off by {peak:.2g} of the tensor's largest value, "
+                  f"{ratio:.0f}x its relative L2 error: a few elements are wrong, not every element rounded (look for "
+                  "a wrong index, a bad lane or a race in its kernel)", {"peak": peak, "rel_l2": output.rel_l2,
+                                                                          "ratio": ratio})]
+
+
 def underflow(op_type: str, output: TensorStats, precision: str) -> list[Cause]:
     """Values below the target precision's smallest normal number (subnormals lose bits, or flush to zero)."""
     tiny = _MIN_NORMAL.get(precision)
@@ -163,7 +187,7 @@ def underflow(op_type: str, output: TensorStats, precision: str) -> list[Cause]:
 # How each kind's sentence starts (`observations`, `diagnose`, and the causes `bisect_ov.pipeline.assemble`
 # adds): schema version 2 and earlier saved the sentences only.
 _SAVED_KINDS = (
-    (re.compile(r"(overflow|underflow|cancellation): "), None),
+    (re.compile(r"(overflow|underflow|cancellation|concentrated): "), None),
     (re.compile(r"long reduction over "), "long_reduction"),
     (re.compile(r"error \S+x the tolerance of "), "over_tolerance"),
     (re.compile(r"NaN/Inf appeared in "), "nonfinite"),

@@ -14,6 +14,11 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    measured inputs gained none, even where an earlier overflow was taken out by a norm) is where that
    overflow starts. It is protected: never absorbed, never a bystander, whatever an impact run measured, and it
    is a first divergence unless a first divergence lies upstream of it (or it is internal, rule 4).
+   **Concentrated errors** are origins the same way: a node whose worst element is wrong by `SPIKE` times its
+   tolerance (as a share of the tensor's largest value), `CONCENTRATED` times more than its relative L2 error
+   says (rounding spreads error over every element in proportion to the values; a few wrong elements are not
+   rounding), and `min_growth` times what its nearest measured inputs carried that way. Ops that only move
+   values and ops whose output steps (Round, Floor, FakeQuantize, Select, ...) are never such origins.
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
    whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
    the target makes most of the final error, is an origin; every other diverged node that is not downstream of
@@ -49,17 +54,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
+from bisect_ov.analysis.diagnosis import CONCENTRATED, SPIKE
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
 
-__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "excess", "measured_inputs", "MOVEMENT", "EXCESS",
-           "MOST", "NOTABLE"]
+__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "excess", "measured_inputs", "MOVEMENT", "STEPS",
+           "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED"]
 
 # Ops that only move, select or copy values: they add no rounding error of their own.
 MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
                       "StridedSlice", "Gather", "GatherElements", "GatherND", "Broadcast", "Tile", "Identity",
                       "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Pad", "Reverse", "Roll"})
+# Ops whose output steps as its input crosses a threshold: a value within rounding of a step gives a whole step
+# of difference at a few elements, which is their nature, not a fault.
+STEPS = frozenset({"FakeQuantize", "Round", "Floor", "Ceiling", "Sign", "Select", "Quantize", "Dequantize"})
 EXCESS = 4.0  # a local error this many times the rounding-only one is worse than its precision explains
 MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
 NOTABLE = 0.1  # ... when it is this share of the outputs' tolerance and beyond f32-level agreement
@@ -88,6 +97,11 @@ class Evidence:
         Key -> kernel name, for tensors that exist only inside a kernel of the untouched target.
     kernel_outputs
         Kernel name -> keys of its nodes whose tensors the target stored (the kernel's outputs).
+    peaks
+        By node key: (largest element error / the reference's largest magnitude, relative L2 error) of its worst
+        floating output, when the run's metric is relative L2 (empty otherwise: no concentrated-error rule).
+    steps
+        Keys of nodes whose output steps (`STEPS`).
     rejected, localized
         The fidelity check rejected the taps; the node partitioned runs localized instead (or None).
     """
@@ -106,13 +120,15 @@ class Evidence:
     kernel_outputs: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     rejected: bool = False
     localized: str | None = None
+    peaks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    steps: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
 class Verdict:
     """The decision: each measured node's score and role, the first divergences, the ranking, the nodes set aside
-    by each rule (absorbed, bystanders, internal), the origins and overflow origins, and `moved` (movement op ->
-    the node named in its place)."""
+    by each rule (absorbed, bystanders, internal), the origins, overflow origins and concentrated-error origins
+    (`spikes`), and `moved` (movement op -> the node named in its place)."""
 
     scores: Scores
     first: tuple[str, ...]
@@ -124,6 +140,7 @@ class Verdict:
     overflow: tuple[str, ...] = ()
     moved: Mapping[str, str] = field(default_factory=dict)
     outputs_ok: bool = False
+    spikes: tuple[str, ...] = ()
 
     def role(self, key: str) -> str | None:
         s = self.scores.nodes.get(key)
@@ -140,10 +157,11 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
     final = max((e for e, _ in ev.outputs), default=0.0)
 
     overflow = _overflow_origins(graph, ev, nodes)
+    spikes = _concentrated(graph, ev, nodes) - overflow
     beyond = {k for k in diverged if _origin(k, ev, nodes, final, limit)}
-    origins = [k for k in diverged if k in overflow or k in beyond]
-    # Never absorbed: where an overflow starts; within tolerance, every origin.
-    protected = set(overflow) | set(origins) if outputs_ok else set(overflow)
+    origins = [k for k in diverged if k in overflow or k in beyond] + list(_ordered(graph, spikes))
+    # Never absorbed: where an overflow starts, where a few elements go wrong; within tolerance, every origin.
+    protected = set(overflow) | spikes | (set(origins) if outputs_ok else set())
     # A tapped inf inside a kernel may be a value the kernel never computed (a fused RMS norm never stores x*x),
     # so an overflow alone does not keep a node from being set aside there; error of its own far beyond
     # rounding does (the fault is in the kernel, named at its member).
@@ -160,7 +178,9 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
                          absorbed=absorbed | bystanders, internal=internal)
     nodes = dict(scores.nodes)
     first = list(scores.first)
-    for key in overflow:  # rule 2: where the overflow starts is named, whatever growth says
+    # rule 2: where the overflow starts, and where a few elements go wrong, is named whatever growth says (in
+    # graph order, so that a spike downstream of a named one only inherits)
+    for key in sorted(overflow | spikes, key=lambda k: graph[k].index if k in graph else math.inf):
         if key in internal:
             continue
         s = nodes[key]
@@ -168,6 +188,11 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
             nodes[key] = _with(s, role="amplifier" if s.inherited > s.tolerance else "source")
         if key not in first and not any(f in graph.upstream(key, include_self=False) for f in first):
             first.append(key)
+        if key in spikes and key in first:  # what reads its wrong elements read a diverged input: not a first
+            for later in [f for f in first if f != key and key in graph.upstream(f, include_self=False)]:
+                first.remove(later)
+                if nodes[later].role == "source":
+                    nodes[later] = _with(nodes[later], role="amplifier")
     moved: dict[str, str] = {}
     for key in list(first):  # rule 6
         if key in ev.movement:
@@ -207,7 +232,7 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         scores=Scores(nodes, tuple(first), ranking), first=tuple(first), ranking=ranking,
         absorbed=_ordered(graph, absorbed), bystanders=_ordered(graph, bystanders), internal=_ordered(graph, internal),
         origins=_ordered(graph, set(origins) if outputs_ok else set(overflow)), overflow=_ordered(graph, overflow),
-        moved=moved, outputs_ok=outputs_ok)
+        moved=moved, outputs_ok=outputs_ok, spikes=_ordered(graph, spikes))
 
 
 # ----- the rules ------------------------------------------------------------------------------------------
@@ -218,6 +243,24 @@ def _overflow_origins(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) 
     if not ev.nonfinite:
         return set()
     return {key for key in ev.nonfinite if key in nodes and not measured_inputs(graph, key, nodes) & ev.nonfinite}
+
+
+def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> set[str]:
+    """Rule 2, concentrated errors: measured nodes whose worst element is off by `SPIKE` tolerances (as a share of
+    the tensor's largest value), `CONCENTRATED` times their relative L2 error, and `min_growth` times what their
+    nearest measured inputs carried that way; not movement, step or kernel-internal tensors, nor non-finite ones."""
+    found = set()
+    for key, (peak, rel) in ev.peaks.items():
+        s = nodes.get(key)
+        if (s is None or key in ev.movement or key in ev.steps or key in ev.inside_kernel or key in ev.nonfinite
+                or not math.isfinite(peak) or s.tolerance <= 0):
+            continue
+        if peak < SPIKE * s.tolerance or peak < CONCENTRATED * rel:
+            continue
+        carried = max((ev.peaks.get(k, (0.0, 0.0))[0] for k in measured_inputs(graph, key, nodes)), default=0.0)
+        if peak >= ev.min_growth * max(carried, s.tolerance * 0.1):
+            found.add(key)
+    return found
 
 
 def measured_inputs(graph: Any, key: str, nodes: Collection[str]) -> set[str]:

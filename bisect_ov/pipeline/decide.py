@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Mapping
 
-from bisect_ov.analysis.judge import NOTABLE, Evidence, Verdict, judge
+from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
 from bisect_ov.model.graph import ModelGraph
@@ -28,7 +29,7 @@ def decide(setup: Setup, examined: Examined, measurement: Measurement, scored: S
     kernels = examined.plan.fusion.kernels
     ev = evidence(setup, examined, measurement, scored, findings, kernels)
     verdict = judge(engine.graph, ev)
-    notes = verdict_notes(engine.graph, verdict, scored, findings, kernels)
+    notes = verdict_notes(engine.graph, verdict, scored, findings, kernels, ev.peaks)
     return replace(scored, scores=verdict.scores, absorbed=(*verdict.absorbed, *verdict.bystanders),
                    absorbed_why=" ".join(notes), verdict=verdict)
 
@@ -51,11 +52,27 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
         local=dict(findings.local_errors), expected=dict(findings.baseline.local) if findings.baseline else {},
         impacts=dict(findings.impacts), nonfinite=nonfinite, movement=examined.plan.movement,
         inside_kernel=inside, kernel_outputs={k: tuple(v) for k, v in kernels.outputs.items()},
-        rejected=bool(fidelity is not None and fidelity.rejected), localized=localized)
+        rejected=bool(fidelity is not None and fidelity.rejected), localized=localized,
+        # A few elements far off is a fault under rounding; a quantized twin clips and steps by design.
+        peaks=peaks(measurement) if setup.options.metric == "rel_l2" and not examined.plan.tolerance.quantization else {},
+        steps=frozenset(k for k in measured if k in graph and graph[k].op_type in STEPS))
+
+
+def peaks(measurement: Measurement) -> dict[str, tuple[float, float]]:
+    """By node key: (largest element error / the reference's largest magnitude, relative L2 error) of its floating
+    output whose worst element is worst (the judge's concentrated-error rule)."""
+    found: dict[str, tuple[float, float]] = {}
+    for tap, s in measurement.stats.items():
+        if s.integer or s.numel == 0 or s.ref_absmax <= 0 or not math.isfinite(s.ref_absmax):
+            continue
+        peak = s.max_abs / s.ref_absmax
+        if peak > found.get(tap.key, (-1.0, 0.0))[0]:
+            found[tap.key] = (peak, s.rel_l2)
+    return found
 
 
 def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings: Findings,
-                  kernels: KernelTensors) -> tuple[str, ...]:
+                  kernels: KernelTensors, peaks: Mapping[str, tuple[float, float]] | None = None) -> tuple[str, ...]:
     """What the reader must know about the nodes the verdict set aside or moved."""
     nodes, notes = verdict.scores.nodes, []
     limit = min((o.tolerance for o in scored.outputs), default=0.0)
@@ -105,6 +122,16 @@ def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings:
         if key in verdict.first:
             notes.append(f"'{graph[key].name}' is where the overflow starts: its output on the target gains NaN/Inf "
                          "from inputs that hold none, so it is named whatever its impact or growth.")
+    for key in verdict.spikes:
+        if key in verdict.first and peaks and key in peaks:
+            peak, rel = peaks[key]
+            tol = nodes[key].tolerance
+            notes.append(f"'{graph[key].name}' makes an error concentrated in a few elements: its worst element is off "
+                         f"by {peak:.1e} of the tensor's largest value ({peak / tol:.0f}x its tolerance {tol:.1e}), "
+                         f"{peak / max(rel, 1e-30):.0f}x its relative L2 error {rel:.1e}, while its inputs "
+                         "carried less. Rounding spreads error over every element in "
+                         "proportion to the values; a few wrong elements are a fault, so it is named whatever its "
+                         "overall error.")
     again = [k for k in verdict.overflow if k not in verdict.first and k not in verdict.internal]
     if again:
         names = ", ".join(f"'{graph[k].name}'" for k in again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")

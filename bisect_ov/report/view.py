@@ -272,7 +272,8 @@ def kernel_output(report: "Report", kernel: str) -> "NodeResult | None":
 def _first(n: "NodeResult", metric: str, report: "Report | None" = None) -> FirstDivergence:
     why = f"; {'; '.join(c.text for c in n.diagnosis)}" if n.diagnosis else ""
     inside = inside_kernel_text(n, report)
-    text = (f"'{n.label}': {metric} {fmt(n.error)} > tolerance {fmt(n.tolerance)}, its inputs carry "
+    within = n.error <= n.tolerance  # named for what the error is, not its size (an overflow, a few elements wrong)
+    text = (f"'{n.label}': {metric} {fmt(n.error)} {'within' if within else '>'} tolerance {fmt(n.tolerance)}, its inputs carry "
             f"{fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}." + (f" {inside}" if inside else ""))
     ratio = n.error / n.tolerance if n.tolerance and math.isfinite(n.error) else math.inf
     return FirstDivergence(n, n.diagnosis, ratio, _samples(n, metric), text, inside)
