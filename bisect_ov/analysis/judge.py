@@ -17,8 +17,9 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    **Concentrated errors** are origins the same way: a node whose worst element is wrong by `SPIKE` times its
    tolerance (as a share of the tensor's largest value), `CONCENTRATED` times more than its relative L2 error
    says (rounding spreads error over every element in proportion to the values; a few wrong elements are not
-   rounding), and `min_growth` times what its nearest measured inputs carried that way. Ops that only move
-   values and ops whose output steps (Round, Floor, FakeQuantize, Select, ...) are never such origins.
+   rounding), and `min_growth` times what its nearest measured inputs carried that way. Ops whose output steps
+   (Round, Floor, FakeQuantize, Select, ...) are never such origins; an op that only moves values is one only
+   where its producer was measured without those elements (rule 6).
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
    whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
    the target makes most of the final error, is an origin; every other diverged node that is not downstream of
@@ -34,8 +35,9 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    first divergence there is named at the arithmetic node that produced its input (walking up through other
    movement ops), which it stands for when that node stored nothing of its own (a fused kernel's member) or
    whose error it only carries; the movement op inherits. Only when the producer was measured clean and the
-   movement op's error is `min_growth` times the producer's did the values change in between (a twin's own
-   input there, a kernel that moved them wrongly): then the movement op is named.
+   movement op's error is `min_growth` times the producer's (or its few wrong elements are, rule 2) did the
+   values change in between (a twin's own input there, a kernel that moved them wrongly): then the movement op
+   is named.
 7. **No silent "no divergence"**: when nothing is named but a node's local error is over its tolerance and
    `EXCESS` times its rounding-only one, that node is the origin.
 8. **Fidelity**: when the taps were rejected, nothing measured through them is named; a node localized by
@@ -197,9 +199,11 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
     for key in list(first):  # rule 6
         if key in ev.movement:
             at = _arithmetic_producer(graph, key, ev)
-            if at is not None and at in nodes and nodes[key].error >= ev.min_growth * max(nodes[at].error, 0.0):
-                # Its producer was measured clean: its values changed between the two (a twin's foreign input,
-                # a kernel that moved them wrongly). What it shows is its own.
+            if at is not None and at in nodes and (key in spikes
+                                                   or nodes[key].error >= ev.min_growth * max(nodes[at].error, 0.0)):
+                # Its producer was measured clean (of the spread error, or of its few wrong elements): its values
+                # changed between the two (a twin's foreign input, a kernel that moved them wrongly). What it
+                # shows is its own.
                 continue
             first.remove(key)
             nodes[key] = _with(nodes[key], role="inherits", first=False)
@@ -248,11 +252,11 @@ def _overflow_origins(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) 
 def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> set[str]:
     """Rule 2, concentrated errors: measured nodes whose worst element is off by `SPIKE` tolerances (as a share of
     the tensor's largest value), `CONCENTRATED` times their relative L2 error, and `min_growth` times what their
-    nearest measured inputs carried that way; not movement, step or kernel-internal tensors, nor non-finite ones."""
+    nearest measured inputs carried that way; not step ops or kernel-internal tensors, nor non-finite ones."""
     found = set()
     for key, (peak, rel) in ev.peaks.items():
         s = nodes.get(key)
-        if (s is None or key in ev.movement or key in ev.steps or key in ev.inside_kernel or key in ev.nonfinite
+        if (s is None or key in ev.steps or key in ev.inside_kernel or key in ev.nonfinite
                 or not math.isfinite(peak) or s.tolerance <= 0):
             continue
         if peak < SPIKE * s.tolerance or peak < CONCENTRATED * rel:
