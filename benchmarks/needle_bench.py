@@ -713,7 +713,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write every row and the summary to this file")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     parser.add_argument("-q", "--quiet", action="store_true", help="no line per bisect run")
+    parser.add_argument("--merge", nargs="+", metavar="JSON",
+                        help="print the table and summary of runs written with --json (one process per entry, say), "
+                             "run nothing")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.markdown)
 
     command = "python " + shlex.join([sys.argv[0], *(sys.argv[1:] if argv is None else argv)])
     date = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -786,6 +791,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Not measured: {name}: {why}")
     if args.json:
         write_json(args.json, command, date, facts, args, results, failed)
+    return 0
+
+
+def merge(paths: list[str], markdown: bool) -> int:
+    """The table and the summary of several ``--json`` files, as one run over all their models would print them."""
+    results = []
+    for path in paths:
+        data = json.loads(pathlib.Path(path).read_text())
+        print(f"{path}: {data['command']} ({data['date']}, target {data['target']})")
+        for model in data["models"]:
+            rows = [r for r in data["rows"] if r["model"] == model["model"]]
+            results.append({**model, "rows": rows})
+    print()
+    print(format_table(table_rows(results), markdown))
+    print()
+    for line in summary_lines(summary(results)):
+        print(line)
     return 0
 
 

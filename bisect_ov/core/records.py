@@ -99,15 +99,25 @@ class RemedyCost:
     """What a remedy costs on the target: the latency of the model with the remedy applied (`seconds`) against the
     untouched model's (`untouched_seconds`), each the median of `repeats` inferences of the examined sample after a
     warm-up, on `device`. `emulated`: the device is emulated, so the cost is the CPU's running the emulation, not
-    the real device's."""
+    the real device's. `peak_mb` and `untouched_peak_mb`: how far a fresh process's peak resident memory grows to
+    compile each model and run it (`bisect_ov.experiments.peak`), None when not measured."""
 
-    JSON_PROPERTIES = ("slowdown",)
+    JSON_PROPERTIES = ("slowdown", "memory_ratio")
 
     seconds: float
     untouched_seconds: float
     repeats: int
     device: str
     emulated: bool = False
+    peak_mb: float | None = None
+    untouched_peak_mb: float | None = None
+
+    @property
+    def memory_ratio(self) -> float | None:
+        """How many times the untouched model's peak memory the remedy's is (None when either is not measured)."""
+        if self.peak_mb is None or not self.untouched_peak_mb:
+            return None
+        return self.peak_mb / self.untouched_peak_mb
 
     @property
     def slowdown(self) -> float:

@@ -1,5 +1,6 @@
 """What each remedy that solves costs on the target, measured: the patched or re-configured model's latency
-against the untouched model's (`bisect_ov.experiments.whole.latency`).
+against the untouched model's (`bisect_ov.experiments.whole.latency`), and the peak memory each takes to compile
+and run in a fresh process (`bisect_ov.experiments.peak`).
 
 A remedy found by its search (an activation scale factor, clamps, the f32 island) is compiled again as the user
 would apply it and timed; the untouched target model is compiled and timed once for all of them. The f32 island
@@ -23,6 +24,7 @@ from bisect_ov.core.errors import BisectError
 from bisect_ov.core.records import Clamp, Fix, ScaleFactor
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.partitioned import patch_model
+from bisect_ov.experiments.peak import peak_memory
 from bisect_ov.experiments.whole import compile_variant, final_error, latency, remedy_cost
 from bisect_ov.model.clamping import clamp_after
 
@@ -38,26 +40,35 @@ def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale
     graph = engine.comparison.target_graph
     model = graph.model
 
+    inputs = list(engine.sample.target)
+
     @functools.cache
     def untouched() -> float:
         return latency(engine, compile_variant(engine, target, model))
+
+    @functools.cache
+    def untouched_peak() -> float | None:
+        return peak_memory(target, model, inputs)
+
+    def cost(device, remedied, compiled):
+        peak = peak_memory(device, remedied, inputs)
+        return remedy_cost(engine, compiled, untouched, peak, untouched_peak() if peak is not None else None)
 
     try:
         if scale_factor is not None and scale_factor.factor is not None:
             device = target.with_activation_scale(scale_factor.factor)
             if device is not None:
-                cost = remedy_cost(engine, compile_variant(engine, device, model), untouched)
-                scale_factor = dataclasses.replace(scale_factor, cost=cost)
+                scale_factor = dataclasses.replace(scale_factor,
+                                                   cost=cost(device, model, compile_variant(engine, device, model)))
         if clamp is not None and clamp.solved:
             patched = clamp_after(model, dict(clamp.bounds))
-            clamp = dataclasses.replace(clamp, cost=remedy_cost(engine, compile_variant(engine, target, patched),
-                                                                untouched))
+            clamp = dataclasses.replace(clamp, cost=cost(target, patched, compile_variant(engine, target, patched)))
         marks = target.honours_precision_marks and not engine.comparison.twin  # a twin's fix keeps layers unquantized
         if fix is not None and fix.solved and fix.on_reference and marks:
             patched = patch_model(model, [graph[k].name for k in fix.on_reference if k in graph])
             compiled = compile_variant(engine, target, patched)
             fix = dataclasses.replace(fix, error_on_target=final_error(engine, compiled, error_of),
-                                      cost=remedy_cost(engine, compiled, untouched))
+                                      cost=cost(target, patched, compiled))
     except (BisectError, RuntimeError) as err:
         log.info("A remedy's cost was not measured: %s", err)
     return scale_factor, clamp, fix

@@ -57,11 +57,13 @@ def latency(engine: Engine, compiled: Any, repeats: int = REPEATS) -> float:
     return statistics.median(times)
 
 
-def remedy_cost(engine: Engine, compiled: Any, baseline: Callable[[], float]) -> RemedyCost:
+def remedy_cost(engine: Engine, compiled: Any, baseline: Callable[[], float], peak: float | None = None,
+                untouched_peak: float | None = None) -> RemedyCost:
     """The latency of `compiled` (a remedy applied) against the untouched target's (`baseline`, measured once per
-    run and shared by the remedies)."""
+    run and shared by the remedies), with the peak memories measured for both (`bisect_ov.experiments.peak`)."""
     seconds = latency(engine, compiled)
     untouched = baseline()
     target = engine.comparison.target
     return RemedyCost(seconds=seconds, untouched_seconds=untouched, repeats=REPEATS,
-                      device=target.name.split(" (")[0], emulated=bool(getattr(target, "emulated", False)))
+                      device=target.name.split(" (")[0], emulated=bool(getattr(target, "emulated", False)),
+                      peak_mb=peak, untouched_peak_mb=untouched_peak)

@@ -148,6 +148,7 @@ def _remedies(report: "Report") -> Block | None:
     parts = []
     for i, r in enumerate(ranked, 1):
         cost = f"{r.slowdown:.2f}x the untouched latency" if r.slowdown is not None else "cost not measured"
+        cost += f" and {r.memory_ratio:.2f}x its peak memory" if r.memory_ratio is not None else ""
         state = ("too slow (over max_fix_slowdown " + f"{bound:g}x)" if r.too_slow
                  else cost if r.solves else "does not solve it")
         parts.append(f"{i}. {r.title}: " + (f"{cost}, {state}" if r.too_slow else state))
@@ -208,8 +209,11 @@ def _cost(cost) -> list[str]:
         return []
     where = (f"{cost.device}, the CPU running the emulation: not the real device's cost" if cost.emulated
              else cost.device)
+    memory = (f"; peak memory to compile and run +{cost.peak_mb:.0f} MB against +{cost.untouched_peak_mb:.0f} MB "
+              "untouched, each in a fresh process" if cost.peak_mb is not None and cost.untouched_peak_mb is not None
+              else "")
     return [f"  cost: {cost.seconds * 1e3:.3g} ms per inference against {cost.untouched_seconds * 1e3:.3g} ms "
-            f"untouched ({cost.slowdown:.2f}x; median of {cost.repeats}, on {where})"]
+            f"untouched ({cost.slowdown:.2f}x; median of {cost.repeats}, on {where}){memory}"]
 
 
 def _absmax(n) -> str:

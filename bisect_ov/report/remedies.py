@@ -31,6 +31,7 @@ class Remedy:
     solves: bool
     slowdown: float | None = None
     too_slow: bool = False
+    memory_ratio: float | None = None  # its peak memory against the untouched model's (None: not measured)
 
     @property
     def usable(self) -> bool:
@@ -46,7 +47,7 @@ def rank(report: "Report") -> list[Remedy]:
     def add(kind: str, title: str, solves: bool, cost) -> None:
         slowdown = cost.slowdown if cost is not None else None
         too_slow = bool(solves and bound is not None and slowdown is not None and slowdown > bound)
-        found.append(Remedy(kind, title, solves, slowdown, too_slow))
+        found.append(Remedy(kind, title, solves, slowdown, too_slow, cost.memory_ratio if cost is not None else None))
 
     if report.scale_factor is not None:
         factor = report.scale_factor.factor

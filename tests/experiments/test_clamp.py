@@ -1,6 +1,8 @@
 """The clamp remedy: a clamp after the node whose values leave f16's range, verified on the target, made 1-minimal,
 with its cost measured; and said not to solve it where what follows needs the values themselves."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -140,6 +142,10 @@ def test_the_f32_island_is_run_whole_as_its_patched_model_where_the_target_honou
     assert fix.error_on_target <= fix.tolerance < fix.error_before
     assert fix.cost is not None and fix.cost.emulated and fix.cost.slowdown > 0
     text = " ".join(report.to_text().split())
+    if sys.platform.startswith("linux"):  # its peak memory and the untouched model's, each in a fresh process whose
+        # peak Linux resets after the imports (elsewhere the imports' own peak can hide a small model's)
+        assert fix.cost.peak_mb is not None and fix.cost.untouched_peak_mb is not None and fix.cost.memory_ratio > 0
+        assert "peak memory to compile and run +" in text
     assert "on the target as a patched model (those nodes marked disable_fp16_compression, run whole)" in text
     assert type(report).from_dict(report.to_dict()).fix == fix
     assert [r.kind for r in report.remedies()] == ["fix"]
@@ -179,3 +185,34 @@ def test_an_fc_output_that_overflows_only_at_long_prompts_gets_its_headroom_and_
     assert clamp.cost is not None and fix.cost is not None  # each remedy that solves has its cost
     assert report.scale_factor is not None and not report.scale_factor.solved  # a Softmax follows, not a norm
     assert {r.kind for r in report.remedies() if r.solves} == {"clamp", "fix"}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the peak is reset after the imports on Linux only")
+def test_peak_memory_grows_with_the_weights_a_compile_holds_and_is_none_for_a_device_that_does_not_pickle():
+    """Two models alike but for their weights' size (a MatMul with 4 MB and one with 64 MB of f32 weights): the
+    peak that a fresh process reaches to compile and run the larger grows by at least the 60 MB more it holds."""
+    import threading
+
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from bisect_ov.experiments.peak import peak_memory
+    from bisect_ov.run.devices import make_device
+
+    def model(n: int) -> ov.Model:
+        x = ops.parameter([1, n], np.float32, name="x")
+        w = ops.constant(np.random.default_rng(0).standard_normal((n, n)).astype(np.float32))
+        return ov.Model([ops.result(ops.matmul(x, w, False, False))], [x])
+
+    device = make_device("CPU:f32")
+    small = peak_memory(device, model(1024), [np.ones((1, 1024), np.float32)])
+    large = peak_memory(device, model(4096), [np.ones((1, 4096), np.float32)])
+    assert small is not None and large is not None and large - small >= 60, (small, large)
+
+    class Unpicklable:  # a device holding a lock cannot travel to another process
+        lock = threading.Lock()
+
+        def __reduce__(self):
+            raise TypeError("cannot pickle a lock")
+
+    assert peak_memory(Unpicklable(), model(16), [np.ones((1, 16), np.float32)]) is None
