@@ -131,6 +131,31 @@ def test_impact_reorders_suspects_and_noise_floor_is_reported():
     assert "bit-identical" in report.to_text()
 
 
+def test_a_suspect_whose_pieces_the_target_cannot_run_loses_its_impact_not_the_job(monkeypatch):
+    """The CPU plugin refuses some pieces of ONNX exports it runs whole ("contains empty child edge"): the impact
+    of a suspect whose partitioned run fails is left unknown, and the others are measured."""
+    from bisect_ov.core.errors import DeviceError
+    from bisect_ov.experiments import partitioned
+
+    model = synthetic.demo()
+    inputs = synthetic.sample_inputs(model, seed=1)
+    clean = bisect(model, "CPU", "EMU:f16", inputs, impact=2, progress=False)
+    refused = clean.culprits[0].key
+    real = partitioned.MixedRuns.error
+
+    def error(self, on_target):
+        if refused in on_target:
+            raise DeviceError("Compiling for EMU:f16 failed: Node x contains empty child edge for index 0")
+        return real(self, on_target)
+
+    monkeypatch.setattr(partitioned.MixedRuns, "error", error)
+    report = bisect(model, "CPU", "EMU:f16", inputs, impact=2, progress=False)
+    assert report.node(refused).impact is None
+    measured = {n.key for n in clean.culprits if n.impact is not None} - {refused}
+    assert measured and all(report.node(k).impact == clean.node(k).impact for k in measured)
+    assert report.first_divergence.name == clean.first_divergence.name
+
+
 class _Runs:
     """Partitioned runs on paper: the final error is within the tolerance only when exactly one of `ok` is kept
     on the reference (errors of mixed precision need not shrink as more is kept)."""

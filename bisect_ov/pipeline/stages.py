@@ -16,6 +16,7 @@ stage never re-decides what can run.
 
 from __future__ import annotations
 
+import logging
 import sys
 from functools import partial
 from typing import Any
@@ -30,7 +31,7 @@ from bisect_ov.analysis.names import pattern
 from bisect_ov.analysis.scoring import Scores, score_graph
 from bisect_ov.analysis.tolerance import unit_roundoff
 from bisect_ov.capture.device import plan_recorded
-from bisect_ov.core.errors import InputError
+from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.core.records import DeviceInfo, Noise
 from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.engine import Engine
@@ -70,6 +71,8 @@ from bisect_ov.samples.prompts import PromptInputs, sweep_prompts
 from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
 from bisect_ov.search.strategies import Prefetch, strategy_class
+
+log = logging.getLogger(__name__)
 
 __all__ = ["open_comparison", "run_untouched", "examine", "score", "experiments",
            "diagnosis_of", "comparison_precision", "twin_fix_candidates"]
@@ -379,7 +382,13 @@ def _impacts(runs: MixedRuns, suspects: list[str], units: dict[str, tuple[str, .
     for key in suspects:
         if counted >= count or len(found) >= 2 * count:
             break
-        found.update(impact_of(runs, {key: units.get(key, (key,))}))
+        try:
+            found.update(impact_of(runs, {key: units.get(key, (key,))}))
+        except DeviceError as err:
+            # The target cannot run a piece around this unit (the CPU plugin refuses some pieces of ONNX exports
+            # it runs whole: "contains empty child edge"): its impact is unknown, the others are still measured.
+            log.info("Impact of '%s' not measured: the target could not run the pieces around it: %s", key, err)
+            continue
         if not diverging or found[key] >= limit or found[key] >= NOTABLE * final:
             counted += 1
     return found
