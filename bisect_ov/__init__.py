@@ -19,7 +19,9 @@ __version__ = "0.2.0"
 # Public name -> the module that defines it.
 _EXPORTS = {
     "bisect": "bisect_ov.pipeline.api",
+    "bisect_pipeline": "bisect_ov.components.api",
     "Report": "bisect_ov.report.report",
+    "PipelineReport": "bisect_ov.report.pipeline",
     "NodeResult": "bisect_ov.report.results",
     "OutputResult": "bisect_ov.report.results",
     "inject_fault": "bisect_ov.model.inject",
@@ -65,7 +67,9 @@ _EXPORTS = {
 
 __all__ = [
     "bisect",
+    "bisect_pipeline",
     "Report",
+    "PipelineReport",
     "NodeResult",
     "OutputResult",
     "inject_fault",
@@ -138,6 +142,7 @@ if TYPE_CHECKING:  # what static checkers and IDEs see; at run time the names ab
     from bisect_ov.capture.device import RecordedDevice
     from bisect_ov.capture.read import Capture, load_capture, merge_captures
     from bisect_ov.capture.write import record
+    from bisect_ov.components.api import bisect_pipeline
     from bisect_ov.core.errors import BisectError, CaptureError, DeviceError, InputError, WriteError
     from bisect_ov.core.records import DeviceInfo
     from bisect_ov.frameworks.ort_side import ORT
@@ -148,6 +153,7 @@ if TYPE_CHECKING:  # what static checkers and IDEs see; at run time the names ab
     from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
     from bisect_ov.model.taps import Tap, tap_model
     from bisect_ov.pipeline.api import bisect
+    from bisect_ov.report.pipeline import PipelineReport
     from bisect_ov.report.report import NodeResult, OutputResult, Report
     from bisect_ov.run.devices import Device, EmulatedDevice, OpenVINODevice, make_device, register_device
     from bisect_ov.run.inputs import prepare_inputs

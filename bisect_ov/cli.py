@@ -24,7 +24,7 @@ import contextlib
 import logging
 import pathlib
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 from bisect_ov.core.console import Console, LogFile, to_null
 from bisect_ov.core.errors import BisectError, InputError, interrupted
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from bisect_ov.pipeline.options import BisectOptions
     from bisect_ov.report.report import Report
 
-__all__ = ["main", "build_parser", "build_demo_parser", "build_capture_parser", "build_repro_parser", "option_flags",
-           "versions", "EXIT_CODES", "Console"]
+__all__ = ["main", "build_parser", "build_demo_parser", "build_capture_parser", "build_repro_parser",
+           "build_pipeline_parser", "versions", "EXIT_CODES", "Console"]
 
 EXIT_OK, EXIT_DIVERGES, EXIT_USER_ERROR, EXIT_INTERRUPTED, EXIT_READER_GONE = 0, 1, 2, 130, 141
 EXIT_CODES = """exit codes:
@@ -93,40 +93,6 @@ class _Version(argparse.Action):
         parser.exit(EXIT_OK)
 
 
-def option_flags(groups: Mapping[str, Any]) -> None:
-    """One flag per `BisectOptions` field with a `cli` spelling, in its concern's argument group, from the
-    field's own metadata: a `Flag` as declared, or (``"auto"``) one made from the name, type and default."""
-    from dataclasses import MISSING, fields
-
-    from bisect_ov.pipeline.options import BisectOptions, Flag
-
-    for f in fields(BisectOptions):
-        spec, meta = f.metadata["cli"], f.metadata
-        if spec is None:
-            continue
-        group, doc = groups[meta["group"]], meta["help"]
-        if isinstance(spec, Flag):
-            group.add_argument(*spec.names, dest=f.name, help=doc, **dict(spec.spec))
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not MISSING else None
-        if isinstance(default, bool):
-            if default:
-                group.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=doc)
-            else:
-                group.add_argument(flag, dest=f.name, action="store_true", help=doc)
-            continue
-        kind = meta["kind"] or str
-        if isinstance(default, tuple):
-            group.add_argument(flag, dest=f.name, action="append", type=kind, default=[], metavar=meta["metavar"],
-                               help=f"{doc} (repeatable)")
-            continue
-        extra = {"choices": list(meta["choices"])} if meta["choices"] else {}
-        shown = f" (default {default})" if default is not None and "default" not in doc else ""
-        group.add_argument(flag, dest=f.name, type=kind, default=default, metavar=meta["metavar"], help=doc + shown,
-                           **extra)
-
-
 def _diagnostics(group: Any) -> None:
     """``-v`` and ``--log-file``, in `group` (every command has them)."""
     group.add_argument("-v", "--verbose", action="count", default=0,
@@ -162,6 +128,8 @@ def _common(parser: argparse.ArgumentParser, *, compare: bool) -> None:
     output.add_argument("--ignored-scope", type=pathlib.Path, metavar="OUT.json",
                         help='with --fix, write the nodes to keep as JSON {"names": [...]}, the arguments of '
                              "nncf.IgnoredScope (for a twin quantized with NNCF)")
+    from bisect_ov.pipeline.flags import option_flags
+
     option_flags(groups)
     _diagnostics(output)
 
@@ -219,6 +187,22 @@ def build_capture_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_pipeline_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="bisect-ov pipeline", epilog=EXIT_CODES,
+                     description="Compare a pipeline of models (an optimum-intel seq2seq export folder): each component "
+                                 "on the reference's inputs, the pipeline end to end, then the first diverging "
+                                 "component node by node.")
+    parser.add_argument("--version", action=_Version)
+    parser.add_argument("folder", help="the export folder (openvino_encoder_model.xml, openvino_decoder_model.xml, ...)")
+    parser.add_argument("--prompt", help="text, tokenized with the folder's tokenizer (default: random token ids)")
+    parser.add_argument("--tokens", help="token ids, comma-separated, instead of a prompt")
+    parser.add_argument("--max-new-tokens", type=int, default=16, help="bound on the generation (default 16)")
+    parser.add_argument("--target-component", action="append", type=_key_value, default=[], metavar="NAME=FILE.xml",
+                        help="run FILE on the target in place of component NAME (repeatable)")
+    _common(parser, compare=False)
+    return parser
+
+
 def build_repro_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="bisect-ov repro",
@@ -262,14 +246,16 @@ def _main(argv: list[str], console: Console) -> int:
     if argv[:1] == ["--version"]:  # answered before any parser is built: it needs no OpenVINO
         console.say(versions())
         return EXIT_OK
-    command = argv[0] if argv and argv[0] in ("demo", "capture", "repro") and not pathlib.Path(argv[0]).exists() else None
-    parsers = {"demo": build_demo_parser, "capture": build_capture_parser, "repro": build_repro_parser}
+    names = ("demo", "capture", "repro", "pipeline")
+    command = argv[0] if argv and argv[0] in names and not pathlib.Path(argv[0]).exists() else None
+    parsers = {"demo": build_demo_parser, "capture": build_capture_parser, "repro": build_repro_parser,
+               "pipeline": build_pipeline_parser}
     try:
         args = parsers[command]().parse_args(argv[1:]) if command else build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed on one line
         return int(stop.code or 0)
-    commands: dict[str | None, Callable[[argparse.Namespace, Console], int]] = {"demo": _demo, "capture": _capture,
-                                                                                "repro": _repro}
+    commands: dict[str | None, Callable[[argparse.Namespace, Console], int]] = {
+        "demo": _demo, "capture": _capture, "repro": _repro, "pipeline": _pipeline}
     try:
         with _diagnostics_to(args, argv):
             try:
@@ -368,21 +354,9 @@ def _inputs(args) -> object:
 
 
 def _options(args) -> "BisectOptions":
-    """The `BisectOptions` the flags ask for: each field's parsed flag, converted as its `Flag` says."""
-    from dataclasses import fields
+    from bisect_ov.pipeline.flags import options_from_args
 
-    from bisect_ov.pipeline.options import BisectOptions, Flag
-
-    values = {}
-    for f in fields(BisectOptions):
-        spec = f.metadata["cli"]
-        if spec is None:
-            continue
-        value = getattr(args, f.name)
-        if isinstance(spec, Flag) and spec.to_option is not None:
-            value = spec.to_option(value)
-        values[f.name] = tuple(value) if isinstance(f.default, tuple) else value
-    return BisectOptions.from_keywords(**values)
+    return options_from_args(args)
 
 
 def _check_display(args) -> None:
@@ -537,6 +511,26 @@ def _demo(args, console: Console) -> int:
     _run(args, console, demo())
     # The demo diverges by design: having shown it, it succeeded (exit codes 1/0 are for real comparisons).
     return EXIT_OK
+
+
+def _pipeline(args, console: Console) -> int:
+    from bisect_ov.components.api import run_pipeline
+
+    _check_display(args)
+    try:
+        tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else None
+    except ValueError:
+        raise InputError(f"--tokens takes comma-separated integers; got '{args.tokens}'.") from None
+    report = run_pipeline(args.folder, args.ref, args.target or "GPU", tokens, _options(args), prompt=args.prompt,
+                          target_models=dict(args.target_component), max_new_tokens=args.max_new_tokens)
+    console.say(report.to_text(top=args.top, width=args.width))
+    if args.json:
+        report.save(args.json)
+        console.say(f"\nReport written to {printable(str(args.json))}")
+    if args.html and report.report is not None:
+        report.report.save_html(args.html)
+        console.say(f"HTML report of component '{report.examined}' written to {printable(str(args.html))}")
+    return EXIT_DIVERGES if report.diverges else EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

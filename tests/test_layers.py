@@ -28,13 +28,14 @@ ALLOWED = {
     "repro": {"engine", "capture", "model", "run", "analysis"},
     "pipeline": {"repro", "samples", "experiments", "search", "engine", "capture", "frameworks", "report", "model",
                  "run", "analysis"},
-    "cli": {"pipeline", "repro", "samples", "experiments", "search", "engine", "capture", "frameworks", "report",
+    "components": {"pipeline", "report", "model", "run", "analysis"},
+    "cli": {"components", "pipeline", "repro", "samples", "experiments", "search", "engine", "capture", "frameworks", "report",
             "model", "run",
             "analysis", "zoo"},
     "__main__": {"cli"},
 }
 # The tiers that run a comparison: nothing below them imports them.
-ORCHESTRATION = {"engine", "search", "experiments", "samples", "repro", "pipeline", "cli"}
+ORCHESTRATION = {"engine", "search", "experiments", "samples", "repro", "pipeline", "components", "cli"}
 TOP_LEVEL = {"__init__", "__main__", "cli"}  # besides the folders, at most four modules at the top
 
 def _modules() -> dict[str, ast.Module]:

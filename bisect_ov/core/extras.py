@@ -9,7 +9,11 @@ pyproject.toml (a test keeps the two equal).
 
 from __future__ import annotations
 
-__all__ = ["EXTRAS", "install_hint"]
+import contextlib
+import os
+from typing import Iterator
+
+__all__ = ["EXTRAS", "install_hint", "hub_offline"]
 
 # extra -> the packages it brings (as pip names them, without versions), in pyproject.toml's order.
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -37,3 +41,21 @@ def install_hint(extra: str, *packages: str) -> str:
     names = packages or EXTRAS[extra]
     quoted = " ".join(f"'{name}'" if "[" in name else name for name in names)
     return f"pip install {quoted} (or, in a checkout of bisect_ov: pip install -e '.[{extra}]')"
+
+
+@contextlib.contextmanager
+def hub_offline() -> Iterator[None]:
+    """The Hugging Face hub switched off for the duration (``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``): the
+    optional libraries that export or load models (optimum-intel, transformers) fetch nothing. The variables are
+    restored afterwards, unset where they were unset."""
+    keys = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: "1" for k in keys})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

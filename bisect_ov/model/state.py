@@ -130,18 +130,25 @@ def make_stateless(model: ov.Model) -> Stateless:
 
 
 def _init_model(model: ov.Model, variables: list[str]) -> ov.Model:
-    """A model from the original inputs to each variable's initial value (its ReadValue's initialiser)."""
+    """A model from the original inputs to each variable's initial value (its ReadValue's initialiser).
+
+    An initialiser may read another variable (optimum-intel's seq2seq decoder computes its cross-attention
+    cache from a variable holding the encoder's states): after `reset_state()` that variable holds its own
+    initial value, so every ReadValue is replaced by its initialiser, or zeros where it has none."""
     clone = model.clone()
-    reads = {_variable_id(op): op for op in clone.get_ordered_ops() if op.get_type_name() == "ReadValue"}
-    outputs = []
-    for var in variables:
-        read = reads[var]
-        if read.get_input_size():
-            outputs.append(ops.result(read.input_value(0)))
+    initial = {}
+    for op in clone.get_ordered_ops():
+        if op.get_type_name() != "ReadValue":
+            continue
+        if op.get_input_size():
+            source = op.input_value(0)
         else:
-            shape = [d.get_length() if d.is_static else 0 for d in read.get_output_partial_shape(0)]
-            zeros = np.zeros(shape, dtype=read.get_output_element_type(0).to_dtype())
-            outputs.append(ops.result(ops.constant(zeros)))
+            shape = [d.get_length() if d.is_static else 0 for d in op.get_output_partial_shape(0)]
+            source = ops.constant(np.zeros(shape, dtype=op.get_output_element_type(0).to_dtype())).output(0)
+        initial[_variable_id(op)] = source
+        for target in list(op.output(0).get_target_inputs()):
+            target.replace_source_output(source)
+    outputs = [ops.result(initial[var]) for var in variables]
     return ov.Model(outputs, list(clone.get_parameters()), "initial_states")
 
 

@@ -11,13 +11,13 @@ the hub is switched off (``HF_HUB_OFFLINE``) for the export and no tokenizer is 
 
 from __future__ import annotations
 
-import os
 import pathlib
 import tempfile
 import warnings
 
 import openvino as ov
 
+from bisect_ov.core.extras import hub_offline
 from bisect_ov.zoo import hf
 
 __all__ = ["BUILDERS", "export_folder", "export_pretrained", "llama_stateful"]
@@ -34,21 +34,12 @@ def export_pretrained(model, folder: pathlib.Path) -> pathlib.Path:
     folder = pathlib.Path(folder)
     source, exported = folder / "hf", folder / "ov"
     model.save_pretrained(source)
-    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    os.environ.update({k: "1" for k in saved})
-    try:
-        from optimum.intel import OVModelForCausalLM
+    from optimum.intel import OVModelForCausalLM
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model = OVModelForCausalLM.from_pretrained(source, export=True, compile=False, load_in_8bit=False)
-            model.save_pretrained(exported)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with hub_offline(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = OVModelForCausalLM.from_pretrained(source, export=True, compile=False, load_in_8bit=False)
+        model.save_pretrained(exported)
     return exported / "openvino_model.xml"
 
 

@@ -1,0 +1,76 @@
+"""What `bisect_pipeline()` costs against the plain pipeline run, on the zoo's tiny T5 export.
+
+The plain run is what a user runs anyway: optimum-intel's `OVModelForSeq2SeqLM` loaded from the export folder,
+compiled on the CPU, one greedy `generate()` of at most 16 new tokens. The pipeline job is `bisect_pipeline()` on the
+same folder and prompt (reference `CPU:f32`), against each target: both sides of every component call, the
+free-running target, and the first diverging component's `bisect()` when there is one. Each is timed in this
+process, best of `--repeat` runs, after one warm-up run of the plain job (imports and the export are not counted).
+
+    python benchmarks/pipeline_bench.py                       # targets EMU:f16 and (where the CPU has bf16) CPU:bf16
+    python benchmarks/pipeline_bench.py --folders t5 t5-overflow --targets EMU:f16 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+
+PROMPT = "translate english to german : the cat sat on the mat ."
+
+
+def plain(folder, tokens: int) -> float:
+    """Seconds to load, compile (CPU) and generate once with optimum-intel's own pipeline."""
+    import optimum.intel as oi
+
+    from bisect_ov.core.extras import hub_offline
+
+    start = time.perf_counter()
+    with hub_offline(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = oi.OVModelForSeq2SeqLM.from_pretrained(folder, device="CPU")
+        model.generate(**_encoded(folder), max_new_tokens=tokens, do_sample=False)
+    return time.perf_counter() - start
+
+
+def _encoded(folder):
+    from transformers import AutoTokenizer
+
+    return dict(AutoTokenizer.from_pretrained(folder)(PROMPT, return_tensors="pt"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--folders", nargs="+", default=["t5", "t5-overflow"], help="bisect_ov.zoo.pipelines names")
+    parser.add_argument("--targets", nargs="+", default=None, help="targets (default EMU:f16, and CPU:bf16 with bf16)")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each job; the fastest is kept (default 2)")
+    args = parser.parse_args(argv)
+
+    from bisect_ov import bisect_pipeline
+    from bisect_ov.run.devices import cpu_supports_bf16
+    from bisect_ov.zoo import pipelines
+
+    targets = args.targets or ["EMU:f16", *(["CPU:bf16"] if cpu_supports_bf16() else [])]
+    print("$ python " + " ".join([sys.argv[0], *(sys.argv[1:] if argv is None else argv)]))
+    print("| export | target | plain s | pipeline job s | x plain | verdict | examined | first node |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in args.folders:
+        folder = pipelines.folder(name)
+        plain(folder, 16)  # warm-up
+        base = min(plain(folder, 16) for _ in range(args.repeat))
+        for target in targets:
+            best, found = None, None
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                found = bisect_pipeline(folder, "CPU:f32", target, prompt=PROMPT, max_new_tokens=16, progress=False)
+                took = time.perf_counter() - start
+                best = took if best is None else min(best, took)
+            first = found.report.first_divergence.name if found.report and found.report.first_divergence else "-"
+            print(f"| {name} | {target} | {base:.2f} | {best:.2f} | {best / base:.1f} | "
+                  f"{'DIVERGES' if found.diverges else 'no divergence'} | {found.examined or '-'} | {first} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

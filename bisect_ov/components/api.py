@@ -1,0 +1,227 @@
+"""`bisect_pipeline()`: which component of a pipeline of models diverges first, then which node.
+
+The pipeline's own loop runs three times, each time with bisect_ov's requests in place of optimum-intel's
+(`components.calls`):
+
+1. on the reference, every component call replayed at once on the target with exactly the reference's inputs,
+   the state included (teacher-forced): each component's own error per call, with the inputs of its worst call
+   kept;
+2. on the target alone (free-running): the generated tokens, compared with the reference's;
+3. the first component in data-flow order whose own error passes its tolerance (or whose outputs gain NaN/Inf)
+   is bisected with `bisect()` on its worst call's inputs (a stateful decoder in its stateless form, the
+   reference's cache as its state inputs), and its report is the node-level part of the `PipelineReport`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from bisect_ov.analysis.tolerance import Tolerance
+from bisect_ov.components.calls import Component, ComponentRequest
+from bisect_ov.components.folder import Pipeline, offline, open_pipeline
+from bisect_ov.core.errors import InputError
+from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.load import load_model
+from bisect_ov.pipeline.api import run
+from bisect_ov.pipeline.options import BisectOptions
+from bisect_ov.pipeline.plan import make_plan
+from bisect_ov.report.pipeline import ComponentResult, PipelineReport
+from bisect_ov.run.devices import Device, make_device
+
+__all__ = ["bisect_pipeline", "run_pipeline", "DEFAULT_MAX_NEW_TOKENS"]
+
+DEFAULT_MAX_NEW_TOKENS = 16
+
+
+def bisect_pipeline(
+    pipeline: Any,
+    ref: str | Device = "CPU",
+    target: str | Device = "GPU",
+    inputs: Any = None,
+    *,
+    prompt: str | None = None,
+    target_models: Mapping[str, Any] | None = None,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    **options: Any,
+) -> PipelineReport:
+    """Compare a pipeline of models on two devices: which component diverges first, then which node.
+
+    Parameters
+    ----------
+    pipeline
+        An optimum-intel export folder (`OVModelForSeq2SeqLM`'s: ``openvino_encoder_model.xml``,
+        ``openvino_decoder_model.xml``, ``config.json``) or such a pipeline object already loaded.
+    ref, target
+        Devices as for `bisect()` (``"CPU"``, ``"CPU:f32"``, ``"GPU"``, ``"EMU:f16"``, or a `Device`).
+    inputs
+        The pipeline's input: token ids (a list or a 1-D/2-D array) or a dict with ``input_ids`` (and
+        ``attention_mask``); None with no `prompt`: eight seeded random token ids.
+    prompt
+        Text, tokenized with the tokenizer saved in the export folder.
+    target_models
+        Component name -> a model to run on the target in place of that component (a modified IR, a
+        fault-injected copy), as `bisect()`'s ``target_model``.
+    max_new_tokens
+        Bound on the generation (a random-weight model rarely emits its end token).
+    **options
+        `bisect()`'s keywords (``ref_config=``, ``seed=``, ``fix=True``, ``strategy=``, ``tolerance=``, ...): the
+        devices' configurations, the seed of random token ids, and the options of the component's bisection.
+
+    Raises
+    ------
+    InputError
+        A folder that is not a supported pipeline export (the message says what was found and what is
+        missing), an unknown component in `target_models`, inputs that are not token ids, an unknown option.
+    """
+    return run_pipeline(pipeline, ref, target, inputs, BisectOptions.from_keywords(**options), prompt=prompt,
+                        target_models=target_models, max_new_tokens=max_new_tokens)
+
+
+def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs: Any, options: BisectOptions, *,
+                 prompt: str | None = None, target_models: Mapping[str, Any] | None = None,
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> PipelineReport:
+    """`bisect_pipeline` with its options as one record (what the command line builds from its flags)."""
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be a positive integer; got {max_new_tokens!r}.")
+    pipe = open_pipeline(pipeline)
+    unknown = sorted(set(target_models or ()) - set(pipe.models))
+    if unknown:
+        raise InputError(f"target_models names {unknown}, not components of this {pipe.family.name} pipeline "
+                         f"({list(pipe.models)}).")
+    ref_device = make_device(ref, dict(options.ref_config), role="ref")
+    target_device = make_device(target, dict(options.target_config), role="target")
+    given = _generation_inputs(pipe, inputs, prompt, options.seed)
+    components = {n: Component(n, m) for n, m in pipe.models.items()}
+    replaced = {n: Component(n, load_model(m)) for n, m in (target_models or {}).items()}
+    on_target = {n: replaced.get(n, c) for n, c in components.items()}
+    ref_compiled = {n: ref_device.compile(c.run_model) for n, c in components.items()}
+    target_compiled = {n: target_device.compile(c.run_model) for n, c in on_target.items()}
+    precision = next(iter(target_compiled.values())).info.precision
+    tolerances = {n: _output_tolerance(c, precision) for n, c in components.items()}
+    seconds: dict[str, float] = {}
+    saved = {n: part.request for n, part in pipe.parts.items()}
+    try:
+        shadowed = {n: ComponentRequest(c, ref_compiled[n], target_compiled[n], tolerances[n], keep=True)
+                    for n, c in components.items()}
+        start = time.perf_counter()
+        ref_tokens = _generate(pipe, shadowed, given, max_new_tokens)
+        seconds["teacher_forced"] = time.perf_counter() - start
+        alone = {n: ComponentRequest(c, target_compiled[n], against=shadowed[n].kept) for n, c in on_target.items()}
+        start = time.perf_counter()
+        target_tokens = _generate(pipe, alone, given, max_new_tokens)
+        seconds["free_running"] = time.perf_counter() - start
+    finally:
+        for n, part in pipe.parts.items():
+            part.request = saved[n]
+    results = tuple(_result(n, shadowed[n], alone[n], tolerances[n], precision) for n in components)
+    for request in shadowed.values():
+        request.kept.clear()
+    examined = next((r.name for r in results if r.diverges), None)
+    report, notes = None, []
+    if examined is not None:
+        request = shadowed[examined]
+        start = time.perf_counter()
+        shapes = {name: list(np.shape(value)) for name, value in request.worst.inputs.items()}
+        model = _static(components[examined].run_model, shapes)
+        model.set_friendly_name(examined)  # named after its component in the report's header
+        report = run(model, ref_device, target_device, request.worst.inputs, options,
+                     target_model=_static(replaced[examined].run_model, shapes) if examined in replaced else None)
+        seconds["bisect"] = time.perf_counter() - start
+        if components[examined].stateless is not None:
+            notes.append(f"'{examined}' is stateful: it is bisected in its stateless form, fed the reference's "
+                         f"cache of call {request.worst.index} as its state:* inputs.")
+    return PipelineReport(pipe.family.name, pipe.source, ref_device.name, target_device.name, results,
+                          ref_tokens, target_tokens, examined, report, tuple(notes), seconds)
+
+
+def _static(model: Any, shapes: Mapping[str, list[int]]) -> Any:
+    """A copy of `model` reshaped to the shapes of the call it is bisected on: a component exported with dynamic
+    dimensions (a decoder's sequence and cache lengths) is compiled for exactly those, as the pipeline ran it
+    (the CPU plugin's bf16 kernels refuse some dynamic subgraphs: "SetLoadStoreScalar expects static shapes").
+    Left dynamic where the inputs do not name every parameter or the model cannot take the shapes."""
+    copy = model.clone()
+    names = {p.output(0).get_any_name() for p in copy.get_parameters()}
+    if names <= set(shapes):
+        try:
+            copy.reshape({name: shapes[name] for name in names})
+        except RuntimeError:
+            copy = model.clone()
+    return copy
+
+
+def _generate(pipe: Pipeline, requests: Mapping[str, ComponentRequest], given: Mapping[str, np.ndarray],
+              max_new_tokens: int) -> tuple[int, ...]:
+    """Run the pipeline's own generation with `requests` in place of its components' requests (greedy)."""
+    import torch
+
+    for n, part in pipe.parts.items():
+        part.request = requests[n]
+    with offline(), torch.no_grad():
+        out = pipe.obj.generate(**{k: torch.from_numpy(v) for k, v in given.items()}, max_new_tokens=max_new_tokens,
+                                do_sample=False, num_beams=1)
+    return tuple(int(t) for t in np.asarray(out)[0])
+
+
+def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: int) -> dict[str, np.ndarray]:
+    """The pipeline's ``input_ids`` and ``attention_mask``, from token ids, a dict, a prompt or the seed."""
+    vocab = int(pipe.config.get("vocab_size") or 0)
+    if prompt is not None and inputs is not None:
+        raise InputError("Give the pipeline's input as a prompt or as inputs, not both.")
+    if prompt is not None:
+        tokenizer = _tokenizer(pipe)
+        ids = np.asarray(tokenizer(prompt, return_tensors="np")["input_ids"], dtype=np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    if inputs is None:
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(2, max(vocab, 3), size=(1, 8), dtype=np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    given = dict(inputs) if isinstance(inputs, Mapping) else {"input_ids": inputs}
+    if "input_ids" not in given:
+        raise InputError(f"The pipeline's inputs are token ids or a dict with 'input_ids'; got keys {sorted(given)}.")
+    ids = np.asarray(given["input_ids"])
+    if ids.dtype.kind not in "iu" or ids.ndim not in (1, 2) or ids.size == 0:
+        raise InputError(f"input_ids must be a non-empty 1-D or 2-D array of integer token ids; got {ids.dtype} "
+                         f"of shape {ids.shape}.")
+    ids = ids.reshape(1, -1) if ids.ndim == 1 else ids
+    if vocab and (ids.min() < 0 or ids.max() >= vocab):
+        raise InputError(f"Token ids must lie in [0, {vocab}) (the config's vocab_size); got {ids.min()}..{ids.max()}.")
+    mask = np.asarray(given.get("attention_mask", np.ones_like(ids))).reshape(ids.shape)
+    return {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64)}
+
+
+def _tokenizer(pipe: Pipeline):
+    from pathlib import Path
+
+    folder = Path(pipe.source)
+    if not folder.is_dir() or not any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json",
+                                                                      "spiece.model", "vocab.json")):
+        raise InputError(f"A prompt needs the tokenizer saved with the export; '{pipe.source}' has none. Give the "
+                         "token ids as inputs instead.")
+    from transformers import AutoTokenizer
+
+    with offline():
+        return AutoTokenizer.from_pretrained(folder)
+
+
+def _output_tolerance(component: Component, precision: str) -> float:
+    """The smallest of the component's own outputs' tolerances (as `bisect()`'s plan computes them) for the
+    target's precision."""
+    graph = ModelGraph(component.run_model)
+    plan = make_plan(Tolerance(precision=precision), graph)
+    keys = [r.key for r in graph.results()][: len(component.outputs)]
+    return min((plan.output(k) for k in keys), default=plan.limit)
+
+
+def _result(name: str, request: ComponentRequest, alone: ComponentRequest, tolerance: float,
+            precision: str) -> ComponentResult:
+    errors = tuple(max((s.rel_l2 for s in c.errors.values()), default=0.0) for c in request.calls)
+    first_over = next((c.index for c in request.calls if c.ratio > 1.0), None)
+    nonfinite = sum(1 for c in request.calls if math.isinf(c.ratio))
+    sequences = max((c.sequence for c in request.calls), default=-1) + 1
+    return ComponentResult(name, len(request.calls), sequences, tolerance, errors, max(request.worst.index, 0),
+                           first_over, nonfinite, request.component.stateless is not None, precision,
+                           tuple(alone.free_errors), alone.n_calls)

@@ -1,0 +1,147 @@
+"""An optimum-intel export folder (or a pipeline object already loaded) as the components bisect_ov runs.
+
+`open_pipeline` says which family a folder holds, from its ``config.json`` and the IR files beside it, and
+loads it with optimum-intel's own class, uncompiled: bisect_ov compiles each component on its own devices
+(`components.calls`). What is supported, in data-flow order of the components:
+
+* ``seq2seq``: `OVModelForSeq2SeqLM` (T5, BART, Marian, ...): ``encoder``, ``decoder`` (stateful, its KV
+  cache in variables) or ``decoder`` and ``decoder_with_past`` (an older, stateless export).
+
+A folder of another family (Whisper, a vision-language model, a diffusion pipeline) is named in the error with
+the families supported; a folder of one IR is sent to `bisect()`.
+
+Assumptions: optimum-intel and transformers are installed (the ``zoo`` extra); the hub is switched off while
+loading, so nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import openvino as ov
+
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.extras import hub_offline as offline
+
+__all__ = ["FAMILIES", "Family", "Pipeline", "open_pipeline", "family_of", "offline"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A pipeline family: its optimum-intel class, the component files it needs, in data-flow order, and the
+    optional ones."""
+
+    name: str
+    loader: str
+    required: tuple[tuple[str, str], ...]
+    optional: tuple[tuple[str, str], ...] = ()
+
+
+FAMILIES = {
+    "seq2seq": Family("seq2seq", "OVModelForSeq2SeqLM",
+                      (("encoder", "openvino_encoder_model.xml"), ("decoder", "openvino_decoder_model.xml")),
+                      (("decoder_with_past", "openvino_decoder_with_past_model.xml"),)),
+}
+# Families optimum-intel exports that are not handled yet, by the config's model_type or a file that shows them.
+NOT_YET = {
+    "whisper": "speech seq2seq (OVModelForSpeechSeq2Seq, Whisper)",
+    "speech_to_text": "speech seq2seq (OVModelForSpeechSeq2Seq)",
+}
+NOT_YET_FILES = {
+    "openvino_vision_embeddings_model.xml": "vision-language (OVModelForVisualCausalLM)",
+    "model_index.json": "diffusion (OVDiffusionPipeline)",
+}
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A loaded pipeline: its family, the optimum-intel object, its components' models in data-flow order and
+    the optimum-intel parts that hold their requests."""
+
+    family: Family
+    source: str
+    obj: Any
+    models: dict[str, ov.Model]
+    parts: dict[str, Any]
+    config: dict
+
+
+def _supported() -> str:
+    return ", ".join(f"{f.name} ({f.loader})" for f in FAMILIES.values())
+
+
+def family_of(folder: pathlib.Path) -> Family:
+    """The family `folder` holds, or an `InputError` that says what was found and what is missing."""
+    if not folder.exists():
+        raise InputError(f"Pipeline folder not found: '{folder}'.")
+    if folder.is_file():
+        hint = " It is one model: give it to bisect() (or `bisect-ov MODEL`)." if folder.suffix in (".xml", ".onnx") else ""
+        raise InputError(f"'{folder}' is a file, not a pipeline export folder.{hint}")
+    files = sorted(p.name for p in folder.iterdir())
+    config_path = folder / "config.json"
+    for marker, kind in NOT_YET_FILES.items():
+        if (folder / marker).is_file():
+            raise InputError(f"'{folder}' holds a {kind} export, not supported yet; supported: {_supported()}.")
+    if not config_path.exists():
+        raise InputError(f"'{folder}' has no config.json: not an optimum-intel export folder (found "
+                         f"{files[:8] or 'nothing'}). Supported: {_supported()}.")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"'{config_path}' cannot be read as JSON: {e}") from None
+    model_type = str(config.get("model_type", ""))
+    if model_type in NOT_YET:
+        raise InputError(f"'{folder}' holds a {NOT_YET[model_type]} export, not supported yet; supported: {_supported()}.")
+    irs = [f for f in files if f.endswith(".xml")]
+    if config.get("is_encoder_decoder") or any(f == "openvino_encoder_model.xml" for f in irs):
+        family = FAMILIES["seq2seq"]
+        missing = [f for _, f in family.required if f not in files]
+        if missing:
+            raise InputError(f"'{folder}' looks like a seq2seq export (config.json model_type '{model_type}') but "
+                             f"lacks {missing}; it has {irs or 'no IR'}.")
+        return family
+    if irs == ["openvino_model.xml"] or len(irs) == 1:
+        raise InputError(f"'{folder}' holds one model ({irs[0]}), not a pipeline of several: give "
+                         f"'{folder / irs[0]}' to bisect() (or `bisect-ov {folder / irs[0]}`).")
+    raise InputError(f"'{folder}' (model_type '{model_type}', IRs {irs or 'none'}) is not a pipeline family "
+                     f"bisect_ov knows; supported: {_supported()}.")
+
+
+def open_pipeline(source: Any) -> Pipeline:
+    """The pipeline in `source`: an export folder's path, or an optimum-intel pipeline object already loaded."""
+    if isinstance(source, (str, os.PathLike)):
+        folder = pathlib.Path(source)
+        family = family_of(folder)
+        try:
+            import optimum.intel as oi
+        except ImportError:
+            raise InputError("Pipelines are loaded with optimum-intel: pip install optimum-intel "
+                             "(or, from a checkout, pip install -e '.[zoo]').") from None
+        with offline(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj = getattr(oi, family.loader).from_pretrained(folder, compile=False)
+        return _components(family, obj, str(folder))
+    for family in FAMILIES.values():
+        if type(source).__name__ == family.loader or any(c.__name__ == family.loader for c in type(source).__mro__):
+            return _components(family, source, type(source).__name__)
+    raise InputError(f"A pipeline is an optimum-intel export folder or a loaded pipeline object; got "
+                     f"{type(source).__name__}. Supported: {_supported()}.")
+
+
+def _components(family: Family, obj: Any, source: str) -> Pipeline:
+    models, parts = {}, {}
+    for name, _ in family.required + family.optional:
+        part = getattr(obj, name, None)
+        if part is None:
+            if (name, _) in family.required:
+                raise InputError(f"The {family.loader} from '{source}' has no '{name}' component.")
+            continue
+        parts[name] = part
+        models[name] = part.model
+    config = obj.config.to_dict() if hasattr(obj.config, "to_dict") else {}
+    return Pipeline(family, source, obj, models, parts, config)

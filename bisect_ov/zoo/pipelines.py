@@ -1,0 +1,102 @@
+"""Pipelines of models exported with optimum-intel from random-init configs, as export folders users hand over.
+
+`folder("t5")` returns an ``OVModelForSeq2SeqLM`` export folder of a tiny T5 (two encoder layers, three decoder
+layers, a gated-GELU FFN): ``openvino_encoder_model.xml``, a stateful ``openvino_decoder_model.xml``,
+``config.json``, ``generation_config.json`` and a word-level tokenizer built in code (so prompts work; nothing
+is downloaded). ``"t5-overflow"`` is the same T5 with its first encoder FFN's output projection (``wo``)
+scaled so that the next norm's ``x*x`` passes f16's largest value (65,504), as in T5 checkpoints that overflow
+in f16 (the hidden states stay finite in f32).
+
+Each folder is built once into the zoo's cache (`zoo.cache.cache_root()` / `version_key()` / ``pipelines``),
+under a file lock, into a temporary folder renamed into place when complete.
+
+Assumptions: the ``zoo`` extra (torch, transformers, optimum-intel).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import tempfile
+import warnings
+
+from bisect_ov.core.errors import InputError
+from bisect_ov.core.extras import hub_offline
+from bisect_ov.zoo import cache
+
+__all__ = ["PIPELINES", "folder", "t5_config"]
+
+WORDS = ("the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "red", "blue", "big", "small", "and",
+         "is", "was", "in", "green", "tree", "translate", "english", "german", "summarize", ":", ".")
+
+
+def t5_config():
+    from transformers import T5Config
+
+    return T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=3, num_heads=4,
+                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, feed_forward_proj="gated-gelu",
+                    tie_word_embeddings=False)
+
+
+def _t5(overflow: bool):
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(t5_config()).eval()
+    if overflow:
+        with torch.no_grad():
+            model.encoder.block[0].layer[1].DenseReluDense.wo.weight.mul_(2000.0)
+    return model
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{w: i + 3 for i, w in enumerate(WORDS)}}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
+
+
+def _export_seq2seq(model, out: pathlib.Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="bisect_ov_hf_") as tmp:
+        model.save_pretrained(tmp)
+        from optimum.intel import OVModelForSeq2SeqLM
+
+        with hub_offline(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exported = OVModelForSeq2SeqLM.from_pretrained(tmp, export=True, compile=False, load_in_8bit=False)
+            exported.save_pretrained(out)
+    _tokenizer().save_pretrained(out)
+
+
+PIPELINES = {"t5": lambda out: _export_seq2seq(_t5(False), out),
+             "t5-overflow": lambda out: _export_seq2seq(_t5(True), out)}
+
+
+def folder(name: str, *, root: str | os.PathLike | None = None) -> pathlib.Path:
+    """The export folder of pipeline `name` (a key of `PIPELINES`), built the first time."""
+    if name not in PIPELINES:
+        raise InputError(f"Unknown zoo pipeline '{name}'. Available: {sorted(PIPELINES)}.")
+    base = pathlib.Path(root) if root is not None else cache.cache_root() / cache.version_key()
+    out = base / "pipelines" / name
+    if (out / "config.json").is_file():
+        return out
+    missing = cache.missing_packages()
+    if missing:
+        raise InputError(f"Zoo pipeline '{name}' is not built in {base} and building it needs {missing}.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
+    with FileLock(str(out.parent / f"{name}.lock")):
+        if not (out / "config.json").is_file():
+            tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{name}-"))
+            try:
+                PIPELINES[name](tmp / "export")
+                os.replace(tmp / "export", out)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return out

@@ -1,0 +1,182 @@
+"""Pipelines of models: an optimum-intel seq2seq export (a tiny random-init T5, `bisect_ov.zoo.pipelines`) driven
+by its own generation loop, each component judged on the reference's inputs, the first diverging one bisected.
+
+A fault injected in one component's copy on the target is named at that component and that node, for nodes of
+several op types in the decoder's third layer and in the encoder; the benign pipeline gives no divergence
+against emulated f16; the f16 overflow of a T5 FFN (its output projection scaled) is named in the encoder, at
+the norm's square that overflows. Bad folders and inputs get errors that say what was found.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import openvino as ov
+import pytest
+
+from bisect_ov import InputError, PipelineReport, bisect_pipeline, inject_fault
+from bisect_ov.cli import main
+from bisect_ov.zoo import pipelines
+from tests.zoo.conftest import needs_zoo
+
+pytestmark = [needs_zoo, pytest.mark.zoo, pytest.mark.xdist_group("pipelines")]
+
+TOKENS = [5, 9, 12, 3, 7, 20, 4]
+DECODER_SITES = ("__module.decoder.block.2.layer.2.DenseReluDense.wo/aten::linear/MatMul",
+                 "__module.decoder.block.2.layer.0.SelfAttention.o/aten::linear/MatMul",
+                 "__module.decoder.block.2.layer.1.EncDecAttention.q/aten::linear/MatMul")
+ENCODER_SITES = ("__module.block.1.layer.0.SelfAttention.v/aten::linear/MatMul",
+                 "__module.block.0.layer.1.DenseReluDense.wi_0/aten::linear/MatMul")
+
+
+def _read(name: str, component: str) -> ov.Model:
+    return ov.Core().read_model(pipelines.folder(name) / f"openvino_{component}_model.xml")
+
+
+@pytest.mark.parametrize("site", DECODER_SITES)
+def test_a_fault_in_the_decoders_third_layer_is_named_at_the_decoder_and_that_node(site):
+    faulty = inject_fault(_read("t5", "decoder"), site, "scale", 0.3)
+    report = bisect_pipeline(pipelines.folder("t5"), "CPU:f32", "CPU:f32", TOKENS, target_models={"decoder": faulty},
+                             progress=False)
+    assert not report.component("encoder").diverges
+    assert report.component("decoder").diverges and report.component("decoder").stateful
+    assert report.component("decoder").calls == len(report.ref_tokens) - 1  # one call per generated token
+    assert report.examined == "decoder"
+    assert report.report is not None and report.report.first_divergence.name == site
+
+
+@pytest.mark.parametrize("site", ENCODER_SITES)
+def test_a_fault_in_the_encoder_is_named_at_the_encoder_and_that_node(site):
+    faulty = inject_fault(_read("t5", "encoder"), site, "scale", 0.3)
+    report = bisect_pipeline(pipelines.folder("t5"), "CPU:f32", "CPU:f32", TOKENS, target_models={"encoder": faulty},
+                             progress=False)
+    assert report.examined == "encoder"
+    assert report.report.first_divergence.name == site
+    # The decoder, fed the reference's encoder states, is exact; run free on the target it reads the faulty ones.
+    decoder = report.component("decoder")
+    assert not decoder.diverges and max(decoder.errors) == 0.0
+    assert max(decoder.free_errors) > decoder.tolerance
+
+
+def test_the_benign_pipeline_does_not_diverge_against_emulated_f16():
+    report = bisect_pipeline(pipelines.folder("t5"), "CPU:f32", "EMU:f16", TOKENS, progress=False)
+    assert report.examined is None and report.report is None
+    for component in report.components:
+        assert component.calls >= 1 and 0 < max(component.errors) < component.tolerance
+    assert report.first_token_difference is None
+    assert "No component diverges" in report.to_text()
+
+
+def test_the_f16_overflow_of_a_t5_ffn_is_named_in_the_encoder_at_the_square_that_overflows():
+    report = bisect_pipeline(pipelines.folder("t5-overflow"), "CPU:f32", "EMU:f16", prompt="the cat sat on the mat",
+                             progress=False)
+    encoder = report.component("encoder")
+    # The encoder's final norm hides the overflow: its output stays finite, but wrong.
+    assert encoder.diverges and encoder.errors[0] > 100 * encoder.tolerance and encoder.nonfinite == 0
+    assert report.examined == "encoder"
+    first = report.report.first_divergence
+    # The FFN of block 0 feeds block 1's first norm: its x*x is where f16 overflows.
+    assert first.name == "__module.block.1.layer.0.layer_norm/aten::pow/Power"
+    assert first.error == float("inf") and first.input_error < 1e-2
+
+
+def test_a_loaded_pipeline_object_works_and_keeps_its_own_requests():
+    from optimum.intel import OVModelForSeq2SeqLM
+
+    from bisect_ov.core.extras import hub_offline
+
+    with hub_offline():
+        loaded = OVModelForSeq2SeqLM.from_pretrained(pipelines.folder("t5"), compile=False)
+    before = (loaded.encoder.request, loaded.decoder.request)
+    report = bisect_pipeline(loaded, "CPU:f32", "CPU:f32", TOKENS, progress=False)
+    assert report.source == "OVModelForSeq2SeqLM" and not report.diverges
+    assert (loaded.encoder.request, loaded.decoder.request) == before
+
+
+def test_the_report_is_saved_and_loaded_with_its_node_level_report(tmp_path):
+    faulty = inject_fault(_read("t5", "decoder"), DECODER_SITES[0], "scale", 0.3)
+    report = bisect_pipeline(pipelines.folder("t5"), "CPU:f32", "CPU:f32", TOKENS, target_models={"decoder": faulty},
+                             max_new_tokens=4, progress=False)
+    assert report.component("decoder").calls == 4
+    loaded = PipelineReport.load(report.save(tmp_path / "p.json"))
+    assert loaded.components == report.components and loaded.examined == "decoder"
+    assert loaded.report.first_divergence.name == DECODER_SITES[0]
+    json.loads((tmp_path / "p.json").read_text())  # strict JSON
+    with pytest.raises(InputError, match="Not a pipeline report"):
+        PipelineReport.from_dict({"schema_version": 9})
+
+
+def test_the_command_line_names_the_overflow_and_exits_1(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    code = main(["pipeline", str(pipelines.folder("t5-overflow")), "--ref", "CPU:f32", "--target", "EMU:f16",
+                 "--tokens", "5,9,12,3", "--max-new-tokens", "3", "--json", str(out), "-q"])
+    text = capsys.readouterr().out
+    assert code == 1, text
+    assert "First diverging component: 'encoder'" in text and "block.1.layer.0.layer_norm" in text
+    assert PipelineReport.load(out).examined == "encoder"
+    assert main(["pipeline", str(pipelines.folder("t5")), "--ref", "CPU:f32", "--target", "CPU:f32", "--tokens",
+                 "5,9", "--max-new-tokens", "2", "-q"]) == 0
+
+
+def test_folders_that_are_not_a_supported_pipeline_say_what_they_hold(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        bisect_pipeline(tmp_path / "absent", "CPU:f32", "CPU:f32")
+    with pytest.raises(InputError, match="a file, not a pipeline export folder.*bisect"):
+        bisect_pipeline(pipelines.folder("t5") / "openvino_encoder_model.xml", "CPU:f32", "CPU:f32")
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (one / "openvino_model.xml").write_text("<net/>")
+    with pytest.raises(InputError, match=r"holds one model \(openvino_model.xml\).*bisect\(\)"):
+        bisect_pipeline(one, "CPU:f32", "CPU:f32")
+    half = tmp_path / "half"
+    shutil.copytree(pipelines.folder("t5"), half)
+    (half / "openvino_decoder_model.xml").unlink()
+    with pytest.raises(InputError, match=r"lacks \['openvino_decoder_model.xml'\]"):
+        bisect_pipeline(half, "CPU:f32", "CPU:f32")
+    whisper = tmp_path / "whisper"
+    whisper.mkdir()
+    (whisper / "config.json").write_text(json.dumps({"model_type": "whisper", "is_encoder_decoder": True}))
+    with pytest.raises(InputError, match=r"speech seq2seq.*not supported yet; supported: seq2seq"):
+        bisect_pipeline(whisper, "CPU:f32", "CPU:f32")
+    with pytest.raises(InputError, match="no config.json"):
+        bisect_pipeline(tmp_path, "CPU:f32", "CPU:f32")
+
+
+def test_bad_inputs_and_components_are_refused_before_anything_runs(tmp_path):
+    folder = pipelines.folder("t5")
+    with pytest.raises(InputError, match=r"not components of this seq2seq pipeline \(\['encoder', 'decoder'\]\)"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", TOKENS, target_models={"vae": _read("t5", "encoder")})
+    with pytest.raises(InputError, match=r"Token ids must lie in \[0, 128\)"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", [5, 500])
+    with pytest.raises(InputError, match="integer token ids"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", [0.5, 1.5])
+    with pytest.raises(InputError, match="not both"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", TOKENS, prompt="the cat")
+    with pytest.raises(InputError, match="max_new_tokens"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", TOKENS, max_new_tokens=0)
+    with pytest.raises(InputError, match="Unknown option"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", TOKENS, colour="red")
+    bare = tmp_path / "bare"
+    shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("tokenizer*", "special_tokens*"))
+    with pytest.raises(InputError, match="needs the tokenizer"):
+        bisect_pipeline(bare, "CPU:f32", "CPU:f32", prompt="the cat")
+
+
+def test_the_examined_component_is_bisected_on_the_static_shapes_of_its_call():
+    """A decoder exported with dynamic sequence and cache lengths is compiled for exactly its worst call's shapes
+    (the CPU plugin's bf16 kernels refused a dynamic one: "SetLoadStoreScalar expects static shapes"); a call
+    that does not name every input leaves the model as it is."""
+    import numpy as np
+    from openvino import opset13 as ops
+
+    from bisect_ov.components.api import _static
+
+    x = ops.parameter([1, -1, 8], np.float32, name="x")
+    cache = ops.parameter([1, -1, 8], np.float32, name="cache")
+    model = ov.Model([ops.result(ops.concat([cache, x], 1))], [x, cache])
+    static = _static(model, {"x": [1, 3, 8], "cache": [1, 5, 8]})
+    assert [list(p.get_output_partial_shape(0).to_shape()) for p in static.get_parameters()] == [[1, 3, 8], [1, 5, 8]]
+    assert model.is_dynamic()  # the pipeline's own model is left untouched
+    assert _static(model, {"x": [1, 3, 8]}).is_dynamic()
