@@ -23,8 +23,7 @@ WIDTH = 116
 def synopsis() -> str:
     """Each command's usage line as argparse writes it, wrapped at `WIDTH`."""
     sys.path.insert(0, str(ROOT))
-    from bisect_ov.cli import (build_capture_parser, build_demo_parser, build_parser, build_pipeline_parser,
-                               build_repro_parser)
+    from bisect_ov.cli import build_capture_parser, build_demo_parser, build_parser, build_pipeline_parser, build_repro_parser
 
     out = []
     for build in (build_parser, build_demo_parser, build_capture_parser, build_repro_parser, build_pipeline_parser):
