@@ -344,10 +344,15 @@ def _build(arch: str, method: str, table: dict | None = None) -> tuple[Any, dict
     return model, meta
 
 
-HOLDOUT: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = {
-    f"{arch}@{method}": (f"{library}, {method}", functools.partial(_build, arch, method))
-    for arch, (library, _, _) in ARCHITECTURES.items() for method in METHODS if f"{arch}@{method}" not in LEFT_OUT
-}
+def entries(architectures: dict[str, tuple[str, str, Callable[[], Any]]]) -> dict[str, tuple[str, Callable[[], tuple[Any, dict]]]]:
+    """The entries of a held-out set: each architecture of `architectures` (as `ARCHITECTURES`) exported each way
+    of `METHODS`, as ``"arch@method"`` -> (its description, its builder), but those in `LEFT_OUT`."""
+    return {f"{arch}@{method}": (f"{library}, {method}", functools.partial(_build, arch, method, architectures))
+            for arch, (library, _, _) in architectures.items() for method in METHODS
+            if f"{arch}@{method}" not in LEFT_OUT}
+
+
+HOLDOUT: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = entries(ARCHITECTURES)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import holdout  # noqa: E402
-from holdout import CLASSES, IMAGE, LEFT_OUT, METHODS, VOCAB  # noqa: E402
+from holdout import CLASSES, IMAGE, VOCAB  # noqa: E402
 from needle_bench import load_built, outside_folder  # noqa: E402
 
 HOLDOUT2_BUILD = 1
@@ -92,10 +92,7 @@ ARCHITECTURES: dict[str, tuple[str, str, Callable[[], Any]]] = {
     "swin_t": ("torchvision Swin-T", "image", _swin_t),
 }
 
-HOLDOUT2: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = {
-    f"{arch}@{method}": (f"{library}, {method}", functools.partial(holdout._build, arch, method, ARCHITECTURES))
-    for arch, (library, _, _) in ARCHITECTURES.items() for method in METHODS if f"{arch}@{method}" not in LEFT_OUT
-}
+HOLDOUT2: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = holdout.entries(ARCHITECTURES)
 
 
 def load_holdout2(name: str, cache: str | os.PathLike | None = None) -> tuple[Any, dict]:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import holdout  # noqa: E402
-from holdout import CLASSES, LEFT_OUT, METHODS, VOCAB  # noqa: E402
+from holdout import CLASSES, VOCAB  # noqa: E402
 from needle_bench import load_built, outside_folder  # noqa: E402
 
 HOLDOUT3_BUILD = 1
@@ -88,10 +88,7 @@ ARCHITECTURES: dict[str, tuple[str, str, Callable[[], Any]]] = {
     "resnet18": ("torchvision ResNet-18", "image", _resnet18),
 }
 
-HOLDOUT3: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = {
-    f"{arch}@{method}": (f"{library}, {method}", functools.partial(holdout._build, arch, method, ARCHITECTURES))
-    for arch, (library, _, _) in ARCHITECTURES.items() for method in METHODS if f"{arch}@{method}" not in LEFT_OUT
-}
+HOLDOUT3: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = holdout.entries(ARCHITECTURES)
 
 
 def load_holdout3(name: str, cache: str | os.PathLike | None = None) -> tuple[Any, dict]:

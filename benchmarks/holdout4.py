@@ -23,7 +23,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import holdout  # noqa: E402
-from holdout import LEFT_OUT, METHODS, VOCAB  # noqa: E402
+from holdout import VOCAB  # noqa: E402
 from needle_bench import load_built, outside_folder  # noqa: E402
 
 HOLDOUT4_BUILD = 1
@@ -80,10 +80,7 @@ ARCHITECTURES: dict[str, tuple[str, str, Callable[[], Any]]] = {
     "inception_next": ("timm Inception-NeXt-atto", "image", functools.partial(_timm, "inception_next_atto")),
 }
 
-HOLDOUT4: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = {
-    f"{arch}@{method}": (f"{library}, {method}", functools.partial(holdout._build, arch, method, ARCHITECTURES))
-    for arch, (library, _, _) in ARCHITECTURES.items() for method in METHODS if f"{arch}@{method}" not in LEFT_OUT
-}
+HOLDOUT4: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = holdout.entries(ARCHITECTURES)
 
 
 def load_holdout4(name: str, cache: str | os.PathLike | None = None) -> tuple[Any, dict]:
