@@ -395,7 +395,7 @@ def _site_value(model: ov.Model, site: str, inputs) -> np.ndarray:
     return _outputs(m, inputs)[-1]
 
 
-@pytest.mark.parametrize("name", ["bert", "resnet50", "mobilenetv3"])
+@pytest.mark.parametrize("name", ["bert", "resnet50"])  # a transformer and a CNN
 def test_a_few_wrong_elements_are_named_though_the_node_s_error_is_within_bf16_rounding(name):
     """One element in a thousand doubled moves a tensor's relative L2 error by about 3%, what bf16 allows one op:
     against the emulated bf16 device (the same on every CPU), the node is named as a concentrated-error origin
