@@ -30,7 +30,8 @@ from bisect_ov.core.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
 from bisect_ov.core.records import Cause
 
 __all__ = ["observations", "diagnose", "kernel_difference", "overflow", "underflow", "concentrated", "kind_of_text", "Cause",
-           "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED"]
+           "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED", "peak_error",
+           "is_concentrated"]
 
 # Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
 CANCELLING_OPS = frozenset({"Subtract", "Add", "MVN", "ReduceSum", "ReduceMean", "MatMul", "Convolution",
@@ -158,13 +159,24 @@ def overflow(op_type: str, output: TensorStats, inputs: Sequence[TensorStats], p
     return []
 
 
+def peak_error(stats: TensorStats) -> float | None:
+    """The worst element's error as a share of the reference's largest magnitude (`max_abs / ref_absmax`); None for
+    an integer or empty tensor, or one whose reference is all zeros or not finite."""
+    if stats.integer or stats.numel == 0 or stats.ref_absmax <= 0 or not math.isfinite(stats.ref_absmax):
+        return None
+    return stats.max_abs / stats.ref_absmax
+
+
+def is_concentrated(peak: float, rel_l2: float, tolerance: float) -> bool:
+    """The error sits in a few elements beyond rounding: the worst element `SPIKE` tolerances off (as a share of the
+    largest value) and `CONCENTRATED` times the relative L2 error (the judge's test and the diagnosis's)."""
+    return math.isfinite(peak) and tolerance > 0 and peak >= SPIKE * tolerance and peak >= CONCENTRATED * rel_l2
+
+
 def concentrated(output: TensorStats, tolerance: float) -> list[Cause]:
-    """A few elements wrong (the judge's concentrated-error test): the worst element's error, as a share of the
-    tensor's largest value, beyond `SPIKE` tolerances and `CONCENTRATED` times the relative L2 error."""
-    if output.integer or output.ref_absmax <= 0 or not math.isfinite(output.max_abs) or tolerance <= 0:
-        return []
-    peak = output.max_abs / output.ref_absmax
-    if peak < SPIKE * tolerance or peak < CONCENTRATED * output.rel_l2:
+    """A few elements wrong (`is_concentrated`), as a cause."""
+    peak = peak_error(output)
+    if peak is None or not is_concentrated(peak, output.rel_l2, tolerance):
         return []
     ratio = peak / max(output.rel_l2, 1e-30)
     return [Cause("concentrated", f"concentrated: its worst element is off by {peak:.2g} of the tensor's largest value, "

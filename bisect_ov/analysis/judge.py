@@ -56,7 +56,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
-from bisect_ov.analysis.diagnosis import CONCENTRATED, SPIKE
+from bisect_ov.analysis.diagnosis import CONCENTRATED, SPIKE, is_concentrated
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
@@ -257,9 +257,7 @@ def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> s
     for key, (peak, rel) in ev.peaks.items():
         s = nodes.get(key)
         if (s is None or key in ev.steps or key in ev.inside_kernel or key in ev.nonfinite
-                or not math.isfinite(peak) or s.tolerance <= 0):
-            continue
-        if peak < SPIKE * s.tolerance or peak < CONCENTRATED * rel:
+                or not is_concentrated(peak, rel, s.tolerance)):
             continue
         carried = max((ev.peaks.get(k, (0.0, 0.0))[0] for k in measured_inputs(graph, key, nodes)), default=0.0)
         if peak >= ev.min_growth * max(carried, s.tolerance * 0.1):

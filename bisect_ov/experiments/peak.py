@@ -77,18 +77,15 @@ def _child(folder: pathlib.Path) -> float:
     with np.load(folder / "inputs.npz", allow_pickle=False) as data:
         inputs = [data[f"arr_{i}"] for i in range(len(data.files))]
     if _reset_peak():  # Linux: the peak is reset to the current resident set, so imports' peaks do not hide it
-        before = _status_kb("VmRSS")
-        compiled = device.compile(model)
-        compiled.infer(inputs)
-        compiled.infer(inputs)
-        return max(_status_kb("VmHWM") - before, 0) / 1024
-    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KB elsewhere
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+        before, peak = _status_kb("VmRSS") * 1024, lambda: _status_kb("VmHWM") * 1024
+    else:
+        unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KB elsewhere
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+        peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit  # noqa: E731
     compiled = device.compile(model)
     compiled.infer(inputs)
     compiled.infer(inputs)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
-    return (after - before) / 2**20
+    return max(peak() - before, 0) / 2**20
 
 
 def _reset_peak() -> bool:

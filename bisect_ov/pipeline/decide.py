@@ -13,6 +13,7 @@ import math
 from dataclasses import replace
 from typing import Mapping
 
+from bisect_ov.analysis.diagnosis import peak_error
 from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
@@ -63,10 +64,8 @@ def peaks(measurement: Measurement) -> dict[str, tuple[float, float]]:
     output whose worst element is worst (the judge's concentrated-error rule)."""
     found: dict[str, tuple[float, float]] = {}
     for tap, s in measurement.stats.items():
-        if s.integer or s.numel == 0 or s.ref_absmax <= 0 or not math.isfinite(s.ref_absmax):
-            continue
-        peak = s.max_abs / s.ref_absmax
-        if peak > found.get(tap.key, (-1.0, 0.0))[0]:
+        peak = peak_error(s)
+        if peak is not None and peak > found.get(tap.key, (-1.0, 0.0))[0]:
             found[tap.key] = (peak, s.rel_l2)
     return found
 
