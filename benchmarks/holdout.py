@@ -364,6 +364,16 @@ def holdout_folder(cache: str | os.PathLike | None) -> pathlib.Path:
     return outside_folder(cache).parent / f"needle-holdout-v{HOLDOUT_BUILD}"
 
 
+def loader(folder: str, table: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]]
+           ) -> Callable[..., tuple[Any, dict]]:
+    """The loader of a later held-out set: ``load(name, cache=None)`` gives an entry of `table` as (`ov.Model`,
+    meta), built once into `folder` beside needle_bench's outside folder (as `load_holdout`)."""
+    def load(name: str, cache: str | os.PathLike | None = None) -> tuple[Any, dict]:
+        return load_built(name, outside_folder(cache).parent / folder, table)
+
+    return load
+
+
 def load_holdout(name: str, cache: str | os.PathLike | None = None) -> tuple[Any, dict]:
     """A held-out entry as (`ov.Model`, meta), built and saved (f32 weights) the first time.
 

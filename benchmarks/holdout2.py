@@ -23,7 +23,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import holdout  # noqa: E402
 from holdout import CLASSES, IMAGE, VOCAB  # noqa: E402
-from needle_bench import load_built, outside_folder  # noqa: E402
 
 HOLDOUT2_BUILD = 1
 
@@ -95,14 +94,10 @@ ARCHITECTURES: dict[str, tuple[str, str, Callable[[], Any]]] = {
 HOLDOUT2: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = holdout.entries(ARCHITECTURES)
 
 
-def load_holdout2(name: str, cache: str | os.PathLike | None = None) -> tuple[Any, dict]:
-    """An entry of `HOLDOUT2` as (`ov.Model`, meta), built once (as `holdout.load_holdout`)."""
-    return load_built(name, outside_folder(cache).parent / f"needle-holdout2-v{HOLDOUT2_BUILD}", HOLDOUT2)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Build every entry (or those named), run each once and list it (`holdout.main`)."""
-    return holdout.main(argv, table=HOLDOUT2, load=load_holdout2)
+# An entry of `HOLDOUT2` as (`ov.Model`, meta), built once; `main` builds every entry (or those named), runs each
+# once and lists it (`holdout.main`).
+load_holdout2 = holdout.loader(f"needle-holdout2-v{HOLDOUT2_BUILD}", HOLDOUT2)
+main = functools.partial(holdout.main, table=HOLDOUT2, load=load_holdout2)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import holdout  # noqa: E402
 from holdout import CLASSES, VOCAB  # noqa: E402
-from needle_bench import load_built, outside_folder  # noqa: E402
 
 HOLDOUT3_BUILD = 1
 
@@ -91,14 +90,10 @@ ARCHITECTURES: dict[str, tuple[str, str, Callable[[], Any]]] = {
 HOLDOUT3: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = holdout.entries(ARCHITECTURES)
 
 
-def load_holdout3(name: str, cache: str | os.PathLike | None = None) -> tuple[Any, dict]:
-    """An entry of `HOLDOUT3` as (`ov.Model`, meta), built once (as `holdout.load_holdout`)."""
-    return load_built(name, outside_folder(cache).parent / f"needle-holdout3-v{HOLDOUT3_BUILD}", HOLDOUT3)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Build every entry (or those named), run each once and list it (`holdout.main`)."""
-    return holdout.main(argv, table=HOLDOUT3, load=load_holdout3)
+# An entry of `HOLDOUT3` as (`ov.Model`, meta), built once; `main` builds every entry (or those named), runs each
+# once and lists it (`holdout.main`).
+load_holdout3 = holdout.loader(f"needle-holdout3-v{HOLDOUT3_BUILD}", HOLDOUT3)
+main = functools.partial(holdout.main, table=HOLDOUT3, load=load_holdout3)
 
 
 if __name__ == "__main__":

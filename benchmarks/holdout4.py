@@ -24,7 +24,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import holdout  # noqa: E402
 from holdout import VOCAB  # noqa: E402
-from needle_bench import load_built, outside_folder  # noqa: E402
 
 HOLDOUT4_BUILD = 1
 
@@ -83,14 +82,10 @@ ARCHITECTURES: dict[str, tuple[str, str, Callable[[], Any]]] = {
 HOLDOUT4: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = holdout.entries(ARCHITECTURES)
 
 
-def load_holdout4(name: str, cache: str | os.PathLike | None = None) -> tuple[Any, dict]:
-    """An entry of `HOLDOUT4` as (`ov.Model`, meta), built once (as `holdout.load_holdout`)."""
-    return load_built(name, outside_folder(cache).parent / f"needle-holdout4-v{HOLDOUT4_BUILD}", HOLDOUT4)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Build every entry (or those named), run each once and list it (`holdout.main`)."""
-    return holdout.main(argv, table=HOLDOUT4, load=load_holdout4)
+# An entry of `HOLDOUT4` as (`ov.Model`, meta), built once; `main` builds every entry (or those named), runs each
+# once and lists it (`holdout.main`).
+load_holdout4 = holdout.loader(f"needle-holdout4-v{HOLDOUT4_BUILD}", HOLDOUT4)
+main = functools.partial(holdout.main, table=HOLDOUT4, load=load_holdout4)
 
 
 if __name__ == "__main__":
