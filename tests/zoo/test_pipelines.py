@@ -180,3 +180,12 @@ def test_the_examined_component_is_bisected_on_the_static_shapes_of_its_call():
     assert [list(p.get_output_partial_shape(0).to_shape()) for p in static.get_parameters()] == [[1, 3, 8], [1, 5, 8]]
     assert model.is_dynamic()  # the pipeline's own model is left untouched
     assert _static(model, {"x": [1, 3, 8]}).is_dynamic()
+
+
+def test_the_pipeline_tests_share_one_worker(request):
+    """Run by xdist with the suite's `--dist loadgroup`, this module's tests go to one worker, so only one worker
+    pays optimum's and transformers' imports (20 s and more on two cores): the group must be in the node's id,
+    where xdist's scheduler reads it (pytest 9.2 ignores the id xdist 3.8 writes)."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not run by pytest-xdist with --dist loadgroup")
+    assert request.node.nodeid.endswith("@pipelines"), request.node.nodeid
