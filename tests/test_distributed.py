@@ -267,6 +267,49 @@ def test_a_unit_that_keeps_failing_is_reported_with_its_samples(tmp_path):
     assert Report.load(tmp_path / "r.json").samples.partial
 
 
+def test_each_pass_returns_what_it_found_and_the_run_keeps_nothing():
+    """The outputs' pass and the per-node pass return frozen results that carry their own notes and logs (a
+    partial run's note, each sample's first node over its limit); the `SampleRun` keeps only the samples and the
+    knobs, so giving it to the passes twice gives the same answers twice."""
+    import dataclasses
+
+    from bisect_ov.analysis.metrics import metric_value
+    from bisect_ov.engine.comparison import Comparison
+    from bisect_ov.engine.runner import Runner
+    from bisect_ov.model.graph import ModelGraph
+    from bisect_ov.model.match import identity_match
+    from bisect_ov.model.taps import Tap
+    from bisect_ov.run.devices import make_device
+    from bisect_ov.samples.runs import SampleRun, node_spread, run_samples
+
+    graph = ModelGraph(_models())
+    comparison = Comparison(graph, graph, identity_match(graph), make_device("CPU", role="ref"),
+                            make_device("EMU:f16"))
+    runner = Runner(comparison)
+    run = SampleRun(Samples(loader=_Flaky(_data(8), {5}), count=8), ThreadPoolExecutor(2), samples_per_batch=2,
+                    batch_retries=0)
+    error_of = functools.partial(metric_value, metric="rel_l2")
+    taps = [Tap(n.key, 0) for n in graph.candidates()]
+    try:
+        first, compiled = run_samples(runner, run, error_of)
+        assert compiled is None  # ran on the executor: nothing compiled here
+        assert first.missing == (4, 5) and first.log.lost == (4, 5) and first.executor == "ThreadPoolExecutor"
+        assert [n for n in first.notes if n.startswith("Partial run: 6 of 8 samples measured")]
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            first.examined = 0  # type: ignore[misc]
+        spread = node_spread(runner, taps, run, error_of, limits={t.key: 0.0 for t in taps})
+        assert spread.log is not None and spread.log.lost == (4, 5)
+        assert set(spread.first_over) == {0, 1, 2, 3, 6, 7} and all(spread.first_over.values())
+        assert vars(run).keys().isdisjoint({"notes", "log", "first_over"})
+        again, _ = run_samples(runner, run, error_of)
+        assert again.notes == first.notes and again.missing == first.missing
+        assert np.array_equal(again.errors, first.errors, equal_nan=True)
+        assert node_spread(runner, taps, run, error_of, limits={t.key: 0.0 for t in taps}).first_over == \
+            spread.first_over
+    finally:
+        run.close()
+
+
 def test_nothing_measured_is_an_error_not_an_empty_answer():
     with pytest.raises(BisectError, match="No sample could be measured"):
         _run(Samples(loader=_Flaky(_data(8), range(1, 8)), count=8), ThreadPoolExecutor(2), "CPU", batch_retries=0)

@@ -189,6 +189,28 @@ def test_notes_come_from_the_records():
     assert notes[2] == "changed" and "bisection strategy was used" in notes[3]
 
 
+def test_compiles_travel_as_values_and_the_ledger_only_counts():
+    """The samples pass hands the untouched pair it compiled to the examined sample's untouched run as a value
+    (`Setup.untouched`): that run compiles nothing, and neither the runner nor the ledger holds a compile or the
+    devices' facts; the engine's facts are its untouched run's record."""
+    from bisect_ov.zoo import synthetic
+
+    model = synthetic.conv_bn_net()
+    inputs = [synthetic.sample_inputs(model, seed=s) for s in (1, 2, 3)]
+    setup = open_comparison(model, "CPU:f32", "EMU:f16", inputs, None, BisectOptions(progress=False, noise=False))
+    assert setup.untouched is not None and setup.summary is not None and setup.summary.count == 3
+    before = setup.runner.ledger.compiles
+    examined = run_untouched(setup)
+    engine = examined.engine
+    assert engine.compiles == before == {"ref": 1, "target": 1}  # the samples' pair, run again, not compiled
+    assert engine.target_info is engine.untouched.target.info and engine.target_info.emulated
+    assert engine.ref_info is engine.untouched.ref_info and not engine.ref_info.emulated
+    assert engine.untouched.target.compiled is None  # the reference ran on it; the record keeps no compile
+    held = [v for obj in (setup.runner, setup.runner.ledger) for v in vars(obj).values()]
+    assert not [v for v in held if hasattr(v, "infer") or isinstance(v, tuple) and any(hasattr(x, "infer") for x in v)]
+    assert not hasattr(setup.runner.ledger, "info") and examined.kept_ref is None  # no steps: nothing kept
+
+
 # ----- the stages composed by hand give what bisect() gives --------------------------------------------------------
 def test_stages_by_hand_match_bisect():
     model = tiny_chain(depth=5)

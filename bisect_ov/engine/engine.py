@@ -93,11 +93,13 @@ class Engine:
 
     @property
     def ref_info(self) -> DeviceInfo | None:
-        return self.ledger.info["ref"]
+        """What the reference's untouched run ran with (its record's, not the ledger's)."""
+        return self.untouched.ref_info
 
     @property
     def target_info(self) -> DeviceInfo | None:
-        return self.ledger.info["target"]
+        """What the untouched target compile runs with (its record's, not the ledger's)."""
+        return self.untouched.target.info
 
     @property
     def runtime_ref(self) -> dict[str, dict]:

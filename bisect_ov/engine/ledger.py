@@ -12,7 +12,6 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph
 
 log = logging.getLogger(__name__)
@@ -79,15 +78,14 @@ def _empty_cost() -> dict[str, float]:
 class Ledger:
     """Compiles and inferences per side, and what every compile ran with.
 
-    `info[side]` is the first compile's `DeviceInfo` of that side (the untouched run's, or the first streamed
-    piece's, widened by `set_precision_counts`), `runtime[side]` the runtime facts of every compute layer seen
-    in any compile, by original op name (the first compile that names an op wins).
+    `runtime[side]` is the runtime facts of every compute layer seen in any compile, by original op name (the
+    first compile that names an op wins), for the report. What a side ran with (its `DeviceInfo`) is in the
+    untouched run's record (`bisect_ov.engine.untouched`): nothing reads the ledger to decide what to run.
     """
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or Clock()
         self._compiles = {side: 0 for side in SIDES}
-        self.info: dict[str, DeviceInfo | None] = {side: None for side in SIDES}
         self.runtime: dict[str, dict[str, dict[str, Any]]] = {side: {} for side in SIDES}
 
     @property
@@ -107,20 +105,9 @@ class Ledger:
         self.clock.count("infers", side, n)
 
     def note(self, side: str, compiled: Any) -> None:
-        """Remember what a side ran with: device facts (the first compile's) and per-layer runtime info."""
-        if self.info[side] is None:
-            self.info[side] = compiled.info
+        """Remember the per-layer runtime facts of a side's compile."""
         if not compiled.info.emulated:
             _collect_runtime(self.runtime[side], compiled.runtime)
-
-    def note_info(self, side: str, info: DeviceInfo) -> None:
-        """Remember a side's device facts when no compile of it was noted yet (a streamed run's pieces)."""
-        if self.info[side] is None:
-            self.info[side] = info
-
-    def set_info(self, side: str, info: DeviceInfo) -> None:
-        """Replace a side's device facts (a streamed run's, counted over all its pieces)."""
-        self.info[side] = info
 
 
 def _collect_runtime(into: dict[str, dict], runtime: RuntimeGraph) -> None:

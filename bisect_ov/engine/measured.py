@@ -9,7 +9,7 @@ measures holds the result.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -46,6 +46,8 @@ class Part:
     run: TappedRun | None = None
     values: Mapping[Tap, np.ndarray] | None = None
     finals: tuple[list[np.ndarray], list[np.ndarray]] | None = None
+    # With a streamed measurement's last segment: what the reference ran with over all its segments.
+    ref_info: Any = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -33,10 +33,6 @@ class Runner:
         self.comparison = comparison
         self.ledger = ledger or Ledger()
         self.progress = progress
-        self._untouched: tuple[Any, Any] | None = None
-        # Generation steps reuse the untouched run's reference compile: with `keep_compiles`, it is kept.
-        self.keep_compiles = False
-        self._kept: dict[str, Any] = {}
 
     # What the comparison holds, read-only.
     @property
@@ -92,37 +88,9 @@ class Runner:
         return ref_c, target_c
 
     def compile_untouched(self):
-        """Compile the untouched model on both sides (many samples run on them); the examined sample's
-        untouched run takes them (`take_untouched`) rather than compiling again."""
-        self._untouched = self.compile_pair(self.graph.model, self.target_graph.model)
-        return self._untouched
-
-    def untouched_infos(self):
-        """(ref, target) `DeviceInfo` of the compiles `compile_untouched` made, or None when there are none."""
-        return None if self._untouched is None else (self._untouched[0].info, self._untouched[1].info)
-
-    def take_untouched(self):
-        """The compiles `compile_untouched` made, handed over once (None when there are none)."""
-        compiled, self._untouched = self._untouched, None
-        return compiled
-
-    def keep(self, side: str, compiled: Any) -> None:
-        """Keep `side`'s untouched compile for later runs of the same model (only with `keep_compiles`).
-
-        What is kept is a second infer request on it (`another`), so later runs leave the output views of
-        the untouched run alone; a compile without one is not kept."""
-        another = getattr(compiled, "another", None)
-        if self.keep_compiles and another is not None:
-            self._kept[side] = another()
-
-    def take_kept(self, side: str) -> Any:
-        """The compile `keep` kept for `side` (None without one), handed over once."""
-        return self._kept.pop(side, None)
-
-    def drop_kept(self) -> None:
-        """Release every kept compile and keep no more."""
-        self.keep_compiles = False
-        self._kept = {}
+        """Compile the untouched model on both sides (counted): the samples pass runs many samples on the pair,
+        and hands it on (a value) to the examined sample's untouched run, which then compiles nothing."""
+        return self.compile_pair(self.graph.model, self.target_graph.model)
 
     def ran(self, side: str, n: int = 1) -> None:
         """Count `n` inferences on `side` (for the per-stage cost)."""

@@ -116,7 +116,7 @@ def stream(runner: Runner, sample: Sample, taps: Sequence[Tap], max_bytes: int, 
     ref_final = [read("ref", t) for t in final_taps]
     target_final = [read("target", t) for t in final_taps]
     if ref_info is not None:  # what the reference ran with, over all its segments
-        runner.ledger.note_info("ref", replace(ref_info, precision_counts=dict(counts)))
+        ref_info = replace(ref_info, precision_counts=dict(counts))
     reproduced = bool(untouched_target) and same_bits(list(untouched_target), target_final)
     run = TappedRun(tuple(runner.final_outputs(ref_final, target_final, len(final_taps))), reproduced)
-    yield Part({}, run=run, finals=(ref_final, target_final))
+    yield Part({}, run=run, finals=(ref_final, target_final), ref_info=ref_info)

@@ -10,25 +10,28 @@ Two functions, called in this order by the pipeline, each returning a frozen rec
   compiles the reference for them. Beyond the tap budget, when the model can be streamed, the reference's plain
   run *is* the streamed measurement of `streamed_taps` (`bisect_ov.engine.streamed`), kept in the record.
 
-When the samples pass compiled the untouched pair already (`Runner.compile_untouched`), `run_reference` with
-that pair runs both sides on it and exposes nothing.
+When the samples pass compiled the untouched pair already (`Runner.compile_untouched`), it is handed to
+`run_target` (a value, `compiled=`), and `run_reference` runs the reference on it and exposes nothing.
+The records say what each side ran with (`TargetRun.info`, `Untouched.ref_info`: the untouched compiles' device
+facts, a streamed reference's counted over its segments); the ledger only counts.
 
 The sides run one after the other, the target first, and each compile is released once it has run: two
 compiles of the whole model never live at once, so memory stays near what one plain compile takes (on 2
 cores, running both sides at once saved under 5% of the time: OpenVINO already spreads one compile and one
-inference over the cores). With generation steps to run (`Runner.keep_compiles`), the reference's compile,
-the last made, is kept for them: the steps run the same model, and compiling it again cost more than the
-steps (the steps release it before they compile the target).
+inference over the cores). With generation steps to run, `run_reference` hands the reference's compile, the
+last made, to its `keep` (a second infer request on it): the steps run the same model, and compiling it again
+cost more than the steps (the steps release it before they compile the target).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from bisect_ov.analysis.metrics import compare
+from bisect_ov.core.records import DeviceInfo
 from bisect_ov.engine.comparison import Sample
 from bisect_ov.engine.measured import Measured
 from bisect_ov.engine.runner import FinalOutput, Runner
@@ -48,6 +51,7 @@ class TargetRun:
     runtime: RuntimeGraph  # empty for an emulated device: the CPU's f32 graph of the rewritten model says nothing
     untappable: frozenset[Tap]  # reference taps whose twin tensors live inside an int8 kernel
     run_to_run: float | None  # the same compile run twice (None when not repeated)
+    info: DeviceInfo | None = None  # what the untouched target compile runs with
     compiled: Any = None  # the samples pass's reference compile, when it made the pair: the reference reuses it
 
 
@@ -75,9 +79,10 @@ class Untouched:
     outputs: tuple[FinalOutput, ...]
     ref_final: tuple[np.ndarray, ...]
     target_final: tuple[np.ndarray, ...]
-    target: TargetRun
+    target: TargetRun  # (without the samples pass's reference compile, which the reference ran)
     ready: ReadyValues | None = None
     streamed: Streamed | None = None
+    ref_info: DeviceInfo | None = None  # what the reference ran with (a streamed one: over all its segments)
 
     @property
     def target_runtime(self) -> RuntimeGraph:
@@ -88,11 +93,12 @@ class Untouched:
         return self.target.untappable
 
 
-def run_target(runner: Runner, sample: Sample, *, repeat: bool = False) -> TargetRun:
-    """Compile and run the untouched target (see the module docstring); `repeat`: run it a second time."""
+def run_target(runner: Runner, sample: Sample, *, repeat: bool = False, compiled: Any = None) -> TargetRun:
+    """Compile and run the untouched target (see the module docstring); `repeat`: run it a second time.
+    `compiled`: the (ref, target) pair the samples pass compiled (`Runner.compile_untouched`), run rather than
+    compiling again."""
     comparison = runner.comparison
     n = len(comparison.graph.model.outputs)
-    compiled = runner.take_untouched()
     with runner.clock("plain run"):
         if compiled is not None:  # compiled already, to run many samples: reusing them beats a recompile
             ref_c, target_c = compiled
@@ -112,12 +118,15 @@ def run_target(runner: Runner, sample: Sample, *, repeat: bool = False) -> Targe
         if comparison.twin:
             inside = int8_internal(comparison.target_graph, runtime)
             untappable = frozenset(r for r, t in comparison.target_of.items() if t.key in inside)
-    return TargetRun(tuple(target_out), runtime, untappable, run_to_run, ref_c if compiled is not None else None)
+    return TargetRun(tuple(target_out), runtime, untappable, run_to_run, target_c.info,
+                     ref_c if compiled is not None else None)
 
 
 def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Sequence[Tap] = (),
-                  stream_bytes: int | None = None, streamed_taps: Sequence[Tap] | None = None) -> Untouched:
-    """Run the untouched reference; see the module docstring for `taps` and streaming.
+                  stream_bytes: int | None = None, streamed_taps: Sequence[Tap] | None = None,
+                  keep: Callable[[Any], None] | None = None) -> Untouched:
+    """Run the untouched reference; see the module docstring for `taps`, streaming and `keep` (given, it
+    receives a second infer request on the reference's untouched compile, for later runs of the same model).
 
     `taps`: tensors later measurements will compare, exposed at once by an f32 reference that fits
     `stream_bytes` in one compile. `streamed_taps`: beyond that budget, the ones a streamed run measures (the
@@ -135,8 +144,9 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
             ref_out = ref_c.infer(list(sample.ref), share_outputs=False)
             runner.ran("ref")
             runner.ledger.note("ref", ref_c)
-            runner.keep("ref", ref_c)
-            return _untouched(runner, ref_out, target_out, target_final, target)
+            _keep(keep, ref_c)
+            return _untouched(runner, ref_out, target_out, target_final, replace(target, compiled=None),
+                              ref_info=ref_c.info)
         wanted = [t for t in dict.fromkeys(taps) if t in comparison.target_of and t not in target.untappable]
         sizes = tensor_sizes(graph, list(sample.ref))
         fits = len(plan_chunks(graph, wanted, stream_bytes, sizes or None)) == 1
@@ -153,7 +163,7 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
             assert finals is not None  # the last part of a streamed run carries its final outputs
             measured = Measured.of(parts)
             return _untouched(runner, finals[0], target_out, target_final, target,
-                              streamed=Streamed(frozenset(wanted), measured))
+                              streamed=Streamed(frozenset(wanted), measured), ref_info=parts[-1].ref_info)
         tapped = tap_model(graph, wanted) if wanted and fits and comparison.ref.activation_precision == "f32" else None
         ref_c = runner.compile("ref", tapped.model if tapped else graph.model,
                                taps=tapped.added_outputs if tapped else ())
@@ -162,23 +172,33 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
         ref_out = ref_c.infer(list(sample.ref))
         runner.ran("ref")
         runner.ledger.note("ref", ref_c)
-        runner.keep("ref", ref_c)
+        _keep(keep, ref_c)
+        ref_info = ref_c.info
         del ref_c
         ready = None
         if tapped is not None:
             for array in ref_out:
                 array.flags.writeable = False  # handed out by `Engine.ref_values` without copies
             ready = ReadyValues(tapped, tuple(ref_out), dict(zip(wanted, tapped.tap_outputs)))
-    return _untouched(runner, ref_out, target_out, target_final, target, ready=ready)
+    return _untouched(runner, ref_out, target_out, target_final, target, ready=ready, ref_info=ref_info)
+
+
+def _keep(keep: Callable[[Any], None] | None, compiled: Any) -> None:
+    """Hand `keep` a second infer request on `compiled` (`another`), so later runs leave the output views of
+    the untouched run alone; a compile without one is not kept."""
+    another = getattr(compiled, "another", None)
+    if keep is not None and another is not None:
+        keep(another())
 
 
 def _untouched(runner: Runner, ref_out, target_out, target_final, target: TargetRun, *,
-               ready: ReadyValues | None = None, streamed: Streamed | None = None) -> Untouched:
+               ready: ReadyValues | None = None, streamed: Streamed | None = None,
+               ref_info: DeviceInfo | None = None) -> Untouched:
     n = len(runner.graph.model.outputs)
     outputs = tuple(runner.final_outputs(ref_out, target_out, n))
     # Kept for partitioned runs, which compare their final outputs with the reference's.
     ref_final = tuple(np.array(a) for a in ref_out[:n])
     # The target's target_final tells noise: a later compile of the target (with taps) that reproduces these
     # bits shows that compiling again does not change the answer.
-    return Untouched(outputs, ref_final, target_final, target, ready, streamed)
+    return Untouched(outputs, ref_final, target_final, target, ready, streamed, ref_info)
 

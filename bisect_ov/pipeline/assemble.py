@@ -81,7 +81,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         options=record_of(RunOptions, options.to_dict()), strategy=measurement.strategy,
         inputs=tuple(InputInfo(p.get_friendly_name(), tuple(int(d) for d in a.shape), str(a.dtype))
                      for p, a in zip(setup.model.get_parameters(), session.ref_arrays)),
-        samples=setup.summary.to_record() if setup.summary is not None else None,
+        samples=setup.summary.to_record(measurement.spread_log) if setup.summary is not None else None,
         openvino_version=ov.get_version(),
         notes=tuple(run_notes(setup, examined, measurement, scored))
         + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation)
@@ -219,12 +219,11 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
                      "were measured with those taps: they are kept, marked unfaithful, and no culprit is named from them.")
     elif scored.fidelity is not None and scored.fidelity.warning:
         notes.append(scored.fidelity.warning)
-    run = setup.samples
-    if setup.options.prompt_lengths and run is not None and run.first_over:
+    if setup.options.prompt_lengths and measurement.first_over:
         graph = setup.comparison.graph
         by_length = []
         for i, n in enumerate(setup.options.prompt_lengths):
-            first = run.first_over.get(i)
+            first = measurement.first_over.get(i)
             by_length.append(f"{n} tokens: " + (f"'{graph[first].name}'" if first else
                                                 "none" if first == "" else "not measured"))
         notes.append("First node over its tolerance (in graph order) by prompt length: " + "; ".join(by_length) + ".")

@@ -26,8 +26,8 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
     noise check's second compile).
     """
     engine, options, state, runner = examined.engine, setup.options, setup.state, setup.runner
-    kept = {"ref": runner.take_kept("ref")}  # the untouched run's reference compile
-    runner.drop_kept()
+    kept = {"ref": examined.kept_ref}  # the untouched run's reference compile
+    examined = replace(examined, kept_ref=None)  # the steps release it: nothing later holds it
     if not setup.runs_steps:
         return None, examined
     assert state is not None  # `Setup.runs_steps`

@@ -31,7 +31,7 @@ from bisect_ov.pipeline.options import ResolvedOptions
 from bisect_ov.pipeline.plan import Plan
 from bisect_ov.report.report import OutputResult
 from bisect_ov.samples.runs import SampleRun
-from bisect_ov.samples.sources import SampleSummary
+from bisect_ov.samples.sources import PassLog, SampleSummary
 
 __all__ = ["Setup", "Examined", "Measurement", "Scored"]
 
@@ -58,6 +58,9 @@ class Setup:
     # Framework sides (PyTorch, ONNX Runtime): what each matched; the bound float64 side of truth="f64".
     frameworks: tuple[FrameworkMatch, ...] = ()
     truth: Any = None
+    # The untouched (ref, target) compiles the samples pass ran on in this process, for the examined sample's
+    # untouched run (`run_untouched`); the pipeline drops them from its setup once that run is made.
+    untouched: Any = None
 
     def error_of(self, stats: TensorStats) -> float:
         """The options' metric on one tensor pair's statistics."""
@@ -83,6 +86,9 @@ class Examined:
     # Another compile of the untouched target run on the engine's sample (the generation steps made one): its
     # outputs, for the compile-to-compile noise (`Engine.noise`).
     recompiled: tuple[np.ndarray, ...] | None = None
+    # The reference's untouched compile (a second infer request on it), kept for the generation steps, which run
+    # the same model; `generate` takes it and returns the record without it.
+    kept_ref: Any = None
 
     @property
     def tolerance(self) -> Tolerance:
@@ -108,6 +114,9 @@ class Measurement:
     exact: dict[str, ExactCheck] = field(default_factory=dict)  # integer nodes checked against the exact result
     # The noise check's compile of the untouched target, started beside the measurement (a Future), or None.
     recompile: Any = None
+    # Each sample's first node over its tolerance (a prompt-length sweep's; "" none), from the per-node pass.
+    first_over: dict[int, str] = field(default_factory=dict)
+    spread_log: PassLog | None = None  # how the per-node pass over the samples ran (None: it did not)
 
 
 @dataclass(frozen=True, eq=False)

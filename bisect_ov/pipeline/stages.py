@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -158,23 +159,24 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     runner = Runner(comparison, Ledger(clock), progress=show)
     examined = Sample.of(*first)
     summary = None
+    untouched = None  # the untouched pair the samples ran on, handed to the examined sample's untouched run
     if run is not None:
         try:
             # Every sample on both sides; the detailed search then runs on the worst one.
-            summary = run_samples(runner, run, partial(metric_value, metric=options.metric),
-                                  class_names=options.classifier_outputs, seed=options.seed)
+            summary, untouched = run_samples(runner, run, partial(metric_value, metric=options.metric),
+                                             class_names=options.classifier_outputs, seed=options.seed)
             worst = summary.ranking[0]
             if sweep:
-                worst, sweep_note = _sweep_examined(summary, runner, options, graph)
-                summary.examined = worst
-                run.notes.append(sweep_note)
+                infos = (untouched[0].info, untouched[1].info) if untouched is not None else None
+                worst, sweep_note = _sweep_examined(summary, runner, options, graph, infos)
+                summary = replace(summary, examined=worst, notes=summary.notes + (sweep_note,))
             sample = run.samples.load(worst)
             examined = Sample.of(*prepare_pair(worst, sample, ov_model, ov_target, options.seed,
                                                run.samples.names_file(worst, sample), prompts))
         except BaseException:
             run.close()
             raise
-    notes = tuple(plan.notes) + bound.notes + (tuple(run.notes) if run is not None else ()) + cast_notes
+    notes = tuple(plan.notes) + bound.notes + (summary.notes if summary is not None else ()) + cast_notes
     for param, array in zip(graph.parameters(), first[0]):
         if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
             nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
@@ -190,16 +192,15 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                   f"an output '{state.model.outputs[state.n_outputs].get_any_name()}', ... compared like any "
                   "output.",)
     return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock, state,
-                  target_state, frameworks=bound.frameworks, truth=bound.truth)
+                  target_state, frameworks=bound.frameworks, truth=bound.truth, untouched=untouched)
 
 
-def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptions,
-                    graph: ModelGraph) -> tuple[int, str]:
+def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptions, graph: ModelGraph,
+                    infos: tuple[DeviceInfo, DeviceInfo] | None) -> tuple[int, str]:
     """The prompt of a sweep to examine node by node, and the note that says why: the shortest length whose
     final error is over the outputs' tolerance (the smallest of the final outputs' tolerances, for the precision
-    the untouched compiles ran), else the worst length."""
+    the untouched compiles ran, `infos`: None when the samples ran on an executor), else the worst length."""
     lengths = options.prompt_lengths
-    infos = runner.untouched_infos()
     worst = summary.ranking[0]
     errors = ", ".join(f"{n} tokens {e:.1e}" for n, e in zip(lengths, summary.errors))
     if infos is None:
@@ -230,13 +231,15 @@ def run_untouched(setup: Setup) -> Examined:
     reference's plain run is the streamed measurement itself (`bisect_ov.engine.untouched`).
     """
     runner, options, comparison = setup.runner, setup.options, setup.comparison
-    runner.keep_compiles = setup.runs_steps  # the steps run the same model: the reference's compile is kept
-    target_run = run_target(runner, setup.sample, repeat=options.noise_runs)
+    target_run = run_target(runner, setup.sample, repeat=options.noise_runs, compiled=setup.untouched)
     fusion = plan_fusion(comparison, target_run.runtime, target_run.untappable)
-    engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion)
+    kept: list[Any] = []  # the steps run the same model: the reference's compile is kept for them
+    engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion,
+                     keep=kept.append if setup.runs_steps else None)
     tolerance = _tolerance(options, comparison, engine.ref_info, engine.target_info)
     return Examined(engine, make_plan(tolerance, comparison.graph, fusion,
-                                      plan_experiments(options, comparison, tolerance.precision)))
+                                      plan_experiments(options, comparison, tolerance.precision)),
+                    kept_ref=kept[0] if kept else None)
 
 
 def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo | None, target: DeviceInfo | None):
@@ -250,14 +253,16 @@ def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo |
 
 
 def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = None, *,
-            target_run: TargetRun | None = None, fusion: Fusion | None = None) -> Engine:
+            target_run: TargetRun | None = None, fusion: Fusion | None = None,
+            keep: Callable[[Any], None] | None = None) -> Engine:
     """The untouched run of `sample` on both sides, as the engine that measures it. Without `options` the
     reference exposes nothing and the target runs once (a generation step examined afresh). `target_run`: the
-    untouched target's run already made; `fusion`: its fused kernels already read (`plan_fusion`)."""
+    untouched target's run already made; `fusion`: its fused kernels already read (`plan_fusion`); `keep`:
+    receives the reference's untouched compile (`engine.untouched.run_reference`)."""
     if target_run is None:
         target_run = run_target(runner, sample, repeat=options is not None and options.noise_runs)
     if options is None or target_run.compiled is not None:
-        return Engine(runner, sample, run_reference(runner, sample, target_run))
+        return Engine(runner, sample, run_reference(runner, sample, target_run, keep=keep))
     comparison = runner.comparison
     target = comparison.target
     lower = target.emulated or target.activation_precision not in ("f32", "")
@@ -272,7 +277,7 @@ def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = No
         fusion.boundaries, fusion.units, tensor_sizes(graph, list(sample.ref)) or None, max_bytes, exact_taps, lower))
     stream_bytes = max_bytes if lower and strategy.streams else None
     return Engine(runner, sample, run_reference(runner, sample, target_run, taps=wanted, stream_bytes=stream_bytes,
-                                                streamed_taps=compared))
+                                                streamed_taps=compared, keep=keep))
 
 
 def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:

@@ -5,7 +5,9 @@ samples on both sides and returns what is kept of them, never tensors (`bisect_o
 run: the untouched model on every sample (`run_samples`: the ranking; the detailed search then runs on the
 worst sample, in this process), and after the search the model with the measured nodes exposed
 (`node_spread`: each node's error over the samples). `SampleRun` holds the samples, the executor
-(`bisect_ov.samples.executors`) and the log of both passes, and hands out the batches.
+(`bisect_ov.samples.executors`) and the knobs, and hands out the batches; it keeps nothing of a pass. Each pass
+returns a frozen result that carries its own log (`PassLog`) and notes: `SampleSummary` (with the sample the
+search runs on, `examined`) and `NodeSpread` (with each sample's first node over its limit).
 
 On an executor, every batch of a pass refers to one `Plan` (on Dask sent once to every worker, on Ray put
 once in its object store), and a worker compiles each plan once. Merging does not depend on where or in
@@ -38,7 +40,7 @@ from bisect_ov.engine.runner import Runner
 from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.samples.batches import Batch, BatchResult, ModelPayload, Plan, execute, run_batch
 from bisect_ov.samples.executors import Inline, RayExecutor, executor_width, open_executor
-from bisect_ov.samples.sources import RunLog, Samples, SampleSummary
+from bisect_ov.samples.sources import PassLog, Samples, SampleSummary
 
 __all__ = ["SampleRun", "NodeSpread", "node_spread", "run_samples"]
 
@@ -47,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # ----- the driver ------------------------------------------------------------------------------------------
 class SampleRun:
-    """Many samples and where they run: the `Samples`, the executor, the knobs, and the log of both passes.
+    """Many samples and where they run: the `Samples`, the executor and the knobs (nothing a pass found).
 
     Parameters
     ----------
@@ -68,24 +70,22 @@ class SampleRun:
                  progress: bool = False, owned: bool = True, prompts: Any = None):
         self.samples = samples
         self.prompts = prompts  # a PromptInputs when the samples are LLM prompts
-        self.first_over: dict[int, str] = {}  # per sample, its first node over tolerance (`node_spread`)
-        self.executor, label, self._close_executor = open_executor(executor)
+        self.executor, self.label, self._close_executor = open_executor(executor)
         self.per_unit, self.retries, self.progress, self.owned = samples_per_batch, batch_retries, progress, owned
-        self.log = RunLog(executor=label)
-        self.notes: list[str] = []
 
     def remote(self, runner: Runner) -> bool:
         """True when batches go to the executor: recorded sides replay from a file here, so they stay."""
+        return self.executor is not None and not (runner.ref.recorded or runner.target.recorded)
+
+    def where(self, runner: Runner) -> tuple[str, tuple[str, ...]]:
+        """Where the batches run for `runner` (the executor's label, or "in-process"), and the note that says
+        why an executor was given but not used."""
+        if self.remote(runner):
+            return self.label, ()
         if self.executor is None:
-            return False
-        if runner.ref.recorded or runner.target.recorded:
-            note = ("The samples ran in this process, not on the executor: a recorded side (capture) replays from a "
-                    "file on this machine.")
-            if note not in self.notes:
-                self.notes.append(note)
-            self.log.executor = "in-process"
-            return False
-        return True
+            return "in-process", ()
+        return "in-process", ("The samples ran in this process, not on the executor: a recorded side (capture) "
+                              "replays from a file on this machine.",)
 
     def share(self, plan: Plan) -> Any:
         """What the batches refer to for `plan`: on Dask, the plan sent once to every worker (a future the
@@ -127,17 +127,20 @@ class SampleRun:
         return Batch(number, tuple(i for i, _ in batch), tuple(s.travelling(i, x) for i, x in batch), s.loader,
                     tuple(s.names_file(i, x) for i, x in batch))
 
-    def drive(self, submit: Callable[[Batch], Future], desc: str,
-              seconds: list[float]) -> tuple[list[BatchResult], list[int]]:
+    def drive(self, submit: Callable[[Batch], Future], desc: str) -> tuple[list[BatchResult], PassLog]:
         """Hand out the batches (about two per worker in flight), retry failures, collect results in batch order.
 
-        Returns the results and the sample indices of batches that failed every attempt (their failures logged).
+        Returns the results and the pass's log (with the sample indices of batches that failed every attempt).
         """
         window = 2 * executor_width(self.executor) + 1
         total = -(-len(self.samples) // self.per_unit) if self.samples.kind != "generator" else None
         pending: dict[Future, tuple[Batch, int]] = {}
         results: list[BatchResult] = []
         lost: list[int] = []
+        seconds: list[float] = []
+        failures: list[str] = []
+        workers: set[str] = set()
+        retried = 0
         source = self.batches()
         exhausted = False
         with tqdm(total=total, desc=desc, unit="batch", disable=not self.progress, leave=False) as bar:
@@ -147,7 +150,7 @@ class SampleRun:
                     if batch is None:
                         exhausted = True
                         break
-                    self._submit(submit, batch, 0, pending, lost)
+                    self._submit(submit, batch, 0, pending, lost, failures)
                 if not pending:
                     continue
                 done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -161,7 +164,7 @@ class SampleRun:
                         result = future.result()
                         results.append(result)
                         seconds.append(result.seconds)
-                        self.log.workers.add(result.worker)
+                        workers.add(result.worker)
                         bar.update(1)
                         continue
                     if isinstance(error, InputError):  # a bad sample: the user's to fix, as in-process
@@ -171,26 +174,26 @@ class SampleRun:
                     if attempt < self.retries:
                         log.info("Batch %d (samples %s) failed (%s); running it again", batch.number, _span(batch),
                                  first_line(error))
-                        self.log.retried += 1
-                        self._submit(submit, replace(batch, attempt=attempt + 1), attempt + 1, pending, lost)
+                        retried += 1
+                        self._submit(submit, replace(batch, attempt=attempt + 1), attempt + 1, pending, lost, failures)
                     else:
-                        self._fail(batch, error, lost)
+                        self._fail(batch, error, lost, failures)
                         bar.update(1)
         results.sort(key=lambda r: r.number)
-        return results, sorted(lost)
+        return results, PassLog(tuple(seconds), retried, tuple(failures), frozenset(workers), tuple(sorted(lost)))
 
     def _submit(self, submit: Callable[[Batch], Future], batch: Batch, attempt: int,
-                pending: dict[Future, tuple[Batch, int]], lost: list[int]) -> None:
+                pending: dict[Future, tuple[Batch, int]], lost: list[int], failures: list[str]) -> None:
         try:
             pending[submit(batch)] = (batch, attempt)
         except Exception as err:  # a broken pool refuses new work: the batch is reported, not dropped
-            self._fail(batch, err, lost)
+            self._fail(batch, err, lost, failures)
 
-    def _fail(self, batch: Batch, error: BaseException, lost: list[int]) -> None:
+    def _fail(self, batch: Batch, error: BaseException, lost: list[int], failures: list[str]) -> None:
         message = (f"batch {batch.number} (samples {_span(batch)}) failed after {self.retries + 1} attempt(s): "
                    f"{type(error).__name__}: {first_line(error)}")
         log.warning("%s", message)
-        self.log.failures.append(message)
+        failures.append(message)
         lost.extend(batch.indices)
 
 
@@ -236,8 +239,12 @@ def _check_metric(metric: Callable[[TensorStats], float]) -> None:
 
 
 def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats], float], *, k: int = 5,
-                class_names: Sequence[str] | None = None, seed: int = 0, jobs: int = 2) -> SampleSummary:
+                class_names: Sequence[str] | None = None, seed: int = 0,
+                jobs: int = 2) -> tuple[SampleSummary, tuple[Any, Any] | None]:
     """Run the untouched model on every sample on both sides; per sample only its summary is kept.
+
+    Returns the summary and the untouched (ref, target) compiles the samples ran on in this process (None on
+    an executor), for the examined sample's untouched run (`engine.untouched.run_target`'s `compiled`).
 
     `class_names`: the outputs holding class scores; None decides by shape (`classifier_outputs`).
 
@@ -256,6 +263,7 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
             raise InputError(f"classifier_outputs {unknown} are not outputs of the model. Outputs: {list(names)}.")
         class_positions = tuple(names.index(n) for n in class_names)
     remote = run.remote(runner)
+    executor, notes = run.where(runner)
     twin = runner.comparison.twin
     models = (runner.graph.model, runner.target_graph.model if twin else None)
     if remote:
@@ -265,17 +273,18 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
                 **_plan_models(runner, runner.graph.model, runner.target_graph.model, remote))
     with runner.clock("samples"):
         # Compiled here, `engine.untouched.run_target` reuses them for the worst sample.
-        results, lost = _run_batches(run, plan, remote, runner.compile_untouched, models, "samples",
-                                   run.log.batch_seconds)
+        results, passed, compiled = _run_batches(run, plan, remote, runner.compile_untouched, models, "samples")
+    lost = passed.lost
     _count_runs(runner, len(run.samples) - len(lost))
     flat = [s for r in results for s in r.samples]
     if not flat:
-        raise DeviceError("No sample could be measured: " + "; ".join(run.log.failures[:3]))
-    summary = SampleSummary.from_results(flat, len(run.samples), names, k, class_positions, run.log)
+        raise DeviceError("No sample could be measured: " + "; ".join(passed.failures[:3]))
+    summary = SampleSummary.from_results(flat, len(run.samples), names, k, class_positions, passed,
+                                         executor=executor)
     if lost:
-        run.notes.append(f"Partial run: {summary.count} of {len(run.samples)} samples measured; "
-                         f"{len(lost)} not ({_listed(lost)}): " + "; ".join(run.log.failures[:3]))
-    return summary
+        notes += (f"Partial run: {summary.count} of {len(run.samples)} samples measured; "
+                  f"{len(lost)} not ({_listed(lost)}): " + "; ".join(passed.failures[:3]),)
+    return replace(summary, notes=notes), compiled
 
 
 def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
@@ -286,7 +295,7 @@ def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
     the largest magnitude each node's floating outputs reach on the reference over all samples.
 
     With `limits` (a tolerance per node key), each sample's first node in graph order over its limit is kept
-    in ``run.first_over`` (sample index -> node key, "" when none is)."""
+    in the result's ``first_over`` (sample index -> node key, "" when none is)."""
     graph = runner.graph
     taps = sorted((t for t in taps if t in runner.target_of), key=lambda t: (graph[t.key].index, t.port))
     if not taps or len(run.samples) < 2:
@@ -303,32 +312,34 @@ def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
                 **_plan_models(runner, ref_tapped.model, target_tapped.model, remote))
     models = (runner.graph.model, runner.target_graph.model if twin else None)
     with runner.clock("samples"):
-        results, lost = _run_batches(
+        results, passed, _ = _run_batches(
             run, plan, remote,
             lambda: runner.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
                                          target_taps=target_tapped.added_outputs),
-            models, "samples over nodes", run.log.spread_batch_seconds)
-    _count_runs(runner, len(run.samples) - len(lost))
-    if lost:
-        run.log.spread_missing.extend(lost)
+            models, "samples over nodes")
+    _count_runs(runner, len(run.samples) - len(passed.lost))
     merged: dict[str, Distribution] = {}
     absmax: dict[str, float] = {}
+    first_over: dict[int, str] = {}
     for result in results:  # in batch order; the merge is exact, so any order gives these figures
         for key, dist in result.spread.items():
             merged[key] = merged[key].merge(dist) if key in merged else dist
         for key, value in result.ref_absmax.items():
             absmax[key] = max(absmax.get(key, value), value, key=lambda v: math.inf if math.isnan(v) else v)
-        run.first_over.update(result.first_over)
-    return NodeSpread(merged, absmax)
+        first_over.update(result.first_over)
+    return NodeSpread(merged, absmax, first_over, passed)
 
 
 @dataclass(frozen=True)
 class NodeSpread:
-    """What the per-node pass over many samples found: each tapped node's error distribution (by key) and the
-    largest magnitude its floating outputs reached on the reference over every sample (its f16 headroom)."""
+    """What the per-node pass over many samples found: each tapped node's error distribution (by key), the
+    largest magnitude its floating outputs reached on the reference over every sample (its f16 headroom), each
+    sample's first node over its limit (with `limits`), and how the pass ran (None: it did not run)."""
 
     errors: Mapping[str, Distribution] = field(default_factory=dict)
     ref_absmax: Mapping[str, float] = field(default_factory=dict)
+    first_over: Mapping[int, str] = field(default_factory=dict)
+    log: PassLog | None = None
 
 
 def _count_runs(runner: Runner, samples: int) -> None:
@@ -339,18 +350,19 @@ def _count_runs(runner: Runner, samples: int) -> None:
 
 
 def _run_batches(run: SampleRun, plan: Plan, remote: bool, compile_here: Callable[[], Any],
-               models: tuple[ov.Model, ov.Model | None], label: str, times: list[float]):
+               models: tuple[ov.Model, ov.Model | None], label: str) -> tuple[list[BatchResult], PassLog, Any]:
     """Every batch of `plan`: on the run's executor when `remote`, else in this process with the (ref, target)
-    compiles `compile_here()` makes. Returns the batch results and the sample indices lost."""
+    compiles `compile_here()` makes. Returns the batch results, the pass's log and those compiles (None when
+    remote)."""
     if remote:
         pool, shared = run.executor, run.share(plan)
         assert pool is not None
         # A retry carries the plan itself: the worker that held the shared copy may be the one that died (Dask
         # then cancels every task that needs it, however often it runs again).
-        return run.drive(lambda u: pool.submit(run_batch, shared if u.attempt == 0 else plan, u), label, times)
+        return (*run.drive(lambda u: pool.submit(run_batch, shared if u.attempt == 0 else plan, u), label), None)
     compiled = compile_here()
     inline = Inline()
-    return run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), label, times)
+    return (*run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), label), compiled)
 
 
 def _listed(indices: Sequence[int], most: int = 20) -> str:

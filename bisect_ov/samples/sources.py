@@ -31,7 +31,7 @@ from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import SamplesSummary
 
-__all__ = ["Samples", "as_samples", "load_folder", "SampleSummary", "RunLog", "sample_result", "classifier_outputs",
+__all__ = ["Samples", "as_samples", "load_folder", "SampleSummary", "PassLog", "sample_result", "classifier_outputs",
            "flips"]
 
 log = logging.getLogger(__name__)
@@ -256,54 +256,62 @@ def sample_result(index: int, ref_outs: Sequence[np.ndarray], target_all: Sequen
     return index, float(error), chosen, {j: flips(ref_outs[j], t_outs[j], k) for j in chosen}
 
 
-@dataclass
-class RunLog:
-    """How the samples ran: where, the wall time of each batch (per pass), batches retried, what failed."""
+@dataclass(frozen=True)
+class PassLog:
+    """How one pass over the samples ran: the wall time of each batch, batches run again, what failed (a line
+    each), the processes that ran batches (host:pid), and the sample indices of batches that failed every try."""
 
-    executor: str = "in-process"
-    batch_seconds: list[float] = field(default_factory=list)
-    spread_batch_seconds: list[float] = field(default_factory=list)
+    batch_seconds: tuple[float, ...] = ()
     retried: int = 0
-    failures: list[str] = field(default_factory=list)
-    spread_missing: list[int] = field(default_factory=list)
-    workers: set[str] = field(default_factory=set)  # host:pid of the processes that ran batches
+    failures: tuple[str, ...] = ()
+    workers: frozenset[str] = frozenset()
+    lost: tuple[int, ...] = ()
 
 
-@dataclass
+@dataclass(frozen=True)
 class SampleSummary:
-    """Final-output error per sample (NaN where not measured), the ranking, classifier answers that changed."""
+    """What the outputs' pass over every sample found: final-output error per sample (NaN where not measured),
+    the ranking, classifier answers that changed, where and how the pass ran, its notes, and the sample the
+    search runs on when it is not the worst (`examined`: a prompt-length sweep's)."""
 
-    errors: list[float] = field(default_factory=list)
-    flips_top1: list[int] = field(default_factory=list)
-    flips_topk: list[int] = field(default_factory=list)
+    errors: tuple[float, ...] = ()
+    flips_top1: tuple[int, ...] = ()
+    flips_topk: tuple[int, ...] = ()
     k: int = 5
     classifier: bool = False
-    class_outputs: list[str] = field(default_factory=list)
-    missing: list[int] = field(default_factory=list)
-    log: RunLog = field(default_factory=RunLog)
-    examined: int | None = None  # the sample the search runs on, when not the worst (a prompt-length sweep's)
+    class_outputs: tuple[str, ...] = ()
+    missing: tuple[int, ...] = ()
+    log: PassLog = field(default_factory=PassLog)
+    executor: str = "in-process"
+    notes: tuple[str, ...] = ()
+    examined: int | None = None
 
     @classmethod
     def from_results(cls, results: Iterable[SampleResult], given: int, names: Sequence[str], k: int,
-                     class_positions: Sequence[int] | None, log: RunLog) -> "SampleSummary":
+                     class_positions: Sequence[int] | None, log: PassLog,
+                     executor: str = "in-process") -> "SampleSummary":
         """Collect per-sample results (any order); the classes are those of the lowest-numbered sample."""
         by_index = {r[0]: r for r in results}
         chosen = (list(class_positions) if class_positions is not None
                   else list(by_index[min(by_index)][2]) if by_index else [])
-        summary = cls(k=k, classifier=bool(chosen), class_outputs=[names[i] for i in chosen], log=log)
+        errors: list[float] = []
+        missing: list[int] = []
+        top1: list[int] = []
+        topk: list[int] = []
         for i in range(given):
             if i not in by_index:
-                summary.errors.append(math.nan)
-                summary.missing.append(i)
+                errors.append(math.nan)
+                missing.append(i)
                 continue
             _, error, _, answers = by_index[i]
-            summary.errors.append(error)
+            errors.append(error)
             picked = [answers.get(j, (True, True)) for j in chosen]
             if any(a[0] for a in picked):
-                summary.flips_top1.append(i)
+                top1.append(i)
             if any(a[1] for a in picked):
-                summary.flips_topk.append(i)
-        return summary
+                topk.append(i)
+        return cls(tuple(errors), tuple(top1), tuple(topk), k, bool(chosen), tuple(names[i] for i in chosen),
+                   tuple(missing), log, executor)
 
     @property
     def count(self) -> int:
@@ -318,13 +326,15 @@ class SampleSummary:
         return sorted(measured, key=lambda i: (0 if math.isnan(self.errors[i]) else 1,
                                                -self.errors[i] if not math.isnan(self.errors[i]) else 0.0, i))
 
-    def to_record(self) -> SamplesSummary:
-        """The frozen record the report keeps (the first 50 of the ranking)."""
+    def to_record(self, spread: Any = None) -> SamplesSummary:
+        """The record the report keeps (the first 50 of the ranking), with how the per-node pass ran (`spread`:
+        its `PassLog`, None when it did not run)."""
         missing = set(self.missing)
         measured = np.asarray([e for i, e in enumerate(self.errors) if i not in missing], dtype=np.float64)
         finite = measured[np.isfinite(measured)]
         ranking = self.ranking
         log_ = self.log
+        spread_log = spread if spread is not None else PassLog()
         return SamplesSummary(
             count=self.count, errors=tuple(self.errors), ranking=tuple(ranking[:50]),
             worst=ranking[0] if ranking else None,
@@ -333,10 +343,11 @@ class SampleSummary:
             classifier=self.classifier, class_outputs=tuple(self.class_outputs),
             top1_flips=len(self.flips_top1), top1_flipped=tuple(self.flips_top1),
             k=self.k, topk_misses=len(self.flips_topk), topk_missed=tuple(self.flips_topk),
-            given=len(self.errors), missing=tuple(self.missing), spread_missing=tuple(log_.spread_missing),
-            failures=tuple(log_.failures), executor=log_.executor, retried=log_.retried, workers=len(log_.workers),
+            given=len(self.errors), missing=tuple(self.missing), spread_missing=spread_log.lost,
+            failures=log_.failures + spread_log.failures, executor=self.executor,
+            retried=log_.retried + spread_log.retried, workers=len(log_.workers | spread_log.workers),
             batch_seconds=tuple(round(s, 4) for s in log_.batch_seconds),
-            spread_batch_seconds=tuple(round(s, 4) for s in log_.spread_batch_seconds),
+            spread_batch_seconds=tuple(round(s, 4) for s in spread_log.batch_seconds),
             examined=self.examined,
         )
 
