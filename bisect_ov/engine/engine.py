@@ -344,7 +344,8 @@ class Engine:
         return first, compiled.infer(self.target_arrays, share_outputs=False) if again else None
 
     def noise(self, *, reproduced: bool, extra_work: bool = True,
-              recompiled: Sequence[np.ndarray] | None = None, started: Future | None = None) -> dict[str, float]:
+              recompiled: Sequence[np.ndarray] | None = None,
+              beside: tuple[Sequence[np.ndarray], Sequence[np.ndarray] | None] | None = None) -> dict[str, float]:
         """The target against itself: two runs of the plain compile, and another compile.
 
         Returns the largest relative L2 difference of the final outputs between two runs of one compile and
@@ -355,7 +356,8 @@ class Engine:
         nothing more is run: only what those runs showed is reported (an unmeasured figure as 0.0).
         `recompiled`: the outputs of another compile of the untouched target on this sample, made already
         (by the generation steps): they give the compile-to-compile figure without compiling again.
-        `started`: that compile started beside the measurement (`start_recompile`), used and counted here.
+        `beside`: what the compile started beside the measurement gave (`start_recompile`: its outputs and a
+        second run's, or None), counted here.
         """
         runner = self.runner
         with self.clock("noise"):
@@ -374,7 +376,7 @@ class Engine:
             if recompiled is not None and "run_to_run" in result:
                 other, again = list(recompiled), None  # made and counted by the generation steps
             else:
-                other, again = started.result() if started is not None else self._recompiled_runs()
+                other, again = (list(beside[0]), beside[1]) if beside is not None else self._recompiled_runs()
                 runner.ledger.compiled("target")
                 runner.ran("target", 1 if again is None else 2)
             result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)

@@ -76,6 +76,9 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     # A composite that started over (``auto``'s bisection after unfaithful fusion taps) dropped what its first
     # part measured; a compile of it that reproduced the untouched outputs still says the target is deterministic.
     reproduced = search.reproduced or any(r.reproduced for r in search.measured.runs)
+    # The noise check's compile started beside the measurement: its outputs, waited for here, unless a tapped
+    # compile reproduced the untouched outputs (then the check compiles nothing, and it is dropped unused).
+    beside = tuple(recompile.result()) if recompile is not None and not reproduced else None
     groups, fell_back, name = strategy.groups(), strategy.fell_back, strategy.ran
     fusion = name == "fusion"
     measured = search.measured
@@ -104,7 +107,7 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
               if setup.samples is not None and setup.summary is not None and options.node_spread else NodeSpread())
     return Measurement(dict(measured.stats), groups, name, fell_back, dict(spread.errors), dict(spread.ref_absmax),
                        search.local_runs if fusion and not fell_back else {}, faithful, reproduced, dict(measured.exact),
-                       recompile, dict(spread.first_over), spread.log)
+                       beside, dict(spread.first_over), spread.log)
 
 
 # A model whose weights and tensors are this small is compiled a second time beside the measurement (the noise

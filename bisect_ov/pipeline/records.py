@@ -112,8 +112,9 @@ class Measurement:
     fidelity: Fidelity | None = None  # did exposing taps change the final-output error?
     reproduced: bool = False  # some instrumented target compile gave the untouched outputs bit for bit
     exact: dict[str, ExactCheck] = field(default_factory=dict)  # integer nodes checked against the exact result
-    # The noise check's compile of the untouched target, started beside the measurement (a Future), or None.
-    recompile: Any = None
+    # What the noise check's compile of the untouched target, made beside the measurement, gave: its outputs and
+    # a second run's (or None); None when none was made or it is not needed (a tapped compile reproduced).
+    beside: tuple[Any, Any] | None = None
     # Each sample's first node over its tolerance (a prompt-length sweep's; "" none), from the per-node pass.
     first_over: dict[int, str] = field(default_factory=dict)
     spread_log: PassLog | None = None  # how the per-node pass over the samples ran (None: it did not)

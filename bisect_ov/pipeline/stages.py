@@ -284,7 +284,7 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
     engine, options, plan = examined.engine, setup.options, examined.plan
     measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs,
-                                   recompiled=examined.recompiled, started=measurement.recompile)
+                                   recompiled=examined.recompiled, beside=measurement.beside)
                       if options.noise else {})
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
