@@ -211,6 +211,27 @@ def test_compiles_travel_as_values_and_the_ledger_only_counts():
     assert not hasattr(setup.runner.ledger, "info") and examined.kept_ref is None  # no steps: nothing kept
 
 
+@pytest.mark.parametrize("faulty", [False, True])
+def test_the_noise_check_compiles_again_only_when_something_is_over_its_tolerance(faulty):
+    """A noise floor only raises tolerances: with every node and output within its tolerance it cannot change
+    the verdict, so the untouched target is not compiled again for it (and the report says why); with a node
+    over its tolerance it is. `reproduced` is set False by hand: a real target whose tapped compile did not give
+    the untouched bits (a bf16 CPU's usually does not; an f32 one's usually does)."""
+    from dataclasses import replace
+
+    model = tiny_chain(depth=5)
+    twin = inject_fault(model, "mm3", "scale", 0.2) if faulty else None
+    setup = open_comparison(model, "CPU:f32", "CPU:f32", None, twin, BisectOptions(progress=False))
+    examined = run_untouched(setup)
+    measured = replace(measure(setup, examined), reproduced=False, beside=None)
+    before = setup.runner.ledger.compiles["target"]
+    scored = score(setup, examined, measured)
+    compiled = setup.runner.ledger.compiles["target"] - before
+    assert (compiled, scored.noise.compile_to_compile is not None) == ((1, True) if faulty else (0, False))
+    assert bool(scored.noise_note) is not faulty
+    assert scored.noise.run_to_run is not None  # the untouched run's second run is reported either way
+
+
 # ----- the stages composed by hand give what bisect() gives --------------------------------------------------------
 def test_stages_by_hand_match_bisect():
     model = tiny_chain(depth=5)

@@ -214,6 +214,8 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     for key, check in measurement.exact.items():
         if not (check.ref_exact and check.target_exact):
             notes.append(f"'{session.graph[key].name}' computes on integers: {check.describe()}.")
+    if scored.noise_note:
+        notes.append(scored.noise_note)
     if scored.fidelity is not None and scored.fidelity.outcome:
         notes.append(scored.fidelity.reason[:1].upper() + scored.fidelity.reason[1:] + ". The per-node errors below "
                      "were measured with those taps: they are kept, marked unfaithful, and no culprit is named from them.")

@@ -20,7 +20,7 @@ import math
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -116,6 +116,14 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
 RECOMPILE_BESIDE_BYTES = 128 * 2**20
 
 
+def over_tolerance(setup: Setup, examined: Examined, stats: Mapping[Tap, TensorStats],
+                   exact: Mapping[str, Any]) -> bool:
+    """Whether a final output or a measured node (not an integer one checked exactly: it must agree whatever
+    the noise) is over its tolerance: only then can the noise check's second compile change the verdict."""
+    nodes = ((t.key, t.port, setup.error_of(s)) for t, s in stats.items() if t.key not in exact)
+    return examined.plan.any_over(nodes, ((key, setup.error_of(s)) for _, key, s in examined.engine.outputs))
+
+
 def _may_recompile(setup: Setup, examined: Examined) -> bool:
     """Whether the noise check's compile of the untouched target may start beside the measurement: the check
     will compile (noise runs asked for, a real device, no other compile of it made) and the model is small."""
@@ -173,9 +181,12 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
                     done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=max_bytes,
                                                     values=part.values))
         measured = Measured.of(got)
-        if recompile and done.recompile is None and measured.runs and not any(r.reproduced for r in measured.runs):
-            # No tapped compile reproduced the untouched outputs so far: the noise check will likely compile
-            # the untouched target again, so it starts now, beside the local errors and later steps.
+        if (recompile and done.recompile is None and measured.runs and not any(r.reproduced for r in measured.runs)
+                and over_tolerance(setup, examined, {**done.measured.stats, **measured.stats},
+                                   {**done.measured.exact, **measured.exact})):
+            # No tapped compile reproduced the untouched outputs so far, and something is over its tolerance:
+            # the noise check will likely compile the untouched target again, so it starts now, beside the local
+            # errors and later steps.
             done.recompile = engine.start_recompile()
         done.measured = done.measured.plus(measured)
         faithful = fidelity(engine.untouched.outputs, done.measured.runs, options.metric, _negligible(examined))

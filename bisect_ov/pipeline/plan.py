@@ -18,7 +18,7 @@ instead, and the indices are still compared and shown.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from bisect_ov.analysis.judge import MOVEMENT
 from bisect_ov.analysis.tolerance import Tolerance, node_thresholds
@@ -181,6 +181,13 @@ class Plan:
     def output(self, key: str) -> float:
         """The tolerance of final output `key` (a Result)."""
         return self.outputs[key]
+
+    def any_over(self, nodes: Iterable[tuple[str, int, float]], outputs: Iterable[tuple[str, float]]) -> bool:
+        """Whether any counted node output (key, port, error) or final output (result key, error) is over its
+        tolerance (a NaN error is). When none is, a noise floor cannot change what is counted: tolerances are
+        raised to the floor, never lowered."""
+        return (any(self.counts(k, p) and not e <= self.node(k) for k, p, e in nodes)
+                or any(not e <= self.output(k) for k, e in outputs))
 
     @property
     def limit(self) -> float:

@@ -133,6 +133,7 @@ class Scored:
     absorbed: tuple[str, ...] = ()  # over their tolerance, but absorbed by the network (the judge's verdict)
     absorbed_why: str = ""
     verdict: Any = None  # the judge's `Verdict` (`bisect_ov.pipeline.decide`), once it has spoken
+    noise_note: str = ""  # why the noise check made no second compile, when that is not evident
 
     @property
     def floor(self) -> float:

@@ -60,6 +60,7 @@ from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, tensor_sizes
+from bisect_ov.pipeline.measure import over_tolerance
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
 from bisect_ov.pipeline.plan import Fusion, make_plan, plan_experiments, plan_fusion
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
@@ -283,9 +284,18 @@ def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = No
 def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
     engine, options, plan = examined.engine, setup.options, examined.plan
-    measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs,
+    # A noise floor only raises tolerances: with nothing over its tolerance it cannot change the verdict, so the
+    # untouched target is not compiled again for it (what the runs made show is still reported).
+    needed = (measurement.beside is not None or examined.recompiled is not None  # made already: free to use
+              or over_tolerance(setup, examined, measurement.stats, measurement.exact))
+    measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs and needed,
                                    recompiled=examined.recompiled, beside=measurement.beside)
                       if options.noise else {})
+    noise_note = ""
+    emulated = engine.target_info is not None and engine.target_info.emulated
+    if options.noise and options.noise_runs and not needed and not emulated and "compile_to_compile" not in measured_noise:
+        noise_note = ("The untouched target was not compiled a second time for the noise check: no node or output "
+                      "is over its tolerance, so a noise floor could not change the verdict.")
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
     with setup.clock("score"):
@@ -298,7 +308,7 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
         scores = score_graph(engine.graph, errors, tolerances, min_growth=plan.tolerance.min_growth)
         outputs = tuple(OutputResult(name, s, setup.error_of(s), max(floor, plan.output(key)))
                         for name, key, s in engine.outputs)
-    return Scored(errors, tolerances, scores, outputs, noise, measurement.fidelity)
+    return Scored(errors, tolerances, scores, outputs, noise, measurement.fidelity, noise_note=noise_note)
 
 
 def experiments(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored) -> Findings:
