@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import replace
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -58,7 +59,7 @@ from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
-from bisect_ov.model.state import initial_states, is_stateful, make_stateless
+from bisect_ov.model.state import Stateless, initial_states, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, tensor_sizes
 from bisect_ov.pipeline.measure import over_tolerance
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
@@ -86,22 +87,11 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     """Load the model(s), walk and match them, build both devices and inputs; run many samples when given.
 
     Framework sides (`bisect_ov.pipeline.sides.resolve_sides` made them) are bound to the walked model with the
-    examined inputs, and the match keeps the tensors they have values for; `truth` is the float64 side."""
+    examined inputs, and the match keeps the tensors they have values for; `truth` is the float64 side. The
+    samples' run is the caller's to close (`Setup.samples`) once this returns; if it raises, it is closed here."""
     clock = clock or Clock()
-    with clock("load"):
-        ov_model = load_model(model)
-        ov_target = load_model(target_model) if target_model is not None else None
-    for which, m in (("model", ov_model), ("target_model", ov_target)):
-        if m is not None and not m.outputs:
-            raise InputError(f"The {which} '{m.get_friendly_name()}' has no outputs: there is nothing to compare. "
-                             "Give a model with at least one Result.")
-    state = make_stateless(ov_model) if is_stateful(ov_model) else None
-    target_state = make_stateless(ov_target) if ov_target is not None and is_stateful(ov_target) else None
-    user_model = ov_model
-    if state is not None:
-        ov_model = state.model
-    if target_state is not None:
-        ov_target = target_state.model
+    loaded = _load(model, target_model, clock)
+    ov_model, ov_target = loaded.model, loaded.target
     with clock("graph"):
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
@@ -113,87 +103,130 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                          twin=ov_target is not None)
     # What can run is decided here, once (local errors: the target runs pieces fed with the reference's values;
     # the tap budget in bytes from the weights); later stages read the resolved values.
-    weights = weight_bytes(ov_model)
     resolved = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,
-                                    pieces_possible=plan.pieces and plan.ref.can_run_pieces and plan.target.can_run_pieces,
-                                    twin=ov_target is not None, weight_bytes=weights)
-    many = as_samples(plan.inputs)
+                               pieces_possible=plan.pieces and plan.ref.can_run_pieces and plan.target.can_run_pieces,
+                               twin=ov_target is not None, weight_bytes=weight_bytes(ov_model))
     show = sys.stderr.isatty() if options.progress is None else options.progress
-    run = None
-    cast_notes: tuple[str, ...] = ()
-    sweep: tuple[int, ...] = options.prompt_lengths
-    if sweep:
-        if many is not None:
-            raise InputError("A prompt-length sweep cuts one prompt to each length: give one prompt (token ids or "
-                             "{'input_ids': ...}) or none (a random one), not many samples.")
-        prompts_cut, sweep_notes = sweep_prompts(user_model, sweep, plan.inputs, options.seed)
-        cast_notes = tuple(sweep_notes)
-        many = Samples(prompts_cut)
-    prompts = PromptInputs.of(user_model, state) if many is not None and (state is not None or sweep) else None
-    if many is not None:
-        # Samples are read as they run and only summaries kept: memory does not grow with their number.
-        run = SampleRun(many, options.executor, samples_per_batch=options.samples_per_batch,
-                        batch_retries=options.batch_retries, progress=show,
-                        owned=not isinstance(plan.inputs, Samples) or bool(sweep), prompts=prompts)
-    if many is None:
-        ref_arrays, cast_notes = prepare_inputs_noted(user_model, plan.inputs, seed=options.seed,
-                                                      prompt_length=options.prompt_length)
-        if state is not None:  # the variables as `reset_state()` leaves them
-            ref_arrays = ref_arrays + initial_states(state, ref_arrays)
-        first = (ref_arrays, align_inputs(ov_model, ov_target, ref_arrays) if ov_target is not None else ref_arrays)
-    else:
-        try:
-            sample = many.load(0)
-            first = prepare_pair(0, sample, ov_model, ov_target, options.seed, many.names_file(0, sample), prompts)
-        except BaseException:
-            assert run is not None
-            run.close()
-            raise
-    try:
+    many, prompts, cast_notes = _many(loaded, plan.inputs, options)
+    # Samples are read as they run and only summaries kept: memory does not grow with their number.
+    run = (SampleRun(many, options.executor, samples_per_batch=options.samples_per_batch,
+                     batch_retries=options.batch_retries, progress=show,
+                     owned=not isinstance(plan.inputs, Samples) or bool(options.prompt_lengths), prompts=prompts)
+           if many is not None else None)
+    with ExitStack() as on_error:
+        if run is not None:
+            on_error.callback(run.close)
+        if run is None:
+            first, cast_notes = _one_sample(loaded, plan.inputs, options)
+        else:
+            first = _sample_pair(loaded, run.samples, 0, options, prompts)
         bound = bind_sides(graph, first[0], plan.ref, plan.target, truth, match, twin=ov_target is not None,
                            asked_pieces=bool(options.fix or options.delegation or options.curve))
-    except BaseException:
+        comparison = Comparison(graph, target_graph, bound.match, bound.ref, bound.target, exact_checks=plan.exact)
+        runner = Runner(comparison, Ledger(clock), progress=show)
+        examined = Sample.of(*first)
+        summary = None
+        untouched = None  # the untouched pair the samples ran on, handed to the examined sample's untouched run
         if run is not None:
-            run.close()
-        raise
-    comparison = Comparison(graph, target_graph, bound.match, bound.ref, bound.target, exact_checks=plan.exact)
-    runner = Runner(comparison, Ledger(clock), progress=show)
-    examined = Sample.of(*first)
-    summary = None
-    untouched = None  # the untouched pair the samples ran on, handed to the examined sample's untouched run
-    if run is not None:
-        try:
             # Every sample on both sides; the detailed search then runs on the worst one.
             summary, untouched = run_samples(runner, run, partial(metric_value, metric=options.metric),
                                              class_names=options.classifier_outputs, seed=options.seed)
             worst = summary.ranking[0]
-            if sweep:
+            if options.prompt_lengths:
                 infos = (untouched[0].info, untouched[1].info) if untouched is not None else None
                 worst, sweep_note = _sweep_examined(summary, runner, options, graph, infos)
                 summary = replace(summary, examined=worst, notes=summary.notes + (sweep_note,))
-            sample = run.samples.load(worst)
-            examined = Sample.of(*prepare_pair(worst, sample, ov_model, ov_target, options.seed,
-                                               run.samples.names_file(worst, sample), prompts))
-        except BaseException:
-            run.close()
-            raise
-    notes = tuple(plan.notes) + bound.notes + (summary.notes if summary is not None else ()) + cast_notes
-    for param, array in zip(graph.parameters(), first[0]):
+            examined = Sample.of(*_sample_pair(loaded, run.samples, worst, options, prompts))
+        on_error.pop_all()  # it ran: the caller closes the samples' run
+    notes = (tuple(plan.notes) + bound.notes + (summary.notes if summary is not None else ()) + cast_notes
+             + _input_notes(graph, first[0]) + _state_notes(loaded, options))
+    return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock,
+                 loaded.state, loaded.target_state, frameworks=bound.frameworks, truth=bound.truth,
+                 untouched=untouched)
+
+
+@dataclass(frozen=True, eq=False)
+class _Loaded:
+    """The models as loaded: the user's, and the ones compared (a stateful model's stateless form)."""
+
+    user_model: Any  # ov.Model
+    model: Any  # ov.Model
+    target: Any  # ov.Model | None
+    state: Stateless | None
+    target_state: Stateless | None
+
+
+def _load(model: Any, target_model: Any, clock: Clock) -> _Loaded:
+    """Read the model and the target's (a twin), refuse one without outputs, make stateful ones stateless."""
+    with clock("load"):
+        ov_model = load_model(model)
+        ov_target = load_model(target_model) if target_model is not None else None
+    for which, m in (("model", ov_model), ("target_model", ov_target)):
+        if m is not None and not m.outputs:
+            raise InputError(f"The {which} '{m.get_friendly_name()}' has no outputs: there is nothing to compare. "
+                             "Give a model with at least one Result.")
+    state = make_stateless(ov_model) if is_stateful(ov_model) else None
+    target_state = make_stateless(ov_target) if ov_target is not None and is_stateful(ov_target) else None
+    return _Loaded(ov_model, state.model if state is not None else ov_model,
+                   target_state.model if target_state is not None else ov_target, state, target_state)
+
+
+def _many(loaded: _Loaded, inputs: Any, options: BisectOptions) -> tuple[Samples | None, Any, tuple[str, ...]]:
+    """The samples when there are many (a prompt-length sweep's prompts cut from one), the LLM prompt inputs they
+    need (a `PromptInputs`, or None), and the notes of cutting them."""
+    many = as_samples(inputs)
+    notes: tuple[str, ...] = ()
+    sweep = options.prompt_lengths
+    if sweep:
+        if many is not None:
+            raise InputError("A prompt-length sweep cuts one prompt to each length: give one prompt (token ids or "
+                             "{'input_ids': ...}) or none (a random one), not many samples.")
+        prompts_cut, sweep_notes = sweep_prompts(loaded.user_model, sweep, inputs, options.seed)
+        many, notes = Samples(prompts_cut), tuple(sweep_notes)
+    prompts = (PromptInputs.of(loaded.user_model, loaded.state)
+               if many is not None and (loaded.state is not None or sweep) else None)
+    return many, prompts, notes
+
+
+def _one_sample(loaded: _Loaded, inputs: Any, options: BisectOptions) -> tuple[tuple[list, list], tuple[str, ...]]:
+    """One sample's arrays for both sides, and a note per input whose values were cast."""
+    ref_arrays, cast_notes = prepare_inputs_noted(loaded.user_model, inputs, seed=options.seed,
+                                                  prompt_length=options.prompt_length)
+    if loaded.state is not None:  # the variables as `reset_state()` leaves them
+        ref_arrays = ref_arrays + initial_states(loaded.state, ref_arrays)
+    target = align_inputs(loaded.model, loaded.target, ref_arrays) if loaded.target is not None else ref_arrays
+    return (ref_arrays, target), cast_notes
+
+
+def _sample_pair(loaded: _Loaded, samples: Samples, index: int, options: BisectOptions,
+                 prompts: Any) -> tuple[list, list]:
+    """Sample `index` of many, as arrays for both sides (a bad one named)."""
+    sample = samples.load(index)
+    return prepare_pair(index, sample, loaded.model, loaded.target, options.seed, samples.names_file(index, sample),
+                        prompts)
+
+
+def _input_notes(graph: ModelGraph, arrays: Sequence[Any]) -> tuple[str, ...]:
+    """A note per floating input that holds NaN or Inf values."""
+    notes: tuple[str, ...] = ()
+    for param, array in zip(graph.parameters(), arrays):
         if np.issubdtype(np.asarray(array).dtype, np.floating) and not np.isfinite(array).all():
             nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
             notes += (f"Input '{param.name}' holds {nan:,} NaN and {inf:,} Inf value(s) of {np.asarray(array).size:,}: "
                       "non-finite values in the inputs propagate on both sides, and positions where both sides "
                       "agree on them are compared as equal.",)
-    if options.steps and state is None:
-        notes += (f"steps={options.steps} was asked for, but the model has no variables (KV cache): generation "
-                  "steps need a stateful LLM, so only one run was compared.",)
-    if state is not None:
-        notes += (f"Stateful model: its {len(state.variables)} variables (ReadValue/Assign, e.g. a KV cache) are "
-                  "compared with the states reset before each run; each is an input holding its initial value and "
-                  f"an output '{state.model.outputs[state.n_outputs].get_any_name()}', ... compared like any "
-                  "output.",)
-    return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock, state,
-                  target_state, frameworks=bound.frameworks, truth=bound.truth, untouched=untouched)
+    return notes
+
+
+def _state_notes(loaded: _Loaded, options: BisectOptions) -> tuple[str, ...]:
+    """What a stateful model's variables become, and generation steps asked for on a model without them."""
+    state = loaded.state
+    if state is None:
+        return ((f"steps={options.steps} was asked for, but the model has no variables (KV cache): generation "
+                 "steps need a stateful LLM, so only one run was compared.",) if options.steps else ())
+    return (f"Stateful model: its {len(state.variables)} variables (ReadValue/Assign, e.g. a KV cache) are "
+            "compared with the states reset before each run; each is an input holding its initial value and "
+            f"an output '{state.model.outputs[state.n_outputs].get_any_name()}', ... compared like any output.",)
 
 
 def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptions, graph: ModelGraph,
