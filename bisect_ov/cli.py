@@ -189,13 +189,16 @@ def build_capture_parser() -> argparse.ArgumentParser:
 
 def build_pipeline_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bisect-ov pipeline", epilog=EXIT_CODES,
-                     description="Compare a pipeline of models (an optimum-intel seq2seq export folder): each component "
+                     description="Compare a pipeline of models (an optimum-intel seq2seq or Whisper export folder): each component "
                                  "on the reference's inputs, the pipeline end to end, then the first diverging "
                                  "component node by node.")
     parser.add_argument("--version", action=_Version)
     parser.add_argument("folder", help="the export folder (openvino_encoder_model.xml, openvino_decoder_model.xml, ...)")
     parser.add_argument("--prompt", help="text, tokenized with the folder's tokenizer (default: random token ids)")
     parser.add_argument("--tokens", help="token ids, comma-separated, instead of a prompt")
+    parser.add_argument("--inputs", metavar="FILE",
+                        help="the pipeline's input from a file: .npy (token ids, or Whisper's input_features) or .npz "
+                             "(arrays by name: input_ids, attention_mask, input_features)")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="bound on the generation (default 16)")
     parser.add_argument("--target-component", action="append", type=_key_value, default=[], metavar="NAME=FILE.xml",
                         help="run FILE on the target in place of component NAME (repeatable)")
@@ -518,9 +521,13 @@ def _pipeline(args, console: Console) -> int:
 
     _check_display(args)
     try:
-        tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else None
+        tokens: Any = [int(t) for t in args.tokens.split(",")] if args.tokens else None
     except ValueError:
         raise InputError(f"--tokens takes comma-separated integers; got '{args.tokens}'.") from None
+    if args.inputs:
+        if tokens is not None:
+            raise InputError("Give --tokens or --inputs, not both.")
+        tokens = _pipeline_inputs(args.inputs)
     report = run_pipeline(args.folder, args.ref, args.target or "GPU", tokens, _options(args), prompt=args.prompt,
                           target_models=dict(args.target_component), max_new_tokens=args.max_new_tokens)
     console.say(report.to_text(top=args.top, width=args.width))
@@ -531,6 +538,23 @@ def _pipeline(args, console: Console) -> int:
         report.report.save_html(args.html)
         console.say(f"HTML report of component '{report.examined}' written to {printable(str(args.html))}")
     return EXIT_DIVERGES if report.diverges else EXIT_OK
+
+
+def _pipeline_inputs(path: str) -> Any:
+    """A pipeline's input read from a .npy (one array) or a .npz (arrays by name)."""
+    import numpy as np
+
+    file = pathlib.Path(path)
+    if not file.is_file():
+        raise InputError(f"Inputs file not found: '{printable(path)}'.")
+    try:
+        loaded = np.load(file, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise InputError(f"'{printable(path)}' is not a .npy or .npz file numpy can read: {err}") from None
+    if isinstance(loaded, np.ndarray):  # a .npy
+        return loaded
+    with loaded:
+        return {k: loaded[k] for k in loaded.files}
 
 
 if __name__ == "__main__":  # pragma: no cover

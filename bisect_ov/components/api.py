@@ -22,7 +22,7 @@ import numpy as np
 
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.components.calls import Component, ComponentRequest
-from bisect_ov.components.folder import Pipeline, offline, open_pipeline
+from bisect_ov.components.folder import Pipeline, offline, open_pipeline, quiet
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
@@ -53,15 +53,18 @@ def bisect_pipeline(
     Parameters
     ----------
     pipeline
-        An optimum-intel export folder (`OVModelForSeq2SeqLM`'s: ``openvino_encoder_model.xml``,
-        ``openvino_decoder_model.xml``, ``config.json``) or such a pipeline object already loaded.
+        An optimum-intel export folder (`OVModelForSeq2SeqLM`'s or, for Whisper, `OVModelForSpeechSeq2Seq`'s:
+        ``openvino_encoder_model.xml``, ``openvino_decoder_model.xml``, ``config.json``) or such a pipeline
+        object already loaded.
     ref, target
         Devices as for `bisect()` (``"CPU"``, ``"CPU:f32"``, ``"GPU"``, ``"EMU:f16"``, or a `Device`).
     inputs
         The pipeline's input: token ids (a list or a 1-D/2-D array) or a dict with ``input_ids`` (and
-        ``attention_mask``); None with no `prompt`: eight seeded random token ids.
+        ``attention_mask``); None with no `prompt`: eight seeded random token ids. For Whisper, its log-mel
+        features (an array ``[1, mel bins, 2 x max_source_positions]``, as its feature extractor makes them, or a
+        dict with ``input_features``); None: seeded random features of that shape.
     prompt
-        Text, tokenized with the tokenizer saved in the export folder.
+        Text, tokenized with the tokenizer saved in the export folder (not for a speech model).
     target_models
         Component name -> a model to run on the target in place of that component (a modified IR, a
         fault-injected copy), as `bisect()`'s ``target_model``.
@@ -160,17 +163,23 @@ def _generate(pipe: Pipeline, requests: Mapping[str, ComponentRequest], given: M
 
     for n, part in pipe.parts.items():
         part.request = requests[n]
-    with offline(), torch.no_grad():
+    with offline(), quiet(), torch.no_grad():
         out = pipe.obj.generate(**{k: torch.from_numpy(v) for k, v in given.items()}, max_new_tokens=max_new_tokens,
                                 do_sample=False, num_beams=1)
     return tuple(int(t) for t in np.asarray(out)[0])
 
 
 def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: int) -> dict[str, np.ndarray]:
-    """The pipeline's ``input_ids`` and ``attention_mask``, from token ids, a dict, a prompt or the seed."""
+    """The pipeline's ``input_ids`` and ``attention_mask``, from token ids, a dict, a prompt or the seed; a
+    speech model's ``input_features`` (`_speech_inputs`)."""
     vocab = int(pipe.config.get("vocab_size") or 0)
     if prompt is not None and inputs is not None:
         raise InputError("Give the pipeline's input as a prompt or as inputs, not both.")
+    if pipe.family.main_input == "input_features":
+        if prompt is not None:
+            raise InputError(f"A {pipe.family.name} pipeline takes audio features (input_features), not a prompt: "
+                             "give them as inputs, or none for seeded random ones.")
+        return _speech_inputs(pipe, inputs, seed)
     if prompt is not None:
         tokenizer = _tokenizer(pipe)
         ids = np.asarray(tokenizer(prompt, return_tensors="np")["input_ids"], dtype=np.int64)
@@ -191,6 +200,32 @@ def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: in
         raise InputError(f"Token ids must lie in [0, {vocab}) (the config's vocab_size); got {ids.min()}..{ids.max()}.")
     mask = np.asarray(given.get("attention_mask", np.ones_like(ids))).reshape(ids.shape)
     return {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64)}
+
+
+def _speech_inputs(pipe: Pipeline, inputs: Any, seed: int) -> dict[str, np.ndarray]:
+    """A speech model's ``input_features`` ``[1, mel bins, frames]``: given (an array, or a dict with them) and
+    checked against the config's bins and the frames its encoder takes, or seeded standard-normal values."""
+    bins = int(pipe.config.get("num_mel_bins") or 0)
+    frames = 2 * int(pipe.config.get("max_source_positions") or 0)  # the encoder's two convolutions, stride 2
+    if inputs is None:
+        if not bins or not frames:
+            raise InputError("The export's config.json gives no num_mel_bins/max_source_positions: give the "
+                             "input_features.")
+        rng = np.random.default_rng(seed)
+        return {"input_features": rng.standard_normal((1, bins, frames)).astype(np.float32)}
+    given = dict(inputs) if isinstance(inputs, Mapping) else {"input_features": inputs}
+    if "input_features" not in given:
+        raise InputError(f"A speech pipeline's inputs are its input_features (an array, or a dict with "
+                         f"'input_features'); got keys {sorted(given)}.")
+    features = np.asarray(given["input_features"])
+    features = features[None] if features.ndim == 2 else features
+    if features.dtype.kind != "f" or features.ndim != 3 or features.shape[0] != 1:
+        raise InputError(f"input_features must be a float array [1, mel bins, frames] (or [mel bins, frames]); got "
+                         f"{features.dtype} of shape {features.shape}.")
+    if bins and frames and features.shape[1:] != (bins, frames):
+        raise InputError(f"input_features must be [1, {bins}, {frames}] for this export (its num_mel_bins, and twice "
+                         f"its max_source_positions); got {list(features.shape)}.")
+    return {"input_features": features.astype(np.float32)}
 
 
 def _tokenizer(pipe: Pipeline):

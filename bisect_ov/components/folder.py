@@ -5,10 +5,12 @@ loads it with optimum-intel's own class, uncompiled: bisect_ov compiles each com
 (`components.calls`). What is supported, in data-flow order of the components:
 
 * ``seq2seq``: `OVModelForSeq2SeqLM` (T5, BART, Marian, ...): ``encoder``, ``decoder`` (stateful, its KV
-  cache in variables) or ``decoder`` and ``decoder_with_past`` (an older, stateless export).
+  cache in variables) or ``decoder`` and ``decoder_with_past`` (an older, stateless export);
+* ``speech_seq2seq``: `OVModelForSpeechSeq2Seq` for Whisper: the same components, the encoder fed log-mel
+  ``input_features``, the generation Whisper's own.
 
-A folder of another family (Whisper, a vision-language model, a diffusion pipeline) is named in the error with
-the families supported; a folder of one IR is sent to `bisect()`.
+A folder of another family (another speech model, a vision-language model, a diffusion pipeline) is named in the
+error with the families supported; a folder of one IR is sent to `bisect()`.
 
 Assumptions: optimum-intel and transformers are installed (the ``zoo`` extra); the hub is switched off while
 loading, so nothing is fetched.
@@ -16,19 +18,35 @@ loading, so nothing is fetched.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import openvino as ov
 
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.extras import hub_offline as offline
 
-__all__ = ["FAMILIES", "Family", "Pipeline", "open_pipeline", "family_of", "offline"]
+__all__ = ["FAMILIES", "Family", "Pipeline", "open_pipeline", "family_of", "offline", "quiet"]
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """transformers' own warnings held back for the duration (while the pipeline is loaded and generates): what
+    optimum-intel tries when it loads a Whisper folder, and generation settings it overrides, are not the
+    user's to act on. Its verbosity is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 @dataclass(frozen=True)
@@ -40,17 +58,21 @@ class Family:
     loader: str
     required: tuple[tuple[str, str], ...]
     optional: tuple[tuple[str, str], ...] = ()
+    main_input: str = "input_ids"  # what the pipeline's generate takes: token ids, or a speech model's features
 
 
+_ENCODER_DECODER = (("encoder", "openvino_encoder_model.xml"), ("decoder", "openvino_decoder_model.xml"))
+_WITH_PAST = (("decoder_with_past", "openvino_decoder_with_past_model.xml"),)
 FAMILIES = {
-    "seq2seq": Family("seq2seq", "OVModelForSeq2SeqLM",
-                      (("encoder", "openvino_encoder_model.xml"), ("decoder", "openvino_decoder_model.xml")),
-                      (("decoder_with_past", "openvino_decoder_with_past_model.xml"),)),
+    "seq2seq": Family("seq2seq", "OVModelForSeq2SeqLM", _ENCODER_DECODER, _WITH_PAST),
+    "speech_seq2seq": Family("speech_seq2seq", "OVModelForSpeechSeq2Seq", _ENCODER_DECODER, _WITH_PAST,
+                             main_input="input_features"),
 }
+# The config's model_type of the speech models handled (their generation is checked: Whisper's own).
+SPEECH = ("whisper",)
 # Families optimum-intel exports that are not handled yet, by the config's model_type or a file that shows them.
 NOT_YET = {
-    "whisper": "speech seq2seq (OVModelForSpeechSeq2Seq, Whisper)",
-    "speech_to_text": "speech seq2seq (OVModelForSpeechSeq2Seq)",
+    "speech_to_text": "speech seq2seq (OVModelForSpeechSeq2Seq, Speech2Text)",
 }
 NOT_YET_FILES = {
     "openvino_vision_embeddings_model.xml": "vision-language (OVModelForVisualCausalLM)",
@@ -99,11 +121,11 @@ def family_of(folder: pathlib.Path) -> Family:
         raise InputError(f"'{folder}' holds a {NOT_YET[model_type]} export, not supported yet; supported: {_supported()}.")
     irs = [f for f in files if f.endswith(".xml")]
     if config.get("is_encoder_decoder") or any(f == "openvino_encoder_model.xml" for f in irs):
-        family = FAMILIES["seq2seq"]
+        family = FAMILIES["speech_seq2seq" if model_type in SPEECH else "seq2seq"]
         missing = [f for _, f in family.required if f not in files]
         if missing:
-            raise InputError(f"'{folder}' looks like a seq2seq export (config.json model_type '{model_type}') but "
-                             f"lacks {missing}; it has {irs or 'no IR'}.")
+            raise InputError(f"'{folder}' looks like a {family.name} export (config.json model_type '{model_type}') "
+                             f"but lacks {missing}; it has {irs or 'no IR'}.")
         return family
     if irs == ["openvino_model.xml"] or len(irs) == 1:
         raise InputError(f"'{folder}' holds one model ({irs[0]}), not a pipeline of several: give "
@@ -122,13 +144,15 @@ def open_pipeline(source: Any) -> Pipeline:
         except ImportError:
             raise InputError("Pipelines are loaded with optimum-intel: pip install optimum-intel "
                              "(or, from a checkout, pip install -e '.[zoo]').") from None
-        with offline(), warnings.catch_warnings():
+        with offline(), quiet(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             obj = getattr(oi, family.loader).from_pretrained(folder, compile=False)
         return _components(family, obj, str(folder))
-    for family in FAMILIES.values():
-        if type(source).__name__ == family.loader or any(c.__name__ == family.loader for c in type(source).__mro__):
-            return _components(family, source, type(source).__name__)
+    # The most derived class that is a family's loader decides (Whisper's class derives from both loaders).
+    by_loader = {f.loader: f for f in FAMILIES.values()}
+    for cls in type(source).__mro__:
+        if cls.__name__ in by_loader:
+            return _components(by_loader[cls.__name__], source, type(source).__name__)
     raise InputError(f"A pipeline is an optimum-intel export folder or a loaded pipeline object; got "
                      f"{type(source).__name__}. Supported: {_supported()}.")
 

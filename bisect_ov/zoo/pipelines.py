@@ -5,7 +5,9 @@ layers, a gated-GELU FFN): ``openvino_encoder_model.xml``, a stateful ``openvino
 ``config.json``, ``generation_config.json`` and a word-level tokenizer built in code (so prompts work; nothing
 is downloaded). ``"t5-overflow"`` is the same T5 with its first encoder FFN's output projection (``wo``)
 scaled so that the next norm's ``x*x`` passes f16's largest value (65,504), as in T5 checkpoints that overflow
-in f16 (the hidden states stay finite in f32).
+in f16 (the hidden states stay finite in f32). ``"whisper"`` is an ``OVModelForSpeechSeq2Seq`` export of a tiny
+Whisper (two encoder and two decoder layers, 16 mel bins, Whisper's 1,500 encoder positions: its input features
+are ``[1, 16, 3000]``, 30 s of audio), driven by Whisper's own ``generate``.
 
 Each folder is built once into the zoo's cache (`zoo.cache.cache_root()` / `version_key()` / ``pipelines``),
 under a file lock, into a temporary folder renamed into place when complete.
@@ -25,7 +27,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.core.extras import hub_offline
 from bisect_ov.zoo import cache
 
-__all__ = ["PIPELINES", "folder", "t5_config"]
+__all__ = ["PIPELINES", "folder", "t5_config", "whisper_config"]
 
 WORDS = ("the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "red", "blue", "big", "small", "and",
          "is", "was", "in", "green", "tree", "translate", "english", "german", "summarize", ":", ".")
@@ -51,6 +53,24 @@ def _t5(overflow: bool):
     return model
 
 
+def whisper_config():
+    from transformers import WhisperConfig
+
+    return WhisperConfig(vocab_size=96, num_mel_bins=16, d_model=32, encoder_layers=2, decoder_layers=2,
+                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                         decoder_ffn_dim=64, max_source_positions=1500, max_target_positions=64,
+                         decoder_start_token_id=2, bos_token_id=1, eos_token_id=1, pad_token_id=0,
+                         begin_suppress_tokens=None, suppress_tokens=None)
+
+
+def _whisper():
+    import torch
+    from transformers import WhisperForConditionalGeneration
+
+    torch.manual_seed(0)
+    return WhisperForConditionalGeneration(whisper_config()).eval()
+
+
 def _tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -61,20 +81,23 @@ def _tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
 
-def _export_seq2seq(model, out: pathlib.Path) -> None:
+def _export_seq2seq(model, out: pathlib.Path, loader: str = "OVModelForSeq2SeqLM", tokenizer: bool = True) -> None:
     with tempfile.TemporaryDirectory(prefix="bisect_ov_hf_") as tmp:
         model.save_pretrained(tmp)
-        from optimum.intel import OVModelForSeq2SeqLM
+        import optimum.intel
 
         with hub_offline(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            exported = OVModelForSeq2SeqLM.from_pretrained(tmp, export=True, compile=False, load_in_8bit=False)
+            exported = getattr(optimum.intel, loader).from_pretrained(tmp, export=True, compile=False,
+                                                                      load_in_8bit=False)
             exported.save_pretrained(out)
-    _tokenizer().save_pretrained(out)
+    if tokenizer:
+        _tokenizer().save_pretrained(out)
 
 
 PIPELINES = {"t5": lambda out: _export_seq2seq(_t5(False), out),
-             "t5-overflow": lambda out: _export_seq2seq(_t5(True), out)}
+             "t5-overflow": lambda out: _export_seq2seq(_t5(True), out),
+             "whisper": lambda out: _export_seq2seq(_whisper(), out, "OVModelForSpeechSeq2Seq", tokenizer=False)}
 
 
 def folder(name: str, *, root: str | os.PathLike | None = None) -> pathlib.Path:

@@ -4,7 +4,9 @@ by its own generation loop, each component judged on the reference's inputs, the
 A fault injected in one component's copy on the target is named at that component and that node, for nodes of
 several op types in the decoder's third layer and in the encoder; the benign pipeline gives no divergence
 against emulated f16; the f16 overflow of a T5 FFN (its output projection scaled) is named in the encoder, at
-the norm's square that overflows. Bad folders and inputs get errors that say what was found.
+the norm's square that overflows. A tiny Whisper (`OVModelForSpeechSeq2Seq`, log-mel features in, Whisper's own
+generate) gets the same: a fault in its encoder or decoder named there, a benign run, its features checked. Bad
+folders and inputs get errors that say what was found.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import openvino as ov
 import pytest
 
@@ -135,10 +138,15 @@ def test_folders_that_are_not_a_supported_pipeline_say_what_they_hold(tmp_path):
     (half / "openvino_decoder_model.xml").unlink()
     with pytest.raises(InputError, match=r"lacks \['openvino_decoder_model.xml'\]"):
         bisect_pipeline(half, "CPU:f32", "CPU:f32")
+    speech = tmp_path / "speech"
+    speech.mkdir()
+    (speech / "config.json").write_text(json.dumps({"model_type": "speech_to_text", "is_encoder_decoder": True}))
+    with pytest.raises(InputError, match=r"Speech2Text.*not supported yet; supported: seq2seq .*speech_seq2seq"):
+        bisect_pipeline(speech, "CPU:f32", "CPU:f32")
     whisper = tmp_path / "whisper"
     whisper.mkdir()
     (whisper / "config.json").write_text(json.dumps({"model_type": "whisper", "is_encoder_decoder": True}))
-    with pytest.raises(InputError, match=r"speech seq2seq.*not supported yet; supported: seq2seq"):
+    with pytest.raises(InputError, match=r"looks like a speech_seq2seq export .* lacks"):
         bisect_pipeline(whisper, "CPU:f32", "CPU:f32")
     with pytest.raises(InputError, match="no config.json"):
         bisect_pipeline(tmp_path, "CPU:f32", "CPU:f32")
@@ -162,6 +170,50 @@ def test_bad_inputs_and_components_are_refused_before_anything_runs(tmp_path):
     shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("tokenizer*", "special_tokens*"))
     with pytest.raises(InputError, match="needs the tokenizer"):
         bisect_pipeline(bare, "CPU:f32", "CPU:f32", prompt="the cat")
+
+
+# ----- Whisper: OVModelForSpeechSeq2Seq, log-mel features in, Whisper's own generate -------------------------------
+WHISPER_SITES = {"decoder": "__module.model.decoder.layers.1.fc2/aten::linear/MatMul",
+                 "encoder": "__module.layers.1.self_attn.v_proj/aten::linear/MatMul"}
+
+
+@pytest.mark.parametrize("component", sorted(WHISPER_SITES))
+def test_a_fault_in_a_whisper_component_is_named_at_that_component_and_node(component):
+    site = WHISPER_SITES[component]
+    faulty = inject_fault(_read("whisper", component), site, "scale", 0.3)
+    report = bisect_pipeline(pipelines.folder("whisper"), "CPU:f32", "CPU:f32", target_models={component: faulty},
+                             max_new_tokens=6, progress=False)
+    assert report.family == "speech_seq2seq"
+    assert report.examined == component and report.component(component).diverges
+    assert report.report is not None and report.report.first_divergence.name == site
+    other = report.component("encoder" if component == "decoder" else "decoder")
+    assert not other.diverges  # fed the reference's inputs, the untouched component agrees
+
+
+def test_a_benign_whisper_does_not_diverge_and_its_features_are_checked(tmp_path):
+    folder = pipelines.folder("whisper")
+    features = np.random.default_rng(3).standard_normal((16, 3000)).astype(np.float32)
+    report = bisect_pipeline(folder, "CPU:f32", "EMU:f16", features, max_new_tokens=6, progress=False)
+    assert not report.diverges and report.examined is None and report.first_token_difference is None
+    assert [c.name for c in report.components] == ["encoder", "decoder"]
+    assert 0 < max(report.component("encoder").errors) < report.component("encoder").tolerance
+    with pytest.raises(InputError, match=r"must be \[1, 16, 3000\]"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", features[:, :100])
+    with pytest.raises(InputError, match="not a prompt"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", prompt="hello")
+    with pytest.raises(InputError, match="input_features"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", {"input_ids": [1, 2]})
+    # The command line reads them from a file, and a loaded pipeline object is recognised as the speech family.
+    np.save(tmp_path / "f.npy", features[None])
+    assert main(["pipeline", str(folder), "--ref", "CPU:f32", "--target", "CPU:f32", "--inputs",
+                 str(tmp_path / "f.npy"), "--max-new-tokens", "2", "-q"]) == 0
+    from optimum.intel import OVModelForSpeechSeq2Seq
+
+    from bisect_ov.core.extras import hub_offline
+
+    with hub_offline():
+        loaded = OVModelForSpeechSeq2Seq.from_pretrained(folder, compile=False)
+    assert bisect_pipeline(loaded, "CPU:f32", "CPU:f32", max_new_tokens=2, progress=False).family == "speech_seq2seq"
 
 
 def test_the_examined_component_is_bisected_on_the_static_shapes_of_its_call():
