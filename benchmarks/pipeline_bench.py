@@ -1,13 +1,14 @@
-"""What `bisect_pipeline()` costs against the plain pipeline run, on the zoo's tiny T5 export.
+"""What `bisect_pipeline()` costs against the plain pipeline run, on the zoo's tiny T5 and Whisper exports.
 
-The plain run is what a user runs anyway: optimum-intel's `OVModelForSeq2SeqLM` loaded from the export folder,
-compiled on the CPU, one greedy `generate()` of at most 16 new tokens. The pipeline job is `bisect_pipeline()` on the
-same folder and prompt (reference `CPU:f32`), against each target: both sides of every component call, the
+The plain run is what a user runs anyway: optimum-intel's own class (`OVModelForSeq2SeqLM`, or
+`OVModelForSpeechSeq2Seq` for Whisper) loaded from the export folder, compiled on the CPU, one greedy `generate()`
+of at most 16 new tokens. The pipeline job is `bisect_pipeline()` on the same folder and input (a prompt, or
+Whisper's seeded random log-mel features) (reference `CPU:f32`), against each target: both sides of every component call, the
 free-running target, and the first diverging component's `bisect()` when there is one. Each is timed in this
 process, best of `--repeat` runs, after one warm-up run of the plain job (imports and the export are not counted).
 
     python benchmarks/pipeline_bench.py                       # targets EMU:f16 and (where the CPU has bf16) CPU:bf16
-    python benchmarks/pipeline_bench.py --folders t5 t5-overflow --targets EMU:f16 --repeat 3
+    python benchmarks/pipeline_bench.py --folders t5 t5-overflow whisper --targets EMU:f16 --repeat 3
 """
 
 from __future__ import annotations
@@ -24,25 +25,46 @@ def plain(folder, tokens: int) -> float:
     """Seconds to load, compile (CPU) and generate once with optimum-intel's own pipeline."""
     import optimum.intel as oi
 
+    from bisect_ov.components.folder import family_of, quiet
     from bisect_ov.core.extras import hub_offline
 
     start = time.perf_counter()
-    with hub_offline(), warnings.catch_warnings():
+    with hub_offline(), quiet(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = oi.OVModelForSeq2SeqLM.from_pretrained(folder, device="CPU")
+        model = getattr(oi, family_of(folder).loader).from_pretrained(folder, device="CPU")
         model.generate(**_encoded(folder), max_new_tokens=tokens, do_sample=False)
     return time.perf_counter() - start
 
 
 def _encoded(folder):
+    """The pipeline's input as torch tensors: the prompt tokenized, or a speech model's features."""
+    import torch
+
+    features = _features(folder)
+    if features is not None:
+        return {"input_features": torch.from_numpy(features)}
     from transformers import AutoTokenizer
 
     return dict(AutoTokenizer.from_pretrained(folder)(PROMPT, return_tensors="pt"))
 
 
+def _features(folder):
+    """Seeded log-mel features of a speech export's shape (None for a text one)."""
+    import json
+
+    import numpy as np
+
+    config = json.loads((folder / "config.json").read_text())
+    if "num_mel_bins" not in config:
+        return None
+    shape = (1, config["num_mel_bins"], 2 * config["max_source_positions"])
+    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--folders", nargs="+", default=["t5", "t5-overflow"], help="bisect_ov.zoo.pipelines names")
+    parser.add_argument("--folders", nargs="+", default=["t5", "t5-overflow", "whisper"],
+                        help="bisect_ov.zoo.pipelines names")
     parser.add_argument("--targets", nargs="+", default=None, help="targets (default EMU:f16, and CPU:bf16 with bf16)")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each job; the fastest is kept (default 2)")
     args = parser.parse_args(argv)
@@ -63,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
             best, found = None, None
             for _ in range(args.repeat):
                 start = time.perf_counter()
-                found = bisect_pipeline(folder, "CPU:f32", target, prompt=PROMPT, max_new_tokens=16, progress=False)
+                features = _features(folder)
+                given = {"inputs": features} if features is not None else {"prompt": PROMPT}
+                found = bisect_pipeline(folder, "CPU:f32", target, max_new_tokens=16, progress=False, **given)
                 took = time.perf_counter() - start
                 best = took if best is None else min(best, took)
             first = found.report.first_divergence.name if found.report and found.report.first_divergence else "-"
