@@ -527,7 +527,7 @@ def _pipeline(args, console: Console) -> int:
     if args.inputs:
         if tokens is not None:
             raise InputError("Give --tokens or --inputs, not both.")
-        tokens = _pipeline_inputs(args.inputs)
+        tokens = args.inputs  # a file: read by the pipeline
     report = run_pipeline(args.folder, args.ref, args.target or "GPU", tokens, _options(args), prompt=args.prompt,
                           target_models=dict(args.target_component), max_new_tokens=args.max_new_tokens)
     console.say(report.to_text(top=args.top, width=args.width))
@@ -538,23 +538,6 @@ def _pipeline(args, console: Console) -> int:
         report.report.save_html(args.html)
         console.say(f"HTML report of component '{report.examined}' written to {printable(str(args.html))}")
     return EXIT_DIVERGES if report.diverges else EXIT_OK
-
-
-def _pipeline_inputs(path: str) -> Any:
-    """A pipeline's input read from a .npy (one array) or a .npz (arrays by name)."""
-    import numpy as np
-
-    file = pathlib.Path(path)
-    if not file.is_file():
-        raise InputError(f"Inputs file not found: '{printable(path)}'.")
-    try:
-        loaded = np.load(file, allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise InputError(f"'{printable(path)}' is not a .npy or .npz file numpy can read: {err}") from None
-    if isinstance(loaded, np.ndarray):  # a .npy
-        return loaded
-    with loaded:
-        return {k: loaded[k] for k in loaded.files}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,6 +15,8 @@ The pipeline's own loop runs three times, each time with bisect_ov's requests in
 from __future__ import annotations
 
 import math
+import os
+import pathlib
 import time
 from typing import Any, Mapping
 
@@ -62,7 +64,8 @@ def bisect_pipeline(
         The pipeline's input: token ids (a list or a 1-D/2-D array) or a dict with ``input_ids`` (and
         ``attention_mask``); None with no `prompt`: eight seeded random token ids. For Whisper, its log-mel
         features (an array ``[1, mel bins, 2 x max_source_positions]``, as its feature extractor makes them, or a
-        dict with ``input_features``); None: seeded random features of that shape.
+        dict with ``input_features``); None: seeded random features of that shape. Either may come from a
+        .npy (one array) or .npz (arrays by name) file.
     prompt
         Text, tokenized with the tokenizer saved in the export folder (not for a speech model).
     target_models
@@ -170,9 +173,11 @@ def _generate(pipe: Pipeline, requests: Mapping[str, ComponentRequest], given: M
 
 
 def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: int) -> dict[str, np.ndarray]:
-    """The pipeline's ``input_ids`` and ``attention_mask``, from token ids, a dict, a prompt or the seed; a
-    speech model's ``input_features`` (`_speech_inputs`)."""
+    """The pipeline's ``input_ids`` and ``attention_mask``, from token ids, a dict, a file, a prompt or the seed;
+    a speech model's ``input_features`` (`_speech_inputs`)."""
     vocab = int(pipe.config.get("vocab_size") or 0)
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = _read_inputs(inputs)
     if prompt is not None and inputs is not None:
         raise InputError("Give the pipeline's input as a prompt or as inputs, not both.")
     if pipe.family.main_input == "input_features":
@@ -200,6 +205,21 @@ def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: in
         raise InputError(f"Token ids must lie in [0, {vocab}) (the config's vocab_size); got {ids.min()}..{ids.max()}.")
     mask = np.asarray(given.get("attention_mask", np.ones_like(ids))).reshape(ids.shape)
     return {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64)}
+
+
+def _read_inputs(path: str | os.PathLike) -> Any:
+    """A pipeline's input read from a .npy (one array) or a .npz (arrays by name)."""
+    file = pathlib.Path(path)
+    if not file.is_file():
+        raise InputError(f"Inputs file not found: '{file}'.")
+    try:
+        loaded = np.load(file, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise InputError(f"'{file}' is not a .npy or .npz file numpy can read: {err}") from None
+    if isinstance(loaded, np.ndarray):  # a .npy
+        return loaded
+    with loaded:
+        return {k: loaded[k] for k in loaded.files}
 
 
 def _speech_inputs(pipe: Pipeline, inputs: Any, seed: int) -> dict[str, np.ndarray]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from bisect_ov.analysis.headroom import NEAR
 from bisect_ov.core.extras import install_hint
 from bisect_ov.core.fileio import write_text_atomic
+from bisect_ov.core.records import Fidelity
 from bisect_ov.report.numbers import fmt, fmt_growth
 from bisect_ov.report.style import PAGE_STYLE, ROOT, style
 from bisect_ov.report.view import INSIDE_LEGEND, FirstDivergence, Side, View, view
@@ -68,31 +69,31 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
     v = view(report)
     from bisect_ov import __version__
 
-    footer = (f"<footer>Written by bisect_ov {e(__version__)}; schema version {e(report.schema_version)}. "
+    footer = (f"<footer>Written by bisect_ov {e(__version__)}; schema version {e(v.run.schema_version)}. "
               "The JSON report (<code>report.save(path)</code>) holds every number on this page.</footer>")
     return "\n".join([
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{e(v.title)} | {e(report.ref.label)} \u2192 {e(report.target.label)}</title>",
+        f"<title>{e(v.title)} | {e(v.run.ref_label)} \u2192 {e(v.run.target_label)}</title>",
         f"<style>{PAGE_STYLE}\n{style()}</style></head><body>",
-        f'<main class="{ROOT} page">', *_sections(v, top, plots), footer, "</main></body></html>",
+        f'<main class="{ROOT} page">', *_sections(v, top, _plots(report) if plots else ""), footer,
+        "</main></body></html>",
     ])
 
 
 def render_fragment(report: "Report", *, top: int = 25) -> str:
     """The page's body as an HTML fragment for Jupyter (``Report._repr_html_``): the same sections but the
     plots, which the notebook draws itself (``report.plot_errors()``), under a style scoped to the fragment."""
-    return "\n".join([f'<div class="{ROOT} compact"><style>{style()}</style>', *_sections(view(report), top, False),
+    return "\n".join([f'<div class="{ROOT} compact"><style>{style()}</style>', *_sections(view(report), top, ""),
                       "</div>"])
 
 
-def _sections(v: View, top: int, plots: bool) -> list[str]:
-    """The report's sections, in order: header, verdict, culprits, experiments, plots, outputs, unmatched, run."""
-    parts = [_header(v), _verdict(v), _culprits(v, top), _experiments(v)]
-    if plots:
-        parts.append(_plots(v.report))
-    parts += [_outputs(v.report), _unmatched(v.report), _run_facts(v)]
+def _sections(v: View, top: int, plots: str) -> list[str]:
+    """The report's sections, in order: header, verdict, culprits, experiments, plots (drawn from the report by
+    the caller, as HTML), outputs, unmatched, run."""
+    parts = [_header(v), _verdict(v), _culprits(v, top), _experiments(v), plots, _outputs(v), _unmatched(v),
+             _run_facts(v)]
     return [p for p in parts if p]
 
 
@@ -104,14 +105,14 @@ def save_html(report: "Report", path: str | os.PathLike, **kw: Any) -> pathlib.P
 # ----- sections ---------------------------------------------------------------------------------------------------
 
 def _header(v: View) -> str:
-    report = v.report
-    sub = (f"{e(report.ref.label)} \u2192 {e(report.target.label)} \u00b7 {len(report.nodes)} nodes compared "
-           f"\u00b7 error = {e(report.metric)}")
+    run = v.run
+    sub = (f"{e(run.ref_label)} \u2192 {e(run.target_label)} \u00b7 {run.compared} nodes compared "
+           f"\u00b7 error = {e(run.metric)}")
     return f'<header><h1>{e(v.title)}</h1><div class="sub">{sub}</div></header>'
 
 
 def _verdict(v: View) -> str:
-    verdict, report = v.verdict, v.report
+    verdict = v.verdict
     out = [f'<section class="verdict{" diverges" if verdict.diverges else ""}" aria-label="verdict">']
     badge = ('<span class="pill big source">DIVERGES</span>' if verdict.diverges
              else '<span class="pill big ok">NO DIVERGENCE</span>')
@@ -126,8 +127,8 @@ def _verdict(v: View) -> str:
     if verdict.facts:
         out.append('<ul class="facts">' + "".join(f"<li>{e(f.text)}</li>" for f in verdict.facts) + "</ul>")
     out.append('<div class="sides">' + "".join(_side(s) for s in v.sides) + "</div>")
-    out.append(_fidelity(report))
-    out += [f'<div class="warn">\u26a0 {e(note)}</div>' for note in report.notes]
+    out.append(_fidelity(v.run.fidelity))
+    out += [f'<div class="warn">\u26a0 {e(note)}</div>' for note in v.notes]
     out.append("</section>")
     return "\n".join(o for o in out if o)
 
@@ -207,8 +208,7 @@ def _side(s: Side) -> str:
     return text + "</span>"
 
 
-def _fidelity(report: "Report") -> str:
-    f = report.fidelity
+def _fidelity(f: Fidelity | None) -> str:
     if f is None:
         return ""
     ratio = f.ratio
@@ -250,7 +250,7 @@ def _culprits(v: View, top: int) -> str:
     shown = min(len(body), _VISIBLE_ROWS)
     inside = f"; {e(INSIDE_LEGEND)}" if any(r.node.inside_kernel for r in table.rows) else ""
     out = [f"<h2>Culprits <small>ranked; top {len(body)} of {table.total}; * = first divergence{inside}; "
-           f"error = {e(v.report.metric)}, inputs = largest error among the tensors it reads</small></h2>"]
+           f"error = {e(v.run.metric)}, inputs = largest error among the tensors it reads</small></h2>"]
     out.append(_table(head, body[:shown]))
     if len(body) > shown:
         out.append(f"<details><summary>{len(body) - shown} more culprits (ranks {shown + 1}\u2013{len(body)})"
@@ -326,13 +326,13 @@ def _plots(report: "Report") -> str:
     return "\n".join(out)
 
 
-def _outputs(report: "Report") -> str:
-    if not report.outputs:
+def _outputs(v: View) -> str:
+    if not v.outputs:
         return ""
     head = ("output", "error", "tolerance", "state", "max abs", "mean abs", "cosine", "SQNR dB", "mismatches",
             "NaN/Inf ref \u2192 target")
     rows = []
-    for o in report.outputs:
+    for o in v.outputs:
         s = o.stats
         state = '<td class="l over">over</td>' if o.diverged else '<td class="l">within</td>'
         nan_inf = f"{s.ref_nan}/{s.ref_inf} \u2192 {s.target_nan}/{s.target_inf}"
@@ -343,7 +343,7 @@ def _outputs(report: "Report") -> str:
             f"<td>{e(nan_inf)}</td></tr>"
         )
     ths = "".join(f'<th class="{"l" if h in ("output", "state") else ""}">{e(h)}</th>' for h in head)
-    return f"<h2>Final outputs <small>error = {e(report.metric)}</small></h2>{_table(ths, rows)}"
+    return f"<h2>Final outputs <small>error = {e(v.run.metric)}</small></h2>{_table(ths, rows)}"
 
 
 def _cos(x: float) -> str:
@@ -354,12 +354,11 @@ def _db(x: float) -> str:
     return f"{x:.1f}" if isinstance(x, float) and math.isfinite(x) else fmt(x)
 
 
-def _unmatched(report: "Report") -> str:
-    unmatched = {k: v for k, v in (report.unmatched or {}).items() if v}
-    if not unmatched:
+def _unmatched(v: View) -> str:
+    if not v.unmatched:
         return ""
     out = ["<h2>Unmatched nodes <small>present on one side only, so not compared</small></h2>"]
-    for side, names in unmatched.items():
+    for side, names in v.unmatched:
         chips = "".join(f"<code>{e(n)}</code>" for n in names[:30])
         out.append(f'<div class="chips"><b>{e(side)}</b> ({len(names)}): {chips}</div>')
         if len(names) > 30:
@@ -369,7 +368,7 @@ def _unmatched(report: "Report") -> str:
 
 
 def _run_facts(v: View) -> str:
-    report = v.report
+    run = v.run
     out = ["<h2>Run</h2>"]
     head = ("side", "device", "ran", "asked", "hardware", "config", "precision of runtime ops", "note")
     rows = []
@@ -385,38 +384,37 @@ def _run_facts(v: View) -> str:
     ths = "".join(f'<th class="l">{e(h)}</th>' for h in head)
     out.append(_table(ths, rows))
 
-    facts: list[tuple[str, str]] = [("model", e(report.model))]
-    if report.target_model:
-        facts.append(("target model", e(report.target_model)))
-    if report.model_hash:
-        facts.append(("model hash", f"<code>{e(report.model_hash)}</code>"))
-    facts.append(("metric", e(report.metric)))
-    if report.strategy:
-        facts.append(("strategy", e(report.strategy)))
+    facts: list[tuple[str, str]] = [("model", e(run.model))]
+    if run.target_model:
+        facts.append(("target model", e(run.target_model)))
+    if run.model_hash:
+        facts.append(("model hash", f"<code>{e(run.model_hash)}</code>"))
+    facts.append(("metric", e(run.metric)))
+    if run.strategy:
+        facts.append(("strategy", e(run.strategy)))
     facts.append(("tolerance", e(v.tolerance.text)))
     if v.coverage is not None:
         facts.append(("coverage", e(v.coverage.value)))
-    if report.inputs:
-        facts.append(("inputs", _join(f"<code>{e(i.name)}</code> {e('x'.join(str(d) for d in i.shape))} {e(i.dtype)}"
-                                      for i in report.inputs)))
+    if run.inputs:
+        facts.append(("inputs", _join(f"<code>{e(name)}</code> {e('x'.join(str(d) for d in shape))} {e(dtype)}"
+                                      for name, shape, dtype in run.inputs)))
     timings, compiles, costs = v.fact("timings"), v.fact("compiles"), v.fact("costs")
     if timings is not None:
-        total = sum(report.timings.values())
-        facts.append(("timings", e(f"{timings.value} (sum {total:.2f}s)")))
+        facts.append(("timings", e(f"{timings.value} (sum {run.seconds or 0.0:.2f}s)")))
     if compiles is not None:
         facts.append(("compiles", e(compiles.value)))
     if costs is not None:
         facts.append(("cost per stage", e(costs.value)))
-    if report.fidelity is not None:
-        f = report.fidelity
+    if run.fidelity is not None:
+        f = run.fidelity
         facts.append(("fidelity", e(f"plain_error {fmt(f.plain_error)}, tapped_error {fmt(f.tapped_error)}, "
                                     f"ratio {_num(f.ratio)}")))
-    versions = report.openvino_versions
+    versions = dict(run.openvino)
     if len(versions) > 1:
         facts.append(("OpenVINO", e(f"reference {versions['reference']}, target {versions['target']} (different "
                                     "releases)")))
-    elif report.openvino_version:
-        facts.append(("OpenVINO", e(report.openvino_version)))
+    elif versions:
+        facts.append(("OpenVINO", e(versions[""])))
     out.append('<dl class="kv">' + "".join(f"<dt>{e(k)}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     return "\n".join(out)
 

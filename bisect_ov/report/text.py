@@ -77,20 +77,19 @@ def experiment_lines(report: "Report", v: View | None = None) -> list[str]:
     return lines
 
 
-def output_lines(report: "Report") -> list[str]:
+def output_lines(v: View) -> list[str]:
     """One line per final output: its error against its tolerance, max abs, SQNR, mismatches."""
-    return [f"{o.name}: {report.metric} {fmt(o.error)} (tol {fmt(o.tolerance)}), max abs {fmt(o.stats.max_abs)}, "
+    return [f"{o.name}: {v.run.metric} {fmt(o.error)} (tol {fmt(o.tolerance)}), max abs {fmt(o.stats.max_abs)}, "
             f"SQNR {o.stats.sqnr_db:.1f} dB, mismatches {o.stats.mismatches}/{o.stats.numel}"
-            for o in report.outputs]
+            for o in v.outputs]
 
 
-def unmatched_lines(report: "Report") -> list[str]:
+def unmatched_lines(v: View) -> list[str]:
     """The nodes of either model that have no counterpart in the other (with a `target_model`)."""
     lines = []
-    for side, names in report.unmatched.items():
-        if names:
-            shown = ", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8 else "")
-            lines.append(f"Unmatched in {side}: {shown}")
+    for side, names in v.unmatched:
+        shown = ", ".join(names[:8]) + (f" ... ({len(names)} in all)" if len(names) > 8 else "")
+        lines.append(f"Unmatched in {side}: {shown}")
     return lines
 
 
@@ -107,7 +106,8 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120, costs: boo
     """The terminal page of `report`: prose wrapped to `width`, the culprit table fitted to it; the run's cost in one
     line, or (`costs`) its timings, compiles and cost per stage."""
     v = view(report)
-    title = printable(f"{v.title} | {report.ref.label} -> {report.target.label} | {len(report.nodes)} nodes compared")
+    run = v.run
+    title = printable(f"{v.title} | {run.ref_label} -> {run.target_label} | {run.compared} nodes compared")
     lines = [title, "=" * min(width, len(title))]
     lines += verdict_lines(report, v)
     lines.append("")
@@ -119,21 +119,21 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120, costs: boo
         fitted = fit_table(table.columns, [tuple(map(printable, r)) for r in table.cells()], width, cut=cut)
         shortened = "; ~ = cut to fit --width" if cut else ""
         lines.append(f"Culprits (top {len(table.rows)} of {table.total}; * = first divergence{inside}; "
-                     f"error = {report.metric}{shortened}):")
+                     f"error = {run.metric}{shortened}):")
         lines += fitted
     else:
         lines.append("Culprits: none.")
-    if len(report.outputs) > 1 or (report.outputs and report.diverges):
-        lines += ["", "Final outputs:"] + ["  " + line for line in output_lines(report)]
+    if len(v.outputs) > 1 or (v.outputs and v.any_over):
+        lines += ["", "Final outputs:"] + ["  " + line for line in output_lines(v)]
     if v.coverage is not None:
         lines += ["", v.coverage.text]
-    unmatched = unmatched_lines(report)
+    unmatched = unmatched_lines(v)
     if unmatched:
         lines += [""] + unmatched
     lines += experiment_lines(report, v)
     lines.append("")
     lines += [f"{s.role:>6}: {s.text}" for s in v.sides]
-    lines += [f"Note: {note}" for note in report.notes]
+    lines += [f"Note: {note}" for note in v.notes]
     wrapped: list[str] = []
     for line in lines + footer_lines(report, v, costs=costs):
         line = printable(line)

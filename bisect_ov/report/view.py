@@ -3,7 +3,9 @@
 
 `view(report)` gives a `View`: the verdict (`Verdict`: its ``kind``, the first divergences with their causes,
 the headline numbers and the facts that follow), both sides (`Side`), the tolerance model (`ToleranceFacts`),
-the ranked culprits' cells (`CulpritRow`), the experiments (`Block`) and the run's facts (`Fact`). Every
+the ranked culprits' cells (`CulpritRow`), the experiments (`Block`), the run's facts (`Fact`, `RunFacts`), the
+final outputs, the unmatched nodes and the notes. The renderers read the view only, never the report (the HTML
+page's plots are drawn from the report by the function that assembles the page, and handed in). Every
 record carries the numbers code reads and the sentence people read (``text``); renderers choose where a
 sentence goes and how it looks (a ``Verdict: `` prefix, a badge, a card), never take another rendering's
 output apart. Logic tests ``kind``, never the prose.
@@ -24,14 +26,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from bisect_ov.analysis.headroom import NEAR
-from bisect_ov.core.records import Cause, DeviceInfo, Fidelity, StageCost, ToleranceInfo
+from bisect_ov.core.records import Cause, Fidelity, StageCost
 from bisect_ov.report.blocks import Block, experiment_blocks
 from bisect_ov.report.numbers import fmt, fmt_growth
+from bisect_ov.report.sides import Side, ToleranceFacts, side, tolerance_facts
 
 if TYPE_CHECKING:
     from bisect_ov.report.report import NodeResult, OutputResult, Report
 
-__all__ = ["view", "View", "Verdict", "FirstDivergence", "SamplesOver", "Fact", "Side", "ToleranceFacts",
+__all__ = ["view", "View", "RunFacts", "Verdict", "FirstDivergence", "SamplesOver", "Fact", "Side", "ToleranceFacts",
            "CulpritRow", "CulpritTable", "Block", "COLUMNS", "OPTIONAL_COLUMNS", "VERDICT_KINDS", "fmt", "fmt_growth",
            "samples_over", "inside_kernel_text", "kernel_output", "INSIDE_MARK", "INSIDE_LEGEND"]
 
@@ -124,52 +127,6 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Side:
-    """What one side ran with: `role` ``ref``/``target``, `title` ``Reference``/``Target``, the precision that ran
-    and the one asked for (`requested`), emulated or `recorded` (a saved run), the hardware, the device's note,
-    runtime ops by precision (`kernels`) and the compile config, and for AUTO/HETERO/MULTI the devices that
-    really ran (`execution_devices`); `text` says it in a line."""
-
-    role: str
-    title: str
-    device: str
-    label: str
-    precision: str
-    requested: str | None
-    emulated: bool
-    recorded: bool
-    hardware: str
-    note: str
-    kernels: tuple[tuple[str, int], ...]
-    config: tuple[tuple[str, str], ...]
-    text: str
-    execution_devices: tuple[str, ...] = ()  # AUTO/HETERO/MULTI: the devices that really ran
-
-    @property
-    def substituted(self) -> str | None:
-        """The precision asked for when another one ran (the device could not run it), else None."""
-        return self.requested if self.requested not in (None, self.precision) else None
-
-
-@dataclass(frozen=True)
-class ToleranceFacts:
-    """The tolerance model as shown: `model` ``fixed`` (one threshold, `value`) or ``rounding`` (`factor` x the
-    unit roundoff of `precision`, at least `floor`), the per-node overrides and the twin's quantized nodes
-    (counts), the quantization factor and the growth a source needs; `text` says it all in a line."""
-
-    model: str
-    precision: str | None
-    factor: float
-    floor: float
-    value: float | None
-    per_node: int
-    quantized: int
-    quant_factor: float
-    min_growth: float
-    text: str
-
-
-@dataclass(frozen=True)
 class CulpritRow:
     """One ranked culprit and its cells, one per `COLUMNS` entry."""
 
@@ -194,7 +151,6 @@ class CulpritTable:
 class View:
     """Everything a rendering shows, from one `Report` (see the module docstring)."""
 
-    report: "Report"
     title: str
     verdict: Verdict
     sides: tuple[Side, Side]
@@ -203,17 +159,60 @@ class View:
     experiments: tuple[Block, ...]
     coverage: Fact | None
     footer: tuple[Fact, ...]  # kinds: fidelity, timings, compiles, costs, cost (their one-line summary), openvino
+    run: "RunFacts"
+    outputs: tuple["OutputResult", ...]  # the final outputs, in model order
+    unmatched: tuple[tuple[str, tuple[str, ...]], ...]  # (side, names) of nodes with no counterpart, non-empty only
+    notes: tuple[str, ...]
+    ranked: int  # nodes in the ranking (the culprit table shows the first of them)
 
     def table(self, top: int) -> CulpritTable:
         """The first `top` culprits, without the optional columns none of them fills."""
         rows = self.culprits[:max(0, top)]
         columns = tuple(h for i, h in enumerate(COLUMNS)
                         if h not in OPTIONAL_COLUMNS or any(r.cells[i] != "-" for r in rows))
-        return CulpritTable(columns, rows, len(self.report.ranking))
+        return CulpritTable(columns, rows, self.ranked)
+
+    @property
+    def any_over(self) -> bool:
+        """Whether any node or final output is over its tolerance (`Report.diverges`)."""
+        return bool(self.ranked) or any(o.diverged for o in self.outputs)
 
     def fact(self, kind: str) -> Fact | None:
         """The footer's fact of `kind`, if the report has one."""
         return next((f for f in self.footer if f.kind == kind), None)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What ran, for the page's run section and its header: the models, the sides' labels, the metric and
+    strategy, the inputs, the whole run's seconds, the fidelity figures and the OpenVINO release(s)."""
+
+    model: str
+    target_model: str | None
+    model_hash: str
+    ref_label: str
+    target_label: str
+    compared: int  # nodes compared
+    metric: str
+    strategy: str
+    inputs: tuple[tuple[str, tuple[int, ...], str], ...]  # (name, shape, dtype)
+    seconds: float | None  # the sum of the timings (None without any)
+    fidelity: Fidelity | None
+    openvino: tuple[tuple[str, str], ...]  # (side, release) when the sides ran different releases, else ("", it)
+    schema_version: int
+
+
+def run_facts(report: "Report") -> RunFacts:
+    """The `RunFacts` of `report`."""
+    versions = report.openvino_versions
+    openvino = (tuple(versions.items()) if len(versions) > 1
+                else (("", report.openvino_version),) if report.openvino_version else ())
+    return RunFacts(model=report.model, target_model=report.target_model, model_hash=report.model_hash,
+                    ref_label=report.ref.label, target_label=report.target.label, compared=len(report.nodes),
+                    metric=report.metric, strategy=report.strategy,
+                    inputs=tuple((i.name, tuple(i.shape), i.dtype) for i in report.inputs),
+                    seconds=sum(report.timings.values()) if report.timings else None, fidelity=report.fidelity,
+                    openvino=openvino, schema_version=report.schema_version)
 
 
 def view(report: "Report") -> View:
@@ -226,10 +225,13 @@ def view(report: "Report") -> View:
     # The headroom column when the target ran f16 and some node comes within 2x of its range (else the headroom
     # block's one line says how far the closest stays).
     near = report.f16_target and bool(report.headroom(NEAR))
-    return View(report=report, title=title, verdict=verdict(report),
+    return View(title=title, verdict=verdict(report),
                 sides=(side("ref", report.ref), side("target", report.target)),
                 tolerance=tolerance_facts(report.tolerance), culprits=tuple(culprit_row(n, f16=near) for n in report.culprits),
-                experiments=tuple(experiment_blocks(report)), coverage=coverage, footer=tuple(footer(report)))
+                experiments=tuple(experiment_blocks(report)), coverage=coverage, footer=tuple(footer(report)),
+                run=run_facts(report), outputs=tuple(report.outputs),
+                unmatched=tuple((s, tuple(names)) for s, names in (report.unmatched or {}).items() if names),
+                notes=tuple(report.notes), ranked=len(report.ranking))
 
 
 # ----- the verdict -------------------------------------------------------------------------------------------
@@ -413,46 +415,7 @@ def _kernel_facts(report: "Report", aside: Sequence["NodeResult"]) -> list[Fact]
     return facts
 
 
-# ----- sides, tolerance, culprits ----------------------------------------------------------------------------
-
-def side(role: str, info: DeviceInfo) -> Side:
-    """What one side ran with (see `Side`)."""
-    text = f"{info.name} ran {info.precision}"
-    if info.requested_precision not in (None, info.precision):
-        text += f" (asked for {info.requested_precision})"
-    if info.emulated:
-        text += " (emulated)"
-    if info.execution_devices:
-        text += f" on {', '.join(info.execution_devices)}" + (f" ({info.full_name})" if info.full_name else "")
-    elif info.full_name:
-        text += f" on {info.full_name}"
-    if info.note:
-        text += f" [{info.note}]"
-    return Side(role=role, title="Reference" if role == "ref" else "Target", device=info.name, label=info.label,
-                precision=info.precision, requested=info.requested_precision, emulated=info.emulated,
-                recorded=info.recorded, hardware=info.full_name, note=info.note,
-                kernels=tuple((str(k), int(v)) for k, v in (info.precision_counts or {}).items()),
-                config=tuple((str(k), str(v)) for k, v in (info.config or {}).items()), text=text,
-                execution_devices=tuple(info.execution_devices))
-
-
-def tolerance_facts(t: ToleranceInfo) -> ToleranceFacts:
-    """The tolerance model as one line (see `ToleranceFacts`)."""
-    if t.value is not None:
-        text = f"fixed {t.value}"
-    else:
-        text = f"{t.factor} x unit roundoff of {t.precision} x (1 + log2(K)/4), floor {t.floor}"
-    if t.per_node:
-        text += f"; {len(t.per_node)} per-node override(s)"
-    if t.quantization:
-        text += (f"; twin: {t.quant_factor} x the expected quantization error at {len(t.quantization)} nodes (bits, "
-                 "group size, reduction length)")
-    text += f"; a source needs growth >= {t.min_growth}"
-    return ToleranceFacts(model="fixed" if t.value is not None else "rounding", precision=t.precision,
-                          factor=t.factor, floor=t.floor, value=t.value, per_node=len(t.per_node),
-                          quantized=len(t.quantization), quant_factor=t.quant_factor, min_growth=t.min_growth,
-                          text=text)
-
+# ----- culprits ----------------------------------------------------------------------------
 
 def _runtime(n: "NodeResult", side: str = "target") -> str:
     rt = n.runtime.get(side) if n.runtime else None

@@ -193,3 +193,25 @@ def test_a_cut_cell_is_explained_in_the_table_s_legend():
 def test_a_side_s_label_does_not_repeat_the_precision_its_name_says(name, precision, emulated, label):
     side = dataclasses.replace(V2.target, name=name, precision=precision, emulated=emulated)
     assert side.label == label
+
+
+def test_the_renderers_read_the_view_not_the_report():
+    """The View carries what the pages show (final outputs, unmatched nodes, the run's facts, the notes) and no
+    report: the terminal page and the HTML sections read its fields only; the report's attributes are read by the
+    view and by the HTML page's plots alone (drawn from the nodes, handed in as HTML)."""
+    import ast
+    import dataclasses
+    import inspect
+
+    from bisect_ov.report import html, text
+    from bisect_ov.report.view import View
+
+    assert "report" not in {f.name for f in dataclasses.fields(View)}
+    reading = set()
+    for module in (text, html):
+        for fn in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(fn, ast.FunctionDef) and any(
+                    isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name) and a.value.id == "report"
+                    for a in ast.walk(fn)):
+                reading.add(f"{module.__name__.rsplit('.', 1)[1]}.{fn.name}")
+    assert reading == {"html._plots"}, reading
