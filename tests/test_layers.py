@@ -154,3 +154,14 @@ def test_the_package_and_a_saved_report_load_without_openvino(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "False"
     assert json.loads(saved.read_text())  # the file read is the saved report
+
+
+def test_every_compile_and_count_goes_through_the_runner():
+    """One object through which compiles and inferences are counted: only `engine/runner.py` reads or writes the
+    ledger (the pipeline makes one for its runner); every other module asks the runner."""
+    touching = set()
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if any(isinstance(n, ast.Attribute) and n.attr == "ledger" for n in ast.walk(tree)):
+            touching.add(path.relative_to(PACKAGE).as_posix())
+    assert touching == {"engine/runner.py"}, touching

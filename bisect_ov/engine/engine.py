@@ -20,7 +20,7 @@ from bisect_ov.analysis.exactness import exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.engine.comparison import Comparison, Sample
-from bisect_ov.engine.ledger import Clock, Ledger
+from bisect_ov.engine.ledger import Clock
 from bisect_ov.engine.measured import Measured, Part, TappedRun, exact_checks
 from bisect_ov.engine.pieces import compile_piece, run_compiled_piece
 from bisect_ov.engine.runner import FinalOutput, Runner, run_both, same_bits
@@ -80,10 +80,6 @@ class Engine:
         return self.runner.target_output_positions
 
     @property
-    def ledger(self) -> Ledger:
-        return self.runner.ledger
-
-    @property
     def clock(self) -> Clock:
         return self.runner.clock
 
@@ -104,17 +100,17 @@ class Engine:
     @property
     def runtime_ref(self) -> dict[str, dict]:
         """The reference's runtime facts by original op name, over every compile so far (the ledger's)."""
-        return self.ledger.runtime["ref"]
+        return self.runner.runtime("ref")
 
     @property
     def runtime_target(self) -> dict[str, dict]:
         """The target's runtime facts by original op name, over every compile so far (the ledger's)."""
-        return self.ledger.runtime["target"]
+        return self.runner.runtime("target")
 
     @property
     def compiles(self) -> dict[str, int]:
         """Compiles made so far per side (a copy)."""
-        return self.ledger.compiles
+        return self.runner.compiles
 
     @property
     def ref_arrays(self) -> list[np.ndarray]:
@@ -218,19 +214,13 @@ class Engine:
                 target_out = target_c.infer(self.target_arrays)
             runner.ran("target")
             if not target_c.info.emulated:
-                runner.ledger.note("target", target_c)
+                runner.note("target", target_c)
         else:
             ref_tapped = tap_model(self.graph, taps)
-            # Each side compiles and runs in its own thread: one side's inference overlaps the other's compile.
             with self.clock("compile and infer"):
-                (ref_c, ref_out), (target_c, target_out) = run_both(
-                    lambda: _compile_and_run(self.ref, ref_tapped.model, self.ref_arrays, ref_tapped.added_outputs),
-                    lambda: _compile_and_run(self.target, target_tapped.model, self.target_arrays,
-                                             target_tapped.added_outputs))
-            runner.ledger.compiled("ref", ref_c)
-            runner.ledger.compiled("target", target_c)
-            runner.ran("ref")
-            runner.ran("target")
+                (ref_c, ref_out), (target_c, target_out) = runner.compile_and_run_both(
+                    ref_tapped.model, target_tapped.model, self.ref_arrays, self.target_arrays,
+                    ref_taps=ref_tapped.added_outputs, target_taps=target_tapped.added_outputs)
             ref_positions, n_original = list(ref_tapped.tap_outputs), ref_tapped.n_original_outputs
         stats: dict[Tap, TensorStats] = {}
         with self.clock("compare"):
@@ -377,14 +367,10 @@ class Engine:
                 other, again = list(recompiled), None  # made and counted by the generation steps
             else:
                 other, again = (list(beside[0]), beside[1]) if beside is not None else self._recompiled_runs()
-                runner.ledger.compiled("target")
+                runner.count_compile("target")
                 runner.ran("target", 1 if again is None else 2)
             result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)
             if again is not None:
                 result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(other, again)), default=0.0)
         return result
 
-
-def _compile_and_run(device: Device, model, arrays, taps: tuple[int, ...] = ()):
-    compiled = device.compile(model, taps=taps)
-    return compiled, compiled.infer(arrays)

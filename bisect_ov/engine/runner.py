@@ -87,6 +87,45 @@ class Runner:
         self.ledger.compiled("target", target_c)
         return ref_c, target_c
 
+    def compile_and_run_both(self, ref_model, target_model, ref_arrays, target_arrays, *,
+                             ref_taps: Sequence[int] = (), target_taps: Sequence[int] = ()):
+        """Each side compiles and runs its model in its own thread (one side's inference overlaps the other's
+        compile), counted and noted; returns ((ref compiled, ref outputs), (target compiled, target outputs))."""
+        def one(device: Device, model, arrays, taps):
+            compiled = device.compile(model, taps=taps)
+            return compiled, compiled.infer(arrays)
+
+        ref, target = run_both(lambda: one(self.ref, ref_model, ref_arrays, ref_taps),
+                               lambda: one(self.target, target_model, target_arrays, target_taps))
+        self.ledger.compiled("ref", ref[0])
+        self.ledger.compiled("target", target[0])
+        self.ran("ref")
+        self.ran("target")
+        return ref, target
+
+    def count_compile(self, side: str) -> None:
+        """Count a compile made on `side` outside the runner and used now (the noise check's, started in a
+        thread beside the measurement and counted only when used; a remedy's variant on a configured device)."""
+        self.ledger.compiled(side)
+
+    def note(self, side: str, compiled) -> None:
+        """Keep the runtime facts of `side`'s compile for the report (a compile counted already)."""
+        self.ledger.note(side, compiled)
+
+    def sharing(self, comparison: Comparison) -> "Runner":
+        """A runner of another comparison (another target device) whose compiles and runs count in this one's
+        ledger, with this one's progress bars."""
+        return Runner(comparison, self.ledger, progress=self.progress)
+
+    @property
+    def compiles(self) -> dict[str, int]:
+        """Compiles made so far per side (a copy)."""
+        return self.ledger.compiles
+
+    def runtime(self, side: str) -> dict[str, dict]:
+        """`side`'s runtime facts by original op name, over every compile noted so far."""
+        return self.ledger.runtime[side]
+
     def compile_untouched(self):
         """Compile the untouched model on both sides (counted): the samples pass runs many samples on the pair,
         and hands it on (a value) to the examined sample's untouched run, which then compiles nothing."""

@@ -107,7 +107,7 @@ def run_target(runner: Runner, sample: Sample, *, repeat: bool = False, compiled
             target_c = runner.compile("target", comparison.target_graph.model)
             target_out = [np.array(a) for a in target_c.infer(list(sample.target))]  # copies: `repeat` reruns
         runner.ran("target")
-        runner.ledger.note("target", target_c)
+        runner.note("target", target_c)
         run_to_run = None
         if repeat:
             again = target_c.infer(list(sample.target))
@@ -143,7 +143,7 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
             ref_c = target.compiled
             ref_out = ref_c.infer(list(sample.ref), share_outputs=False)
             runner.ran("ref")
-            runner.ledger.note("ref", ref_c)
+            runner.note("ref", ref_c)
             _keep(keep, ref_c)
             return _untouched(runner, ref_out, target_out, target_final, replace(target, compiled=None),
                               ref_info=ref_c.info)
@@ -171,7 +171,7 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
         # later call on this compile can overwrite them, as it is released here.
         ref_out = ref_c.infer(list(sample.ref))
         runner.ran("ref")
-        runner.ledger.note("ref", ref_c)
+        runner.note("ref", ref_c)
         _keep(keep, ref_c)
         ref_info = ref_c.info
         del ref_c

@@ -31,7 +31,6 @@ from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import BisectError
 from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.engine import Engine
-from bisect_ov.engine.runner import Runner
 from bisect_ov.engine.untouched import Untouched, run_target
 from bisect_ov.experiments.local import local_errors
 from bisect_ov.model.match import identity_match
@@ -78,7 +77,7 @@ def rounding_baseline(engine: Engine, units: Mapping[str, tuple[str, ...]], devi
         emulated = make_device(device)
         comparison = Comparison(graph, graph, identity_match(graph), engine.ref, emulated,
                                 exact_checks=False)
-        runner = Runner(comparison, engine.ledger, progress=engine.progress)
+        runner = engine.runner.sharing(comparison)
         sample = Sample.of(engine.sample.ref, engine.sample.ref)
         target = run_target(runner, sample)
         n = len(graph.model.outputs)
