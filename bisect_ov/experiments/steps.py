@@ -37,6 +37,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import Step
 from bisect_ov.model.state import Stateless
 from bisect_ov.run.devices import Compiled
+from bisect_ov.run.inputs import decode_value
 
 __all__ = ["Generation", "available_memory", "check_memory", "check_positions", "run_steps", "step_inputs", "STEPS_WITHOUT_MEMORY"]
 
@@ -58,17 +59,7 @@ def step_inputs(stateless: Stateless, names: Sequence[str], prompt: Sequence[np.
                 states: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The inputs of decode step `step` (1-based) after a prompt of `prompt`'s length, given the cache `states`."""
     length = prompt[list(names).index("input_ids")].shape[-1]
-    arrays = []
-    for name, value in zip(names, prompt):
-        if name == "input_ids":
-            arrays.append(np.full((1, 1), token, dtype=value.dtype))
-        elif name == "attention_mask":
-            arrays.append(np.ones((1, length + step), dtype=value.dtype))
-        elif name == "position_ids":
-            arrays.append(np.full((1, 1), length + step - 1, dtype=value.dtype))
-        else:  # beam_idx and the like keep their prefill value
-            arrays.append(value)
-    return arrays + list(states)
+    return [decode_value(name, value, token, length, step) for name, value in zip(names, prompt)] + list(states)
 
 
 def check_positions(steps: int, length: int, positions: int | None) -> None:

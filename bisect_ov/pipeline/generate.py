@@ -12,6 +12,7 @@ from bisect_ov.engine.comparison import Sample
 from bisect_ov.experiments.steps import Generation, run_steps
 from bisect_ov.pipeline.records import Examined, Setup
 from bisect_ov.pipeline.stages import examine
+from bisect_ov.run.inputs import llm_role
 from bisect_ov.samples.prompts import position_range
 
 __all__ = ["generate"]
@@ -32,11 +33,8 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
         return None, examined
     assert state is not None  # `Setup.runs_steps`
     tolerance = examined.plan.output(engine.graph.results()[0].key)
-    names = []
-    for param in state.model.get_parameters()[: state.n_inputs]:
-        found = set(param.output(0).get_names()) | {param.get_friendly_name()}
-        names.append(next((n for n in ("input_ids", "attention_mask", "position_ids", "beam_idx") if n in found),
-                          param.get_friendly_name()))
+    names = [llm_role(set(p.output(0).get_names()) | {p.get_friendly_name()}, p.get_friendly_name())
+             for p in state.model.get_parameters()[: state.n_inputs]]
     arrays = engine.ref_arrays
     untouched = engine.untouched
     # The steps' prefill is the untouched run's when both sides ran the same inputs, in the same order.

@@ -22,9 +22,11 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
 __all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs", "LLM_INPUTS",
-           "vocabulary_size", "llm_companion"]
+           "vocabulary_size", "llm_companion", "llm_role", "decode_value"]
 
-# The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers.
+# The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers. What each
+# holds at the prefill (`llm_companion`) and at a decode step (`decode_value`), and which one a parameter is
+# (`llm_role`), are decided here only.
 LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx", "token_type_ids")
 
 
@@ -84,6 +86,24 @@ def _llm_input(spec: ParameterSpec, model: ov.Model, prompt_length: int, rng: np
         vocab = vocabulary_size(model, next(iter(spec.names & {"input_ids"}))) or 10
         return np.ascontiguousarray(rng.integers(0, vocab, size=shape), dtype=spec.dtype)
     return llm_companion(name, shape, spec.dtype)
+
+
+def llm_role(names: set[str], fallback: str) -> str:
+    """The LLM input a parameter plays (`LLM_INPUTS`), from its tensor and friendly names; else `fallback`."""
+    return next((n for n in LLM_INPUTS if n in names), fallback)
+
+
+def decode_value(name: str, prefill: np.ndarray, token: int, length: int, step: int) -> np.ndarray:
+    """LLM input `name` at decode step `step` (1-based) after a prompt of `length` tokens, its prefill value
+    `prefill`: the one new token, a mask over every position so far, the new token's position; the others (beam
+    index, token types) keep their prefill value."""
+    if name == "input_ids":
+        return np.full((1, 1), token, dtype=prefill.dtype)
+    if name == "attention_mask":
+        return np.ones((1, length + step), dtype=prefill.dtype)
+    if name == "position_ids":
+        return np.full((1, 1), length + step - 1, dtype=prefill.dtype)
+    return prefill
 
 
 def llm_companion(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
