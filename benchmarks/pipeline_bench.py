@@ -1,14 +1,15 @@
-"""What `bisect_pipeline()` costs against the plain pipeline run, on the zoo's tiny T5 and Whisper exports.
+"""What `bisect_pipeline()` costs against the plain pipeline run, on the zoo's tiny T5, Whisper and LLaVA exports.
 
-The plain run is what a user runs anyway: optimum-intel's own class (`OVModelForSeq2SeqLM`, or
-`OVModelForSpeechSeq2Seq` for Whisper) loaded from the export folder, compiled on the CPU, one greedy `generate()`
-of at most 16 new tokens. The pipeline job is `bisect_pipeline()` on the same folder and input (a prompt, or
-Whisper's seeded random log-mel features) (reference `CPU:f32`), against each target: both sides of every component call, the
+The plain run is what a user runs anyway: optimum-intel's own class (`OVModelForSeq2SeqLM`,
+`OVModelForSpeechSeq2Seq` for Whisper, `OVModelForVisualCausalLM` for LLaVA) loaded from the export folder,
+compiled on the CPU, one greedy `generate()` of at most 16 new tokens. The pipeline job is `bisect_pipeline()` on
+the same folder and input (a prompt; Whisper's seeded random log-mel features; LLaVA's token ids with its image
+token and seeded random pixels) (reference `CPU:f32`), against each target: both sides of every component call, the
 free-running target, and the first diverging component's `bisect()` when there is one. Each is timed in this
 process, best of `--repeat` runs, after one warm-up run of the plain job (imports and the export are not counted).
 
     python benchmarks/pipeline_bench.py                       # targets EMU:f16 and (where the CPU has bf16) CPU:bf16
-    python benchmarks/pipeline_bench.py --folders t5 t5-overflow whisper --targets EMU:f16 --repeat 3
+    python benchmarks/pipeline_bench.py --folders t5 t5-overflow whisper llava --targets EMU:f16 --repeat 3
 """
 
 from __future__ import annotations
@@ -37,33 +38,40 @@ def plain(folder, tokens: int) -> float:
 
 
 def _encoded(folder):
-    """The pipeline's input as torch tensors: the prompt tokenized, or a speech model's features."""
+    """The pipeline's input as torch tensors: the prompt tokenized, or a speech or vision-language model's."""
     import torch
 
-    features = _features(folder)
-    if features is not None:
-        return {"input_features": torch.from_numpy(features)}
+    given = _given(folder)
+    if given is not None:
+        return {k: torch.from_numpy(v) for k, v in given.items()}
     from transformers import AutoTokenizer
 
     return dict(AutoTokenizer.from_pretrained(folder)(PROMPT, return_tensors="pt"))
 
 
-def _features(folder):
-    """Seeded log-mel features of a speech export's shape (None for a text one)."""
+def _given(folder):
+    """Seeded inputs of a speech export (log-mel features) or a vision-language one (token ids with the image
+    token, pixels); None for a text one."""
     import json
 
     import numpy as np
 
     config = json.loads((folder / "config.json").read_text())
-    if "num_mel_bins" not in config:
-        return None
-    shape = (1, config["num_mel_bins"], 2 * config["max_source_positions"])
-    return np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    rng = np.random.default_rng(0)
+    if "num_mel_bins" in config:
+        shape = (1, config["num_mel_bins"], 2 * config["max_source_positions"])
+        return {"input_features": rng.standard_normal(shape).astype(np.float32)}
+    if "vision_config" in config:
+        size = config["vision_config"]["image_size"]
+        ids = np.array([[1, config["image_token_index"], 5, 9, 12, 3, 7, 20]], dtype=np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids),
+                "pixel_values": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--folders", nargs="+", default=["t5", "t5-overflow", "whisper"],
+    parser.add_argument("--folders", nargs="+", default=["t5", "t5-overflow", "whisper", "llava"],
                         help="bisect_ov.zoo.pipelines names")
     parser.add_argument("--targets", nargs="+", default=None, help="targets (default EMU:f16, and CPU:bf16 with bf16)")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each job; the fastest is kept (default 2)")
@@ -85,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             best, found = None, None
             for _ in range(args.repeat):
                 start = time.perf_counter()
-                features = _features(folder)
-                given = {"inputs": features} if features is not None else {"prompt": PROMPT}
-                found = bisect_pipeline(folder, "CPU:f32", target, max_new_tokens=16, progress=False, **given)
+                inputs = _given(folder)
+                given = {"inputs": inputs["input_features"] if inputs and "input_features" in inputs else inputs}
+                found = bisect_pipeline(folder, "CPU:f32", target, max_new_tokens=16, progress=False,
+                                        **(given if inputs is not None else {"prompt": PROMPT}))
                 took = time.perf_counter() - start
                 best = took if best is None else min(best, took)
             first = found.report.first_divergence.name if found.report and found.report.first_divergence else "-"

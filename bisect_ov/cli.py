@@ -189,7 +189,7 @@ def build_capture_parser() -> argparse.ArgumentParser:
 
 def build_pipeline_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bisect-ov pipeline", epilog=EXIT_CODES,
-                     description="Compare a pipeline of models (an optimum-intel seq2seq or Whisper export folder): each component "
+                     description="Compare a pipeline of models (an optimum-intel seq2seq, Whisper or LLaVA export folder): each component "
                                  "on the reference's inputs, the pipeline end to end, then the first diverging "
                                  "component node by node.")
     parser.add_argument("--version", action=_Version)

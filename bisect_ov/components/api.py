@@ -109,7 +109,7 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
     precision = next(iter(target_compiled.values())).info.precision
     tolerances = {n: _output_tolerance(c, precision) for n, c in components.items()}
     seconds: dict[str, float] = {}
-    saved = {n: part.request for n, part in pipe.parts.items()}
+    saved = pipe.requests()
     try:
         shadowed = {n: ComponentRequest(c, ref_compiled[n], target_compiled[n], tolerances[n], keep=True)
                     for n, c in components.items()}
@@ -121,8 +121,7 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         target_tokens = _generate(pipe, alone, given, max_new_tokens)
         seconds["free_running"] = time.perf_counter() - start
     finally:
-        for n, part in pipe.parts.items():
-            part.request = saved[n]
+        pipe.use(saved)
     results = tuple(_result(n, shadowed[n], alone[n], tolerances[n], precision) for n in components)
     for request in shadowed.values():
         request.kept.clear()
@@ -164,8 +163,7 @@ def _generate(pipe: Pipeline, requests: Mapping[str, ComponentRequest], given: M
     """Run the pipeline's own generation with `requests` in place of its components' requests (greedy)."""
     import torch
 
-    for n, part in pipe.parts.items():
-        part.request = requests[n]
+    pipe.use(dict(requests))
     with offline(), quiet(), torch.no_grad():
         out = pipe.obj.generate(**{k: torch.from_numpy(v) for k, v in given.items()}, max_new_tokens=max_new_tokens,
                                 do_sample=False, num_beams=1)
@@ -185,6 +183,12 @@ def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: in
             raise InputError(f"A {pipe.family.name} pipeline takes audio features (input_features), not a prompt: "
                              "give them as inputs, or none for seeded random ones.")
         return _speech_inputs(pipe, inputs, seed)
+    if pipe.family.main_input == "pixel_values":
+        if prompt is not None:
+            raise InputError(f"A {pipe.family.name} pipeline takes token ids with an image token and the image's "
+                             "pixel_values (as its processor makes them), not a prompt: give them as inputs, or none "
+                             "for seeded random ones.")
+        return _visual_inputs(pipe, inputs, seed)
     if prompt is not None:
         tokenizer = _tokenizer(pipe)
         ids = np.asarray(tokenizer(prompt, return_tensors="np")["input_ids"], dtype=np.int64)
@@ -220,6 +224,43 @@ def _read_inputs(path: str | os.PathLike) -> Any:
         return loaded
     with loaded:
         return {k: loaded[k] for k in loaded.files}
+
+
+def _visual_inputs(pipe: Pipeline, inputs: Any, seed: int) -> dict[str, np.ndarray]:
+    """A vision-language model's ``input_ids`` (holding its image token), ``attention_mask`` and ``pixel_values``
+    ``[1, 3, size, size]``: given (a dict) and checked, or seeded (the image token after the first token, then six
+    random tokens; standard-normal pixels, as a processor's normalized ones)."""
+    config = pipe.config
+    image_token = config.get("image_token_index", config.get("image_token_id"))
+    size = int((config.get("vision_config") or {}).get("image_size") or 0)
+    vocab = int((config.get("text_config") or {}).get("vocab_size") or config.get("vocab_size") or 0)
+    if image_token is None or not size or not vocab:
+        raise InputError("The export's config.json does not give the image token, the image size and the vocabulary "
+                         "size: give input_ids and pixel_values.")
+    if inputs is None:
+        rng = np.random.default_rng(seed)
+        text = rng.integers(2, vocab, size=6)
+        text[text == image_token] = 2
+        ids = np.concatenate([[1, image_token], text]).reshape(1, -1).astype(np.int64)
+        pixels = rng.standard_normal((1, 3, size, size)).astype(np.float32)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids), "pixel_values": pixels}
+    if not isinstance(inputs, Mapping) or not {"input_ids", "pixel_values"} <= set(inputs):
+        got = sorted(inputs) if isinstance(inputs, Mapping) else type(inputs).__name__
+        raise InputError(f"A {pipe.family.name} pipeline's inputs are a dict with 'input_ids' and 'pixel_values' (and "
+                         f"'attention_mask'); got {got}.")
+    ids = np.asarray(inputs["input_ids"])
+    ids = ids.reshape(1, -1) if ids.ndim == 1 else ids
+    if ids.dtype.kind not in "iu" or ids.ndim != 2 or ids.shape[0] != 1 or not (ids == image_token).any():
+        raise InputError(f"input_ids must be one row of integer token ids holding the image token {image_token}; got "
+                         f"{ids.dtype} of shape {ids.shape}" + ("" if ids.dtype.kind not in "iu" or (ids == image_token).any()
+                                                                 else " without it") + ".")
+    pixels = np.asarray(inputs["pixel_values"])
+    if pixels.dtype.kind != "f" or pixels.shape != (1, 3, size, size):
+        raise InputError(f"pixel_values must be a float array [1, 3, {size}, {size}] for this export (its vision "
+                         f"config's image_size); got {pixels.dtype} of shape {list(pixels.shape)}.")
+    mask = np.asarray(inputs.get("attention_mask", np.ones_like(ids))).reshape(ids.shape)
+    return {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64),
+            "pixel_values": pixels.astype(np.float32)}
 
 
 def _speech_inputs(pipe: Pipeline, inputs: Any, seed: int) -> dict[str, np.ndarray]:

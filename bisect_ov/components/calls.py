@@ -1,8 +1,9 @@
 """A pipeline component's calls, run by bisect_ov's devices in place of optimum-intel's own requests.
 
 An optimum-intel pipeline calls each component through a request object: the encoder through a
-`CompiledModel` (``request(inputs)[name]``), a decoder through an `InferRequest` (``start_async``, ``wait``,
-``get_tensor(name).data``, ``reset_state``). `ComponentRequest` answers both on a `Device` of bisect_ov's
+`CompiledModel` (``request(inputs)[name]``, ``request(inputs)[0]``, or ``request(input_ids)`` with one input
+given by position), a decoder through an `InferRequest` (``start_async``, ``wait``, ``get_tensor(name).data``,
+``reset_state``). `ComponentRequest` answers both on a `Device` of bisect_ov's
 (``CPU:f32``, an emulated ``EMU:f16``, a GPU), so the pipeline's own loop (its pre- and post-processing,
 generation, beam bookkeeping) drives the model while bisect_ov sees every call.
 
@@ -80,9 +81,12 @@ class Component:
         """The inputs the pipeline feeds (not the state)."""
         return [n for n in self.inputs if not n.startswith(STATE_PREFIX)]
 
-    def arrays(self, given: Mapping[str, Any]) -> list[np.ndarray]:
+    def arrays(self, given: Any) -> list[np.ndarray]:
         """The pipeline's inputs as arrays in parameter order (torch tensors read as numpy), each cast to the
-        parameter's element type within its kind (optimum passes beam indices as int64 for an int32 input)."""
+        parameter's element type within its kind (optimum passes beam indices as int64 for an int32 input).
+        Inputs given by position (a list, or one array for the first input) are taken in parameter order."""
+        if not isinstance(given, Mapping):
+            given = dict(zip(self.own_inputs, given if isinstance(given, (list, tuple)) else [given]))
         missing = [n for n in self.own_inputs if n not in given]
         if missing:
             raise InputError(f"The pipeline called component '{self.name}' without its input(s) {missing} "
@@ -93,6 +97,16 @@ class Component:
             array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
             out.append(np.ascontiguousarray(array.astype(dtype, copy=False)))
         return out
+
+
+class Outputs(dict):
+    """A call's outputs by name, in the model's order, also read by position (``result[0]``) as a compiled
+    model's results are."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int):
+            return list(self.values())[key]
+        return super().__getitem__(key)
 
 
 class ComponentRequest:
@@ -132,14 +146,14 @@ class ComponentRequest:
         self._last: dict[str, np.ndarray] = {}
 
     # the CompiledModel interface (an encoder)
-    def __call__(self, inputs: Mapping[str, Any], *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+    def __call__(self, inputs: Any, *args: Any, **kwargs: Any) -> Outputs:
         self._run(inputs)
-        return dict(self._last)
+        return Outputs(self._last)
 
     infer = __call__
 
     # the InferRequest interface (a decoder)
-    def start_async(self, inputs: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
+    def start_async(self, inputs: Any, *args: Any, **kwargs: Any) -> None:
         self._run(inputs)
 
     def wait(self) -> None:
@@ -153,7 +167,7 @@ class ComponentRequest:
     def reset_state(self) -> None:
         self._states = None
 
-    def _run(self, given: Mapping[str, Any]) -> None:
+    def _run(self, given: Any) -> None:
         component = self.component
         arrays = component.arrays(given)
         if component.stateless is not None:

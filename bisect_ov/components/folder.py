@@ -7,10 +7,16 @@ loads it with optimum-intel's own class, uncompiled: bisect_ov compiles each com
 * ``seq2seq``: `OVModelForSeq2SeqLM` (T5, BART, Marian, ...): ``encoder``, ``decoder`` (stateful, its KV
   cache in variables) or ``decoder`` and ``decoder_with_past`` (an older, stateless export);
 * ``speech_seq2seq``: `OVModelForSpeechSeq2Seq` for Whisper: the same components, the encoder fed log-mel
-  ``input_features``, the generation Whisper's own.
+  ``input_features``, the generation Whisper's own;
+* ``visual_causal_lm``: `OVModelForVisualCausalLM` for LLaVA: ``vision_embeddings`` (the vision tower and its
+  projector), ``text_embeddings`` and ``language_model`` (stateful), fed token ids with an image token and the
+  image's ``pixel_values``.
 
-A folder of another family (another speech model, a vision-language model, a diffusion pipeline) is named in the
-error with the families supported; a folder of one IR is sent to `bisect()`.
+Each component is reached through a `Slot`: the pipeline's object that holds it, the attribute of its request
+(``request``; the text embeddings' is the language model's ``text_emb_request``) and of its model.
+
+A folder of another family (another speech model, another vision-language model, a diffusion pipeline) is named
+in the error with the families supported; a folder of one IR is sent to `bisect()`.
 
 Assumptions: optimum-intel and transformers are installed (the ``zoo`` extra); the hub is switched off while
 loading, so nothing is fetched.
@@ -50,15 +56,30 @@ def quiet() -> Iterator[None]:
 
 
 @dataclass(frozen=True)
+class Slot:
+    """Where a component lives in the loaded pipeline: the attribute of the object that holds it, and that
+    object's attributes for the component's request and model."""
+
+    holder: str
+    request: str = "request"
+    model: str = "model"
+
+
+@dataclass(frozen=True)
 class Family:
-    """A pipeline family: its optimum-intel class, the component files it needs, in data-flow order, and the
-    optional ones."""
+    """A pipeline family: its optimum-intel class, the component files it needs, in data-flow order, the
+    optional ones, what its generate takes, and where each component lives (a component without a slot is
+    the attribute of its own name)."""
 
     name: str
     loader: str
     required: tuple[tuple[str, str], ...]
     optional: tuple[tuple[str, str], ...] = ()
-    main_input: str = "input_ids"  # what the pipeline's generate takes: token ids, or a speech model's features
+    main_input: str = "input_ids"  # what the pipeline's generate takes: token ids, a speech model's features, ...
+    slots: tuple[tuple[str, Slot], ...] = ()
+
+    def slot(self, component: str) -> Slot:
+        return dict(self.slots).get(component, Slot(component))
 
 
 _ENCODER_DECODER = (("encoder", "openvino_encoder_model.xml"), ("decoder", "openvino_decoder_model.xml"))
@@ -67,7 +88,16 @@ FAMILIES = {
     "seq2seq": Family("seq2seq", "OVModelForSeq2SeqLM", _ENCODER_DECODER, _WITH_PAST),
     "speech_seq2seq": Family("speech_seq2seq", "OVModelForSpeechSeq2Seq", _ENCODER_DECODER, _WITH_PAST,
                              main_input="input_features"),
+    "visual_causal_lm": Family(
+        "visual_causal_lm", "OVModelForVisualCausalLM",
+        (("vision_embeddings", "openvino_vision_embeddings_model.xml"),
+         ("text_embeddings", "openvino_text_embeddings_model.xml"),
+         ("language_model", "openvino_language_model.xml")),
+        main_input="pixel_values",
+        slots=(("text_embeddings", Slot("language_model", "text_emb_request", "text_emb_model")),)),
 }
+# The config's model_type of the vision-language models handled (their inputs are checked: LLaVA's).
+VISUAL = ("llava",)
 # The config's model_type of the speech models handled (their generation is checked: Whisper's own).
 SPEECH = ("whisper",)
 # Families optimum-intel exports that are not handled yet, by the config's model_type or a file that shows them.
@@ -75,7 +105,6 @@ NOT_YET = {
     "speech_to_text": "speech seq2seq (OVModelForSpeechSeq2Seq, Speech2Text)",
 }
 NOT_YET_FILES = {
-    "openvino_vision_embeddings_model.xml": "vision-language (OVModelForVisualCausalLM)",
     "model_index.json": "diffusion (OVDiffusionPipeline)",
 }
 
@@ -83,14 +112,23 @@ NOT_YET_FILES = {
 @dataclass(frozen=True)
 class Pipeline:
     """A loaded pipeline: its family, the optimum-intel object, its components' models in data-flow order and
-    the optimum-intel parts that hold their requests."""
+    the optimum-intel parts that hold their requests (with the request's attribute name)."""
 
     family: Family
     source: str
     obj: Any
     models: dict[str, ov.Model]
-    parts: dict[str, Any]
+    parts: dict[str, tuple[Any, str]]
     config: dict
+
+    def requests(self) -> dict[str, Any]:
+        """Each component's request as the pipeline holds it now."""
+        return {n: getattr(holder, attr) for n, (holder, attr) in self.parts.items()}
+
+    def use(self, requests: dict[str, Any]) -> None:
+        """Put `requests` in place of the components' requests."""
+        for n, (holder, attr) in self.parts.items():
+            setattr(holder, attr, requests[n])
 
 
 def _supported() -> str:
@@ -120,6 +158,16 @@ def family_of(folder: pathlib.Path) -> Family:
     if model_type in NOT_YET:
         raise InputError(f"'{folder}' holds a {NOT_YET[model_type]} export, not supported yet; supported: {_supported()}.")
     irs = [f for f in files if f.endswith(".xml")]
+    if "openvino_vision_embeddings_model.xml" in irs:
+        if model_type not in VISUAL:
+            raise InputError(f"'{folder}' holds a vision-language export of model_type '{model_type}', not supported "
+                             f"yet (of those: {', '.join(VISUAL)}); supported: {_supported()}.")
+        family = FAMILIES["visual_causal_lm"]
+        missing = [f for _, f in family.required if f not in files]
+        if missing:
+            raise InputError(f"'{folder}' looks like a {family.name} export (config.json model_type '{model_type}') "
+                             f"but lacks {missing}; it has {irs}.")
+        return family
     if config.get("is_encoder_decoder") or any(f == "openvino_encoder_model.xml" for f in irs):
         family = FAMILIES["speech_seq2seq" if model_type in SPEECH else "seq2seq"]
         missing = [f for _, f in family.required if f not in files]
@@ -160,12 +208,14 @@ def open_pipeline(source: Any) -> Pipeline:
 def _components(family: Family, obj: Any, source: str) -> Pipeline:
     models, parts = {}, {}
     for name, _ in family.required + family.optional:
-        part = getattr(obj, name, None)
-        if part is None:
+        slot = family.slot(name)
+        holder = getattr(obj, slot.holder, None)
+        model = getattr(holder, slot.model, None) if holder is not None else None
+        if model is None:
             if (name, _) in family.required:
                 raise InputError(f"The {family.loader} from '{source}' has no '{name}' component.")
             continue
-        parts[name] = part
-        models[name] = part.model
+        parts[name] = (holder, slot.request)
+        models[name] = model
     config = obj.config.to_dict() if hasattr(obj.config, "to_dict") else {}
     return Pipeline(family, source, obj, models, parts, config)

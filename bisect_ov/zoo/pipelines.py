@@ -7,7 +7,9 @@ is downloaded). ``"t5-overflow"`` is the same T5 with its first encoder FFN's ou
 scaled so that the next norm's ``x*x`` passes f16's largest value (65,504), as in T5 checkpoints that overflow
 in f16 (the hidden states stay finite in f32). ``"whisper"`` is an ``OVModelForSpeechSeq2Seq`` export of a tiny
 Whisper (two encoder and two decoder layers, 16 mel bins, Whisper's 1,500 encoder positions: its input features
-are ``[1, 16, 3000]``, 30 s of audio), driven by Whisper's own ``generate``.
+are ``[1, 16, 3000]``, 30 s of audio), driven by Whisper's own ``generate``. ``"llava"`` is an
+``OVModelForVisualCausalLM`` export of a tiny LLaVA (a two-layer CLIP vision tower on 32x32 images in 8x8 patches,
+a two-layer Llama; image token 127): ``vision_embeddings``, ``text_embeddings``, a stateful ``language_model``.
 
 Each folder is built once into the zoo's cache (`zoo.cache.cache_root()` / `version_key()` / ``pipelines``),
 under a file lock, into a temporary folder renamed into place when complete.
@@ -27,7 +29,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.core.extras import hub_offline
 from bisect_ov.zoo import cache
 
-__all__ = ["PIPELINES", "folder", "t5_config", "whisper_config"]
+__all__ = ["PIPELINES", "folder", "t5_config", "whisper_config", "llava_config"]
 
 WORDS = ("the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "red", "blue", "big", "small", "and",
          "is", "was", "in", "green", "tree", "translate", "english", "german", "summarize", ":", ".")
@@ -71,6 +73,25 @@ def _whisper():
     return WhisperForConditionalGeneration(whisper_config()).eval()
 
 
+def llava_config():
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig
+
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              image_size=32, patch_size=8, projection_dim=32)
+    text = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=128)
+    return LlavaConfig(vision_config=vision, text_config=text, image_token_index=127, vision_feature_layer=-1,
+                       vision_feature_select_strategy="default", pad_token_id=0)
+
+
+def _llava():
+    import torch
+    from transformers import LlavaForConditionalGeneration
+
+    torch.manual_seed(0)
+    return LlavaForConditionalGeneration(llava_config()).eval()
+
+
 def _tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -97,7 +118,8 @@ def _export_seq2seq(model, out: pathlib.Path, loader: str = "OVModelForSeq2SeqLM
 
 PIPELINES = {"t5": lambda out: _export_seq2seq(_t5(False), out),
              "t5-overflow": lambda out: _export_seq2seq(_t5(True), out),
-             "whisper": lambda out: _export_seq2seq(_whisper(), out, "OVModelForSpeechSeq2Seq", tokenizer=False)}
+             "whisper": lambda out: _export_seq2seq(_whisper(), out, "OVModelForSpeechSeq2Seq", tokenizer=False),
+             "llava": lambda out: _export_seq2seq(_llava(), out, "OVModelForVisualCausalLM", tokenizer=False)}
 
 
 def folder(name: str, *, root: str | os.PathLike | None = None) -> pathlib.Path:

@@ -5,7 +5,8 @@ A fault injected in one component's copy on the target is named at that componen
 several op types in the decoder's third layer and in the encoder; the benign pipeline gives no divergence
 against emulated f16; the f16 overflow of a T5 FFN (its output projection scaled) is named in the encoder, at
 the norm's square that overflows. A tiny Whisper (`OVModelForSpeechSeq2Seq`, log-mel features in, Whisper's own
-generate) gets the same: a fault in its encoder or decoder named there, a benign run, its features checked. Bad
+generate) gets the same: a fault in its encoder or decoder named there, a benign run, its features checked; and a
+tiny LLaVA (`OVModelForVisualCausalLM`: vision embeddings, text embeddings, a stateful language model) too. Bad
 folders and inputs get errors that say what was found.
 """
 
@@ -143,6 +144,13 @@ def test_folders_that_are_not_a_supported_pipeline_say_what_they_hold(tmp_path):
     (speech / "config.json").write_text(json.dumps({"model_type": "speech_to_text", "is_encoder_decoder": True}))
     with pytest.raises(InputError, match=r"Speech2Text.*not supported yet; supported: seq2seq .*speech_seq2seq"):
         bisect_pipeline(speech, "CPU:f32", "CPU:f32")
+    qwen = tmp_path / "qwen2vl"
+    qwen.mkdir()
+    (qwen / "config.json").write_text(json.dumps({"model_type": "qwen2_vl"}))
+    for name in ("vision_embeddings", "text_embeddings", "language_model", "vision_embeddings_merger"):
+        (qwen / f"openvino_{name}_model.xml").write_text("<net/>")
+    with pytest.raises(InputError, match=r"vision-language export of model_type 'qwen2_vl', not supported yet"):
+        bisect_pipeline(qwen, "CPU:f32", "CPU:f32")
     whisper = tmp_path / "whisper"
     whisper.mkdir()
     (whisper / "config.json").write_text(json.dumps({"model_type": "whisper", "is_encoder_decoder": True}))
@@ -214,6 +222,46 @@ def test_a_benign_whisper_does_not_diverge_and_its_features_are_checked(tmp_path
     with hub_offline():
         loaded = OVModelForSpeechSeq2Seq.from_pretrained(folder, compile=False)
     assert bisect_pipeline(loaded, "CPU:f32", "CPU:f32", max_new_tokens=2, progress=False).family == "speech_seq2seq"
+
+
+# ----- LLaVA: OVModelForVisualCausalLM, token ids with an image token and its pixel values in -------------------------
+LLAVA_SITES = {
+    "vision_embeddings": ("openvino_vision_embeddings_model.xml",
+                          "__module.model.vision_tower.vision_model.encoder.layers.1.mlp.fc1/aten::linear/MatMul"),
+    "language_model": ("openvino_language_model.xml",
+                       "__module.model.language_model.layers.1.mlp.down_proj/aten::linear/MatMul"),
+}
+
+
+@pytest.mark.parametrize("component", sorted(LLAVA_SITES))
+def test_a_fault_in_a_llava_component_is_named_at_that_component_and_node(component):
+    folder = pipelines.folder("llava")
+    file, site = LLAVA_SITES[component]
+    faulty = inject_fault(ov.Core().read_model(folder / file), site, "scale", 0.3)
+    report = bisect_pipeline(folder, "CPU:f32", "CPU:f32", target_models={component: faulty}, max_new_tokens=4,
+                             progress=False)
+    assert report.family == "visual_causal_lm"
+    assert [c.name for c in report.components] == ["vision_embeddings", "text_embeddings", "language_model"]
+    assert report.examined == component
+    assert report.report is not None and report.report.first_divergence.name == site
+    assert not report.component("text_embeddings").diverges  # the token embeddings are the same on both sides
+
+
+def test_a_benign_llava_does_not_diverge_and_its_inputs_are_checked():
+    folder = pipelines.folder("llava")
+    report = bisect_pipeline(folder, "CPU:f32", "EMU:f16", max_new_tokens=4, progress=False)
+    assert not report.diverges and report.first_token_difference is None
+    calls = {c.name: c.calls for c in report.components}
+    # The image is embedded once; the tokens and the language model once per step (the prompt, then each token).
+    assert calls["vision_embeddings"] == 1 and calls["language_model"] == calls["text_embeddings"] == 4
+    assert report.component("language_model").stateful
+    pixels = np.zeros((1, 3, 32, 32), np.float32)
+    with pytest.raises(InputError, match="holding the image token 127"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", {"input_ids": [1, 5, 9], "pixel_values": pixels})
+    with pytest.raises(InputError, match=r"pixel_values must be a float array \[1, 3, 32, 32\]"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", {"input_ids": [1, 127, 9], "pixel_values": pixels[:, :, :16]})
+    with pytest.raises(InputError, match="not a prompt"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", prompt="a cat")
 
 
 def test_the_examined_component_is_bisected_on_the_static_shapes_of_its_call():
