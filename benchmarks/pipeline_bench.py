@@ -1,8 +1,9 @@
-"""What `bisect_pipeline()` costs against the plain pipeline run, on the zoo's tiny T5, Whisper and LLaVA exports.
+"""What `bisect_pipeline()` costs against the plain pipeline run, on the zoo's tiny pipeline exports.
 
 The plain run is what a user runs anyway: optimum-intel's own class (`OVModelForSeq2SeqLM`,
 `OVModelForSpeechSeq2Seq` for Whisper, `OVModelForVisualCausalLM` for LLaVA) loaded from the export folder,
-compiled on the CPU, one greedy `generate()` of at most 16 new tokens. The pipeline job is `bisect_pipeline()` on
+compiled on the CPU, one greedy `generate()` of at most 16 new tokens (Stable Diffusion: one image, four
+denoising steps). The pipeline job is `bisect_pipeline()` on
 the same folder and input (a prompt; Whisper's seeded random log-mel features; LLaVA's token ids with its image
 token and seeded random pixels) (reference `CPU:f32`), against each target: both sides of every component call, the
 free-running target, and the first diverging component's `bisect()` when there is one. Each is timed in this
@@ -32,8 +33,13 @@ def plain(folder, tokens: int) -> float:
     start = time.perf_counter()
     with hub_offline(), quiet(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model = getattr(oi, family_of(folder).loader).from_pretrained(folder, device="CPU")
-        model.generate(**_encoded(folder), max_new_tokens=tokens, do_sample=False)
+        family = family_of(folder)
+        model = getattr(oi, family.loader).from_pretrained(folder, device="CPU")
+        if family.main_input == "prompt":  # a diffusion pipeline: four denoising steps, an image
+            model.set_progress_bar_config(disable=True)
+            model(PROMPT, num_inference_steps=4, output_type="np")
+        else:
+            model.generate(**_encoded(folder), max_new_tokens=tokens, do_sample=False)
     return time.perf_counter() - start
 
 
@@ -56,6 +62,8 @@ def _given(folder):
 
     import numpy as np
 
+    if not (folder / "config.json").is_file():  # a diffusion export: its input is the prompt
+        return None
     config = json.loads((folder / "config.json").read_text())
     rng = np.random.default_rng(0)
     if "num_mel_bins" in config:
@@ -71,7 +79,7 @@ def _given(folder):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--folders", nargs="+", default=["t5", "t5-overflow", "whisper", "llava"],
+    parser.add_argument("--folders", nargs="+", default=["t5", "t5-overflow", "whisper", "llava", "sd"],
                         help="bisect_ov.zoo.pipelines names")
     parser.add_argument("--targets", nargs="+", default=None, help="targets (default EMU:f16, and CPU:bf16 with bf16)")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each job; the fastest is kept (default 2)")

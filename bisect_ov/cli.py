@@ -189,9 +189,9 @@ def build_capture_parser() -> argparse.ArgumentParser:
 
 def build_pipeline_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="bisect-ov pipeline", epilog=EXIT_CODES,
-                     description="Compare a pipeline of models (an optimum-intel seq2seq, Whisper or LLaVA export folder): each component "
-                                 "on the reference's inputs, the pipeline end to end, then the first diverging "
-                                 "component node by node.")
+                     description="Compare a pipeline of models (an optimum-intel export folder of a seq2seq model, "
+                                 "Whisper, LLaVA or Stable Diffusion): each component on the reference's inputs, the "
+                                 "pipeline end to end, then the first diverging component node by node.")
     parser.add_argument("--version", action=_Version)
     parser.add_argument("folder", help="the export folder (openvino_encoder_model.xml, openvino_decoder_model.xml, ...)")
     parser.add_argument("--prompt", help="text, tokenized with the folder's tokenizer (default: random token ids)")
@@ -200,6 +200,8 @@ def build_pipeline_parser() -> argparse.ArgumentParser:
                         help="the pipeline's input from a file: .npy (token ids, or Whisper's input_features) or .npz "
                              "(arrays by name: input_ids, attention_mask, input_features)")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="bound on the generation (default 16)")
+    parser.add_argument("--denoising-steps", type=int, default=4,
+                        help="a diffusion pipeline's denoising steps, from the same seeded latents (default 4)")
     parser.add_argument("--target-component", action="append", type=_key_value, default=[], metavar="NAME=FILE.xml",
                         help="run FILE on the target in place of component NAME (repeatable)")
     _common(parser, compare=False)
@@ -529,7 +531,8 @@ def _pipeline(args, console: Console) -> int:
             raise InputError("Give --tokens or --inputs, not both.")
         tokens = args.inputs  # a file: read by the pipeline
     report = run_pipeline(args.folder, args.ref, args.target or "GPU", tokens, _options(args), prompt=args.prompt,
-                          target_models=dict(args.target_component), max_new_tokens=args.max_new_tokens)
+                          target_models=dict(args.target_component), max_new_tokens=args.max_new_tokens,
+                          denoising_steps=args.denoising_steps)
     console.say(report.to_text(top=args.top, width=args.width))
     if args.json:
         report.save(args.json)

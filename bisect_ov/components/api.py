@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from bisect_ov.analysis.metrics import compare
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.components.calls import Component, ComponentRequest
 from bisect_ov.components.folder import Pipeline, offline, open_pipeline, quiet
@@ -34,9 +35,11 @@ from bisect_ov.pipeline.plan import make_plan
 from bisect_ov.report.pipeline import ComponentResult, PipelineReport
 from bisect_ov.run.devices import Device, make_device
 
-__all__ = ["bisect_pipeline", "run_pipeline", "DEFAULT_MAX_NEW_TOKENS"]
+__all__ = ["bisect_pipeline", "run_pipeline", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_DENOISING_STEPS"]
 
 DEFAULT_MAX_NEW_TOKENS = 16
+DEFAULT_DENOISING_STEPS = 4
+DEFAULT_PROMPT = "a photo of a red house"  # a diffusion pipeline's prompt when none is given
 
 
 def bisect_pipeline(
@@ -48,6 +51,7 @@ def bisect_pipeline(
     prompt: str | None = None,
     target_models: Mapping[str, Any] | None = None,
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    denoising_steps: int = DEFAULT_DENOISING_STEPS,
     **options: Any,
 ) -> PipelineReport:
     """Compare a pipeline of models on two devices: which component diverges first, then which node.
@@ -73,6 +77,9 @@ def bisect_pipeline(
         fault-injected copy), as `bisect()`'s ``target_model``.
     max_new_tokens
         Bound on the generation (a random-weight model rarely emits its end token).
+    denoising_steps
+        A diffusion pipeline's denoising steps (each a call of its UNet), from the same seeded latents on both
+        sides.
     **options
         `bisect()`'s keywords (``ref_config=``, ``seed=``, ``fix=True``, ``strategy=``, ``tolerance=``, ...): the
         devices' configurations, the seed of random token ids, and the options of the component's bisection.
@@ -84,15 +91,17 @@ def bisect_pipeline(
         missing), an unknown component in `target_models`, inputs that are not token ids, an unknown option.
     """
     return run_pipeline(pipeline, ref, target, inputs, BisectOptions.from_keywords(**options), prompt=prompt,
-                        target_models=target_models, max_new_tokens=max_new_tokens)
+                        target_models=target_models, max_new_tokens=max_new_tokens, denoising_steps=denoising_steps)
 
 
 def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs: Any, options: BisectOptions, *,
                  prompt: str | None = None, target_models: Mapping[str, Any] | None = None,
-                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> PipelineReport:
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+                 denoising_steps: int = DEFAULT_DENOISING_STEPS) -> PipelineReport:
     """`bisect_pipeline` with its options as one record (what the command line builds from its flags)."""
-    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be a positive integer; got {max_new_tokens!r}.")
+    for name, value in (("max_new_tokens", max_new_tokens), ("denoising_steps", denoising_steps)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name} must be a positive integer; got {value!r}.")
     pipe = open_pipeline(pipeline)
     unknown = sorted(set(target_models or ()) - set(pipe.models))
     if unknown:
@@ -114,15 +123,19 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         shadowed = {n: ComponentRequest(c, ref_compiled[n], target_compiled[n], tolerances[n], keep=True)
                     for n, c in components.items()}
         start = time.perf_counter()
-        ref_tokens = _generate(pipe, shadowed, given, max_new_tokens)
+        ref_tokens, ref_image = _generate(pipe, shadowed, given, max_new_tokens, denoising_steps, options.seed)
         seconds["teacher_forced"] = time.perf_counter() - start
         alone = {n: ComponentRequest(c, target_compiled[n], against=shadowed[n].kept) for n, c in on_target.items()}
         start = time.perf_counter()
-        target_tokens = _generate(pipe, alone, given, max_new_tokens)
+        target_tokens, target_image = _generate(pipe, alone, given, max_new_tokens, denoising_steps, options.seed)
         seconds["free_running"] = time.perf_counter() - start
     finally:
         pipe.use(saved)
     results = tuple(_result(n, shadowed[n], alone[n], tolerances[n], precision) for n in components)
+    # A pipeline whose result is an image: how far the target's free-running image is from the reference's, against
+    # the tolerance of the component that makes it (the last).
+    output_error = compare(ref_image, target_image).rel_l2 if ref_image is not None and target_image is not None else None
+    output_tolerance = tolerances[list(components)[-1]] if output_error is not None else None
     for request in shadowed.values():
         request.kept.clear()
     examined = next((r.name for r in results if r.diverges), None)
@@ -140,7 +153,8 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
             notes.append(f"'{examined}' is stateful: it is bisected in its stateless form, fed the reference's "
                          f"cache of call {request.worst.index} as its state:* inputs.")
     return PipelineReport(pipe.family.name, pipe.source, ref_device.name, target_device.name, results,
-                          ref_tokens, target_tokens, examined, report, tuple(notes), seconds)
+                          ref_tokens, target_tokens, examined, report, tuple(notes), seconds,
+                          output_error=output_error, output_tolerance=output_tolerance)
 
 
 def _static(model: Any, shapes: Mapping[str, list[int]]) -> Any:
@@ -158,22 +172,35 @@ def _static(model: Any, shapes: Mapping[str, list[int]]) -> Any:
     return copy
 
 
-def _generate(pipe: Pipeline, requests: Mapping[str, ComponentRequest], given: Mapping[str, np.ndarray],
-              max_new_tokens: int) -> tuple[int, ...]:
-    """Run the pipeline's own generation with `requests` in place of its components' requests (greedy)."""
+def _generate(pipe: Pipeline, requests: Mapping[str, ComponentRequest], given: Mapping[str, Any],
+              max_new_tokens: int, denoising_steps: int, seed: int) -> tuple[tuple[int, ...], np.ndarray | None]:
+    """Run the pipeline's own generation with `requests` in place of its components' requests (greedy): the
+    generated tokens, or a diffusion pipeline's image (from latents seeded with `seed`)."""
     import torch
 
     pipe.use(dict(requests))
     with offline(), quiet(), torch.no_grad():
+        if pipe.family.main_input == "prompt":
+            pipe.obj.set_progress_bar_config(disable=True)  # its own bar per denoising loop
+            out = pipe.obj(given["prompt"], num_inference_steps=denoising_steps, output_type="np",
+                           generator=torch.Generator().manual_seed(seed))
+            return (), np.asarray(out.images, dtype=np.float32)
         out = pipe.obj.generate(**{k: torch.from_numpy(v) for k, v in given.items()}, max_new_tokens=max_new_tokens,
                                 do_sample=False, num_beams=1)
-    return tuple(int(t) for t in np.asarray(out)[0])
+    return tuple(int(t) for t in np.asarray(out)[0]), None
 
 
-def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: int) -> dict[str, np.ndarray]:
+def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: int) -> dict[str, Any]:
     """The pipeline's ``input_ids`` and ``attention_mask``, from token ids, a dict, a file, a prompt or the seed;
     a speech model's ``input_features`` (`_speech_inputs`)."""
     vocab = int(pipe.config.get("vocab_size") or 0)
+    if pipe.family.main_input == "prompt":
+        if prompt is not None and inputs is not None:
+            raise InputError("Give the pipeline's input as a prompt or as inputs, not both.")
+        text = prompt if prompt is not None else inputs if inputs is not None else DEFAULT_PROMPT
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"A {pipe.family.name} pipeline takes a prompt (text); got {type(text).__name__}.")
+        return {"prompt": text}
     if isinstance(inputs, (str, os.PathLike)):
         inputs = _read_inputs(inputs)
     if prompt is not None and inputs is not None:

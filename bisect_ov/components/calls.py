@@ -100,13 +100,30 @@ class Component:
 
 
 class Outputs(dict):
-    """A call's outputs by name, in the model's order, also read by position (``result[0]``) as a compiled
-    model's results are."""
+    """A call's outputs by name, in the model's order, also read by position (``result[0]``) and as
+    ``to_dict()`` (keyed by ports that have ``names``) as a compiled model's results are."""
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, int):
             return list(self.values())[key]
         return super().__getitem__(key)
+
+    def to_dict(self) -> dict[Any, Any]:
+        return {_Port(name): v for name, v in self.items()}
+
+
+@dataclass(frozen=True)
+class _Port:
+    """An output port as `Outputs.to_dict` keys it: its names."""
+
+    name: str
+
+    @property
+    def names(self) -> set[str]:
+        return {self.name}
+
+    def get_any_name(self) -> str:
+        return self.name
 
 
 class ComponentRequest:

@@ -10,7 +10,10 @@ loads it with optimum-intel's own class, uncompiled: bisect_ov compiles each com
   ``input_features``, the generation Whisper's own;
 * ``visual_causal_lm``: `OVModelForVisualCausalLM` for LLaVA: ``vision_embeddings`` (the vision tower and its
   projector), ``text_embeddings`` and ``language_model`` (stateful), fed token ids with an image token and the
-  image's ``pixel_values``.
+  image's ``pixel_values``;
+* ``diffusion``: `OVDiffusionPipeline` for Stable Diffusion (``StableDiffusionPipeline`` in ``model_index.json``):
+  ``text_encoder``, ``unet`` (called once per denoising step), ``vae_decoder``, each in its own subfolder; fed a
+  prompt, its result an image rather than tokens.
 
 Each component is reached through a `Slot`: the pipeline's object that holds it, the attribute of its request
 (``request``; the text embeddings' is the language model's ``text_emb_request``) and of its model.
@@ -30,7 +33,7 @@ import os
 import pathlib
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import openvino as ov
 
@@ -42,17 +45,25 @@ __all__ = ["FAMILIES", "Family", "Pipeline", "open_pipeline", "family_of", "offl
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """transformers' own warnings held back for the duration (while the pipeline is loaded and generates): what
-    optimum-intel tries when it loads a Whisper folder, and generation settings it overrides, are not the
-    user's to act on. Its verbosity is restored afterwards."""
-    from transformers.utils import logging as hf_logging
+    """transformers' and diffusers' own warnings held back for the duration (while the pipeline is loaded and
+    generates): what optimum-intel tries when it loads a Whisper folder, generation settings it overrides, a
+    disabled safety checker, are not the user's to act on. Their verbosity is restored afterwards."""
+    import importlib
 
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    loggers = []
+    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
+        try:
+            loggers.append(importlib.import_module(name))
+        except ImportError:  # diffusers is needed for diffusion pipelines only
+            continue
+    levels = [lg.get_verbosity() for lg in loggers]
+    for lg in loggers:
+        lg.set_verbosity_error()
     try:
         yield
     finally:
-        hf_logging.set_verbosity(level)
+        for lg, level in zip(loggers, levels):
+            lg.set_verbosity(level)
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class Family:
     required: tuple[tuple[str, str], ...]
     optional: tuple[tuple[str, str], ...] = ()
     main_input: str = "input_ids"  # what the pipeline's generate takes: token ids, a speech model's features, ...
+    # ("prompt": a diffusion pipeline, called with its prompt, whose result is an image)
     slots: tuple[tuple[str, Slot], ...] = ()
 
     def slot(self, component: str) -> Slot:
@@ -98,15 +110,20 @@ FAMILIES = {
 }
 # The config's model_type of the vision-language models handled (their inputs are checked: LLaVA's).
 VISUAL = ("llava",)
+FAMILIES["diffusion"] = Family("diffusion", "OVDiffusionPipeline",
+                               (("text_encoder", "text_encoder/openvino_model.xml"),
+                                ("unet", "unet/openvino_model.xml"),
+                                ("vae_decoder", "vae_decoder/openvino_model.xml")),
+                               main_input="prompt")
+# The diffusion pipelines handled, by model_index.json's _class_name.
+DIFFUSION = ("StableDiffusionPipeline",)
 # The config's model_type of the speech models handled (their generation is checked: Whisper's own).
 SPEECH = ("whisper",)
 # Families optimum-intel exports that are not handled yet, by the config's model_type or a file that shows them.
 NOT_YET = {
     "speech_to_text": "speech seq2seq (OVModelForSpeechSeq2Seq, Speech2Text)",
 }
-NOT_YET_FILES = {
-    "model_index.json": "diffusion (OVDiffusionPipeline)",
-}
+NOT_YET_FILES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,8 @@ def family_of(folder: pathlib.Path) -> Family:
         hint = " It is one model: give it to bisect() (or `bisect-ov MODEL`)." if folder.suffix in (".xml", ".onnx") else ""
         raise InputError(f"'{folder}' is a file, not a pipeline export folder.{hint}")
     files = sorted(p.name for p in folder.iterdir())
+    if (folder / "model_index.json").is_file():
+        return _diffusion(folder, files)
     config_path = folder / "config.json"
     for marker, kind in NOT_YET_FILES.items():
         if (folder / marker).is_file():
@@ -182,6 +201,23 @@ def family_of(folder: pathlib.Path) -> Family:
                      f"bisect_ov knows; supported: {_supported()}.")
 
 
+def _diffusion(folder: pathlib.Path, files: list[str]) -> Family:
+    """The diffusion family, when `folder`'s model_index.json names a pipeline handled and its components exist."""
+    try:
+        index = json.loads((folder / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"'{folder / 'model_index.json'}' cannot be read as JSON: {e}") from None
+    name = str(index.get("_class_name", "")) if isinstance(index, dict) else ""
+    family = FAMILIES["diffusion"]
+    if name not in DIFFUSION:
+        raise InputError(f"'{folder}' holds a diffusion export of {name or 'an unnamed pipeline'}, not supported yet "
+                         f"(of those: {', '.join(DIFFUSION)}); supported: {_supported()}.")
+    missing = [f for _, f in family.required if not (folder / f).is_file()]
+    if missing:
+        raise InputError(f"'{folder}' looks like a {family.name} export ({name}) but lacks {missing}; it has {files}.")
+    return family
+
+
 def open_pipeline(source: Any) -> Pipeline:
     """The pipeline in `source`: an export folder's path, or an optimum-intel pipeline object already loaded."""
     if isinstance(source, (str, os.PathLike)):
@@ -217,5 +253,6 @@ def _components(family: Family, obj: Any, source: str) -> Pipeline:
             continue
         parts[name] = (holder, slot.request)
         models[name] = model
-    config = obj.config.to_dict() if hasattr(obj.config, "to_dict") else {}
+    config = (obj.config.to_dict() if hasattr(obj.config, "to_dict")
+              else dict(obj.config) if isinstance(getattr(obj, "config", None), Mapping) else {})
     return Pipeline(family, source, obj, models, parts, config)

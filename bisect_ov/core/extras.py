@@ -23,7 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "ray": ("ray",),
     "notebook": ("matplotlib", "pandas", "ipykernel", "nbclient", "nbformat", "nbconvert", "jupyterlab"),
     "model-explorer": ("ai-edge-model-explorer", "model-explorer-onnx"),
-    "zoo": ("torch", "torchvision", "transformers", "timm", "optimum-intel", "nncf", "filelock"),
+    "zoo": ("torch", "torchvision", "transformers", "timm", "optimum-intel", "nncf", "filelock", "diffusers"),
     "ort": ("onnxruntime",),
 }
 

@@ -77,10 +77,20 @@ class PipelineReport:
     notes: tuple[str, ...] = ()
     seconds: dict[str, float] = field(default_factory=dict)  # plain pipeline run, the comparison, the bisection
     schema_version: int = PIPELINE_SCHEMA
+    # A pipeline whose result is an image (diffusion): the free-running target's image against the reference's
+    # (relative L2), and the tolerance of the component that makes it.
+    output_error: float | None = None
+    output_tolerance: float | None = None
 
     @property
     def diverges(self) -> bool:
-        return any(c.diverges for c in self.components) or self.first_token_difference is not None
+        return (any(c.diverges for c in self.components) or self.first_token_difference is not None
+                or self.output_differs)
+
+    @property
+    def output_differs(self) -> bool:
+        """Whether the free-running target's image is over its tolerance from the reference's (NaN is)."""
+        return self.output_error is not None and not self.output_error <= (self.output_tolerance or 0.0)
 
     @property
     def first_token_difference(self) -> int | None:
@@ -110,13 +120,16 @@ class PipelineReport:
                          + (f", {c.nonfinite} gain NaN/Inf" if c.nonfinite else "")
                          + (f", first over at call {c.first_over}" if c.first_over is not None else ""))
         first = self.first_token_difference
-        if self.ref_tokens or self.target_tokens:
+        if self.ref_tokens or self.target_tokens or self.output_error is not None:
             lines += ["", "End to end (each side free-running):"]
             for c in self.components:
                 if c.free_errors:
                     lines.append(f"  {c.name:<18} {c.free_calls} call(s), error {fmt(c.free_errors[0])} at the first, "
                                  f"{fmt(c.free_errors[-1])} at call {len(c.free_errors) - 1}, worst {fmt(max(c.free_errors))}")
-            if first is None:
+            if self.output_error is not None:
+                lines.append(f"  the images differ by rel_l2 {fmt(self.output_error)} (tolerance "
+                             f"{fmt(self.output_tolerance)}, the last component's)")
+            elif first is None:
                 lines.append(f"  the {len(self.ref_tokens)} generated token(s) are the same on both sides")
             else:
                 lines.append(f"  generated tokens differ from position {first}: reference "
@@ -125,7 +138,8 @@ class PipelineReport:
         if self.examined is None:
             lines.append("No component diverges on its own inputs." + (
                 " The generated tokens still differ: the components' small errors add up along the pipeline's loop."
-                if first is not None else ""))
+                if first is not None else " The images still differ: the components' small errors add up along "
+                "the denoising steps." if self.output_differs else ""))
         else:
             c = self.component(self.examined)
             lines.append(f"First diverging component: '{self.examined}' (call {c.worst}, its worst); "

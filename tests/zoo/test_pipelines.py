@@ -6,8 +6,10 @@ several op types in the decoder's third layer and in the encoder; the benign pip
 against emulated f16; the f16 overflow of a T5 FFN (its output projection scaled) is named in the encoder, at
 the norm's square that overflows. A tiny Whisper (`OVModelForSpeechSeq2Seq`, log-mel features in, Whisper's own
 generate) gets the same: a fault in its encoder or decoder named there, a benign run, its features checked; and a
-tiny LLaVA (`OVModelForVisualCausalLM`: vision embeddings, text embeddings, a stateful language model) too. Bad
-folders and inputs get errors that say what was found.
+tiny LLaVA (`OVModelForVisualCausalLM`: vision embeddings, text embeddings, a stateful language model) too, and a
+tiny Stable Diffusion (`OVStableDiffusionPipeline`: text encoder, UNet per denoising step, VAE decoder; an image
+out), whose f16 timestep embedding is named where it breaks. Bad folders and inputs get errors that say what was
+found.
 """
 
 from __future__ import annotations
@@ -262,6 +264,44 @@ def test_a_benign_llava_does_not_diverge_and_its_inputs_are_checked():
         bisect_pipeline(folder, "CPU:f32", "CPU:f32", {"input_ids": [1, 127, 9], "pixel_values": pixels[:, :, :16]})
     with pytest.raises(InputError, match="not a prompt"):
         bisect_pipeline(folder, "CPU:f32", "CPU:f32", prompt="a cat")
+
+
+# ----- Stable Diffusion: OVStableDiffusionPipeline, a prompt in, an image out -------------------------------------
+SD_SITES = {"unet": "__module.mid_block.resnets.0.conv2/aten::_convolution/Convolution",
+            "vae_decoder": "__module.decoder.conv_out/aten::_convolution/Convolution"}
+
+
+@pytest.mark.parametrize("component", sorted(SD_SITES))
+def test_a_fault_in_a_diffusion_component_is_named_at_that_component_and_node(component):
+    pytest.importorskip("diffusers")
+    folder = pipelines.folder("sd")
+    site = SD_SITES[component]
+    faulty = inject_fault(ov.Core().read_model(folder / component / "openvino_model.xml"), site, "scale", 0.3)
+    report = bisect_pipeline(folder, "CPU:f32", "CPU:f32", target_models={component: faulty}, denoising_steps=3,
+                             progress=False)
+    assert report.family == "diffusion"
+    assert [c.name for c in report.components] == ["text_encoder", "unet", "vae_decoder"]
+    assert report.component("unet").calls == 3 and report.component("vae_decoder").calls == 1
+    assert report.examined == component and report.report.first_divergence.name == site
+    assert not report.component("text_encoder").diverges
+    # The image the target makes on its own is far from the reference's.
+    assert report.output_differs and report.output_error > 10 * report.output_tolerance
+
+
+def test_the_f16_time_embedding_of_a_diffusion_unet_is_named_at_its_sin_and_cos():
+    """The UNet's sinusoidal timestep embedding (sin and cos of the timestep times its frequencies) loses its phase
+    in f16 at the first steps' large timesteps (DDIM's 751 of 4 steps): the UNet diverges on its own inputs, and the
+    node is the embedding's Sin/Cos, not what follows."""
+    pytest.importorskip("diffusers")
+    report = bisect_pipeline(pipelines.folder("sd"), "CPU:f32", "EMU:f16", prompt="a red house", denoising_steps=4,
+                             progress=False)
+    assert report.examined == "unet" and not report.component("text_encoder").diverges
+    assert {n.op_type for n in report.report.culprits if n.first} <= {"Sin", "Cos"}
+    assert "time_proj" in report.report.first_divergence.name
+    with pytest.raises(InputError, match="takes a prompt"):
+        bisect_pipeline(pipelines.folder("sd"), "CPU:f32", "CPU:f32", [1, 2, 3])
+    with pytest.raises(InputError, match="denoising_steps must be a positive integer"):
+        bisect_pipeline(pipelines.folder("sd"), "CPU:f32", "CPU:f32", denoising_steps=0)
 
 
 def test_the_examined_component_is_bisected_on_the_static_shapes_of_its_call():
