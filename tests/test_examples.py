@@ -20,6 +20,9 @@ from tests.conftest import needs_bf16
 from tests.zoo.conftest import needs_zoo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The cases' runs are module fixtures: on one worker each is made once (spread over workers, every worker that ran
+# one of a case's tests made it again: 16 s for case 2).
+pytestmark = pytest.mark.xdist_group("examples")
 
 
 @pytest.fixture(scope="module")

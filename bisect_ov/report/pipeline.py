@@ -102,6 +102,15 @@ class PipelineReport:
             return min(len(self.ref_tokens), len(self.target_tokens))
         return None
 
+    def remedies(self) -> dict[str, list[Any]]:
+        """The remedies tried, by the component they apply to (the examined one's, with ``fix=True``): each is set on
+        that component alone, as optimum-intel sets a compile property (``ACTIVATIONS_SCALE_FACTOR``) per
+        component."""
+        if self.examined is None or self.report is None:
+            return {}
+        found = self.report.remedies()
+        return {self.examined: found} if found else {}
+
     def component(self, name: str) -> ComponentResult:
         for c in self.components:
             if c.name == name:
@@ -144,6 +153,11 @@ class PipelineReport:
             c = self.component(self.examined)
             lines.append(f"First diverging component: '{self.examined}' (call {c.worst}, its worst); "
                          "its node-level report:")
+        for name, found in self.remedies().items():
+            usable = [r.title for r in found if r.usable]
+            lines.append(f"Remedies for '{name}' alone (set on that component, e.g. in optimum-intel's ov_config for it): "
+                         + ("; ".join(usable) + " solve" + ("s" if len(usable) == 1 else "") if usable
+                            else "none of those tried solves") + " (details below).")
         for note in self.notes:
             lines.append(f"Note: {note}")
         text = "\n".join(lines)

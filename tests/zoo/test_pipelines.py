@@ -74,6 +74,20 @@ def test_the_benign_pipeline_does_not_diverge_against_emulated_f16():
     assert "No component diverges" in report.to_text()
 
 
+def test_the_remedies_are_given_for_the_component_they_apply_to():
+    """With fix=True the examined component's remedies are tried on it alone (optimum-intel sets a compile
+    property such as ACTIVATIONS_SCALE_FACTOR per component): the T5 encoder whose FFN overflows f16 gets a scale
+    factor that solves, named for the encoder."""
+    report = bisect_pipeline(pipelines.folder("t5-overflow"), "CPU:f32", "EMU:f16", TOKENS, fix=True, max_new_tokens=2,
+                             progress=False)
+    remedies = report.remedies()
+    assert list(remedies) == ["encoder"]
+    assert any(r.kind == "scale_factor" and r.solves for r in remedies["encoder"]), remedies
+    assert "Remedies for 'encoder' alone" in report.to_text()
+    assert bisect_pipeline(pipelines.folder("t5"), "CPU:f32", "CPU:f32", TOKENS, max_new_tokens=2,
+                           progress=False).remedies() == {}
+
+
 def test_the_f16_overflow_of_a_t5_ffn_is_named_in_the_encoder_at_the_square_that_overflows():
     report = bisect_pipeline(pipelines.folder("t5-overflow"), "CPU:f32", "EMU:f16", prompt="the cat sat on the mat",
                              progress=False)
@@ -192,7 +206,7 @@ def test_a_fault_in_a_whisper_component_is_named_at_that_component_and_node(comp
     site = WHISPER_SITES[component]
     faulty = inject_fault(_read("whisper", component), site, "scale", 0.3)
     report = bisect_pipeline(pipelines.folder("whisper"), "CPU:f32", "CPU:f32", target_models={component: faulty},
-                             max_new_tokens=6, progress=False)
+                             max_new_tokens=3, progress=False)
     assert report.family == "speech_seq2seq"
     assert report.examined == component and report.component(component).diverges
     assert report.report is not None and report.report.first_divergence.name == site
@@ -203,7 +217,7 @@ def test_a_fault_in_a_whisper_component_is_named_at_that_component_and_node(comp
 def test_a_benign_whisper_does_not_diverge_and_its_features_are_checked(tmp_path):
     folder = pipelines.folder("whisper")
     features = np.random.default_rng(3).standard_normal((16, 3000)).astype(np.float32)
-    report = bisect_pipeline(folder, "CPU:f32", "EMU:f16", features, max_new_tokens=6, progress=False)
+    report = bisect_pipeline(folder, "CPU:f32", "EMU:f16", features, max_new_tokens=3, progress=False)
     assert not report.diverges and report.examined is None and report.first_token_difference is None
     assert [c.name for c in report.components] == ["encoder", "decoder"]
     assert 0 < max(report.component("encoder").errors) < report.component("encoder").tolerance
@@ -240,7 +254,7 @@ def test_a_fault_in_a_llava_component_is_named_at_that_component_and_node(compon
     folder = pipelines.folder("llava")
     file, site = LLAVA_SITES[component]
     faulty = inject_fault(ov.Core().read_model(folder / file), site, "scale", 0.3)
-    report = bisect_pipeline(folder, "CPU:f32", "CPU:f32", target_models={component: faulty}, max_new_tokens=4,
+    report = bisect_pipeline(folder, "CPU:f32", "CPU:f32", target_models={component: faulty}, max_new_tokens=3,
                              progress=False)
     assert report.family == "visual_causal_lm"
     assert [c.name for c in report.components] == ["vision_embeddings", "text_embeddings", "language_model"]
@@ -277,11 +291,11 @@ def test_a_fault_in_a_diffusion_component_is_named_at_that_component_and_node(co
     folder = pipelines.folder("sd")
     site = SD_SITES[component]
     faulty = inject_fault(ov.Core().read_model(folder / component / "openvino_model.xml"), site, "scale", 0.3)
-    report = bisect_pipeline(folder, "CPU:f32", "CPU:f32", target_models={component: faulty}, denoising_steps=3,
+    report = bisect_pipeline(folder, "CPU:f32", "CPU:f32", target_models={component: faulty}, denoising_steps=2,
                              progress=False)
     assert report.family == "diffusion"
     assert [c.name for c in report.components] == ["text_encoder", "unet", "vae_decoder"]
-    assert report.component("unet").calls == 3 and report.component("vae_decoder").calls == 1
+    assert report.component("unet").calls == 2 and report.component("vae_decoder").calls == 1
     assert report.examined == component and report.report.first_divergence.name == site
     assert not report.component("text_encoder").diverges
     # The image the target makes on its own is far from the reference's.
