@@ -529,7 +529,7 @@ def _pipeline(args, console: Console) -> int:
     if args.inputs:
         if tokens is not None:
             raise InputError("Give --tokens or --inputs, not both.")
-        tokens = args.inputs  # a file: read by the pipeline
+        tokens = pathlib.Path(args.inputs)  # a file: read by the pipeline (a path, never taken for a prompt)
     report = run_pipeline(args.folder, args.ref, args.target or "GPU", tokens, _options(args), prompt=args.prompt,
                           target_models=dict(args.target_component), max_new_tokens=args.max_new_tokens,
                           denoising_steps=args.denoising_steps)

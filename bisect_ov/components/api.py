@@ -198,6 +198,8 @@ def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: in
         if prompt is not None and inputs is not None:
             raise InputError("Give the pipeline's input as a prompt or as inputs, not both.")
         text = prompt if prompt is not None else inputs if inputs is not None else DEFAULT_PROMPT
+        if isinstance(text, os.PathLike):
+            raise InputError(f"A {pipe.family.name} pipeline takes a prompt (--prompt), not an inputs file ('{text}').")
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"A {pipe.family.name} pipeline takes a prompt (text); got {type(text).__name__}.")
         return {"prompt": text}

@@ -15,6 +15,7 @@ found.
 from __future__ import annotations
 
 import json
+import pathlib
 import shutil
 
 import numpy as np
@@ -314,6 +315,8 @@ def test_the_f16_time_embedding_of_a_diffusion_unet_is_named_at_its_sin_and_cos(
     assert "time_proj" in report.report.first_divergence.name
     with pytest.raises(InputError, match="takes a prompt"):
         bisect_pipeline(pipelines.folder("sd"), "CPU:f32", "CPU:f32", [1, 2, 3])
+    with pytest.raises(InputError, match="not an inputs file"):
+        bisect_pipeline(pipelines.folder("sd"), "CPU:f32", "CPU:f32", pathlib.Path("prompts.npz"))
     with pytest.raises(InputError, match="denoising_steps must be a positive integer"):
         bisect_pipeline(pipelines.folder("sd"), "CPU:f32", "CPU:f32", denoising_steps=0)
 
