@@ -26,10 +26,12 @@ PROMPT = "translate english to german : the cat sat on the mat ."
 def plain(folder, tokens: int) -> float:
     """Seconds to load, compile (CPU) and generate once with optimum-intel's own pipeline."""
     import optimum.intel as oi
+    import torch
 
     from bisect_ov.components.folder import family_of, quiet
     from bisect_ov.core.extras import hub_offline
 
+    given = _given(folder)  # not timed: opening the folder to make the input
     start = time.perf_counter()
     with hub_offline(), quiet(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -37,44 +39,21 @@ def plain(folder, tokens: int) -> float:
         model = getattr(oi, family.loader).from_pretrained(folder, device="CPU")
         if family.main_input == "prompt":  # a diffusion pipeline: four denoising steps, an image
             model.set_progress_bar_config(disable=True)
-            model(PROMPT, num_inference_steps=4, output_type="np")
+            model(given["prompt"], num_inference_steps=4, output_type="np")
         else:
-            model.generate(**_encoded(folder), max_new_tokens=tokens, do_sample=False)
+            model.generate(**{k: torch.from_numpy(v) for k, v in given.items()}, max_new_tokens=tokens,
+                           do_sample=False)
     return time.perf_counter() - start
 
 
-def _encoded(folder):
-    """The pipeline's input as torch tensors: the prompt tokenized, or a speech or vision-language model's."""
-    import torch
+def _given(folder) -> dict:
+    """The input `bisect_pipeline` feeds the pipeline (`generation_inputs`): the prompt (tokenized for a text
+    model), or a speech or vision-language model's seeded inputs."""
+    from bisect_ov.components.api import generation_inputs
+    from bisect_ov.components.folder import family_of
 
-    given = _given(folder)
-    if given is not None:
-        return {k: torch.from_numpy(v) for k, v in given.items()}
-    from transformers import AutoTokenizer
-
-    return dict(AutoTokenizer.from_pretrained(folder)(PROMPT, return_tensors="pt"))
-
-
-def _given(folder):
-    """Seeded inputs of a speech export (log-mel features) or a vision-language one (token ids with the image
-    token, pixels); None for a text one."""
-    import json
-
-    import numpy as np
-
-    if not (folder / "config.json").is_file():  # a diffusion export: its input is the prompt
-        return None
-    config = json.loads((folder / "config.json").read_text())
-    rng = np.random.default_rng(0)
-    if "num_mel_bins" in config:
-        shape = (1, config["num_mel_bins"], 2 * config["max_source_positions"])
-        return {"input_features": rng.standard_normal(shape).astype(np.float32)}
-    if "vision_config" in config:
-        size = config["vision_config"]["image_size"]
-        ids = np.array([[1, config["image_token_index"], 5, 9, 12, 3, 7, 20]], dtype=np.int64)
-        return {"input_ids": ids, "attention_mask": np.ones_like(ids),
-                "pixel_values": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
-    return None
+    text = family_of(folder).main_input in ("input_ids", "prompt")
+    return generation_inputs(folder, prompt=PROMPT if text else None, seed=0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,16 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for name in args.folders:
         folder = pipelines.folder(name)
+        given = _given(folder)
+        fed = given.get("prompt", given)  # a diffusion pipeline takes the prompt itself
         plain(folder, 16)  # warm-up
         base = min(plain(folder, 16) for _ in range(args.repeat))
         for target in targets:
             best, found = None, None
             for _ in range(args.repeat):
                 start = time.perf_counter()
-                inputs = _given(folder)
-                given = {"inputs": inputs["input_features"] if inputs and "input_features" in inputs else inputs}
-                found = bisect_pipeline(folder, "CPU:f32", target, max_new_tokens=16, progress=False,
-                                        **(given if inputs is not None else {"prompt": PROMPT}))
+                found = bisect_pipeline(folder, "CPU:f32", target, fed, max_new_tokens=16, progress=False)
                 took = time.perf_counter() - start
                 best = took if best is None else min(best, took)
             first = found.report.first_divergence.name if found.report and found.report.first_divergence else "-"

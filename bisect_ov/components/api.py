@@ -35,7 +35,7 @@ from bisect_ov.pipeline.plan import make_plan
 from bisect_ov.report.pipeline import ComponentResult, PipelineReport
 from bisect_ov.run.devices import Device, make_device
 
-__all__ = ["bisect_pipeline", "run_pipeline", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_DENOISING_STEPS"]
+__all__ = ["bisect_pipeline", "run_pipeline", "generation_inputs", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_DENOISING_STEPS"]
 
 DEFAULT_MAX_NEW_TOKENS = 16
 DEFAULT_DENOISING_STEPS = 4
@@ -194,9 +194,9 @@ def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: in
     """The pipeline's ``input_ids`` and ``attention_mask``, from token ids, a dict, a file, a prompt or the seed;
     a speech model's ``input_features`` (`_speech_inputs`)."""
     vocab = int(pipe.config.get("vocab_size") or 0)
+    if prompt is not None and inputs is not None:
+        raise InputError("Give the pipeline's input as a prompt or as inputs, not both.")
     if pipe.family.main_input == "prompt":
-        if prompt is not None and inputs is not None:
-            raise InputError("Give the pipeline's input as a prompt or as inputs, not both.")
         text = prompt if prompt is not None else inputs if inputs is not None else DEFAULT_PROMPT
         if isinstance(text, os.PathLike):
             raise InputError(f"A {pipe.family.name} pipeline takes a prompt (--prompt), not an inputs file ('{text}').")
@@ -205,8 +205,6 @@ def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: in
         return {"prompt": text}
     if isinstance(inputs, (str, os.PathLike)):
         inputs = _read_inputs(inputs)
-    if prompt is not None and inputs is not None:
-        raise InputError("Give the pipeline's input as a prompt or as inputs, not both.")
     if pipe.family.main_input == "input_features":
         if prompt is not None:
             raise InputError(f"A {pipe.family.name} pipeline takes audio features (input_features), not a prompt: "
@@ -238,6 +236,13 @@ def _generation_inputs(pipe: Pipeline, inputs: Any, prompt: str | None, seed: in
         raise InputError(f"Token ids must lie in [0, {vocab}) (the config's vocab_size); got {ids.min()}..{ids.max()}.")
     mask = np.asarray(given.get("attention_mask", np.ones_like(ids))).reshape(ids.shape)
     return {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64)}
+
+
+def generation_inputs(pipeline: Any, inputs: Any = None, *, prompt: str | None = None, seed: int = 0) -> dict[str, Any]:
+    """What `bisect_pipeline` feeds the pipeline's own generate for these `inputs` or `prompt` (checked, or
+    seeded from `seed` when neither is given): token ids and their mask, a speech model's features, a vision model's
+    token ids and pixels, or a diffusion pipeline's prompt. For running the plain pipeline on the same input."""
+    return _generation_inputs(open_pipeline(pipeline), inputs, prompt, seed)
 
 
 def _read_inputs(path: str | os.PathLike) -> Any:
@@ -279,10 +284,11 @@ def _visual_inputs(pipe: Pipeline, inputs: Any, seed: int) -> dict[str, np.ndarr
                          f"'attention_mask'); got {got}.")
     ids = np.asarray(inputs["input_ids"])
     ids = ids.reshape(1, -1) if ids.ndim == 1 else ids
-    if ids.dtype.kind not in "iu" or ids.ndim != 2 or ids.shape[0] != 1 or not (ids == image_token).any():
+    integer = ids.dtype.kind in "iu"
+    if not integer or ids.ndim != 2 or ids.shape[0] != 1 or not (ids == image_token).any():
+        lacking = " without it" if integer and not (ids == image_token).any() else ""
         raise InputError(f"input_ids must be one row of integer token ids holding the image token {image_token}; got "
-                         f"{ids.dtype} of shape {ids.shape}" + ("" if ids.dtype.kind not in "iu" or (ids == image_token).any()
-                                                                 else " without it") + ".")
+                         f"{ids.dtype} of shape {ids.shape}{lacking}.")
     pixels = np.asarray(inputs["pixel_values"])
     if pixels.dtype.kind != "f" or pixels.shape != (1, 3, size, size):
         raise InputError(f"pixel_values must be a float array [1, 3, {size}, {size}] for this export (its vision "

@@ -93,6 +93,10 @@ class Family:
     def slot(self, component: str) -> Slot:
         return dict(self.slots).get(component, Slot(component))
 
+    def missing(self, folder: pathlib.Path) -> list[str]:
+        """The component files `folder` lacks (paths relative to it)."""
+        return [f for _, f in self.required if not (folder / f).is_file()]
+
 
 _ENCODER_DECODER = (("encoder", "openvino_encoder_model.xml"), ("decoder", "openvino_decoder_model.xml"))
 _WITH_PAST = (("decoder_with_past", "openvino_decoder_with_past_model.xml"),)
@@ -107,23 +111,21 @@ FAMILIES = {
          ("language_model", "openvino_language_model.xml")),
         main_input="pixel_values",
         slots=(("text_embeddings", Slot("language_model", "text_emb_request", "text_emb_model")),)),
+    "diffusion": Family("diffusion", "OVDiffusionPipeline",
+                        (("text_encoder", "text_encoder/openvino_model.xml"), ("unet", "unet/openvino_model.xml"),
+                         ("vae_decoder", "vae_decoder/openvino_model.xml")),
+                        main_input="prompt"),
 }
 # The config's model_type of the vision-language models handled (their inputs are checked: LLaVA's).
 VISUAL = ("llava",)
-FAMILIES["diffusion"] = Family("diffusion", "OVDiffusionPipeline",
-                               (("text_encoder", "text_encoder/openvino_model.xml"),
-                                ("unet", "unet/openvino_model.xml"),
-                                ("vae_decoder", "vae_decoder/openvino_model.xml")),
-                               main_input="prompt")
 # The diffusion pipelines handled, by model_index.json's _class_name.
 DIFFUSION = ("StableDiffusionPipeline",)
 # The config's model_type of the speech models handled (their generation is checked: Whisper's own).
 SPEECH = ("whisper",)
-# Families optimum-intel exports that are not handled yet, by the config's model_type or a file that shows them.
+# Families optimum-intel exports that are not handled yet, by the config's model_type.
 NOT_YET = {
     "speech_to_text": "speech seq2seq (OVModelForSpeechSeq2Seq, Speech2Text)",
 }
-NOT_YET_FILES: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -163,9 +165,6 @@ def family_of(folder: pathlib.Path) -> Family:
     if (folder / "model_index.json").is_file():
         return _diffusion(folder, files)
     config_path = folder / "config.json"
-    for marker, kind in NOT_YET_FILES.items():
-        if (folder / marker).is_file():
-            raise InputError(f"'{folder}' holds a {kind} export, not supported yet; supported: {_supported()}.")
     if not config_path.exists():
         raise InputError(f"'{folder}' has no config.json: not an optimum-intel export folder (found "
                          f"{files[:8] or 'nothing'}). Supported: {_supported()}.")
@@ -182,14 +181,14 @@ def family_of(folder: pathlib.Path) -> Family:
             raise InputError(f"'{folder}' holds a vision-language export of model_type '{model_type}', not supported "
                              f"yet (of those: {', '.join(VISUAL)}); supported: {_supported()}.")
         family = FAMILIES["visual_causal_lm"]
-        missing = [f for _, f in family.required if f not in files]
+        missing = family.missing(folder)
         if missing:
             raise InputError(f"'{folder}' looks like a {family.name} export (config.json model_type '{model_type}') "
                              f"but lacks {missing}; it has {irs}.")
         return family
     if config.get("is_encoder_decoder") or any(f == "openvino_encoder_model.xml" for f in irs):
         family = FAMILIES["speech_seq2seq" if model_type in SPEECH else "seq2seq"]
-        missing = [f for _, f in family.required if f not in files]
+        missing = family.missing(folder)
         if missing:
             raise InputError(f"'{folder}' looks like a {family.name} export (config.json model_type '{model_type}') "
                              f"but lacks {missing}; it has {irs or 'no IR'}.")
@@ -212,7 +211,7 @@ def _diffusion(folder: pathlib.Path, files: list[str]) -> Family:
     if name not in DIFFUSION:
         raise InputError(f"'{folder}' holds a diffusion export of {name or 'an unnamed pipeline'}, not supported yet "
                          f"(of those: {', '.join(DIFFUSION)}); supported: {_supported()}.")
-    missing = [f for _, f in family.required if not (folder / f).is_file()]
+    missing = family.missing(folder)
     if missing:
         raise InputError(f"'{folder}' looks like a {family.name} export ({name}) but lacks {missing}; it has {files}.")
     return family

@@ -409,12 +409,12 @@ def _run_facts(v: View) -> str:
         f = run.fidelity
         facts.append(("fidelity", e(f"plain_error {fmt(f.plain_error)}, tapped_error {fmt(f.tapped_error)}, "
                                     f"ratio {_num(f.ratio)}")))
-    versions = dict(run.openvino)
+    versions = dict(run.openvino_versions)
     if len(versions) > 1:
         facts.append(("OpenVINO", e(f"reference {versions['reference']}, target {versions['target']} (different "
                                     "releases)")))
-    elif versions:
-        facts.append(("OpenVINO", e(versions[""])))
+    elif run.openvino_version:
+        facts.append(("OpenVINO", e(run.openvino_version)))
     out.append('<dl class="kv">' + "".join(f"<dt>{e(k)}</dt><dd>{val}</dd>" for k, val in facts) + "</dl>")
     return "\n".join(out)
 

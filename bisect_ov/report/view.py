@@ -198,21 +198,20 @@ class RunFacts:
     inputs: tuple[tuple[str, tuple[int, ...], str], ...]  # (name, shape, dtype)
     seconds: float | None  # the sum of the timings (None without any)
     fidelity: Fidelity | None
-    openvino: tuple[tuple[str, str], ...]  # (side, release) when the sides ran different releases, else ("", it)
+    openvino_version: str
+    openvino_versions: tuple[tuple[str, str], ...]  # `Report.openvino_versions`: by side when they differ
     schema_version: int
 
 
 def run_facts(report: "Report") -> RunFacts:
     """The `RunFacts` of `report`."""
-    versions = report.openvino_versions
-    openvino = (tuple(versions.items()) if len(versions) > 1
-                else (("", report.openvino_version),) if report.openvino_version else ())
     return RunFacts(model=report.model, target_model=report.target_model, model_hash=report.model_hash,
                     ref_label=report.ref.label, target_label=report.target.label, compared=len(report.nodes),
                     metric=report.metric, strategy=report.strategy,
                     inputs=tuple((i.name, tuple(i.shape), i.dtype) for i in report.inputs),
                     seconds=sum(report.timings.values()) if report.timings else None, fidelity=report.fidelity,
-                    openvino=openvino, schema_version=report.schema_version)
+                    openvino_version=report.openvino_version,
+                    openvino_versions=tuple(report.openvino_versions.items()), schema_version=report.schema_version)
 
 
 def view(report: "Report") -> View:

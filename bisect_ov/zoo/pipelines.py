@@ -161,7 +161,8 @@ def _tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
 
-def _export_seq2seq(model, out: pathlib.Path, loader: str = "OVModelForSeq2SeqLM", tokenizer: bool = True) -> None:
+def _export(model, out: pathlib.Path, loader: str = "OVModelForSeq2SeqLM", tokenizer: bool = True) -> None:
+    """`model` saved, exported with optimum-intel's `loader` into `out` (and the word-level tokenizer, with `tokenizer`)."""
     with tempfile.TemporaryDirectory(prefix="bisect_ov_hf_") as tmp:
         model.save_pretrained(tmp)
         import optimum.intel
@@ -175,10 +176,10 @@ def _export_seq2seq(model, out: pathlib.Path, loader: str = "OVModelForSeq2SeqLM
         _tokenizer().save_pretrained(out)
 
 
-PIPELINES = {"t5": lambda out: _export_seq2seq(_t5(False), out),
-             "t5-overflow": lambda out: _export_seq2seq(_t5(True), out),
-             "whisper": lambda out: _export_seq2seq(_whisper(), out, "OVModelForSpeechSeq2Seq", tokenizer=False),
-             "llava": lambda out: _export_seq2seq(_llava(), out, "OVModelForVisualCausalLM", tokenizer=False),
+PIPELINES = {"t5": lambda out: _export(_t5(False), out),
+             "t5-overflow": lambda out: _export(_t5(True), out),
+             "whisper": lambda out: _export(_whisper(), out, "OVModelForSpeechSeq2Seq", tokenizer=False),
+             "llava": lambda out: _export(_llava(), out, "OVModelForVisualCausalLM", tokenizer=False),
              "sd": _export_diffusion}
 
 

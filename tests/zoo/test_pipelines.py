@@ -24,6 +24,7 @@ import pytest
 
 from bisect_ov import InputError, PipelineReport, bisect_pipeline, inject_fault
 from bisect_ov.cli import main
+from bisect_ov.components.folder import family_of
 from bisect_ov.zoo import pipelines
 from tests.zoo.conftest import needs_zoo
 
@@ -41,11 +42,20 @@ def _read(name: str, component: str) -> ov.Model:
     return ov.Core().read_model(pipelines.folder(name) / f"openvino_{component}_model.xml")
 
 
+def _with_fault(name: str, component: str, site: str, inputs=None, **kwargs) -> PipelineReport:
+    """Pipeline `name` with `component` scaled by 0.3 at `site` on the target (its file as the family names it),
+    both sides CPU:f32."""
+    folder = pipelines.folder(name)
+    family = family_of(folder)
+    file = dict(family.required + family.optional)[component]
+    faulty = inject_fault(ov.Core().read_model(folder / file), site, "scale", 0.3)
+    return bisect_pipeline(folder, "CPU:f32", "CPU:f32", inputs, target_models={component: faulty}, progress=False,
+                           **kwargs)
+
+
 @pytest.mark.parametrize("site", DECODER_SITES)
 def test_a_fault_in_the_decoders_third_layer_is_named_at_the_decoder_and_that_node(site):
-    faulty = inject_fault(_read("t5", "decoder"), site, "scale", 0.3)
-    report = bisect_pipeline(pipelines.folder("t5"), "CPU:f32", "CPU:f32", TOKENS, target_models={"decoder": faulty},
-                             progress=False)
+    report = _with_fault("t5", "decoder", site, TOKENS)
     assert not report.component("encoder").diverges
     assert report.component("decoder").diverges and report.component("decoder").stateful
     assert report.component("decoder").calls == len(report.ref_tokens) - 1  # one call per generated token
@@ -55,9 +65,7 @@ def test_a_fault_in_the_decoders_third_layer_is_named_at_the_decoder_and_that_no
 
 @pytest.mark.parametrize("site", ENCODER_SITES)
 def test_a_fault_in_the_encoder_is_named_at_the_encoder_and_that_node(site):
-    faulty = inject_fault(_read("t5", "encoder"), site, "scale", 0.3)
-    report = bisect_pipeline(pipelines.folder("t5"), "CPU:f32", "CPU:f32", TOKENS, target_models={"encoder": faulty},
-                             progress=False)
+    report = _with_fault("t5", "encoder", site, TOKENS)
     assert report.examined == "encoder"
     assert report.report.first_divergence.name == site
     # The decoder, fed the reference's encoder states, is exact; run free on the target it reads the faulty ones.
@@ -116,9 +124,7 @@ def test_a_loaded_pipeline_object_works_and_keeps_its_own_requests():
 
 
 def test_the_report_is_saved_and_loaded_with_its_node_level_report(tmp_path):
-    faulty = inject_fault(_read("t5", "decoder"), DECODER_SITES[0], "scale", 0.3)
-    report = bisect_pipeline(pipelines.folder("t5"), "CPU:f32", "CPU:f32", TOKENS, target_models={"decoder": faulty},
-                             max_new_tokens=4, progress=False)
+    report = _with_fault("t5", "decoder", DECODER_SITES[0], TOKENS, max_new_tokens=4)
     assert report.component("decoder").calls == 4
     loaded = PipelineReport.load(report.save(tmp_path / "p.json"))
     assert loaded.components == report.components and loaded.examined == "decoder"
@@ -205,9 +211,7 @@ WHISPER_SITES = {"decoder": "__module.model.decoder.layers.1.fc2/aten::linear/Ma
 @pytest.mark.parametrize("component", sorted(WHISPER_SITES))
 def test_a_fault_in_a_whisper_component_is_named_at_that_component_and_node(component):
     site = WHISPER_SITES[component]
-    faulty = inject_fault(_read("whisper", component), site, "scale", 0.3)
-    report = bisect_pipeline(pipelines.folder("whisper"), "CPU:f32", "CPU:f32", target_models={component: faulty},
-                             max_new_tokens=3, progress=False)
+    report = _with_fault("whisper", component, site, max_new_tokens=3)
     assert report.family == "speech_seq2seq"
     assert report.examined == component and report.component(component).diverges
     assert report.report is not None and report.report.first_divergence.name == site
@@ -243,20 +247,15 @@ def test_a_benign_whisper_does_not_diverge_and_its_features_are_checked(tmp_path
 
 # ----- LLaVA: OVModelForVisualCausalLM, token ids with an image token and its pixel values in -------------------------
 LLAVA_SITES = {
-    "vision_embeddings": ("openvino_vision_embeddings_model.xml",
-                          "__module.model.vision_tower.vision_model.encoder.layers.1.mlp.fc1/aten::linear/MatMul"),
-    "language_model": ("openvino_language_model.xml",
-                       "__module.model.language_model.layers.1.mlp.down_proj/aten::linear/MatMul"),
+    "vision_embeddings": "__module.model.vision_tower.vision_model.encoder.layers.1.mlp.fc1/aten::linear/MatMul",
+    "language_model": "__module.model.language_model.layers.1.mlp.down_proj/aten::linear/MatMul",
 }
 
 
 @pytest.mark.parametrize("component", sorted(LLAVA_SITES))
 def test_a_fault_in_a_llava_component_is_named_at_that_component_and_node(component):
-    folder = pipelines.folder("llava")
-    file, site = LLAVA_SITES[component]
-    faulty = inject_fault(ov.Core().read_model(folder / file), site, "scale", 0.3)
-    report = bisect_pipeline(folder, "CPU:f32", "CPU:f32", target_models={component: faulty}, max_new_tokens=3,
-                             progress=False)
+    site = LLAVA_SITES[component]
+    report = _with_fault("llava", component, site, max_new_tokens=3)
     assert report.family == "visual_causal_lm"
     assert [c.name for c in report.components] == ["vision_embeddings", "text_embeddings", "language_model"]
     assert report.examined == component
@@ -289,11 +288,8 @@ SD_SITES = {"unet": "__module.mid_block.resnets.0.conv2/aten::_convolution/Convo
 @pytest.mark.parametrize("component", sorted(SD_SITES))
 def test_a_fault_in_a_diffusion_component_is_named_at_that_component_and_node(component):
     pytest.importorskip("diffusers")
-    folder = pipelines.folder("sd")
     site = SD_SITES[component]
-    faulty = inject_fault(ov.Core().read_model(folder / component / "openvino_model.xml"), site, "scale", 0.3)
-    report = bisect_pipeline(folder, "CPU:f32", "CPU:f32", target_models={component: faulty}, denoising_steps=2,
-                             progress=False)
+    report = _with_fault("sd", component, site, denoising_steps=2)
     assert report.family == "diffusion"
     assert [c.name for c in report.components] == ["text_encoder", "unet", "vae_decoder"]
     assert report.component("unet").calls == 2 and report.component("vae_decoder").calls == 1
