@@ -130,7 +130,9 @@ class Evidence:
 class Verdict:
     """The decision: each measured node's score and role, the first divergences, the ranking, the nodes set aside
     by each rule (absorbed, bystanders, internal), the origins, overflow origins and concentrated-error origins
-    (`spikes`), and `moved` (movement op -> the node named in its place)."""
+    (`spikes`), the dominant origins of diverging outputs that growth alone did not name (`dominant`) and the
+    first divergences by growth they showed to make no error of their own (`demoted`), and `moved` (movement op
+    -> the node named in its place)."""
 
     scores: Scores
     first: tuple[str, ...]
@@ -143,6 +145,8 @@ class Verdict:
     moved: Mapping[str, str] = field(default_factory=dict)
     outputs_ok: bool = False
     spikes: tuple[str, ...] = ()
+    dominant: tuple[str, ...] = ()
+    demoted: tuple[str, ...] = ()
 
     def role(self, key: str) -> str | None:
         s = self.scores.nodes.get(key)
@@ -162,8 +166,10 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
     spikes = _concentrated(graph, ev, nodes) - overflow
     beyond = {k for k in diverged if _origin(k, ev, nodes, final, limit)}
     origins = [k for k in diverged if k in overflow or k in beyond] + list(_ordered(graph, spikes))
-    # Never absorbed: where an overflow starts, where a few elements go wrong; within tolerance, every origin.
-    protected = set(overflow) | spikes | (set(origins) if outputs_ok else set())
+    dominant = set() if outputs_ok or not ev.outputs else _dominant(diverged, ev, nodes, final, limit) - overflow
+    # Never absorbed: where an overflow starts, where a few elements go wrong, what alone explains diverging
+    # outputs; within tolerance, every origin.
+    protected = set(overflow) | spikes | dominant | (set(origins) if outputs_ok else set())
     # A tapped inf inside a kernel may be a value the kernel never computed (a fused RMS norm never stores x*x),
     # so an overflow alone does not keep a node from being set aside there; error of its own far beyond
     # rounding does (the fault is in the kernel, named at its member).
@@ -175,7 +181,8 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         absorbed = {k for k in diverged if k not in inheriting and k not in internal}
     elif ev.outputs:
         absorbed = _absorbed_by_consumers(graph, ev, nodes, diverged, limit, protected | internal)
-        bystanders = _bystanders(graph, ev, nodes, diverged, limit, final, protected, absorbed, internal)
+        bystanders = _bystanders(graph, ev, nodes, diverged, limit, final, protected, absorbed, internal,
+                                 explained=bool(dominant - internal))
     scores = score_graph(graph, ev.errors, ev.tolerances, min_growth=ev.min_growth,
                          absorbed=absorbed | bystanders, internal=internal)
     nodes = dict(scores.nodes)
@@ -195,6 +202,26 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
                 first.remove(later)
                 if nodes[later].role == "source":
                     nodes[later] = _with(nodes[later], role="amplifier")
+    # rule 5, dominant origins: error of its own that alone takes the outputs over their tolerance is where the
+    # divergence starts, also below another first divergence; a first divergence that makes no error of its own
+    # (its local error is within its tolerance: it passed on, amplified, what it was handed) is then not one
+    named = [k for k in _ordered(graph, dominant) if k not in internal]
+    added: list[str] = []
+    for key in named:
+        # Below another origin with evidence of its own, its local error may hold that one's (a unit runs its
+        # fused group's members with it): it is named only when no such origin upstream is named.
+        evidenced = [f for f in first if f in overflow or f in spikes or f in dominant]
+        if key in first or any(f in graph.upstream(key, include_self=False) for f in evidenced):
+            continue
+        added.append(key)
+        s = nodes[key]
+        if s.role not in ("source", "amplifier"):
+            nodes[key] = _with(s, role="amplifier" if s.inherited > s.tolerance else "source")
+        first.append(key)
+    demoted = [f for f in first if named and f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance]
+    for key in demoted:
+        first.remove(key)
+        nodes[key] = _with(nodes[key], first=False)
     moved: dict[str, str] = {}
     for key in list(first):  # rule 6
         if key in ev.movement:
@@ -236,7 +263,8 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         scores=Scores(nodes, tuple(first), ranking), first=tuple(first), ranking=ranking,
         absorbed=_ordered(graph, absorbed), bystanders=_ordered(graph, bystanders), internal=_ordered(graph, internal),
         origins=_ordered(graph, set(origins) if outputs_ok else set(overflow)), overflow=_ordered(graph, overflow),
-        moved=moved, outputs_ok=outputs_ok, spikes=_ordered(graph, spikes))
+        moved=moved, outputs_ok=outputs_ok, spikes=_ordered(graph, spikes), dominant=tuple(added),
+        demoted=tuple(demoted))
 
 
 # ----- the rules ------------------------------------------------------------------------------------------
@@ -328,16 +356,33 @@ def _absorbed_by_consumers(graph: Any, ev: Evidence, nodes: Mapping[str, NodeSco
     return found
 
 
+def _dominant(diverged: list[str], ev: Evidence, nodes: Mapping[str, NodeScore], final: float,
+              limit: float) -> set[str]:
+    """Rule 5, dominant origins (outputs over their tolerance): local error over its tolerance, and alone on the
+    target the outputs go over their tolerance with most of the final error."""
+    found = set()
+    for key in diverged:
+        local, impact = ev.local.get(key), ev.impacts.get(key)
+        if (local is not None and impact is not None and local > nodes[key].tolerance and impact >= MOST * final
+                and impact > limit):
+            found.add(key)
+    return found
+
+
 def _bystanders(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore], diverged: list[str], limit: float,
-                final: float, protected: Collection[str], absorbed: set[str], internal: set[str]) -> set[str]:
+                final: float, protected: Collection[str], absorbed: set[str], internal: set[str], *,
+                explained: bool = False) -> set[str]:
     """Rule 5, second half: sources whose impact is a small share of the final error and of the outputs'
     tolerance, kept only while another source with local error of its own remains once they are set aside (a
-    consumer that turns source only because its inputs now count as clean carries what it was handed)."""
+    consumer that turns source only because its inputs now count as clean carries what it was handed), or a
+    dominant origin explains the outputs (`explained`)."""
     found = {k for k in diverged if k not in protected and k not in absorbed and k not in internal
              and nodes[k].role == "source" and (v := ev.impacts.get(k)) is not None and v < limit
              and v < NOTABLE * final}
     if not found:
         return set()
+    if explained:
+        return found
     trial = score_graph(graph, ev.errors, ev.tolerances, min_growth=ev.min_growth, absorbed=found | absorbed,
                         internal=internal)
     remains = any(n.role == "source" and (local := ev.local.get(k)) is not None and local > n.tolerance

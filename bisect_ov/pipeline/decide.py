@@ -131,6 +131,19 @@ def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings:
                          "carried less. Rounding spreads error over every element in "
                          "proportion to the values; a few wrong elements are a fault, so it is named whatever its "
                          "overall error.")
+    for key in verdict.dominant:
+        if key in verdict.first and key in findings.local_errors and key in impacts:
+            final = max((o.error for o in scored.outputs), default=0.0)
+            notes.append(f"'{graph[key].name}' makes error of its own (alone on the target, fed the reference's inputs: "
+                         f"{_fmt(findings.local_errors[key])} > its tolerance {_fmt(nodes[key].tolerance)}) that alone "
+                         f"takes the final outputs over their tolerance ({_fmt(impacts[key])} of their error "
+                         f"{_fmt(final)}), so the divergence starts there whatever diverged upstream of it.")
+    if verdict.demoted:
+        names = ", ".join(f"'{graph[k].name}'" for k in verdict.demoted[:3])
+        more = f" and {len(verdict.demoted) - 3} more" if len(verdict.demoted) > 3 else ""
+        notes.append(f"{names}{more} diverge(s) with inputs within their tolerance, but alone on the target, fed the "
+                     "reference's inputs, each stays within its tolerance: it only amplified what it was handed, while "
+                     "error of a node's own explains the outputs; not a first divergence.")
     again = [k for k in verdict.overflow if k not in verdict.first and k not in verdict.internal]
     if again:
         names = ", ".join(f"'{graph[k].name}'" for k in again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")

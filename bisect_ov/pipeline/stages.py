@@ -382,9 +382,14 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             delegation = smallest_range(runs) if planned.delegation else None
             impact: dict[str, float] = {}
             if planned.impact:
-                suspects = [*scores.first, *[k for k in scores.ranking if scores.nodes[k].role in ("source", "amplifier")]]
-                by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)), key=lambda k: -local[k])
-                impact = _impacts(runs, list(dict.fromkeys(suspects + by_local)), units, planned.impact, scored)
+                # The first divergences, then the nodes that make the most error of their own (local error over
+                # their tolerance, by how many times): the likeliest to explain the outputs alone (the judge's
+                # dominant origins), then the other sources and amplifiers by rank.
+                growth = [k for k in scores.ranking if scores.nodes[k].role in ("source", "amplifier")]
+                by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)),
+                                  key=lambda k: -local[k] / max(scored.tolerances.get(k, 0.0), 1e-30))
+                suspects = list(dict.fromkeys([*scores.first, *by_local, *growth]))
+                impact = _impacts(runs, suspects, units, planned.impact, scored)
             sensitivity = layer_sensitivity(engine, runs.error, local) if planned.sensitivity else ()
             fix, scale_factor, clamp = None, None, None
             if planned.fix:

@@ -159,6 +159,35 @@ CASES = {
     "bystander guard": Case(
         CHAIN, {"relu": 0.05, "mul": 0.05, "fc": 0.3}, ("relu",), impacts={"relu": 1e-4}, local={"relu": 0.05},
         outputs=((0.3, TOL),)),
+    # Outputs over: a small-vector norm upstream grows bf16 rounding 13x (a source by growth, but alone, fed the
+    # reference's inputs, within its tolerance, and alone it moves the outputs by 4% of their error), while a node
+    # downstream makes error of its own that alone takes the outputs over (SK-ResNet's attention BatchNorm above a
+    # faulty residual Add). The Add is named; the norm is a bystander; the Relu between, a source only once the
+    # norm is set aside, makes no error of its own and is not a first divergence.
+    "a dominant origin below a source by growth": Case(
+        _chain(("bn", "BatchNormInference"), ("relu", "Relu"), ("add", "Add"), ("fc", "MatMul")),
+        {"bn": 0.054, "relu": 0.17, "add": 0.2, "fc": 0.22}, ("add",), tolerances={k: 0.031 for k in ("bn", "relu", "add", "fc")},
+        outputs=((0.22, 0.031),), local={"bn": 0.017, "relu": 9e-4, "add": 0.2}, impacts={"bn": 8e-3, "add": 0.22},
+        roles={"bn": "absorbed", "add": "amplifier", "fc": "inherits"}),
+    # ... while a source upstream that makes error of its own (local over its tolerance) and moves the outputs by
+    # a fair share stays a first divergence beside it.
+    "a dominant origin beside a source with error of its own": Case(
+        _chain(("bn", "BatchNormInference"), ("relu", "Relu"), ("add", "Add"), ("fc", "MatMul")),
+        {"bn": 0.054, "relu": 0.17, "add": 0.2, "fc": 0.22}, ("bn", "add"),
+        tolerances={k: 0.031 for k in ("bn", "relu", "add", "fc")}, outputs=((0.22, 0.031),),
+        local={"bn": 0.05, "relu": 9e-4, "add": 0.2}, impacts={"bn": 0.05, "add": 0.22}),
+    # Below a dominant origin, a node whose unit ran its fused group's producer with it shows that producer's
+    # error as its local error (a Convert of an integer convolution's output): named only at the producer.
+    "dominant below dominant": Case(
+        _chain(("conv", "Convolution"), ("to_int", "Convert"), ("fc", "MatMul")),
+        {"conv": 5e-4, "to_int": 5e-4, "fc": 5e-4}, ("conv",), tolerances={"conv": 0.0, "to_int": 0.0, "fc": 0.0},
+        outputs=((5e-4, 0.0),), local={"conv": 5e-4, "to_int": 5e-4}, impacts={"conv": 5e-4, "to_int": 5e-4},
+        roles={"to_int": "inherits"}),
+    # A dominant origin needs both: local error over its tolerance, and an impact that takes the outputs over.
+    "no dominant origin without its own error": Case(
+        _chain(("bn", "BatchNormInference"), ("relu", "Relu"), ("add", "Add"), ("fc", "MatMul")),
+        {"bn": 0.054, "relu": 0.17, "add": 0.2, "fc": 0.22}, ("bn",), tolerances={k: 0.031 for k in ("bn", "relu", "add", "fc")},
+        outputs=((0.22, 0.031),), local={"bn": 0.017, "relu": 9e-4, "add": 0.02}, impacts={"bn": 8e-3, "add": 0.22}),
     # A measured impact never outranks a first divergence.
     "first ranks first": Case(
         CHAIN, {"conv": 0.1, "relu": 0.1, "mul": 0.5, "fc": 0.5}, ("conv",), impacts={"mul": 0.4, "conv": 0.01}),
@@ -224,6 +253,14 @@ def _invariants(case: Case, verdict) -> None:
         if nodes[key].role != "internal":
             assert key in verdict.first or any(f in case.graph.upstream(key) for f in verdict.first)
     assert not set(verdict.absorbed) & set(verdict.overflow)
+    limit = min((t for _, t in ev.outputs), default=0.0)
+    final = max((e for e, _ in ev.outputs), default=0.0)
+    for key in verdict.dominant:  # named for error of its own that alone takes the outputs over
+        assert key in verdict.first and ev.local[key] > nodes[key].tolerance
+        assert ev.impacts[key] > limit and ev.impacts[key] >= 0.5 * final
+        assert key not in verdict.bystanders and nodes[key].role in ("source", "amplifier")
+    for key in verdict.demoted:  # not a first divergence: no error of its own, while a dominant origin is named
+        assert key not in verdict.first and ev.local[key] <= nodes[key].tolerance
     for key, s in nodes.items():
         assert s.first == (key in verdict.first)
         assert (s.rank is not None) == (key in verdict.ranking)
