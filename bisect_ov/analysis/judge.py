@@ -31,6 +31,10 @@ The rules, in the order they are applied (each reads the evidence, none edits an
 5. **Absorbed with diverging outputs**: a node whose measured consumers come back within their tolerance and
    whose impact is below the outputs' tolerance; a source whose impact is a small share of the final error and
    of the outputs' tolerance (a bystander), while another source with local error of its own remains.
+   **Dominant origins**: a node whose local error is over its tolerance and whose impact alone takes the outputs
+   over their tolerance with `MOST` of the final error is a first divergence, also below a source by growth
+   (unless an origin with evidence of its own is named upstream of it); a first divergence whose local error is
+   within its tolerance is then not one (it amplified what it was handed).
 6. **Data movement never originates**: a Reshape, Transpose, Split, Slice, Concat, Gather ... adds no error. A
    first divergence there is named at the arithmetic node that produced its input (walking up through other
    movement ops), which it stands for when that node stored nothing of its own (a fused kernel's member) or
