@@ -15,12 +15,13 @@ from typing import Mapping
 
 from bisect_ov.analysis.diagnosis import peak_error
 from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge
+from bisect_ov.analysis.tolerance import CALIBRATED_METRICS, unit_roundoff
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 
-__all__ = ["decide", "evidence", "verdict_notes"]
+__all__ = ["decide", "evidence", "expected", "verdict_notes"]
 
 
 def decide(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings) -> Scored:
@@ -50,13 +51,31 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
         errors=scored.errors, tolerances=scored.tolerances, min_growth=examined.plan.tolerance.min_growth,
         outputs=tuple((o.error, o.tolerance) for o in scored.outputs),
         flips=len(setup.summary.flips_top1) if setup.summary is not None else 0,
-        local=dict(findings.local_errors), expected=dict(findings.baseline.local) if findings.baseline else {},
+        local=dict(findings.local_errors), expected=expected(examined, measurement, findings, setup.options.metric),
         impacts=dict(findings.impacts), nonfinite=nonfinite, movement=examined.plan.movement,
         inside_kernel=inside, kernel_outputs={k: tuple(v) for k, v in kernels.outputs.items()},
         rejected=bool(fidelity is not None and fidelity.rejected), localized=localized,
         # A few elements far off is a fault under rounding; a quantized twin clips and steps by design.
         peaks=peaks(measurement) if setup.options.metric == "rel_l2" and not examined.plan.tolerance.quantization else {},
         steps=frozenset(k for k in measured if k in graph and graph[k].op_type in STEPS))
+
+
+def expected(examined: Examined, measurement: Measurement, findings: Findings, metric: object) -> dict[str, float]:
+    """Rounding-only local errors: the baseline's, and, where it measured none (the plugin refused the piece), a
+    unit of ops that only move values gets its bound: they add no rounding, so run alone, fed the reference's
+    values, their error is at most the rounding of those values to the target's precision, its unit roundoff
+    (for the metrics the tolerance model is calibrated for)."""
+    if findings.baseline is None:
+        return {}
+    found = dict(findings.baseline.local)
+    if metric in CALIBRATED_METRICS:
+        plan = examined.plan
+        u = unit_roundoff(plan.tolerance.precision)
+        for key in findings.local_errors:
+            if (key not in found and key in plan.movement
+                    and all(m in plan.movement for m in measurement.groups.get(key, ()))):
+                found[key] = u
+    return found
 
 
 def peaks(measurement: Measurement) -> dict[str, tuple[float, float]]:

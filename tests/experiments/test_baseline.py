@@ -144,3 +144,25 @@ def test_absorbed_error_is_named_where_it_starts_not_where_it_is_largest():
     assert absorbed_start([big, early]) is early
     assert absorbed_start([big, node("grown", 3, 0.06, 3.0)]).name == "grown"
     assert math.isfinite(early.error)
+
+
+def test_a_movement_unit_without_a_baseline_gets_the_rounding_bound_and_no_other_unit_does():
+    """Where the plugin refused a unit's baseline piece, a unit of ops that only move values is bounded by the
+    unit roundoff (it adds no rounding of its own); a unit with arithmetic, or under an uncalibrated metric, gets
+    nothing it did not measure."""
+    from types import SimpleNamespace
+
+    from bisect_ov.analysis.tolerance import Tolerance, unit_roundoff
+    from bisect_ov.experiments.baseline import Baseline
+    from bisect_ov.pipeline.decide import expected
+
+    plan = SimpleNamespace(tolerance=Tolerance(precision="bf16"), movement=frozenset({"gather", "t", "view"}))
+    examined = SimpleNamespace(plan=plan)
+    measurement = SimpleNamespace(groups={"t": ("fc",), "view": ("gather",)})
+    findings = SimpleNamespace(baseline=Baseline("EMU:bf16", local={"fc": 3e-3}),
+                               local_errors={"gather": 0.2, "t": 0.2, "view": 0.2, "fc": 4e-3, "relu": 0.1})
+    assert expected(examined, measurement, findings, "rel_l2") == {
+        "fc": 3e-3, "gather": unit_roundoff("bf16"), "view": unit_roundoff("bf16")}
+    assert expected(examined, measurement, findings, "max_abs") == {"fc": 3e-3}
+    assert expected(examined, measurement, SimpleNamespace(baseline=None, local_errors={"gather": 0.2}),
+                    "rel_l2") == {}
