@@ -160,9 +160,9 @@ def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings:
     if verdict.demoted:
         names = ", ".join(f"'{graph[k].name}'" for k in verdict.demoted[:3])
         more = f" and {len(verdict.demoted) - 3} more" if len(verdict.demoted) > 3 else ""
-        notes.append(f"{names}{more} diverge(s) with inputs within their tolerance, but alone on the target, fed the "
-                     "reference's inputs, each stays within its tolerance: it only amplified what it was handed, while "
-                     "error of a node's own explains the outputs; not a first divergence.")
+        notes.append(f"Not first divergences, though over their tolerance with inputs within theirs: {names}{more}. "
+                     "Alone on the target, fed the reference's inputs, each stays within its tolerance: it amplified "
+                     "what it was handed, while a node's own error explains the outputs.")
     again = [k for k in verdict.overflow if k not in verdict.first and k not in verdict.internal]
     if again:
         names = ", ".join(f"'{graph[k].name}'" for k in again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")
