@@ -350,3 +350,21 @@ def test_the_plan_reads_the_target_s_fused_kernels_once_and_the_search_measures_
     measurement = measure(setup, examined)
     assert set(measurement.stats) == set(fusion.boundaries)
     assert measurement.groups == dict(fusion.groups)
+
+
+def test_impact_runs_go_to_the_first_divergences_then_to_the_most_local_error_then_to_growth():
+    """A fault below a source by growth makes the most error of its own: its impact is measured right after the
+    first divergence's, before sources and amplifiers that growth ranks higher (the judge's dominant origins need
+    it)."""
+    from bisect_ov.analysis.judge import Topology
+    from bisect_ov.analysis.scoring import score_graph
+    from bisect_ov.pipeline.stages import impact_suspects
+
+    graph = Topology([("x", "Parameter", ()), ("bn", "BatchNormInference", ("x",)), ("relu", "Relu", ("bn",)),
+                      ("add", "Add", ("relu",)), ("fc", "MatMul", ("add",)), ("out", "Result", ("fc",))])
+    errors = {("bn", 0): 0.054, ("relu", 0): 0.17, ("add", 0): 0.2, ("fc", 0): 0.22}
+    tolerances = {k: 0.031 for k in ("bn", "relu", "add", "fc")}
+    scores = score_graph(graph, errors, tolerances)
+    assert scores.first == ("bn",) and scores.nodes["relu"].growth > scores.nodes["add"].growth
+    local = {"bn": 0.017, "relu": 9e-4, "add": 0.2, "fc": 0.04}
+    assert impact_suspects(scores, local, tolerances)[:3] == ["bn", "add", "fc"]

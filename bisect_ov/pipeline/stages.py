@@ -21,7 +21,7 @@ import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -77,7 +77,7 @@ from bisect_ov.search.strategies import Prefetch, strategy_class
 
 log = logging.getLogger(__name__)
 
-__all__ = ["open_comparison", "run_untouched", "examine", "score", "experiments",
+__all__ = ["open_comparison", "run_untouched", "examine", "score", "experiments", "impact_suspects",
            "diagnosis_of", "comparison_precision", "twin_fix_candidates"]
 
 
@@ -382,14 +382,8 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             delegation = smallest_range(runs) if planned.delegation else None
             impact: dict[str, float] = {}
             if planned.impact:
-                # The first divergences, then the nodes that make the most error of their own (local error over
-                # their tolerance, by how many times): the likeliest to explain the outputs alone (the judge's
-                # dominant origins), then the other sources and amplifiers by rank.
-                growth = [k for k in scores.ranking if scores.nodes[k].role in ("source", "amplifier")]
-                by_local = sorted((k for k in local if local[k] > scored.tolerances.get(k, 0.0)),
-                                  key=lambda k: -local[k] / max(scored.tolerances.get(k, 0.0), 1e-30))
-                suspects = list(dict.fromkeys([*scores.first, *by_local, *growth]))
-                impact = _impacts(runs, suspects, units, planned.impact, scored)
+                impact = _impacts(runs, impact_suspects(scores, local, scored.tolerances), units, planned.impact,
+                                  scored)
             sensitivity = layer_sensitivity(engine, runs.error, local) if planned.sensitivity else ()
             fix, scale_factor, clamp = None, None, None
             if planned.fix:
@@ -418,6 +412,16 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
                     sensitivity=sensitivity, baseline=baseline, scale_factor=scale_factor, clamp=clamp)
+
+
+def impact_suspects(scores: Scores, local: Mapping[str, float], tolerances: Mapping[str, float]) -> list[str]:
+    """The order the impact runs measure suspects in: the first divergences, then the nodes that make the most
+    error of their own (local error over their tolerance, by how many times): the likeliest to explain the outputs
+    alone (the judge's dominant origins), then the other sources and amplifiers by rank."""
+    growth = [k for k in scores.ranking if scores.nodes[k].role in ("source", "amplifier")]
+    by_local = sorted((k for k in local if local[k] > tolerances.get(k, 0.0)),
+                      key=lambda k: -local[k] / max(tolerances.get(k, 0.0), 1e-30))
+    return list(dict.fromkeys([*scores.first, *by_local, *growth]))
 
 
 def _impacts(runs: MixedRuns, suspects: list[str], units: dict[str, tuple[str, ...]], count: int,
