@@ -20,7 +20,6 @@ from bisect_ov.analysis.exactness import exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.engine.comparison import Comparison, Sample
-from bisect_ov.engine.ledger import Clock
 from bisect_ov.engine.measured import Measured, Part, TappedRun, exact_checks
 from bisect_ov.engine.pieces import compile_piece, run_compiled_piece
 from bisect_ov.engine.runner import FinalOutput, Runner, run_both, same_bits
@@ -76,18 +75,6 @@ class Engine:
         return self.runner.target
 
     @property
-    def target_output_positions(self) -> list[int]:
-        return self.runner.target_output_positions
-
-    @property
-    def clock(self) -> Clock:
-        return self.runner.clock
-
-    @property
-    def progress(self) -> bool:
-        return self.runner.progress
-
-    @property
     def ref_info(self) -> DeviceInfo | None:
         """What the reference's untouched run ran with (its record's, not the ledger's)."""
         return self.untouched.ref_info
@@ -96,16 +83,6 @@ class Engine:
     def target_info(self) -> DeviceInfo | None:
         """What the untouched target compile runs with (its record's, not the ledger's)."""
         return self.untouched.target.info
-
-    @property
-    def runtime_ref(self) -> dict[str, dict]:
-        """The reference's runtime facts by original op name, over every compile so far (the ledger's)."""
-        return self.runner.runtime("ref")
-
-    @property
-    def runtime_target(self) -> dict[str, dict]:
-        """The target's runtime facts by original op name, over every compile so far (the ledger's)."""
-        return self.runner.runtime("target")
 
     @property
     def compiles(self) -> dict[str, int]:
@@ -147,10 +124,6 @@ class Engine:
         """Bytes of each reference tensor for the sample (`model.taps.tensor_sizes`)."""
         return tensor_sizes(self.graph, self.ref_arrays)
 
-    @property
-    def can_stream(self) -> bool:
-        """Whether a measurement beyond the tap budget may run segment by segment (`engine.streamed`)."""
-        return can_stream(self.comparison, self.untappable)
 
     def chunks(self, taps: Sequence[Tap], max_bytes: int | None) -> list[list[Tap]]:
         """`taps` in chunks whose tensors fit `max_bytes` for the sample."""
@@ -186,12 +159,12 @@ class Engine:
                        run=measured.runs[-1] if measured.runs else None)
             return
         chunks = self.chunks(wanted, max_bytes)
-        if len(chunks) > 1 and max_bytes is not None and self.can_stream:
+        if len(chunks) > 1 and max_bytes is not None and can_stream(self.comparison, self.untappable):
             yield from stream(self.runner, self.sample, [t for c in chunks for t in c], max_bytes,
                               target_runtime=self.target_runtime, sizes=self.tensor_sizes,
                               untouched_target=self.untouched.target_final, desc=desc)
             return
-        with tqdm(total=sum(map(len, chunks)), desc=desc, unit="tensor", disable=not self.progress, leave=False) as bar:
+        with tqdm(total=sum(map(len, chunks)), desc=desc, unit="tensor", disable=not self.runner.progress, leave=False) as bar:
             for i, chunk in enumerate(chunks):
                 bar.set_description(f"{desc} {i + 1}/{len(chunks)}" if len(chunks) > 1 else desc)
                 yield self._measure_once(chunk, bar)
@@ -209,7 +182,7 @@ class Engine:
             ref_out: Sequence[np.ndarray] = ready.outputs
             ref_positions = [ready.index[t] for t in taps]
             n_original = ready.model.n_original_outputs
-            with self.clock("compile and infer"):
+            with self.runner.clock("compile and infer"):
                 target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
                 target_out = target_c.infer(self.target_arrays)
             runner.ran("target")
@@ -217,13 +190,13 @@ class Engine:
                 runner.note("target", target_c)
         else:
             ref_tapped = tap_model(self.graph, taps)
-            with self.clock("compile and infer"):
+            with self.runner.clock("compile and infer"):
                 (ref_c, ref_out), (target_c, target_out) = runner.compile_and_run_both(
                     ref_tapped.model, target_tapped.model, self.ref_arrays, self.target_arrays,
                     ref_taps=ref_tapped.added_outputs, target_taps=target_tapped.added_outputs)
             ref_positions, n_original = list(ref_tapped.tap_outputs), ref_tapped.n_original_outputs
         stats: dict[Tap, TensorStats] = {}
-        with self.clock("compare"):
+        with self.runner.clock("compare"):
             reproduced = same_bits(list(self.untouched.target_final), list(target_out[:n_original]))
             run = TappedRun(tuple(runner.final_outputs(ref_out, target_out, n_original)), reproduced)
             pairs = list(zip(taps, ref_positions, target_tapped.tap_outputs))
@@ -250,7 +223,7 @@ class Engine:
         ref_c, target_c = self.runner.compile_pair(ref_tapped.model, target_tapped.model,
                                                    ref_taps=ref_tapped.added_outputs,
                                                    target_taps=target_tapped.added_outputs)
-        with self.clock("infer"):
+        with self.runner.clock("infer"):
             ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays, share_outputs=False),
                                            lambda: target_c.infer(self.target_arrays, share_outputs=False))
         self.runner.ran("ref")
@@ -272,9 +245,9 @@ class Engine:
         rest = [t for t in taps if t not in values]
         if rest:
             tapped = tap_model(self.graph, rest)
-            with self.clock("compile"):
+            with self.runner.clock("compile"):
                 compiled = self.runner.compile("ref", tapped.model, taps=tapped.added_outputs)
-            with self.clock("infer"):
+            with self.runner.clock("infer"):
                 out = compiled.infer(self.ref_arrays, share_outputs=False)
             self.runner.ran("ref")
             values.update({t: out[i] for t, i in zip(rest, tapped.tap_outputs)})
@@ -288,7 +261,7 @@ class Engine:
         Outputs hand values on like taps, in the precision the device stores activations in, except the
         model's own outputs (`final`), which the plugin produces as the plain model would.
         """
-        with self.clock("compile"):
+        with self.runner.clock("compile"):
             compiled = compile_piece(self.runner, side, piece, final, self.target_runtime)
         return run_compiled_piece(self.runner, self.sample, side, piece, compiled, values)
 
@@ -306,7 +279,7 @@ class Engine:
         found = self._pieces.get(key)
         if found is None:
             piece = make_piece()
-            with self.clock("compile"):
+            with self.runner.clock("compile"):
                 found = (piece, compile_piece(self.runner, side, piece, final, self.target_runtime))
             if keep:
                 if len(self._pieces) >= PIECE_CACHE:
@@ -350,7 +323,7 @@ class Engine:
         second run's, or None), counted here.
         """
         runner = self.runner
-        with self.clock("noise"):
+        with self.runner.clock("noise"):
             plain = list(self.untouched.target_final)
             result: dict[str, float] = {}
             if self.untouched.target.run_to_run is not None:

@@ -68,7 +68,7 @@ class MixedRuns:
     def __post_init__(self) -> None:
         self.order = [n.key for n in self.engine.graph.candidates()]
         # How many runs a search takes is not known ahead: the bar counts them.
-        self.bar = tqdm(desc="partitioned runs", unit="run", disable=not self.engine.progress, leave=False)
+        self.bar = tqdm(desc="partitioned runs", unit="run", disable=not self.engine.runner.progress, leave=False)
 
     def close(self) -> None:
         self.bar.close()

@@ -280,6 +280,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.graph
     exact = measurement.exact
+    runtime_ref, runtime_target = session.runner.runtime("ref"), session.runner.runtime("target")
     assert session.ref_info is not None and session.target_info is not None  # both sides ran in the plain run
     same_precision = session.ref_info.precision == session.target_info.precision
     by_key: dict[str, list[Tap]] = {}
@@ -298,11 +299,11 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
         node, s = graph[key], scores.nodes[key]
         node_stats = tuple(stats[t] for t in sorted(by_key[key], key=lambda t: t.port))
         runtime = {}
-        if node.name in session.runtime_ref:
-            runtime["ref"] = session.runtime_ref[node.name]
+        if node.name in runtime_ref:
+            runtime["ref"] = runtime_ref[node.name]
         target_key = session.target_of[by_key[key][0]].key
-        if target_key in session.runtime_target:
-            runtime["target"] = session.runtime_target[target_key]
+        if target_key in runtime_target:
+            runtime["target"] = runtime_target[target_key]
         causes = observations(node_stats)
         if key in stand_in:
             carrier = graph[stand_in[key]]
