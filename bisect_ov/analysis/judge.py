@@ -222,7 +222,8 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         if s.role not in ("source", "amplifier"):
             nodes[key] = _with(s, role="amplifier" if s.inherited > s.tolerance else "source")
         first.append(key)
-    demoted = [f for f in first if named and f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance]
+    demoted = ([f for f in first if f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance]
+               if named else [])
     for key in demoted:
         first.remove(key)
         nodes[key] = _with(nodes[key], first=False)

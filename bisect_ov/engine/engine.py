@@ -124,7 +124,6 @@ class Engine:
         """Bytes of each reference tensor for the sample (`model.taps.tensor_sizes`)."""
         return tensor_sizes(self.graph, self.ref_arrays)
 
-
     def chunks(self, taps: Sequence[Tap], max_bytes: int | None) -> list[list[Tap]]:
         """`taps` in chunks whose tensors fit `max_bytes` for the sample."""
         return plan_chunks(self.graph, taps, max_bytes, self.tensor_sizes or None)
