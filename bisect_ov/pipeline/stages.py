@@ -59,7 +59,7 @@ from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
-from bisect_ov.model.state import Stateless, initial_states, is_stateful, make_stateless
+from bisect_ov.model.state import Stateless, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, tensor_sizes
 from bisect_ov.pipeline.measure import over_tolerance
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
@@ -68,9 +68,9 @@ from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.pipeline.sides import bind_sides
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
-from bisect_ov.run.inputs import align_inputs, prepare_inputs_noted
+from bisect_ov.run.inputs import parameter_specs, prepare_inputs_noted
 from bisect_ov.samples.batches import prepare_pair
-from bisect_ov.samples.prompts import PromptInputs, sweep_prompts
+from bisect_ov.samples.prompts import PromptInputs, is_token_ids, sweep_prompts
 from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
 from bisect_ov.search.strategies import Prefetch, strategy_class
@@ -107,7 +107,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                                pieces_possible=plan.pieces and plan.ref.can_run_pieces and plan.target.can_run_pieces,
                                twin=ov_target is not None, weight_bytes=weight_bytes(ov_model))
     show = sys.stderr.isatty() if options.progress is None else options.progress
-    many, prompts, cast_notes = _many(loaded, plan.inputs, options)
+    many, prompts, sweep_notes = _many(loaded, plan.inputs, options)
     # Samples are read as they run and only summaries kept: memory does not grow with their number.
     run = (SampleRun(many, options.executor, samples_per_batch=options.samples_per_batch,
                      batch_retries=options.batch_retries, progress=show,
@@ -117,9 +117,9 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         if run is not None:
             on_error.callback(run.close)
         if run is None:
-            first, cast_notes = _one_sample(loaded, plan.inputs, options)
+            first, cast = _one_sample(loaded, plan.inputs, options, prompts)
         else:
-            first = _sample_pair(loaded, run.samples, 0, options, prompts)
+            first, cast = _sample_pair(loaded, run.samples, 0, options, prompts)
         bound = bind_sides(graph, first[0], plan.ref, plan.target, truth, match, twin=ov_target is not None,
                            asked_pieces=bool(options.fix or options.delegation or options.curve))
         comparison = Comparison(graph, target_graph, bound.match, bound.ref, bound.target, exact_checks=plan.exact)
@@ -136,9 +136,11 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
                 infos = (untouched[0].info, untouched[1].info) if untouched is not None else None
                 worst, sweep_note = _sweep_examined(summary, runner, options, graph, infos)
                 summary = replace(summary, examined=worst, notes=summary.notes + (sweep_note,))
-            examined = Sample.of(*_sample_pair(loaded, run.samples, worst, options, prompts))
+            pair, cast = _sample_pair(loaded, run.samples, worst, options, prompts)
+            examined = Sample.of(*pair)
         on_error.pop_all()  # it ran: the caller closes the samples' run
-    notes = (tuple(plan.notes) + bound.notes + (summary.notes if summary is not None else ()) + cast_notes
+    # the cast notes are the examined sample's
+    notes = (tuple(plan.notes) + bound.notes + (summary.notes if summary is not None else ()) + sweep_notes + cast
              + _input_notes(graph, first[0]) + _state_notes(loaded, options))
     return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock,
                  loaded.state, loaded.target_state, frameworks=bound.frameworks, truth=bound.truth,
@@ -172,8 +174,8 @@ def _load(model: Any, target_model: Any, clock: Clock) -> _Loaded:
 
 
 def _many(loaded: _Loaded, inputs: Any, options: BisectOptions) -> tuple[Samples | None, Any, tuple[str, ...]]:
-    """The samples when there are many (a prompt-length sweep's prompts cut from one), the LLM prompt inputs they
-    need (a `PromptInputs`, or None), and the notes of cutting them."""
+    """The samples when there are many (a prompt-length sweep's prompts cut from one), the LLM prompt inputs every
+    sample goes through (`_prompts`), and the notes of cutting them."""
     many = as_samples(inputs)
     notes: tuple[str, ...] = ()
     sweep = options.prompt_lengths
@@ -183,27 +185,39 @@ def _many(loaded: _Loaded, inputs: Any, options: BisectOptions) -> tuple[Samples
                              "{'input_ids': ...}) or none (a random one), not many samples.")
         prompts_cut, sweep_notes = sweep_prompts(loaded.user_model, sweep, inputs, options.seed)
         many, notes = Samples(prompts_cut), tuple(sweep_notes)
-    prompts = (PromptInputs.of(loaded.user_model, loaded.state)
-               if many is not None and (loaded.state is not None or sweep) else None)
-    return many, prompts, notes
+    return many, _prompts(loaded), notes
 
 
-def _one_sample(loaded: _Loaded, inputs: Any, options: BisectOptions) -> tuple[tuple[list, list], tuple[str, ...]]:
-    """One sample's arrays for both sides, and a note per input whose values were cast."""
-    ref_arrays, cast_notes = prepare_inputs_noted(loaded.user_model, inputs, seed=options.seed,
-                                                  prompt_length=options.prompt_length)
-    if loaded.state is not None:  # the variables as `reset_state()` leaves them
-        ref_arrays = ref_arrays + initial_states(loaded.state, ref_arrays)
-    target = align_inputs(loaded.model, loaded.target, ref_arrays) if loaded.target is not None else ref_arrays
-    return (ref_arrays, target), cast_notes
+def _prompts(loaded: _Loaded) -> PromptInputs | None:
+    """What makes a prompt the compared model's inputs (token ids into an LLM's inputs, a stateful model's
+    variables reset), for one sample and for many alike; None for a model that takes no ``input_ids`` and has no
+    variables."""
+    takes_ids = any("input_ids" in spec.names for spec in parameter_specs(loaded.user_model))
+    return PromptInputs.of(loaded.user_model, loaded.state) if takes_ids or loaded.state is not None else None
+
+
+def _one_sample(loaded: _Loaded, inputs: Any, options: BisectOptions,
+                prompts: PromptInputs | None) -> tuple[tuple[list, list], tuple[str, ...]]:
+    """One sample's arrays for both sides, and a note per input whose values were cast: through `prepare_pair`,
+    as each of many samples. A stateful model's variables start from its own inputs, so random inputs, a file or
+    arrays in input order are made the user's model's inputs first."""
+    notes: tuple[str, ...] = ()
+    if loaded.state is not None and not (isinstance(inputs, Mapping) or is_token_ids(inputs)):
+        arrays, notes = prepare_inputs_noted(loaded.user_model, inputs, seed=options.seed,
+                                             prompt_length=options.prompt_length)
+        inputs = {spec.name: a for spec, a in zip(parameter_specs(loaded.user_model), arrays)}
+    ref, target, cast = prepare_pair(None, inputs, loaded.model, loaded.target, options.seed, False, prompts,
+                                     prompt_length=options.prompt_length)
+    return (ref, target), notes + cast
 
 
 def _sample_pair(loaded: _Loaded, samples: Samples, index: int, options: BisectOptions,
-                 prompts: Any) -> tuple[list, list]:
-    """Sample `index` of many, as arrays for both sides (a bad one named)."""
+                 prompts: Any) -> tuple[tuple[list, list], tuple[str, ...]]:
+    """Sample `index` of many, as arrays for both sides (a bad one named), and its cast notes."""
     sample = samples.load(index)
-    return prepare_pair(index, sample, loaded.model, loaded.target, options.seed, samples.names_file(index, sample),
-                        prompts)
+    ref, target, notes = prepare_pair(index, sample, loaded.model, loaded.target, options.seed,
+                                      samples.names_file(index, sample), prompts)
+    return (ref, target), notes
 
 
 def _input_notes(graph: ModelGraph, arrays: Sequence[Any]) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core.errors import InputError
 from bisect_ov.engine.runner import run_both
 from bisect_ov.run.devices import Device
-from bisect_ov.run.inputs import align_inputs, prepare_inputs
+from bisect_ov.run.inputs import align_inputs, prepare_inputs_noted
 from bisect_ov.samples.sources import sample_result
 
 __all__ = ["ModelPayload", "Plan", "Batch", "BatchResult", "execute", "prepare_pair", "run_batch"]
@@ -123,18 +123,24 @@ class BatchResult:
 
 
 # ----- one batch ----------------------------------------------------------------------------------------------
-def prepare_pair(index: int, sample: Any, ref_model: ov.Model, target_model: ov.Model | None, seed: int,
-                 named: bool, prompts: Any = None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """One sample's checked arrays for both sides; a bad sample is named (its number, and its file if any).
+def prepare_pair(index: int | None, sample: Any, ref_model: ov.Model, target_model: ov.Model | None, seed: int,
+                 named: bool, prompts: Any = None, *,
+                 prompt_length: int = 16) -> tuple[list[np.ndarray], list[np.ndarray], tuple[str, ...]]:
+    """One sample's checked arrays for both sides, and a note per input whose values were cast; the one way a
+    sample becomes arrays, for one sample (`index` None) and for each of many (a bad one named by its number, and
+    its file if any).
 
     `prompts` (a `bisect_ov.samples.prompts.PromptInputs`) makes an LLM prompt into the model's inputs first:
-    token ids into its inputs, a stateful model's variables reset."""
+    token ids into its inputs, a stateful model's variables reset. `sample` None: seeded random inputs
+    (`prompt_length` tokens for an LLM)."""
     try:
-        if prompts is not None:
-            sample = prompts.expand(sample)
-        ref_arrays = prepare_inputs(ref_model, sample, seed=seed)
-        return ref_arrays, align_inputs(ref_model, target_model, ref_arrays) if target_model is not None else ref_arrays
+        given = prompts.expand(sample) if prompts is not None and sample is not None else sample
+        ref_arrays, notes = prepare_inputs_noted(ref_model, given, seed=seed, prompt_length=prompt_length)
+        target = align_inputs(ref_model, target_model, ref_arrays) if target_model is not None else ref_arrays
+        return ref_arrays, target, notes
     except InputError as err:
+        if index is None:
+            raise
         where = f" ('{sample}')" if named else ""
         raise InputError(f"Sample #{index}{where}: {err}") from err
 
@@ -147,7 +153,7 @@ def execute(plan: Plan, batch: Batch, compiled: tuple[Any, Any], models: tuple[o
     def pairs() -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray]]]:
         for i, item, is_file in zip(batch.indices, batch.items, named):
             sample = batch.loader(i) if batch.loader is not None else item
-            yield (i, *prepare_pair(i, sample, models[0], models[1], plan.seed, is_file, plan.prompts))
+            yield (i, *prepare_pair(i, sample, models[0], models[1], plan.seed, is_file, plan.prompts)[:2])
 
     ref_c, target_c = compiled
     result = BatchResult(batch.number, 0.0, worker=f"{os.uname().nodename}:{os.getpid()}")

@@ -127,10 +127,16 @@ class PromptInputs:
         return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables), vocabulary)
 
     def expand(self, sample: Any) -> Any:
-        """`sample` as the compared model's inputs: token ids become the LLM inputs, and a stateful model's
-        ``state:`` inputs are added with the variables' initial values. Other samples are returned as given."""
+        """`sample` as the compared model's inputs: token ids become the LLM inputs (a dict's LLM inputs other
+        than ``input_ids``, when not given, follow from it the same way), and a stateful model's ``state:`` inputs
+        are added with the variables' initial values. Other samples are returned as given."""
         if isinstance(sample, Mapping) and "input_ids" in sample:
             check_token_ids(sample["input_ids"], self.vocabulary, "The prompt's input_ids")
+            # the LLM inputs not given follow from input_ids, as for bare token ids
+            shape = np.shape(sample["input_ids"])
+            sample = {**sample, **{name: llm_companion(name, shape[:1] if name == "beam_idx" else shape, dtype)
+                                   for name, dtype in self.inputs
+                                   if name in LLM_INPUTS and name != "input_ids" and name not in sample}}
         if is_token_ids(sample):
             check_token_ids(sample, self.vocabulary)
             tokens = np.asarray(sample).reshape(1, -1)

@@ -109,3 +109,48 @@ def test_a_sweep_prompt_file_numpy_cannot_read_and_an_empty_prompt_are_refused(t
             bisect(model, "CPU:f32", "CPU:f32", str(tmp_path / name), prompt_lengths=(2, 3), **FAST)
     with pytest.raises(InputError, match="holds no token ids"):
         bisect(model, "CPU:f32", "CPU:f32", Samples([np.array([1, 2], np.int64), np.array([], np.int64)]), **FAST)
+
+
+# ----- one prompt and many take the same forms ----------------------------------------------------------------
+def _examined(model, inputs, **options):
+    """The examined sample's reference arrays, the setup's notes, and which of many samples was examined."""
+    from bisect_ov.pipeline.options import BisectOptions
+    from bisect_ov.pipeline.stages import open_comparison
+
+    setup = open_comparison(model, "CPU:f32", "CPU:f32", inputs, None, BisectOptions(**{**FAST, **options}))
+    try:
+        summary = setup.summary
+        return setup.sample.ref, setup.notes, (None if summary is None else summary.examined if summary.examined is not None
+                                               else summary.ranking[0])
+    finally:
+        if setup.samples is not None:
+            setup.samples.close()
+
+
+def test_one_prompt_is_taken_in_every_form_many_prompts_are():
+    model = _tiny_lm()
+    full, _, _ = _examined(model, _prompt([3, 1, 4, 1]))
+    for form in (np.array([3, 1, 4, 1], np.int64), np.array([[3, 1, 4, 1]], np.int64),
+                 {"input_ids": np.array([[3, 1, 4, 1]], np.int64)}):
+        one, _, _ = _examined(model, form)
+        many, _, _ = _examined(model, Samples([form]))
+        assert len(one) == len(many) == len(full)  # the model's two inputs and its variable
+        for a, b, c in zip(one, many, full):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, c)
+    with pytest.raises(InputError, match="token id 5,000 at position 1"):
+        bisect(model, "CPU:f32", "CPU:f32", np.array([1, 5000], np.int64), **FAST)
+
+
+def test_the_examined_samples_cast_notes_are_kept_with_many_samples_too():
+    model = _tiny_lm()
+    cast = {"input_ids": np.array([[3, 1, 4]], np.int32)}
+    said = "was given as int32 and cast to i64"
+    for inputs in (cast, Samples([cast])):
+        _, notes, _ = _examined(model, inputs)
+        assert [n for n in notes if said in n], (inputs, notes)
+    for order in ([_prompt([3, 1, 4]), cast], [cast, _prompt([3, 1, 4])]):
+        _, notes, examined = _examined(model, Samples(order))
+        assert bool([n for n in notes if said in n]) == (order[examined] is cast)
+    _, notes, _ = _examined(model, Samples([_prompt([3, 1, 4])]))
+    assert not [n for n in notes if "cast to" in n]
