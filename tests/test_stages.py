@@ -110,18 +110,18 @@ def _engine(model=None, target="CPU:f32") -> tuple[Engine, Runner]:
 def test_an_engine_comes_from_the_untouched_run_and_keeps_no_results():
     engine, runner = _engine()
     with pytest.raises(FrozenInstanceError):
-        engine.comparison.graph = None  # type: ignore[misc]
-    assert engine.compiles == {"ref": 1, "target": 1}  # the untouched run, target first
-    engine.compiles["ref"] = 99  # a copy: the ledger's count is not touched
+        engine.runner.comparison.graph = None  # type: ignore[misc]
+    assert engine.runner.compiles == {"ref": 1, "target": 1}  # the untouched run, target first
+    engine.runner.compiles["ref"] = 99  # a copy: the ledger's count is not touched
     taps = [Tap("mm1", 0), Tap("tanh1", 0)]
     first, second = engine.measure(taps), engine.measure(taps)
-    assert engine.compiles == {"ref": 3, "target": 3}
+    assert engine.runner.compiles == {"ref": 3, "target": 3}
     # Each measurement returns what it measured, the same whatever ran before it.
     assert len(first.runs) == len(second.runs) == 1 and first.runs[0].reproduced
     assert {t: s.rel_l2 for t, s in first.stats.items()} == {t: s.rel_l2 for t, s in second.stats.items()}
-    other = [np.full_like(a, 0.5) for a in engine.ref_arrays]
+    other = [np.full_like(a, 0.5) for a in engine.sample.ref]
     another = examine(runner, Sample.of(other, other))  # another sample is another engine
-    assert np.array_equal(another.ref_arrays[0], other[0]) and not np.array_equal(engine.ref_arrays[0], other[0])
+    assert np.array_equal(another.sample.ref[0], other[0]) and not np.array_equal(engine.sample.ref[0], other[0])
 
 
 # ----- strategies driven by hand, with a fake measurement -------------------------------------------------------
@@ -174,8 +174,12 @@ def test_notes_come_from_the_records():
         options = BisectOptions(progress=False)
         samples = None
 
+    class _Untouched:
+        ref_info = None
+        target = type("_TargetRun", (), {"info": None})()
+
     class _Engine:
-        ref_info = target_info = None
+        untouched = _Untouched()
 
     class _Examined:
         engine = _Engine()
@@ -202,9 +206,9 @@ def test_compiles_travel_as_values_and_the_ledger_only_counts():
     before = setup.runner.ledger.compiles
     examined = run_untouched(setup)
     engine = examined.engine
-    assert engine.compiles == before == {"ref": 1, "target": 1}  # the samples' pair, run again, not compiled
-    assert engine.target_info is engine.untouched.target.info and engine.target_info.emulated
-    assert engine.ref_info is engine.untouched.ref_info and not engine.ref_info.emulated
+    assert engine.runner.compiles == before == {"ref": 1, "target": 1}  # the samples' pair, run again, not compiled
+    assert engine.untouched.target.info is engine.untouched.target.info and engine.untouched.target.info.emulated
+    assert engine.untouched.ref_info is engine.untouched.ref_info and not engine.untouched.ref_info.emulated
     assert engine.untouched.target.compiled is None  # the reference ran on it; the record keeps no compile
     held = [v for obj in (setup.runner, setup.runner.ledger) for v in vars(obj).values()]
     assert not [v for v in held if hasattr(v, "infer") or isinstance(v, tuple) and any(hasattr(x, "infer") for x in v)]
@@ -268,7 +272,7 @@ def test_a_group_is_refined_only_when_it_makes_error_of_its_own(makes_error, ref
         return setup.error_of(stats) > plan.node(tap.key, tap.port)
 
     # Local errors are asked for only when the strategy may use them; the answer here is made up.
-    search = FusionSearch(engine.comparison, diverged, runtime=engine.target_runtime, local=makes_error is not None)
+    search = FusionSearch(engine.runner.comparison, diverged, runtime=engine.untouched.target_runtime, local=makes_error is not None)
     results, descs, asked = Results(), [], False
     while (step := search.next_step(results)) is not None:
         if step.local:
@@ -346,7 +350,7 @@ def test_the_plan_reads_the_target_s_fused_kernels_once_and_the_search_measures_
     assert fusion.boundaries and any(len(members) >= 2 for members in fusion.groups.values())
     assert set(fusion.units) == {t.key for t in fusion.boundaries} and fusion.kernels.outputs
     engine = examined.engine
-    assert plan_fusion(setup.comparison, engine.target_runtime, engine.untappable) == fusion  # what it read is all
+    assert plan_fusion(setup.comparison, engine.untouched.target_runtime, engine.untouched.untappable) == fusion  # what it read is all
     measurement = measure(setup, examined)
     assert set(measurement.stats) == set(fusion.boundaries)
     assert measurement.groups == dict(fusion.groups)

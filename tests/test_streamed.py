@@ -96,7 +96,7 @@ def test_a_streamed_run_holds_one_segment_at_a_time():
     engine = run_untouched(setup).engine
     held: list[int] = []
     stats = {}
-    for part in stream(engine.runner, engine.sample, taps, budget, target_runtime=engine.target_runtime,
+    for part in stream(engine.runner, engine.sample, taps, budget, target_runtime=engine.untouched.target_runtime,
                        sizes=engine.tensor_sizes):
         stats.update(part.stats)
         if part.values is not None:  # the reference's values held while this segment is

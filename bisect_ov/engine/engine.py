@@ -18,18 +18,13 @@ from tqdm import tqdm
 
 from bisect_ov.analysis.exactness import exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.core.records import DeviceInfo
-from bisect_ov.engine.comparison import Comparison, Sample
+from bisect_ov.engine.comparison import Sample
 from bisect_ov.engine.measured import Measured, Part, TappedRun, exact_checks
 from bisect_ov.engine.pieces import compile_piece, run_compiled_piece
-from bisect_ov.engine.runner import FinalOutput, Runner, run_both, same_bits
+from bisect_ov.engine.runner import Runner, run_both, same_bits
 from bisect_ov.engine.streamed import can_stream, stream
 from bisect_ov.engine.untouched import Untouched
-from bisect_ov.model.graph import ModelGraph
-from bisect_ov.model.match import Match
-from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, plan_chunks, tap_model, tensor_sizes
-from bisect_ov.run.devices import Device
 
 __all__ = ["Engine", "PIECE_CACHE"]
 
@@ -45,96 +40,22 @@ class Engine:
         self.untouched = untouched
         self._pieces: dict[tuple, tuple[Any, Any]] = {}  # (side, segment, outputs) -> (piece, compiled)
 
-    # ----- what the comparison and the untouched run hold, read-only ---------------------------------
-    @property
-    def comparison(self) -> Comparison:
-        return self.runner.comparison
-
-    @property
-    def graph(self) -> ModelGraph:
-        return self.runner.graph
-
-    @property
-    def target_graph(self) -> ModelGraph:
-        return self.runner.target_graph
-
-    @property
-    def match(self) -> Match:
-        return self.runner.match
-
-    @property
-    def target_of(self) -> dict[Tap, Tap]:
-        return self.runner.target_of
-
-    @property
-    def ref(self) -> Device:
-        return self.runner.ref
-
-    @property
-    def target(self) -> Device:
-        return self.runner.target
-
-    @property
-    def ref_info(self) -> DeviceInfo | None:
-        """What the reference's untouched run ran with (its record's, not the ledger's)."""
-        return self.untouched.ref_info
-
-    @property
-    def target_info(self) -> DeviceInfo | None:
-        """What the untouched target compile runs with (its record's, not the ledger's)."""
-        return self.untouched.target.info
-
-    @property
-    def compiles(self) -> dict[str, int]:
-        """Compiles made so far per side (a copy)."""
-        return self.runner.compiles
-
-    @property
-    def ref_arrays(self) -> list[np.ndarray]:
-        """The reference's inputs of the sample being examined."""
-        return list(self.sample.ref)
-
-    @property
-    def target_arrays(self) -> list[np.ndarray]:
-        """The target's inputs of the sample being examined (the twin's input order with `target_model`)."""
-        return list(self.sample.target)
-
-    @property
-    def outputs(self) -> list[FinalOutput]:
-        """The untouched run's final outputs: (name, result key, statistics)."""
-        return list(self.untouched.outputs)
-
-    @property
-    def ref_final(self) -> list[np.ndarray]:
-        """The reference's untouched final outputs (partitioned runs compare theirs with them)."""
-        return list(self.untouched.ref_final)
-
-    @property
-    def target_runtime(self) -> RuntimeGraph:
-        """The untouched target's runtime graph: its real fusion groups."""
-        return self.untouched.target_runtime
-
-    @property
-    def untappable(self) -> frozenset[Tap]:
-        """Reference taps never exposed: their twin tensors live inside an int8 kernel."""
-        return self.untouched.untappable
-
     @cached_property
     def tensor_sizes(self) -> dict[Tap, int]:
         """Bytes of each reference tensor for the sample (`model.taps.tensor_sizes`)."""
-        return tensor_sizes(self.graph, self.ref_arrays)
+        return tensor_sizes(self.runner.graph, self.sample.ref)
 
     def chunks(self, taps: Sequence[Tap], max_bytes: int | None) -> list[list[Tap]]:
         """`taps` in chunks whose tensors fit `max_bytes` for the sample."""
-        return plan_chunks(self.graph, taps, max_bytes, self.tensor_sizes or None)
+        return plan_chunks(self.runner.graph, taps, max_bytes, self.tensor_sizes or None)
 
     def exact_candidates(self) -> list[str]:
         """Integer Conv/MatMul nodes of the reference model (`analysis.exactness.exact_candidates`)."""
-        return exact_candidates(self.graph) if self.comparison.exact_checks else []
+        return exact_candidates(self.runner.graph) if self.runner.comparison.exact_checks else []
 
     def tappable(self, taps: Sequence[Tap]) -> list[Tap]:
         """Of `taps`, those with a target counterpart that can be exposed."""
-        return [t for t in taps if t in self.target_of and t not in self.untappable]
+        return [t for t in taps if t in self.runner.target_of and t not in self.untouched.untappable]
 
     # ----- measuring ----------------------------------------------------------------------------------
     def measure(self, taps: Sequence[Tap]) -> Measured:
@@ -158,9 +79,9 @@ class Engine:
                        run=measured.runs[-1] if measured.runs else None)
             return
         chunks = self.chunks(wanted, max_bytes)
-        if len(chunks) > 1 and max_bytes is not None and can_stream(self.comparison, self.untappable):
+        if len(chunks) > 1 and max_bytes is not None and can_stream(self.runner.comparison, self.untouched.untappable):
             yield from stream(self.runner, self.sample, [t for c in chunks for t in c], max_bytes,
-                              target_runtime=self.target_runtime, sizes=self.tensor_sizes,
+                              target_runtime=self.untouched.target_runtime, sizes=self.tensor_sizes,
                               untouched_target=self.untouched.target_final, desc=desc)
             return
         with tqdm(total=sum(map(len, chunks)), desc=desc, unit="tensor", disable=not self.runner.progress, leave=False) as bar:
@@ -173,7 +94,7 @@ class Engine:
         return Measured.of(self.measure_parts(taps, max_bytes, desc=desc))
 
     def _measure_once(self, taps: list[Tap], bar: tqdm | None) -> Part:
-        target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
+        target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
         ready = self.untouched.ready
         runner = self.runner
         if ready is not None and all(t in ready.index for t in taps):
@@ -183,15 +104,15 @@ class Engine:
             n_original = ready.model.n_original_outputs
             with self.runner.clock("compile and infer"):
                 target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
-                target_out = target_c.infer(self.target_arrays)
+                target_out = target_c.infer(self.sample.target)
             runner.ran("target")
             if not target_c.info.emulated:
                 runner.note("target", target_c)
         else:
-            ref_tapped = tap_model(self.graph, taps)
+            ref_tapped = tap_model(self.runner.graph, taps)
             with self.runner.clock("compile and infer"):
                 (ref_c, ref_out), (target_c, target_out) = runner.compile_and_run_both(
-                    ref_tapped.model, target_tapped.model, self.ref_arrays, self.target_arrays,
+                    ref_tapped.model, target_tapped.model, self.sample.ref, self.sample.target,
                     ref_taps=ref_tapped.added_outputs, target_taps=target_tapped.added_outputs)
             ref_positions, n_original = list(ref_tapped.tap_outputs), ref_tapped.n_original_outputs
         stats: dict[Tap, TensorStats] = {}
@@ -206,7 +127,7 @@ class Engine:
                     if bar is not None:
                         bar.update(1)
             ref_of = dict(zip(taps, ref_positions))
-            exact = exact_checks(self.comparison, self.sample,
+            exact = exact_checks(self.runner.comparison, self.sample,
                                  [(t, ref_out[ri], target_out[ti]) for t, ri, ti in pairs],
                                  lambda t: ref_out[ref_of[t]] if t in ref_of else None)
         return Part(stats, exact, run=run)
@@ -214,17 +135,17 @@ class Engine:
     # ----- values ------------------------------------------------------------------------------------
     def both_values(self, taps: Sequence[Tap]) -> dict[Tap, tuple[np.ndarray, np.ndarray]]:
         """The reference's and the target's values of `taps` (copies), in one compile per side."""
-        taps = [t for t in dict.fromkeys(taps) if t in self.target_of]
+        taps = [t for t in dict.fromkeys(taps) if t in self.runner.target_of]
         if not taps:
             return {}
-        ref_tapped = tap_model(self.graph, taps)
-        target_tapped = tap_model(self.target_graph, [self.target_of[t] for t in taps])
+        ref_tapped = tap_model(self.runner.graph, taps)
+        target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
         ref_c, target_c = self.runner.compile_pair(ref_tapped.model, target_tapped.model,
                                                    ref_taps=ref_tapped.added_outputs,
                                                    target_taps=target_tapped.added_outputs)
         with self.runner.clock("infer"):
-            ref_out, target_out = run_both(lambda: ref_c.infer(self.ref_arrays, share_outputs=False),
-                                           lambda: target_c.infer(self.target_arrays, share_outputs=False))
+            ref_out, target_out = run_both(lambda: ref_c.infer(self.sample.ref, share_outputs=False),
+                                           lambda: target_c.infer(self.sample.target, share_outputs=False))
         self.runner.ran("ref")
         self.runner.ran("target")
         return {t: (ref_out[ri], target_out[ti])
@@ -236,18 +157,18 @@ class Engine:
         taps = list(dict.fromkeys(taps))
         values: dict[Tap, np.ndarray] = {}
         for t in taps:
-            if self.graph[t.key].kind == "parameter":
-                values[t] = self.sample.ref[self.graph.parameter_position[t.key]]
+            if self.runner.graph[t.key].kind == "parameter":
+                values[t] = self.sample.ref[self.runner.graph.parameter_position[t.key]]
         ready = self.untouched.ready
         if ready is not None:
             values.update({t: ready.outputs[ready.index[t]] for t in taps if t not in values and t in ready.index})
         rest = [t for t in taps if t not in values]
         if rest:
-            tapped = tap_model(self.graph, rest)
+            tapped = tap_model(self.runner.graph, rest)
             with self.runner.clock("compile"):
                 compiled = self.runner.compile("ref", tapped.model, taps=tapped.added_outputs)
             with self.runner.clock("infer"):
-                out = compiled.infer(self.ref_arrays, share_outputs=False)
+                out = compiled.infer(self.sample.ref, share_outputs=False)
             self.runner.ran("ref")
             values.update({t: out[i] for t, i in zip(rest, tapped.tap_outputs)})
         return values
@@ -261,7 +182,7 @@ class Engine:
         model's own outputs (`final`), which the plugin produces as the plain model would.
         """
         with self.runner.clock("compile"):
-            compiled = compile_piece(self.runner, side, piece, final, self.target_runtime)
+            compiled = compile_piece(self.runner, side, piece, final, self.untouched.target_runtime)
         return run_compiled_piece(self.runner, self.sample, side, piece, compiled, values)
 
     def run_segment(self, side: str, segment: Sequence[str], outputs: Sequence[Tap], make_piece: Callable[[], Any],
@@ -279,7 +200,7 @@ class Engine:
         if found is None:
             piece = make_piece()
             with self.runner.clock("compile"):
-                found = (piece, compile_piece(self.runner, side, piece, final, self.target_runtime))
+                found = (piece, compile_piece(self.runner, side, piece, final, self.untouched.target_runtime))
             if keep:
                 if len(self._pieces) >= PIECE_CACHE:
                     self._pieces.pop(next(iter(self._pieces)))
@@ -300,10 +221,10 @@ class Engine:
     def _recompiled_runs(self) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """The untouched target compiled again (uncounted) and run on the sample: its outputs and, when the
         untouched run made no second run, a second run's (else None)."""
-        compiled = self.runner.target.compile(self.target_graph.model)
-        first = compiled.infer(self.target_arrays, share_outputs=False)
+        compiled = self.runner.target.compile(self.runner.target_graph.model)
+        first = compiled.infer(self.sample.target, share_outputs=False)
         again = self.untouched.target.run_to_run is None
-        return first, compiled.infer(self.target_arrays, share_outputs=False) if again else None
+        return first, compiled.infer(self.sample.target, share_outputs=False) if again else None
 
     def noise(self, *, reproduced: bool, extra_work: bool = True,
               recompiled: Sequence[np.ndarray] | None = None,
@@ -327,7 +248,7 @@ class Engine:
             result: dict[str, float] = {}
             if self.untouched.target.run_to_run is not None:
                 result["run_to_run"] = self.untouched.target.run_to_run
-            if self.target_info is not None and self.target_info.emulated:
+            if self.untouched.target.info is not None and self.untouched.target.info.emulated:
                 # An emulated device is the CPU in f32 running fixed arithmetic: recompiling it proves nothing.
                 return result if result else {"run_to_run": 0.0}
             if reproduced or not extra_work:

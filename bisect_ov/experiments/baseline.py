@@ -72,10 +72,10 @@ def rounding_baseline(engine: Engine, units: Mapping[str, tuple[str, ...]], devi
                       counts: Callable[[str, int], bool] = lambda key, port: True) -> Baseline:
     """Run the reference's model on `device` (untouched, and `units` alone fed the reference's values); a unit's
     local error is the largest of its outputs' for which `counts(key, port)` (`Plan.counts`)."""
-    graph = engine.graph
+    graph = engine.runner.graph
     try:
         emulated = make_device(device)
-        comparison = Comparison(graph, graph, identity_match(graph), engine.ref, emulated,
+        comparison = Comparison(graph, graph, identity_match(graph), engine.runner.ref, emulated,
                                 exact_checks=False)
         runner = engine.runner.sharing(comparison)
         sample = Sample.of(engine.sample.ref, engine.sample.ref)

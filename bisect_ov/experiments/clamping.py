@@ -66,12 +66,12 @@ def find_clamp(engine: Engine, error_of: Callable[[TensorStats], float], limit: 
     the patched model cannot be made or run."""
     if not origins or len(origins) > MAX_CLAMPS:
         return None
-    graph = engine.comparison.target_graph
+    graph = engine.runner.comparison.target_graph
     model = graph.model
     names = {k: graph[k].name for k in origins if k in graph}
     if not names:
         return None
-    target = engine.comparison.target
+    target = engine.runner.comparison.target
     runs = 0
 
     def error_with(keys: tuple[str, ...]) -> float:

@@ -110,7 +110,7 @@ def local_errors(engine: Engine, units: Mapping[str, Sequence[str]], *, max_byte
     fault), fed with the reference's values of the matched tensors around it. Returns statistics of every
     unit's output tensors, target (isolated) against reference.
     """
-    target = engine.target_graph
+    target = engine.runner.target_graph
     builder = _UnitBuilder(engine, units)
     ref_of = builder.ref_of
     stats: dict[Tap, TensorStats] = {}
@@ -136,7 +136,7 @@ def local_errors(engine: Engine, units: Mapping[str, Sequence[str]], *, max_byte
         feed = {}
         for t in piece.fed:
             if target[t.key].kind == "parameter":
-                feed[t] = engine.target_arrays[target.parameter_position[t.key]]
+                feed[t] = engine.sample.target[target.parameter_position[t.key]]
             else:
                 feed[t] = got_ref[ref_of[t]]
         misfit = _misfit(piece, feed)
@@ -181,14 +181,14 @@ class _UnitBuilder:
 
     def __init__(self, engine: Engine, units: Mapping[str, Sequence[str]]):
         self.engine, self.units = engine, units
-        graph, target = engine.graph, engine.target_graph
-        self.ref_of = {t: r for r, t in engine.match.pairs}
-        self.op_of = engine.match.target_op()
+        graph, target = engine.runner.graph, engine.runner.target_graph
+        self.ref_of = {t: r for r, t in engine.runner.match.pairs}
+        self.op_of = engine.runner.match.target_op()
         for r, t in self.op_of.items():  # a twin's op read before its quantizer stands for the model's op too
             for port in range(len(target[t].outputs)):
                 self.ref_of.setdefault(Tap(t, port), Tap(r, port))
         self.matched_t = {t.key for t in self.ref_of}
-        target_of = engine.target_of
+        target_of = engine.runner.target_of
         self.outputs_of = {uid: [Tap(uid, t.port) for t in graph[uid].outputs if Tap(uid, t.port) in target_of]
                            for uid in units}
 
@@ -197,7 +197,7 @@ class _UnitBuilder:
         return self.engine.chunks(flat, max_bytes)
 
     def _target_unit(self, members: set[str]) -> set[str]:
-        target, target_of = self.engine.target_graph, self.engine.target_of
+        target, target_of = self.engine.runner.target_graph, self.engine.runner.target_of
         keys = {target_of[Tap(m, 0)].key for m in members if Tap(m, 0) in target_of}
         keys |= {self.op_of[m] for m in members if m in self.op_of}
         own = set(keys)
@@ -209,7 +209,7 @@ class _UnitBuilder:
         """The model running units `uids` side by side, and the reference taps of their outputs."""
         unit_of = {m: uid for uid in uids for m in self._target_unit(set(self.units[uid]) | {uid})}
         outputs = [t for uid in uids for t in self.outputs_of[uid]]
-        target_of = self.engine.target_of
-        return extract(self.engine.target_graph, list(unit_of), [target_of[t] for t in outputs], unit_of), outputs
+        target_of = self.engine.runner.target_of
+        return extract(self.engine.runner.target_graph, list(unit_of), [target_of[t] for t in outputs], unit_of), outputs
 
 

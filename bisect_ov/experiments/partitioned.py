@@ -66,7 +66,7 @@ class MixedRuns:
     runs: int = 0
 
     def __post_init__(self) -> None:
-        self.order = [n.key for n in self.engine.graph.candidates()]
+        self.order = [n.key for n in self.engine.runner.graph.candidates()]
         # How many runs a search takes is not known ahead: the bar counts them.
         self.bar = tqdm(desc="partitioned runs", unit="run", disable=not self.engine.runner.progress, leave=False)
 
@@ -77,7 +77,7 @@ class MixedRuns:
         """Final-output error (worst output) when exactly `on_target` runs on the target."""
         key = frozenset(on_target)
         if key not in self.cache:
-            run = _twin_mixed_run if self.engine.comparison.twin else mixed_run
+            run = _twin_mixed_run if self.engine.runner.comparison.twin else mixed_run
             self.cache[key] = max((self.error_of(s) for s in run(self.engine, key, self.order)), default=0.0)
             self.runs += 1
             self.bar.update(1)
@@ -90,20 +90,20 @@ def mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: Seque
 
     Consecutive nodes (in topological order) on the same side form one segment, compiled once.
     """
-    graph = engine.graph
+    graph = engine.runner.graph
     order = list(order or [n.key for n in graph.candidates()])
     if not on_target:
-        return [compare(r, r) for r in engine.ref_final]
+        return [compare(r, r) for r in engine.untouched.ref_final]
     results = graph.results()
     final = frozenset(Tap(*r.inputs[0]) for r in results)
     values: dict[Tap, np.ndarray] = {}
     for p in graph.parameters():
-        values[Tap(p.key, 0)] = engine.ref_arrays[graph.parameter_position[p.key]]
+        values[Tap(p.key, 0)] = engine.sample.ref[graph.parameter_position[p.key]]
     for side, segment, outputs in segments(graph, order, on_target):
         got = engine.run_segment(side, segment, outputs, partial(extract, graph, segment, outputs),
                                   values, final)
         values.update(zip(outputs, got))
-    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.ref_final)]
+    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.untouched.ref_final)]
 
 
 def contribution_curve(runs: MixedRuns, points: int = 8) -> list[CurvePoint]:
@@ -164,11 +164,11 @@ def target_in_pieces(engine: Engine, cut: int, order: Sequence[str] | None = Non
     """Every node on the target, as two pieces: ``order[:cut + 1]`` and the rest, values handed across the cut;
     final outputs against the reference's. When this differs from the plain run, cutting the graph changes what
     the target computes, and partitioned runs cut there are not evidence either. (Not for twins.)"""
-    graph = engine.graph
+    graph = engine.runner.graph
     order = list(order or [n.key for n in graph.candidates()])
     results = graph.results()
     final = frozenset(Tap(*r.inputs[0]) for r in results)
-    values: dict[Tap, np.ndarray] = {Tap(p.key, 0): engine.ref_arrays[graph.parameter_position[p.key]]
+    values: dict[Tap, np.ndarray] = {Tap(p.key, 0): engine.sample.ref[graph.parameter_position[p.key]]
                                      for p in graph.parameters()}
     for start, end in ((0, cut), (cut + 1, len(order) - 1)):
         if start > end:
@@ -178,7 +178,7 @@ def target_in_pieces(engine: Engine, cut: int, order: Sequence[str] | None = Non
         outputs = [t for t in cut_after(graph, order, end) if t in produced]
         got = engine.run_segment("target", segment, outputs, partial(extract, graph, segment, outputs), values, final)
         values.update(zip(outputs, got))
-    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.ref_final)]
+    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.untouched.ref_final)]
 
 
 def impact(runs: MixedRuns, units: Mapping[str, Sequence[str]]) -> dict[str, float]:

@@ -36,8 +36,8 @@ __all__ = ["remedy_costs"]
 def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale_factor: ScaleFactor | None,
                  clamp: Clamp | None, fix: Fix | None) -> tuple[ScaleFactor | None, Clamp | None, Fix | None]:
     """`scale_factor`, `clamp` and `fix` with the cost of each one that solves (see the module docstring)."""
-    target = engine.comparison.target
-    graph = engine.comparison.target_graph
+    target = engine.runner.comparison.target
+    graph = engine.runner.comparison.target_graph
     model = graph.model
 
     inputs = list(engine.sample.target)
@@ -63,7 +63,7 @@ def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale
         if clamp is not None and clamp.solved:
             patched = clamp_after(model, dict(clamp.bounds))
             clamp = dataclasses.replace(clamp, cost=cost(target, patched, compile_variant(engine, target, patched)))
-        marks = target.honours_precision_marks and not engine.comparison.twin  # a twin's fix keeps layers unquantized
+        marks = target.honours_precision_marks and not engine.runner.comparison.twin  # a twin's fix keeps layers unquantized
         if fix is not None and fix.solved and fix.on_reference and marks:
             patched = patch_model(model, [graph[k].name for k in fix.on_reference if k in graph])
             compiled = compile_variant(engine, target, patched)

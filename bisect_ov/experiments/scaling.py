@@ -66,10 +66,10 @@ def find_scale_factor(engine: Engine, error_of: Callable[[TensorStats], float], 
     headroom
         The least f16 headroom among the compared nodes (`bisect_ov.analysis.headroom`).
     """
-    target = engine.comparison.target
+    target = engine.runner.comparison.target
     if target.with_activation_scale(2.0) is None:
         return None
-    model = engine.comparison.target_graph.model
+    model = engine.runner.comparison.target_graph.model
     tried: dict[float, float] = {}
 
     def error_at(factor: float) -> float:

@@ -84,17 +84,17 @@ def twin_tolerance(tolerance: Tolerance, graph: ModelGraph, target: ModelGraph, 
 def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
                    ) -> list[TensorStats]:
     """`mixed.mixed_run` for a twin: target segments are cut from the twin (see the module docstring)."""
-    graph, target = engine.graph, engine.target_graph
-    op_of = engine.match.target_op()
+    graph, target = engine.runner.graph, engine.runner.target_graph
+    op_of = engine.runner.match.target_op()
     ref_of_op = {t: r for r, t in op_of.items()}
     matched_t = set(ref_of_op)
     order = list(order or [n.key for n in graph.candidates()])
     on_target = {k for k in on_target if k in op_of}
     if not on_target:
-        return [compare(r, r) for r in engine.ref_final]
+        return [compare(r, r) for r in engine.untouched.ref_final]
     results = graph.results()
     final = frozenset(Tap(*r.inputs[0]) for r in results)
-    values: dict[Tap, np.ndarray] = {Tap(p.key, 0): engine.ref_arrays[graph.parameter_position[p.key]]
+    values: dict[Tap, np.ndarray] = {Tap(p.key, 0): engine.sample.ref[graph.parameter_position[p.key]]
                                      for p in graph.parameters()}
     for side, segment, outputs in segments(graph, order, on_target):
         if side == "ref":
@@ -110,7 +110,7 @@ def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: 
             feed: dict[Tap, np.ndarray] = {}
             for t in piece.fed:
                 if target[t.key].kind == "parameter":
-                    feed[t] = engine.target_arrays[target.parameter_position[t.key]]
+                    feed[t] = engine.sample.target[target.parameter_position[t.key]]
                 elif t.key in ref_of_op and Tap(ref_of_op[t.key], t.port) in values:
                     feed[t] = values[Tap(ref_of_op[t.key], t.port)]
                 else:
@@ -119,17 +119,17 @@ def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: 
             final_t = frozenset(_target_tap(engine, op_of, t) for t in final if t.key in op_of)
             got = engine.run_piece("target", piece, feed, final_t)
         values.update(zip(outputs, got))
-    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.ref_final)]
+    return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.untouched.ref_final)]
 
 
 def _target_tap(engine: Engine, op_of: dict[str, str], tap: Tap) -> Tap:
     """The twin's tensor for the reference's `tap`: the same output of the matched op. When the matched op lacks
     that output (an op put in front of one output of a multi-output node, as a fault injected there, took the
     node's name): the twin's tensor of the same name, else that output of the op the matched one reads."""
-    key, target = op_of[tap.key], engine.target_graph
+    key, target = op_of[tap.key], engine.runner.target_graph
     if tap.port < len(target[key].outputs):
         return Tap(key, tap.port)
-    for name in engine.graph[tap.key].outputs[tap.port].names:
+    for name in engine.runner.graph[tap.key].outputs[tap.port].names:
         found = target.lookup_tensor(name)
         if found is not None:
             return Tap(*found)
@@ -141,8 +141,8 @@ def _target_tap(engine: Engine, op_of: dict[str, str], tap: Tap) -> Tap:
 
 def quantized_units(engine: Engine) -> list[str]:
     """Reference keys of the nodes the twin quantizes (weights below 16 bits or quantized inputs), in order."""
-    quantized = engine.match.quantized
-    return [n.key for n in engine.graph.candidates() if n.key in quantized and quantized[n.key].lowers_precision]
+    quantized = engine.runner.match.quantized
+    return [n.key for n in engine.runner.graph.candidates() if n.key in quantized and quantized[n.key].lowers_precision]
 
 
 def layer_sensitivity(engine: Engine, error: Callable[[set[str]], float], local: Mapping[str, float],
@@ -151,7 +151,7 @@ def layer_sensitivity(engine: Engine, error: Callable[[set[str]], float], local:
 
     `error(keys)` is the final-output error of a partitioned run with `keys` on the twin (`mixed.MixedRuns.error`).
     """
-    graph, quantized = engine.graph, engine.match.quantized
+    graph, quantized = engine.runner.graph, engine.runner.match.quantized
     rows = []
     for key in quantized_units(engine)[:limit]:
         rows.append(LayerSensitivity(name=graph[key].name, op_type=graph[key].op_type,

@@ -38,7 +38,7 @@ def final_error(engine: Engine, compiled: Any, error_of: Callable[[TensorStats],
     the reference's untouched outputs."""
     out = compiled.infer(list(engine.sample.target))
     engine.runner.ran("target")
-    n = len(engine.graph.model.outputs)
+    n = len(engine.runner.graph.model.outputs)
     finals = engine.runner.final_outputs(list(engine.untouched.ref_final), [np.array(a) for a in out], n)
     return max((error_of(s) for _, _, s in finals), default=0.0)
 
@@ -63,7 +63,7 @@ def remedy_cost(engine: Engine, compiled: Any, baseline: Callable[[], float], pe
     run and shared by the remedies), with the peak memories measured for both (`bisect_ov.experiments.peak`)."""
     seconds = latency(engine, compiled)
     untouched = baseline()
-    target = engine.comparison.target
+    target = engine.runner.comparison.target
     return RemedyCost(seconds=seconds, untouched_seconds=untouched, repeats=REPEATS,
                       device=target.name.split(" (")[0], emulated=bool(getattr(target, "emulated", False)),
                       peak_mb=peak, untouched_peak_mb=untouched_peak)

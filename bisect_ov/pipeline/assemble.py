@@ -47,7 +47,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
              *, model_source: Any, target_source: Any = None, generation: Any = None, truth: Any = None) -> Report:
     """The `Report` of a finished run. `model_source`/`target_source`: what the user passed, for labels."""
     session, options = examined.engine, setup.options
-    ref_info, target_info = session.ref_info, session.target_info
+    ref_info, target_info = session.untouched.ref_info, session.untouched.target.info
     assert ref_info is not None and target_info is not None  # both sides ran in the plain run
     precision = examined.tolerance.precision
     assert precision is not None  # `run_untouched` set it (`Tolerance.with_precision`)
@@ -58,39 +58,39 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
                              frozenset(examined.tolerance.quantization), kernels)
         # Taps the fidelity check rejected name nothing (`pipeline.measure.faithful_nodes`).
         nodes, first_keys, ranking = faithful_nodes(nodes, scored.scores.first, ranking, scored.fidelity,
-                                                    session.graph, min((o.tolerance for o in scored.outputs), default=0.0))
+                                                    session.runner.graph, min((o.tolerance for o in scored.outputs), default=0.0))
         if truth is not None:
             nodes = tuple(replace(n, truth_errors=truth.nodes.get(n.key)) for n in nodes)
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
         fix = dataclasses.replace(
-            fix, patched_model=str(save_patched(setup.model, session.graph, fix.on_reference, options.patched_model)))
-    match = session.match
+            fix, patched_model=str(save_patched(setup.model, session.runner.graph, fix.on_reference, options.patched_model)))
+    match = session.runner.match
     twin = setup.target_model is not None
     report = Report(
         model=model_label(model_source), ref=ref_info, target=target_info, nodes=nodes,
         outputs=_with_expected(scored.outputs, findings), metric=options.metric_name,
         tolerance=record_of(ToleranceInfo, examined.tolerance.to_dict()),
-        first_keys=first_keys, ranking=ranking, model_hash=session.graph.structure_hash(),
+        first_keys=first_keys, ranking=ranking, model_hash=session.runner.graph.structure_hash(),
         target_model=model_label(target_source) if twin else None,
         unmatched=({"model": list(match.unmatched_ref), "target_model": list(match.unmatched_target)} if twin
                    else {f"{r.role} ({r.framework})": list(r.unmatched) for r in setup.frameworks if r.unmatched}),
-        timings=dict(setup.clock.stages), compiles=session.compiles,
+        timings=dict(setup.clock.stages), compiles=session.runner.compiles,
         costs={stage: record_of(StageCost, cost) for stage, cost in setup.clock.snapshot().items()},
         options=record_of(RunOptions, options.to_dict()), strategy=measurement.strategy,
         inputs=tuple(InputInfo(p.get_friendly_name(), tuple(int(d) for d in a.shape), str(a.dtype))
-                     for p, a in zip(setup.model.get_parameters(), session.ref_arrays)),
+                     for p, a in zip(setup.model.get_parameters(), session.sample.ref)),
         samples=setup.summary.to_record(measurement.spread_log) if setup.summary is not None else None,
         openvino_version=ov.get_version(),
         notes=tuple(run_notes(setup, examined, measurement, scored))
         + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation)
         + truth_notes(truth.record if truth is not None else None, truth.nodes if truth is not None else {},
-                      session.graph),
+                      session.runner.graph),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, scale_factor=findings.scale_factor, clamp=findings.clamp,
         delegation=findings.delegation,
-        curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.graph, nodes, session.match),
-        repro_source=ReproSource(session.comparison, session.sample, session.target_runtime),
+        curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.runner.graph, nodes, session.runner.match),
+        repro_source=ReproSource(session.runner.comparison, session.sample, session.untouched.target_runtime),
         sensitivity=tuple(findings.sensitivity),
         steps=generation.steps if generation is not None else (),
         examined_step=generation.examined_step if generation is not None else None,
@@ -188,13 +188,13 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     """What the reader must know about how the run went: noise, integer results, fidelity, fallbacks."""
     session = examined.engine
     notes = list(setup.notes)
-    ref_version = session.ref_info.openvino_version if session.ref_info is not None else ""
-    target_version = session.target_info.openvino_version if session.target_info is not None else ""
+    ref_version = session.untouched.ref_info.openvino_version if session.untouched.ref_info is not None else ""
+    target_version = session.untouched.target.info.openvino_version if session.untouched.target.info is not None else ""
     if ref_version and target_version and ref_version != target_version:
         notes.append(f"The sides ran different OpenVINO releases: the reference {ref_version}, the target "
                      f"{target_version}. A divergence may come from the release (its kernels, fusions or "
                      "precision defaults), not only from the device.")
-    for role, info in (("Reference", session.ref_info), ("Target", session.target_info)):
+    for role, info in (("Reference", session.untouched.ref_info), ("Target", session.untouched.target.info)):
         if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
             notes.append(f"{role}: {info.note}.")
     left_out = examined.plan.experiments.note()
@@ -205,7 +205,7 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
     if saturated:
         notes.append(f"{sum(n for _, n in saturated):,} values in {len(saturated)} tensor(s) (e.g. "
-                     f"'{session.graph[saturated[0][0].key].name}') are at float32's extremes on the reference (masks "
+                     f"'{session.runner.graph[saturated[0][0].key].name}') are at float32's extremes on the reference (masks "
                      "of float32's lowest value) and infinite or at the limit of its range on the target: they mean the "
                      "same (a masked position) and are compared as equal, saturated by design.")
     if scored.floor:
@@ -213,7 +213,7 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
                      "runs or compiles; errors below twice that are not counted.")
     for key, check in measurement.exact.items():
         if not (check.ref_exact and check.target_exact):
-            notes.append(f"'{session.graph[key].name}' computes on integers: {check.describe()}.")
+            notes.append(f"'{session.runner.graph[key].name}' computes on integers: {check.describe()}.")
     if scored.noise_note:
         notes.append(scored.noise_note)
     if scored.fidelity is not None and scored.fidelity.outcome:
@@ -238,10 +238,10 @@ def keep_tensors(session: Engine, keep: Sequence[str], ranking: Sequence[str]) -
     """Both sides' values of the nodes the user asked to keep (names, tensor names, or "culprits")."""
     keys: list[str] = []
     for name in keep:
-        keys += list(ranking[:5]) if name == "culprits" else [session.graph.find(name).key]
+        keys += list(ranking[:5]) if name == "culprits" else [session.runner.graph.find(name).key]
     if not keys:
         return {}
-    values = session.both_values([Tap(k, t.port) for k in dict.fromkeys(keys) for t in session.graph[k].outputs])
+    values = session.both_values([Tap(k, t.port) for k in dict.fromkeys(keys) for t in session.runner.graph[k].outputs])
     kept: dict[str, tuple] = {}
     for tap, pair in values.items():
         kept.setdefault(tap.key, pair)  # first output of each node
@@ -278,11 +278,11 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
     twin's quantization model judges; `kernels`: which tensors exist only inside a kernel of the target)."""
     stats, scores, groups = measurement.stats, scored.scores, measurement.groups
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
-    graph = session.graph
+    graph = session.runner.graph
     exact = measurement.exact
     runtime_ref, runtime_target = session.runner.runtime("ref"), session.runner.runtime("target")
-    assert session.ref_info is not None and session.target_info is not None  # both sides ran in the plain run
-    same_precision = session.ref_info.precision == session.target_info.precision
+    assert session.untouched.ref_info is not None and session.untouched.target.info is not None  # both sides ran in the plain run
+    same_precision = session.untouched.ref_info.precision == session.untouched.target.info.precision
     by_key: dict[str, list[Tap]] = {}
     for tap in stats:
         by_key.setdefault(tap.key, []).append(tap)
@@ -301,7 +301,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
         runtime = {}
         if node.name in runtime_ref:
             runtime["ref"] = runtime_ref[node.name]
-        target_key = session.target_of[by_key[key][0]].key
+        target_key = session.runner.target_of[by_key[key][0]].key
         if target_key in runtime_target:
             runtime["target"] = runtime_target[target_key]
         causes = observations(node_stats)
@@ -314,8 +314,8 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
         differs = kernel_difference(runtime, same_precision)
         if differs and s.role != "ok":
             causes.append(Cause("kernel_difference", differs))
-        if session.comparison.twin:
-            extra = foreign_inputs(session.match, session.target_graph, target_key)
+        if session.runner.comparison.twin:
+            extra = foreign_inputs(session.runner.match, session.runner.target_graph, target_key)
             if extra:
                 causes.append(Cause("foreign_inputs", f"in the target model its inputs pass through "
                                     f"{', '.join(extra[:4])}" + (f" and {len(extra) - 4} more" if len(extra) > 4 else "")

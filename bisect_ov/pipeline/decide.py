@@ -30,8 +30,8 @@ def decide(setup: Setup, examined: Examined, measurement: Measurement, scored: S
     engine = examined.engine
     kernels = examined.plan.fusion.kernels
     ev = evidence(setup, examined, measurement, scored, findings, kernels)
-    verdict = judge(engine.graph, ev)
-    notes = verdict_notes(engine.graph, verdict, scored, findings, kernels, ev.peaks)
+    verdict = judge(engine.runner.graph, ev)
+    notes = verdict_notes(engine.runner.graph, verdict, scored, findings, kernels, ev.peaks)
     return replace(scored, scores=verdict.scores, absorbed=(*verdict.absorbed, *verdict.bystanders),
                    absorbed_why=" ".join(notes), verdict=verdict)
 
@@ -39,7 +39,7 @@ def decide(setup: Setup, examined: Examined, measurement: Measurement, scored: S
 def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
              kernels: KernelTensors) -> Evidence:
     """The records the judge reads, gathered from the stages' records."""
-    graph = examined.engine.graph
+    graph = examined.engine.runner.graph
     nonfinite = frozenset(t.key for t, s in measurement.stats.items() if s.new_nonfinite > 0)
     measured = scored.scores.nodes
     inside = {k: layer for k in measured if (layer := kernels.kernel_of(k)) is not None}

@@ -32,15 +32,15 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
     if not setup.runs_steps:
         return None, examined
     assert state is not None  # `Setup.runs_steps`
-    tolerance = examined.plan.output(engine.graph.results()[0].key)
+    tolerance = examined.plan.output(engine.runner.graph.results()[0].key)
     names = [llm_role(set(p.output(0).get_names()) | {p.get_friendly_name()}, p.get_friendly_name())
              for p in state.model.get_parameters()[: state.n_inputs]]
-    arrays = engine.ref_arrays
+    arrays = engine.sample.ref
     untouched = engine.untouched
     # The steps' prefill is the untouched run's when both sides ran the same inputs, in the same order.
     same = (runner.target_output_positions == list(range(len(untouched.target_final)))
-            and len(arrays) == len(engine.target_arrays)
-            and all(np.array_equal(a, b) for a, b in zip(arrays, engine.target_arrays)))
+            and len(arrays) == len(engine.sample.target)
+            and all(np.array_equal(a, b) for a, b in zip(arrays, engine.sample.target)))
     with setup.clock("steps"):
         generation = run_steps(state, names, lambda: kept.pop("ref") or runner.compile("ref", runner.graph.model),
                                lambda: runner.compile("target", runner.target_graph.model),

@@ -62,7 +62,7 @@ class _Driven:
 def measure(setup: Setup, examined: Examined) -> Measurement:
     """Run the chosen strategy; ``auto`` is ``fusion``, falling back to ``bisection`` when unfaithful."""
     engine, options = examined.engine, setup.options
-    graph, plan = engine.graph, examined.plan
+    graph, plan = engine.runner.graph, examined.plan
     max_bytes = options.tap_bytes
 
     def diverged(tap: Tap, stats: TensorStats) -> bool:
@@ -121,17 +121,17 @@ def over_tolerance(setup: Setup, examined: Examined, stats: Mapping[Tap, TensorS
     """Whether a final output or a measured node (not an integer one checked exactly: it must agree whatever
     the noise) is over its tolerance: only then can the noise check's second compile change the verdict."""
     nodes = ((t.key, t.port, setup.error_of(s)) for t, s in stats.items() if t.key not in exact)
-    return examined.plan.any_over(nodes, ((key, setup.error_of(s)) for _, key, s in examined.engine.outputs))
+    return examined.plan.any_over(nodes, ((key, setup.error_of(s)) for _, key, s in examined.engine.untouched.outputs))
 
 
 def _may_recompile(setup: Setup, examined: Examined) -> bool:
     """Whether the noise check's compile of the untouched target may start beside the measurement: the check
     will compile (noise runs asked for, a real device, no other compile of it made) and the model is small."""
     engine, options = examined.engine, setup.options
-    info = engine.target_info
+    info = engine.untouched.target.info
     if not (options.noise and options.noise_runs) or examined.recompiled is not None or info is None or info.emulated:
         return False
-    return (weight_bytes(engine.target_graph.model) <= RECOMPILE_BESIDE_BYTES
+    return (weight_bytes(engine.runner.target_graph.model) <= RECOMPILE_BESIDE_BYTES
             and sum(engine.tensor_sizes.values()) <= 2 * RECOMPILE_BESIDE_BYTES)
 
 
@@ -139,8 +139,8 @@ def _strategy(name: str, examined: Examined, diverged: Callable[[Tap, TensorStat
               options: ResolvedOptions) -> Strategy:
     """A fresh search of strategy `name`, given the plan's fusion groups (read once, `Plan.fusion`)."""
     engine, fusion = examined.engine, examined.plan.fusion
-    return make_strategy(name, engine.comparison, diverged, runtime=engine.target_runtime,
-                         untappable=engine.untappable, fusion=(fusion.boundaries, fusion.groups),
+    return make_strategy(name, engine.runner.comparison, diverged, runtime=engine.untouched.target_runtime,
+                         untappable=engine.untouched.untappable, fusion=(fusion.boundaries, fusion.groups),
                          refine=options.refine, local=examined.plan.experiments.local)
 
 
@@ -153,7 +153,7 @@ def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | 
     can_local = local and plan.experiments.local
     done = _Driven(strategy=strategy)
     planned: dict[str, tuple[str, ...]] = {}
-    if can_local and not engine.comparison.twin:  # the units streamed segments can run alone
+    if can_local and not engine.runner.comparison.twin:  # the units streamed segments can run alone
         planned = dict(plan.fusion.units)
     results = Results()
     while (step := strategy.next_step(results)) is not None:
@@ -204,7 +204,7 @@ def _creates(setup: Setup, examined: Examined, done: _Driven, results: Results, 
     stats = results.stats
     errors = {(t.key, t.port): setup.error_of(st) for t, st in stats.items() if plan.counts(t.key, t.port)}
     limits = {t.key: plan.node(t.key) for t in stats}
-    units = local_units(engine.comparison, stats, strategy.groups(), errors, limits)
+    units = local_units(engine.runner.comparison, stats, strategy.groups(), errors, limits)
     done.local_runs.update(measure_local(engine, units, done.local_runs, max_bytes=options.tap_bytes))
 
     def over(tap: Tap, st: TensorStats) -> bool:
@@ -265,13 +265,13 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
     node, or ``unfaithful`` with the reason.
     """
     engine = examined.engine
-    graph, plain = engine.graph, rejected.plain_error
+    graph, plain = engine.runner.graph, rejected.plain_error
     taps = (f"exposing intermediate tensors changed the final-output error from {plain:.2e} to "
             f"{rejected.tapped_error:.2e} (fidelity {rejected.ratio:.2f}, outside [{FIDELITY_RANGE[0]}, "
             f"{FIDELITY_RANGE[1]}]), so the per-node errors do not explain the plain run")
     limit = examined.plan.experiments.fix_limit
     if limit is None:
-        limit = min((examined.plan.output(key) for _, key, _ in engine.outputs), default=0.0)
+        limit = min((examined.plan.output(key) for _, key, _ in engine.untouched.outputs), default=0.0)
 
     def refuse(why: str, runs: int = 0, full_error: float | None = None) -> Fidelity:
         return replace(rejected, outcome="unfaithful", partitioned_runs=runs, reason=f"{taps}; {why}",
@@ -280,10 +280,10 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
     if plain <= limit:
         return refuse(f"the final outputs are within their tolerance ({plain:.2e} <= {limit:.2e}), so there is no "
                       "divergence to localize")
-    if not (engine.ref.can_run_pieces and engine.target.can_run_pieces):
-        return refuse(f"{engine.target.name} cannot run pieces of the model, so no run that exposes nothing can "
+    if not (engine.runner.ref.can_run_pieces and engine.runner.target.can_run_pieces):
+        return refuse(f"{engine.runner.target.name} cannot run pieces of the model, so no run that exposes nothing can "
                       "tell where error starts: the node cannot be localized on this device")
-    if engine.comparison.twin:
+    if engine.runner.comparison.twin:
         return refuse("runs that expose nothing cannot localize it with a twin (target_model) here; compare the "
                       "model with itself on both devices to localize it")
     runs = MixedRuns(engine, setup.error_of)
@@ -291,7 +291,7 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
     try:
         full = runs.error(set(order))
         if not _in_range(full, plain):
-            return refuse(f"the whole model compiled as one piece on {engine.target.name} gives {full:.2e}, not the "
+            return refuse(f"the whole model compiled as one piece on {engine.runner.target.name} gives {full:.2e}, not the "
                           f"plain {plain:.2e}: pieces do not run what the plain run ran either, so the node cannot be "
                           "localized on this device", runs.runs, full_error=full)
         end = first_prefix(runs, PREFIX_SHARE * full)
@@ -306,7 +306,7 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
             checks += 1
             whole = max((setup.error_of(st) for st in target_in_pieces(engine, cut, order)), default=0.0)
             if not _in_range(whole, plain):
-                return refuse(f"the whole model on {engine.target.name} in two pieces cut after "
+                return refuse(f"the whole model on {engine.runner.target.name} in two pieces cut after "
                               f"'{graph[order[cut]].name}' gives {whole:.2e}, not the plain "
                               f"{plain:.2e}: cutting the graph changes what the target computes, so the node cannot "
                               "be localized on this device", runs.runs + checks, full_error=full)
@@ -314,7 +314,7 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
         return refuse(f"the partitioned runs that would localize it failed: {first_line(err)}", runs.runs + checks)
     finally:
         runs.close()
-    layer = engine.target_runtime.by_original.get(engine.target_of.get(Tap(order[end], 0), Tap(order[end], 0)).key)
+    layer = engine.untouched.target_runtime.by_original.get(engine.runner.target_of.get(Tap(order[end], 0), Tap(order[end], 0)).key)
     known = {n.name for n in graph.candidates()}
     group = tuple(n for n in (layer.original_names if layer is not None else ()) if n != name and n in known)
     count = runs.runs + checks

@@ -284,7 +284,7 @@ def run_untouched(setup: Setup) -> Examined:
     kept: list[Any] = []  # the steps run the same model: the reference's compile is kept for them
     engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion,
                      keep=kept.append if setup.runs_steps else None)
-    tolerance = _tolerance(options, comparison, engine.ref_info, engine.target_info)
+    tolerance = _tolerance(options, comparison, engine.untouched.ref_info, engine.untouched.target.info)
     return Examined(engine, make_plan(tolerance, comparison.graph, fusion,
                                       plan_experiments(options, comparison, tolerance.precision)),
                     kept_ref=kept[0] if kept else None)
@@ -339,7 +339,7 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
                                    recompiled=examined.recompiled, beside=measurement.beside)
                       if options.noise else {})
     noise_note = ""
-    emulated = engine.target_info is not None and engine.target_info.emulated
+    emulated = engine.untouched.target.info is not None and engine.untouched.target.info.emulated
     if options.noise and options.noise_runs and not needed and not emulated and "compile_to_compile" not in measured_noise:
         noise_note = ("The untouched target was not compiled a second time for the noise check: no node or output "
                       "is over its tolerance, so a noise floor could not change the verdict.")
@@ -352,9 +352,9 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
         # An integer computation has one right answer: the two sides must agree exactly.
         tolerances = {tap.key: 0.0 if tap.key in exact else max(floor, plan.node(tap.key))
                       for tap in measurement.stats}
-        scores = score_graph(engine.graph, errors, tolerances, min_growth=plan.tolerance.min_growth)
+        scores = score_graph(engine.runner.graph, errors, tolerances, min_growth=plan.tolerance.min_growth)
         outputs = tuple(OutputResult(name, s, setup.error_of(s), max(floor, plan.output(key)))
-                        for name, key, s in engine.outputs)
+                        for name, key, s in engine.untouched.outputs)
     return Scored(errors, tolerances, scores, outputs, noise, measurement.fidelity, noise_note=noise_note)
 
 
@@ -410,16 +410,16 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                     scale_factor = find_scale_factor(engine, setup.error_of, limit, final, least)
                 if planned.clamp and not final <= limit:
                     # Next, a patched model: clamps where the values leave f16's range.
-                    origins = overflow_origins(engine.graph, [(t.key, t.port, st) for t, st in stats.items()])
+                    origins = overflow_origins(engine.runner.graph, [(t.key, t.port, st) for t, st in stats.items()])
                     clamp = find_clamp(engine, setup.error_of, limit, final, origins)
-                if twin and engine.match.quantized:
+                if twin and engine.runner.match.quantized:
                     candidates = twin_fix_candidates(engine, sensitivity, local)
                     fix = find_fix(runs, candidates, limit)
                 else:
-                    causes = {k: tuple(diagnosis_of(engine.graph, stats, scores, k)) for k in scores.first}
-                    candidates = suspects_for_fix(engine.graph, scores.ranking, scores.first, units, local,
+                    causes = {k: tuple(diagnosis_of(engine.runner.graph, stats, scores, k)) for k in scores.first}
+                    candidates = suspects_for_fix(engine.runner.graph, scores.ranking, scores.first, units, local,
                                                   scored.tolerances, causes, delegation)
-                    pattern_of = {n.key: pattern(n.name) for n in engine.graph.candidates()}
+                    pattern_of = {n.key: pattern(n.name) for n in engine.runner.graph.candidates()}
                     fix = find_fix(runs, candidates, limit, pattern_of=pattern_of)
                 scale_factor, clamp, fix = remedy_costs(engine, setup.error_of, scale_factor, clamp, fix)
         finally:
@@ -481,7 +481,7 @@ def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float]) ->
     """A twin's quantized layers, one unit each, the most harmful first (by impact, else by local error)."""
     keys = quantized_units(engine)
     if sensitivity:
-        by_name = {engine.graph.find(s.name).key: s.impact for s in sensitivity}
+        by_name = {engine.runner.graph.find(s.name).key: s.impact for s in sensitivity}
         keys.sort(key=lambda k: -by_name.get(k, 0.0))
     else:
         keys.sort(key=lambda k: -local.get(k, 0.0))

@@ -49,22 +49,22 @@ def judge_truth(setup: Setup, examined: Examined, measurement: Measurement, scor
     if truth is None:
         return None
     engine = examined.engine
-    graph = engine.graph
+    graph = engine.runner.graph
     provided = truth.provides(graph) or frozenset()
-    taps = [t for t in dict.fromkeys(measurement.stats) if t in provided and t in engine.target_of]
+    taps = [t for t in dict.fromkeys(measurement.stats) if t in provided and t in engine.runner.target_of]
     errors: dict[Tap, tuple[float, float]] = {}
     with setup.clock("truth"):
         for chunk in engine.chunks(taps, setup.options.tap_bytes) if taps else []:
             pairs = engine.both_values(chunk)
             tapped = tap_model(graph, chunk)
-            exact = truth.compile(tapped.model, taps=tapped.added_outputs).infer(engine.ref_arrays)
+            exact = truth.compile(tapped.model, taps=tapped.added_outputs).infer(engine.sample.ref)
             for tap, index in zip(chunk, tapped.tap_outputs):
                 ref, target = pairs[tap]
                 errors[tap] = (setup.error_of(compare(exact[index], ref)), setup.error_of(compare(exact[index], target)))
-        plain = truth.compile(graph.model).infer(engine.ref_arrays)
+        plain = truth.compile(graph.model).infer(engine.sample.ref)
         target_final = engine.untouched.target_final
         outputs = {}
-        for (name, _, _), exact_out, ref_out, target_out in zip(engine.outputs, plain, engine.ref_final, target_final):
+        for (name, _, _), exact_out, ref_out, target_out in zip(engine.untouched.outputs, plain, engine.untouched.ref_final, target_final):
             outputs[name] = (setup.error_of(compare(np.asarray(exact_out), ref_out)),
                              setup.error_of(compare(np.asarray(exact_out), target_out)))
     nodes: dict[str, tuple[float, float]] = {}
