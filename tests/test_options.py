@@ -249,10 +249,17 @@ def test_the_recorded_options_mirror_every_option_with_its_default():
     assert record_of(RunOptions, BisectOptions().to_dict()) == RunOptions()
 
 
-def test_the_recorded_tolerance_mirrors_the_tolerance_model_with_its_defaults():
+def test_the_tolerance_model_and_its_record_share_one_declaration_of_their_fields():
+    """`Tolerance` computes with the fields `ToleranceInfo` records: both are `ToleranceFields`, so a field
+    added to the model is recorded, under its name and with its default, with no second list to keep."""
     from bisect_ov.analysis.tolerance import Tolerance
-    from bisect_ov.core.records import ToleranceInfo
+    from bisect_ov.core.records import ToleranceFields, ToleranceInfo
     from bisect_ov.pipeline.assemble import record_of
 
-    assert [f.name for f in fields(Tolerance)] == [f.name for f in fields(ToleranceInfo)]
+    assert issubclass(Tolerance, ToleranceFields) and issubclass(ToleranceInfo, ToleranceFields)
+    assert fields(Tolerance) == fields(ToleranceInfo) == fields(ToleranceFields)
     assert record_of(ToleranceInfo, Tolerance().to_dict()) == ToleranceInfo()
+    given = Tolerance(precision="f16", factor=4.0, per_node={"mm1": 1e-3}, quantization={"conv": 0.01})
+    assert record_of(ToleranceInfo, given.to_dict()) == ToleranceInfo(precision="f16", factor=4.0,
+                                                                       per_node={"mm1": 1e-3},
+                                                                       quantization={"conv": 0.01})

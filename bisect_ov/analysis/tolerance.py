@@ -44,11 +44,12 @@ hence the factor.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Mapping
 
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.numeric import UNIT_ROUNDOFF
+from bisect_ov.core.records import ToleranceFields
 from bisect_ov.model.graph import ModelGraph, NodeInfo
 
 __all__ = ["UNIT_ROUNDOFF", "CALIBRATED_METRICS", "Tolerance", "unit_roundoff", "quantization_error", "expected_quantization_errors"]
@@ -66,7 +67,7 @@ def unit_roundoff(precision: str | None) -> float:
 
 
 @dataclass(frozen=True)
-class Tolerance:
+class Tolerance(ToleranceFields):
     """Per-node error thresholds.
 
     Parameters
@@ -97,15 +98,6 @@ class Tolerance:
     >>> t.threshold(1, "i32")
     0.0
     """
-
-    precision: str | None = None
-    factor: float = 8.0
-    floor: float = 1e-6
-    value: float | None = None
-    per_node: Mapping[str, float] = field(default_factory=dict)
-    min_growth: float = 2.0
-    quantization: Mapping[str, float] = field(default_factory=dict)
-    quant_factor: float = 4.0
 
     def __post_init__(self) -> None:
         for name in ("factor", "floor", "min_growth", "quant_factor"):

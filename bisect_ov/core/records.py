@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = ["DeviceInfo", "Fix", "ScaleFactor", "Clamp", "RemedyCost", "Delegation", "CurvePoint", "LayerSensitivity",
            "Fidelity", "Noise", "SamplesSummary",
-           "Step", "Cause", "CAUSE_KINDS", "ToleranceInfo", "RunOptions", "InputInfo", "StageCost", "FrameworkMatch",
+           "Step", "Cause", "CAUSE_KINDS", "ToleranceFields", "ToleranceInfo", "RunOptions", "InputInfo", "StageCost", "FrameworkMatch",
            "Truth", "Repro"]
 
 # What a `Cause` can say. Observations (any role): "nonfinite" (NaN/Inf appeared on the target), "f16_limit",
@@ -403,8 +403,9 @@ class _ByName:
 
 
 @dataclass(frozen=True)
-class ToleranceInfo(_ByName):
-    """The tolerance model a run judged nodes by (`bisect_ov.analysis.tolerance.Tolerance`, as values).
+class ToleranceFields:
+    """The tolerance model's parameters, declared once: `bisect_ov.analysis.tolerance.Tolerance` computes with
+    them and `ToleranceInfo` records them.
 
     ``value`` set: one fixed threshold. Otherwise ``factor`` x the unit roundoff of ``precision`` x
     (1 + log2(K)/4) for a node reducing over K values, at least ``floor``; ``per_node`` overrides by node name;
@@ -420,6 +421,11 @@ class ToleranceInfo(_ByName):
     min_growth: float = 2.0
     quantization: dict[str, float] = field(default_factory=dict)
     quant_factor: float = 4.0
+
+
+@dataclass(frozen=True)
+class ToleranceInfo(ToleranceFields, _ByName):
+    """The tolerance model a run judged nodes by, as values (`ToleranceFields`)."""
 
 
 @dataclass(frozen=True)

@@ -94,16 +94,10 @@ def test_typed_settings_and_causes_round_trip_through_the_codec():
         codec.from_dict(RunOptions, {"seed": "0"}, where="options")
 
 
-def test_the_typed_settings_match_what_the_pipeline_records():
-    """`RunOptions` and `ToleranceInfo` hold every option and tolerance field with the same defaults."""
-    from bisect_ov.analysis.tolerance import Tolerance
+def test_a_record_refuses_a_field_it_does_not_have():
+    """(That `RunOptions` and `ToleranceInfo` hold every option and tolerance field: tests/test_options.py.)"""
     from bisect_ov.pipeline.assemble import record_of
-    from bisect_ov.pipeline.options import BisectOptions
 
-    assert [f.name for f in dataclasses.fields(RunOptions)] == [f.name for f in dataclasses.fields(BisectOptions)]
-    assert record_of(RunOptions, BisectOptions().to_dict()) == RunOptions()
-    assert {f.name for f in dataclasses.fields(ToleranceInfo)} == {f.name for f in dataclasses.fields(Tolerance)}
-    assert record_of(ToleranceInfo, Tolerance().to_dict()) == ToleranceInfo()
     with pytest.raises(TypeError, match="no field for"):
         record_of(StageCost, {"seconds": 1.0, "gpu_compiles": 1})
 
