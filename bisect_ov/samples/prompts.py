@@ -114,17 +114,20 @@ class PromptInputs:
     init: ModelPayload | None = None
     variables: tuple[str, ...] = ()
     vocabulary: int | None = None  # rows of the embedding table input_ids index, when found
+    aliases: tuple[frozenset[str], ...] = ()  # every name of each input, in `inputs`' order
 
     @classmethod
     def of(cls, user_model: ov.Model, state: Stateless | None) -> "PromptInputs":
         names = []
-        for spec in parameter_specs(user_model):
+        specs = parameter_specs(user_model)
+        for spec in specs:
             name = next((n for n in LLM_INPUTS if n in spec.names), spec.name)
             names.append((name, np.dtype(spec.dtype).name))
         vocabulary = vocabulary_size(user_model, "input_ids")
+        aliases = tuple(frozenset(spec.names) for spec in specs)
         if state is None:
-            return cls(tuple(names), vocabulary=vocabulary)
-        return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables), vocabulary)
+            return cls(tuple(names), vocabulary=vocabulary, aliases=aliases)
+        return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables), vocabulary, aliases)
 
     def expand(self, sample: Any) -> Any:
         """`sample` as the compared model's inputs: token ids become the LLM inputs (a dict's LLM inputs other
@@ -134,9 +137,10 @@ class PromptInputs:
             check_token_ids(sample["input_ids"], self.vocabulary, "The prompt's input_ids")
             # the LLM inputs not given follow from input_ids, as for bare token ids
             shape = np.shape(sample["input_ids"])
+            present = {str(k) for k in sample}
             sample = {**sample, **{name: llm_companion(name, shape[:1] if name == "beam_idx" else shape, dtype)
-                                   for name, dtype in self.inputs
-                                   if name in LLM_INPUTS and name != "input_ids" and name not in sample}}
+                                   for (name, dtype), names in zip(self.inputs, self.aliases or [{n} for n, _ in self.inputs])
+                                   if name in LLM_INPUTS and name != "input_ids" and not names & present}}
         if is_token_ids(sample):
             check_token_ids(sample, self.vocabulary)
             tokens = np.asarray(sample).reshape(1, -1)

@@ -154,3 +154,21 @@ def test_the_examined_samples_cast_notes_are_kept_with_many_samples_too():
         assert bool([n for n in notes if said in n]) == (order[examined] is cast)
     _, notes, _ = _examined(model, Samples([_prompt([3, 1, 4])]))
     assert not [n for n in notes if "cast to" in n]
+
+
+def test_an_input_given_under_another_of_its_names_is_not_filled_from_the_token_ids():
+    """A decoder's ``encoder_attention_mask`` that also bears the name ``attention_mask`` (a T5 export) is given
+    under its first name: it is not made again from input_ids' shape; a dict leaving it out gets it filled."""
+    from bisect_ov.samples.prompts import PromptInputs
+
+    ids = ops.parameter([1, -1], np.int64, name="input_ids")
+    ids.output(0).get_tensor().set_names({"input_ids"})
+    mask = ops.parameter([1, 7], np.int64, name="encoder_attention_mask")
+    mask.output(0).get_tensor().set_names({"encoder_attention_mask", "attention_mask"})
+    out = ops.add(ops.convert(ops.reduce_sum(ids, np.int64([1]), True), np.float32),
+                  ops.convert(ops.reduce_sum(mask, np.int64([1]), True), np.float32))
+    prompts = PromptInputs.of(ov.Model([ops.result(out)], [ids, mask], "decoder"), None)
+    given = {"input_ids": np.array([[4]], np.int64), "encoder_attention_mask": np.ones((1, 7), np.int64)}
+    assert set(prompts.expand(given)) == set(given)
+    filled = prompts.expand({"input_ids": np.array([[4, 2]], np.int64)})
+    assert filled["attention_mask"].shape == (1, 2) and filled["attention_mask"].all()
