@@ -81,6 +81,11 @@ class RecordedDevice(Device):
     def sampled(self) -> bool:  # type: ignore[override]
         return self.capture.mode == "stats"
 
+    @property
+    def other_implementation(self) -> bool:  # type: ignore[override]
+        """A recorded framework side (PyTorch, ONNX Runtime) is another implementation, as it was live."""
+        return bool(self.capture.header["device"].get("provides_only_recorded"))
+
     def provides(self, graph: ModelGraph) -> frozenset[Tap] | None:
         """A recorded framework side (PyTorch, ONNX Runtime) has its recorded tensors only; other captures all."""
         if not self.capture.header["device"].get("provides_only_recorded"):

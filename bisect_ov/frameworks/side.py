@@ -212,6 +212,7 @@ class BoundSide(Device):
     """A framework side matched to one walked model: the `Device` a comparison runs (module docstring)."""
 
     recorded = False
+    other_implementation = True
 
     def __init__(self, side: FrameworkSide, graph: ModelGraph, binding: Binding):
         self.side, self.graph, self.binding = side, graph, binding

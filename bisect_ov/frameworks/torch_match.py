@@ -323,6 +323,10 @@ def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[
         event = event_at.get(ref[1])
         return event.shapes[ref[2]] if event is not None and ref[2] < len(event.shapes) else None
 
+    readers_of: dict[Ref, list[Event]] = {}
+    for reader in events:
+        for r in dict.fromkeys(reader.inputs):
+            readers_of.setdefault(r, []).append(reader)
     changed = True
     while changed:
         changed = False
@@ -347,4 +351,58 @@ def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[
             changed = True
             if tap.key not in call_of:  # an op no name places (a convolution named Multiply_n): it reads too
                 consumers.append((tuple(graph.data_inputs(tap.key)), ref[1]))
+        # From the producer's side: an unpaired op whose every data input is paired is the last value of the one
+        # unpaired chain of events that reads exactly those values (a convolution, and the BatchNorm the
+        # conversion folded into it), when it is the only such op and that the only such chain. A residual sum
+        # of two renamed convolutions (a downsampling block's) leaves the consumer rule two values to place;
+        # the block input read by the downsampling convolution alone places one of them here.
+        for tap, ref in _paired_by_inputs(graph, events, held, refs_held, covered, call_of, readers_of).items():
+            shape = shape_of(ref)
+            if shape is None or shapes.get(tap) is None or not _shape_fits(shapes.get(tap), shape):
+                continue
+            held[tap] = found[tap] = ref
+            refs_held.add(ref)
+            changed = True
+            consumers.append((tuple(graph.data_inputs(tap.key)), ref[1]))
+    return found
+
+
+# Torch calls the conversion folds into the op before them (their value is that op's, renamed).
+FOLDED = frozenset({"batch_norm"})
+
+
+def _paired_by_inputs(graph: ModelGraph, events: Sequence[Event], held: Mapping[Tap, Ref], refs_held: set,
+                      covered: set[str], call_of: Mapping[str, int],
+                      readers_of: Mapping[Ref, list[Event]]) -> dict[Tap, Ref]:
+    """Unpaired ops no name places, each with the end of the one unpaired event chain that reads what it reads
+    (see `match_neighbours`); an op or a chain that has a twin reading the same values is left unpaired."""
+    ops: dict[frozenset, list[Tap]] = {}
+    for key in graph.order:
+        node = graph[key]
+        if node.kind != "compute" or key in call_of or key in covered or len(node.outputs) != 1:
+            continue
+        tap = Tap(key, 0)
+        sources = graph.data_inputs(key)
+        if tap in held or not sources or any(Tap(k, p) not in held for k, p in sources):
+            continue
+        ops.setdefault(frozenset(held[Tap(k, p)] for k, p in sources), []).append(tap)
+    found: dict[Tap, Ref] = {}
+    for reads, taps in ops.items():
+        if len(taps) != 1:
+            continue
+        ends = []
+        for event in {e.index: e for r in reads for e in readers_of.get(r, ())}.values():
+            if set(event.inputs) != reads:
+                continue
+            last = event
+            while True:
+                after = readers_of.get(("event", last.index, 0), [])
+                if len(after) != 1 or normalize_op(after[0].op) not in FOLDED:
+                    break
+                last = after[0]
+            end: Ref = ("event", last.index, 0)
+            if end not in refs_held:
+                ends.append(end)
+        if len(ends) == 1:
+            found[taps[0]] = ends[0]
     return found

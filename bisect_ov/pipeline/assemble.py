@@ -36,6 +36,7 @@ from bisect_ov.model.load import model_label
 from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.measure import faithful_nodes
+from bisect_ov.pipeline.plan import OTHER_IMPLEMENTATION_FLOOR, other_implementation_floor
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report
 from bisect_ov.repro import ReproSource
@@ -89,7 +90,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
                       session.runner.graph),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, scale_factor=findings.scale_factor, clamp=findings.clamp,
         delegation=findings.delegation,
-        curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.runner.graph, nodes, session.runner.match),
+        curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.runner.graph, nodes,
+                                                                      session.runner.match if setup.comparison.twin else None),
         repro_source=ReproSource(session.runner.comparison, session.sample, session.untouched.target_runtime),
         sensitivity=tuple(findings.sensitivity),
         steps=generation.steps if generation is not None else (),
@@ -197,6 +199,12 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     for role, info in (("Reference", session.untouched.ref_info), ("Target", session.untouched.target.info)):
         if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
             notes.append(f"{role}: {info.note}.")
+    if setup.options.tolerance is None and other_implementation_floor(setup.comparison, examined.tolerance.precision or ""):
+        notes.append("Two implementations of f32 are compared (another framework on one side): their summation orders "
+                     "leave about 1e-6 between correct results after dozens of layers, so the final outputs are judged "
+                     f"against f32-level agreement ({OTHER_IMPLEMENTATION_FLOOR:.0e}); every node keeps its tolerance, "
+                     "and one whose own error is several times it is named where it enters. Pass tolerance= to judge "
+                     "the outputs by the nodes' tolerance.")
     left_out = examined.plan.experiments.note()
     if left_out:
         notes.append(left_out)
@@ -250,7 +258,9 @@ def keep_tensors(session: Engine, keep: Sequence[str], ranking: Sequence[str]) -
 
 def coverage(graph, nodes, match=None) -> float:
     """Share of the model's compute nodes compared directly or as members of a compared fused group; with a twin's
-    `match`, only nodes with a counterpart count (a fused group's unmatched members were compared with nothing)."""
+    `match`, only nodes with a counterpart count (a fused group's unmatched members were compared with nothing).
+    Against a framework side the model is one on both sides: a fused group's members are covered by its output,
+    whether or not the framework has a value for each of them."""
     compute = {n.key for n in graph.candidates()}
     counted = {r.key for r, _ in match.pairs} if match is not None else compute
     covered = ({n.key for n in nodes} | {graph.find(m).key for n in nodes for m in n.group}) & counted

@@ -19,6 +19,7 @@ from bisect_ov.analysis.tolerance import CALIBRATED_METRICS, unit_roundoff
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
 from bisect_ov.model.graph import ModelGraph
+from bisect_ov.pipeline.plan import other_implementation_floor
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 
 __all__ = ["decide", "evidence", "expected", "verdict_notes"]
@@ -64,12 +65,18 @@ def expected(examined: Examined, measurement: Measurement, findings: Findings, m
     """Rounding-only local errors: the baseline's, and, where it measured none (the plugin refused the piece), a
     unit of ops that only move values gets its bound: they add no rounding, so run alone, fed the reference's
     values, their error is at most the rounding of those values to the target's precision, its unit roundoff
-    (for the metrics the tolerance model is calibrated for)."""
+    (for the metrics the tolerance model is calibrated for). Two implementations of f32 compared
+    (`other_implementation_floor`): each measured node's tolerance."""
+    plan = examined.plan
+    comparison = examined.engine.runner.comparison
     if findings.baseline is None:
-        return {}
+        if metric not in CALIBRATED_METRICS or not other_implementation_floor(comparison, plan.tolerance.precision or ""):
+            return {}
+        # Two implementations of f32: what rounding alone leaves between them at a node is bounded by its tolerance
+        # (the 1e-6 floor is what two f32 kernels disagree by), so that is its rounding-only local error.
+        return {key: plan.node(key) for key in findings.local_errors if key in comparison.graph}
     found = dict(findings.baseline.local)
     if metric in CALIBRATED_METRICS:
-        plan = examined.plan
         u = unit_roundoff(plan.tolerance.precision)
         for key in findings.local_errors:
             if (key not in found and key in plan.movement

@@ -69,6 +69,8 @@ class Device:
     * `can_run_pieces`: pieces of a model fed with other values can run (local errors, partitioned runs);
     * `emulated`: the numbers are an emulation on another device; `recorded`: a run played back from a file;
       `sampled`: outputs are samples of the tensors, not whole tensors;
+    * `other_implementation`: another framework computes it (PyTorch eager, ONNX Runtime), so its f32 values
+      differ from OpenVINO's by summation order however correct both are;
     * `provides(graph)`: the tensors it has values for (None: all of them).
     """
 
@@ -76,6 +78,7 @@ class Device:
     emulated: bool = False
     recorded: bool = False
     sampled: bool = False
+    other_implementation: bool = False
 
     @property
     def activation_precision(self) -> str:

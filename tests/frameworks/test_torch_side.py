@@ -203,3 +203,67 @@ def test_modules_off_the_cpu_or_in_training_are_refused():
         Torch(torch.nn.Linear(4, 3, device="meta"))
     with pytest.raises(InputError, match="training mode.*module.eval"):
         Torch(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Dropout(0.1)))
+
+
+def _standard_cnn(name: str):
+    """A standard CNN with seeded random weights (torchvision's by name, or ``timm:<name>``), eval mode."""
+    torch.manual_seed(0)
+    if name.startswith("timm:"):
+        timm = pytest.importorskip("timm")
+        return timm.create_model(name[5:], pretrained=False).eval()
+    return getattr(pytest.importorskip("torchvision").models, name)().eval()
+
+
+@pytest.mark.parametrize("name, among", [("resnet18", ""), ("mobilenet_v3_small", ""), ("timm:efficientnet_b0", ""),
+                                         ("timm:convnext_atto", "downsample")])
+def test_a_standard_cnn_agrees_with_its_module_and_an_edited_convolution_is_named(name, among):
+    """Converted with `convert_model`'s defaults (a dynamic input), against the module in PyTorch eager: the two
+    f32 implementations differ by their summation orders (about 1e-6 at the outputs after dozens of layers, over the
+    1e-6 floor of a classifier's bias Add), which is agreement (the outputs are judged against f32-level agreement
+    when another framework is a side); 90% of the compute nodes or more are compared (a downsampling block's two
+    renamed convolutions too); one convolution with weights 1.2x, a third into the graph, is named as the first
+    divergence (in ConvNeXt a downsampling one: a LayerNorm follows each of its other convolutions and takes a scale
+    out, and its block MLPs are scaled by layer scales of 1e-6)."""
+    module = _standard_cnn(name)
+    x = torch.randn(1, 3, 64, 64)
+    model = ov.convert_model(module, example_input=x)
+    benign = bisect(model, ref=module, target="CPU:f32", inputs=[x.numpy()], **FAST)
+    assert not benign.diverges and benign.first_divergence is None, benign.to_text()
+    assert benign.outputs[0].tolerance == pytest.approx(1e-5) and benign.coverage >= 0.9
+    assert [n for n in benign.notes if "Two implementations of f32 are compared" in n]
+    convs = [op for op in model.get_ordered_ops() if op.get_type_name() in ("Convolution", "GroupConvolution")
+             and op.input_value(1).get_node().get_type_name() != "Parameter" and among in op.get_friendly_name()]
+    conv = convs[len(convs) // 3]
+    conv.input(1).replace_source_output(ops.multiply(conv.input_value(1), ops.constant(np.float32(1.2))).output(0))
+    model.validate_nodes_and_infer_types()
+    faulty = bisect(model, ref=module, target="CPU:f32", inputs=[x.numpy()], **FAST)
+    first = faulty.first_divergence
+    assert first is not None and conv.get_friendly_name() in (first.name, *first.group), faulty.to_text()
+    # a tolerance given is the user's: the 1e-6 floor again
+    strict = bisect(model, ref=module, target="CPU:f32", inputs=[x.numpy()], tolerance=1e-6, **FAST)
+    assert strict.outputs[0].tolerance == pytest.approx(1e-6)
+
+
+@pytest.mark.parametrize("name, among", [("resnet18", ""), ("timm:convnext_atto", "downsample")])
+def test_a_standard_cnn_exported_to_onnx_agrees_with_onnx_runtime_and_an_edited_convolution_is_named(
+        name, among, tmp_path):
+    """The same through ONNX: the export read by OpenVINO against ONNX Runtime running the file, every ONNX value
+    with a counterpart compared."""
+    pytest.importorskip("onnxruntime")
+    module = _standard_cnn(name)
+    x = torch.randn(1, 3, 64, 64)
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(module, (x,), str(path), dynamo=False)
+    benign = bisect(str(path), ref="ORT", target="CPU:f32", inputs=[x.numpy()], **FAST)
+    assert not benign.diverges and benign.first_divergence is None and benign.coverage >= 0.9, benign.to_text()
+    model = ov.Core().read_model(str(path))
+    convs = [op for op in model.get_ordered_ops() if op.get_type_name() in ("Convolution", "GroupConvolution")
+             and among in op.get_friendly_name()]
+    conv = convs[len(convs) // 3]
+    conv.input(1).replace_source_output(ops.multiply(conv.input_value(1), ops.constant(np.float32(1.2))).output(0))
+    model.validate_nodes_and_infer_types()
+    from bisect_ov.frameworks import ORT
+
+    faulty = bisect(model, ref=ORT(path), target="CPU:f32", inputs=[x.numpy()], **FAST)
+    first = faulty.first_divergence
+    assert first is not None and conv.get_friendly_name() in (first.name, *first.group), faulty.to_text()
