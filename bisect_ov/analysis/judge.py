@@ -34,7 +34,9 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    **Dominant origins**: a node whose local error is over its tolerance and whose impact alone takes the outputs
    over their tolerance with `MOST` of the final error is a first divergence, also below a source by growth
    (unless an origin with evidence of its own is named upstream of it); a first divergence whose local error is
-   within its tolerance is then not one (it amplified what it was handed).
+   within its tolerance is then not one (it amplified what it was handed). Where no impact can be measured (a
+   side that cannot run pieces of the model: another framework, a recording), a local error over its tolerance
+   and `EXCESS` times its rounding-only one stands in for the impact.
 6. **Data movement never originates**: a Reshape, Transpose, Split, Slice, Concat, Gather ... adds no error. A
    first divergence there is named at the arithmetic node that produced its input (walking up through other
    movement ops), which it stands for when that node stored nothing of its own (a fused kernel's member) or
@@ -110,6 +112,8 @@ class Evidence:
         Keys of nodes whose output steps (`STEPS`).
     rejected, localized
         The fidelity check rejected the taps; the node partitioned runs localized instead (or None).
+    impacts_possible
+        Both sides can run pieces of the model, so impacts can be measured (False: a framework or recorded side).
     """
 
     errors: Mapping[tuple[str, int], float]
@@ -128,6 +132,7 @@ class Evidence:
     localized: str | None = None
     peaks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     steps: frozenset[str] = frozenset()
+    impacts_possible: bool = True
 
 
 @dataclass(frozen=True)
@@ -364,12 +369,16 @@ def _absorbed_by_consumers(graph: Any, ev: Evidence, nodes: Mapping[str, NodeSco
 def _dominant(diverged: list[str], ev: Evidence, nodes: Mapping[str, NodeScore], final: float,
               limit: float) -> set[str]:
     """Rule 5, dominant origins (outputs over their tolerance): local error over its tolerance, and alone on the
-    target the outputs go over their tolerance with most of the final error."""
+    target the outputs go over their tolerance with most of the final error; where no impact can be measured,
+    local error `EXCESS` times its rounding-only one instead."""
     found = set()
     for key in diverged:
         local, impact = ev.local.get(key), ev.impacts.get(key)
-        if (local is not None and impact is not None and local > nodes[key].tolerance and impact >= MOST * final
-                and impact > limit):
+        if local is None or local <= nodes[key].tolerance:
+            continue
+        if impact is not None and impact >= MOST * final and impact > limit:
+            found.add(key)
+        elif not ev.impacts_possible and (ratio := excess(local, ev.expected.get(key))) is not None and ratio >= EXCESS:
             found.add(key)
     return found
 

@@ -66,6 +66,18 @@ def import_torch():
     return torch
 
 
+def _as_converted(program: Any) -> Any:
+    """The graph module of `program` as `ov.convert_model` reads it: OpenVINO's PyTorch frontend first runs its
+    export decompositions on the program, which numbers the graph's nodes anew (``view_3`` of the program may be
+    ``view_4`` after), and the converted model's names are those. Through the frontend's own reader, so that the
+    decompositions are the installed OpenVINO's; the program's own module when that reader is not there."""
+    try:
+        from openvino.frontend.pytorch.fx_decoder import TorchFXPythonDecoder
+    except ImportError:
+        return program.module()
+    return TorchFXPythonDecoder.from_exported_program(program).pt_module
+
+
 def is_torch_module(obj: Any) -> bool:
     """Whether `obj` is a `torch.nn.Module` or a `torch.export.ExportedProgram`, without importing torch."""
     names = {f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__}
@@ -197,6 +209,7 @@ class Torch(FrameworkSide):
         super().__init__(dtype, name=name)
         self._runnable = module if self.dtype == "f32" else None
         self._exported: Any = None
+        self._converted: Any = None  # the graph module as the conversion read it (`_as_converted`)
         self._names: list[str] = []
 
     def with_dtype(self, dtype: str) -> "Torch":
@@ -287,17 +300,19 @@ class Torch(FrameworkSide):
 
     def _graph_module(self, arrays: Sequence[np.ndarray]):
         torch = import_torch()
-        if self.program is not None:
-            gm = self.program.module()
-        else:
-            if self._exported is None:
-                try:
-                    self._exported = torch.export.export(self.module, tuple(self._tensors_of(arrays)))
-                except Exception as err:  # noqa: BLE001 - export fails in many ways; the names then cannot match
-                    raise InputError(f"The OpenVINO model was converted from a torch.export graph (its names say so) "
-                                     f"and exporting the module again failed ({type(err).__name__}: {first_line(err)}): "
-                                     "pass the ExportedProgram itself, Torch(program).") from err
-            gm = self._exported.module()
+        if self._converted is None:
+            program = self.program
+            if program is None:
+                if self._exported is None:
+                    try:
+                        self._exported = torch.export.export(self.module, tuple(self._tensors_of(arrays)))
+                    except Exception as err:  # noqa: BLE001 - export fails in many ways; the names cannot match
+                        raise InputError(f"The OpenVINO model was converted from a torch.export graph (its names say "
+                                         f"so) and exporting the module again failed ({type(err).__name__}: "
+                                         f"{first_line(err)}): pass the ExportedProgram itself, Torch(program).") from err
+                program = self._exported
+            self._converted = _as_converted(program)
+        gm = self._converted
         return gm.to(torch.float64) if self.dtype == "f64" else gm
 
     # ----- matching ----------------------------------------------------------------------------------------

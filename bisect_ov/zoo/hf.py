@@ -29,7 +29,7 @@ from typing import Any
 import openvino as ov
 
 __all__ = ["BUILDERS", "bert", "bert_large", "gpt2", "llama", "llama_config", "vit", "vit_module", "whisper_encoder",
-           "export_plain"]
+           "export_plain", "plain_module"]
 
 # Layers, width, heads, MLP width, vocabulary; the sequence length of the sample inputs.
 _BERT = {
@@ -150,14 +150,41 @@ def _convert_tokens(model, key: str, vocab: int, size: str, *, trace: bool) -> t
     return export_plain(model, key, example), _token_meta(vocab, seq, "torch.export.export + ov.convert_model")
 
 
-def _encoder(config_kwargs: dict, size: str, seed: int) -> tuple[ov.Model, Meta]:
+def _bert_model(config_kwargs: dict, seed: int) -> Any:
     import transformers
 
     _torch().manual_seed(seed)
     config = transformers.BertConfig(  # type: ignore[call-arg, unused-ignore]  # transformers 5 (note at Meta)
         max_position_embeddings=MAX_POSITIONS, **config_kwargs)
-    model = transformers.BertModel(config, add_pooling_layer=False).eval()
-    return _convert_tokens(model, "last_hidden_state", config.vocab_size, size, trace=True)
+    return transformers.BertModel(config, add_pooling_layer=False).eval()
+
+
+def _gpt2_model(size: str, seed: int) -> Any:
+    import transformers
+
+    _torch().manual_seed(seed)
+    config = transformers.GPT2Config(  # type: ignore[call-arg, unused-ignore]  # transformers 5 (note at Meta)
+        n_positions=MAX_POSITIONS, use_cache=False, **_size(_GPT2, size))
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def _encoder(config_kwargs: dict, size: str, seed: int) -> tuple[ov.Model, Meta]:
+    model = _bert_model(config_kwargs, seed)
+    return _convert_tokens(model, "last_hidden_state", model.config.vocab_size, size, trace=True)
+
+
+def plain_module(kind: str, size: str = "small", seed: int = 0) -> Any:
+    """The zoo's ``bert``, ``gpt2`` or ``llama`` as the torch module the zoo converts: token ids and an attention
+    mask in, one tensor out (the last hidden state, or the logits), seeded random weights."""
+    if kind == "bert":
+        return _Plain.make(_bert_model(_size(_BERT, size), seed), "last_hidden_state")
+    if kind == "gpt2":
+        return _Plain.make(_gpt2_model(size, seed), "logits")
+    if kind == "llama":
+        model = llama_model(size, seed)
+        model.config.use_cache = False
+        return _Plain.make(model, "logits")
+    raise ValueError(f"plain_module: unknown kind {kind!r} (bert, gpt2, llama)")
 
 
 def bert(size: str = "small", seed: int = 0) -> tuple[ov.Model, Meta]:
@@ -172,13 +199,8 @@ def bert_large(size: str = "small", seed: int = 0) -> tuple[ov.Model, Meta]:
 
 def gpt2(size: str = "small", seed: int = 0) -> tuple[ov.Model, Meta]:
     """GPT-2 with its LM head (``GPT2LMHeadModel``), through torch.export; output: logits."""
-    import transformers
-
-    _torch().manual_seed(seed)
-    config = transformers.GPT2Config(  # type: ignore[call-arg, unused-ignore]  # transformers 5 (note at Meta)
-        n_positions=MAX_POSITIONS, use_cache=False, **_size(_GPT2, size))
-    model = transformers.GPT2LMHeadModel(config).eval()
-    return _convert_tokens(model, "logits", config.vocab_size, size, trace=False)
+    model = _gpt2_model(size, seed)
+    return _convert_tokens(model, "logits", model.config.vocab_size, size, trace=False)
 
 
 def llama_config(size: str = "small") -> Any:
