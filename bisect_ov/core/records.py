@@ -26,9 +26,10 @@ __all__ = ["DeviceInfo", "Fix", "ScaleFactor", "Clamp", "RemedyCost", "Delegatio
 # "int_limit" (values at a type's limits), "kernel_difference" (the sides ran different kernels),
 # "foreign_inputs" (a twin's extra ops feed the node), "exact" (an integer-exact result checked), "note" (anything
 # else, as a shape mismatch). Diagnoses (sources and amplifiers): "overflow", "underflow", "cancellation",
-# "long_reduction", "over_tolerance" (none of those: how far over its tolerance it is).
+# "long_reduction", "over_tolerance" (none of those: how far over its tolerance it is), "compressed_weights" (the
+# model stores the op's weights in f16 and another framework computes with the original ones).
 CAUSE_KINDS = ("nonfinite", "f16_limit", "int_limit", "kernel_difference", "foreign_inputs", "exact", "note",
-               "overflow", "underflow", "cancellation", "long_reduction", "over_tolerance")
+               "overflow", "underflow", "cancellation", "long_reduction", "over_tolerance", "compressed_weights")
 
 
 @dataclass(frozen=True)

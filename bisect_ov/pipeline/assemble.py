@@ -24,6 +24,7 @@ import openvino as ov
 from bisect_ov.analysis.diagnosis import diagnose, kernel_difference, observations
 from bisect_ov.analysis.judge import EXCESS
 from bisect_ov.analysis.spread import Distribution
+from bisect_ov.analysis.tolerance import unit_roundoff
 from bisect_ov.core import codec
 from bisect_ov.core.fileio import atomic_paths
 from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo, Truth
@@ -34,6 +35,7 @@ from bisect_ov.model.fusion import KernelTensors
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.match import foreign_inputs
+from bisect_ov.model.quantized import find_quantization
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.measure import faithful_nodes
 from bisect_ov.pipeline.plan import OTHER_IMPLEMENTATION_FLOOR, other_implementation_floor
@@ -302,6 +304,10 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
     stand_in = {at: key for key, at in moved.items() if at not in by_key and key in by_key}
     for at, key in stand_in.items():
         by_key[at] = by_key[key]
+    # Against another framework in f32, weights the model stores in f16 (`ov.save_model`'s default) make every op
+    # that reads them differ from the framework's, which computes with the original ones.
+    compressed = ({k: q.weight_type for k, q in find_quantization(graph).items() if q.weight_type in ("f16", "bf16")}
+                  if other_implementation_floor(session.runner.comparison, precision) else {})
     results = []
     for key in graph.order:
         if key not in by_key or key not in scores.nodes:
@@ -335,6 +341,13 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
             causes.append(Cause("exact", check.describe(), {
                 "exact_max": float(check.exact_max), "exact_sample": float(check.exact_sample),
                 "ref_off": float(check.ref_off), "target_off": float(check.target_off)}))
+        elif key in compressed and s.role in ("source", "amplifier"):
+            stored = compressed[key]
+            causes.append(Cause("compressed_weights", f"compressed weights: the model stores its weights in {stored} "
+                                f"(ov.save_model compresses them unless compress_to_fp16=False) while the reference "
+                                f"computes with the original f32 ones, each rounded by up to {unit_roundoff(stored):.1e} "
+                                "here; save the model with compress_to_fp16=False to compare the conversion itself",
+                                {"weights": stored}))
         else:
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.

@@ -330,3 +330,17 @@ def test_a_transformer_exported_to_onnx_agrees_with_onnx_runtime_and_an_edited_m
     faulty = bisect(model, ref=ORT(path), target="CPU:f32", inputs=inputs, **FAST)
     first = faulty.first_divergence
     assert first is not None and matmul.get_friendly_name() in (first.name, *first.group), faulty.to_text()
+
+
+def test_weights_saved_in_f16_are_named_as_the_cause_where_they_enter(tmp_path):
+    """`ov.save_model` stores weights in f16 by default: against the module (its f32 weights), the first convolution
+    that reads them is where the error enters, and the cause says so (not a long reduction's accumulator)."""
+    module = _standard_cnn("resnet18")
+    x = torch.randn(1, 3, 64, 64)
+    ov.save_model(ov.convert_model(module, example_input=x), str(tmp_path / "r18.xml"))  # compress_to_fp16=True
+    report = bisect(str(tmp_path / "r18.xml"), ref=module, target="CPU:f32", inputs=[x.numpy()], **FAST)
+    first = report.first_divergence
+    assert first is not None and first.op_type == "Convolution", report.to_text()
+    kinds = [c.kind for c in first.diagnosis]
+    assert "compressed_weights" in kinds and "long_reduction" not in kinds
+    assert "compress_to_fp16=False" in report.to_text()
