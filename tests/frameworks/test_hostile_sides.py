@@ -129,3 +129,28 @@ def test_a_file_that_is_no_onnx_model_and_a_name_that_is_no_str_are_refused(tmp_
     for name in (123, "", "  "):
         with pytest.raises(InputError, match="name must be a non-empty str"):
             Torch(_Net(), name=name)
+
+
+class _Doubling(torch.nn.Module):
+    """Doubles its input in place before a linear: a module that mutates what it is given."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        x.mul_(2.0)
+        return self.fc(x)
+
+
+def test_a_module_that_mutates_its_inputs_runs_on_copies():
+    """The caller's arrays (which the OpenVINO side reads too) are never changed, and each of the side's runs
+    (the second one checks that its outputs repeat) starts from the same values: the in-place doubling, which the
+    conversion kept, is compared as the computation it is."""
+    module = _Doubling().eval()
+    model = _converted(module, X.copy())
+    given = X.copy()
+    report = bisect(model, ref=module, target="CPU:f32", inputs=[given], **FAST)
+    np.testing.assert_array_equal(given, X)
+    assert not report.diverges and report.outputs[0].error < 1e-6

@@ -344,3 +344,52 @@ def test_weights_saved_in_f16_are_named_as_the_cause_where_they_enter(tmp_path):
     kinds = [c.kind for c in first.diagnosis]
     assert "compressed_weights" in kinds and "long_reduction" not in kinds
     assert "compress_to_fp16=False" in report.to_text()
+
+
+def _two_renamed_convolutions(twin_inputs: bool):
+    """A graph as a conversion leaves it: two convolutions with their BatchNorms folded in (renamed
+    ``Multiply_<n>``), summed, then a ReLU; and the eager run's calls. With `twin_inputs` both read the input (a
+    downsampling block without its main path); otherwise the first reads the input and the second the ReLU of a
+    third convolution that is paired by name."""
+    from bisect_ov.frameworks.torch_match import Event
+    from bisect_ov.model.graph import ModelGraph
+    from bisect_ov.model.taps import Tap
+
+    x = ops.parameter([1, 3, 8, 8], np.float32, name="x")
+    w = ops.constant(np.ones((3, 3, 1, 1), np.float32))
+    pre = ops.relu(ops.convolution(x, w, [1, 1], [0, 0], [0, 0], [1, 1], name="__module.pre/aten::_convolution/Convolution"),
+                   name="__module.pre_act/aten::relu/Relu")
+    a = ops.convolution(x, w, [1, 1], [0, 0], [0, 0], [1, 1], name="Multiply_1")
+    b = ops.convolution(x if twin_inputs else pre, w, [1, 1], [0, 0], [0, 0], [1, 1], name="Multiply_2")
+    out = ops.relu(ops.add(a, b, name="aten::add/Add"), name="aten::relu/Relu")
+    graph = ModelGraph(ov.Model([ops.result(out)], [x], "two"))
+    shape = (1, 3, 8, 8)
+    events = [Event(0, "pre", "conv2d", (("input", 0),), (shape,)), Event(1, "pre_act", "relu", (("event", 0, 0),), (shape,)),
+              Event(2, "a", "conv2d", (("input", 0),), (shape,)), Event(3, "bn_a", "batch_norm", (("event", 2, 0),), (shape,)),
+              Event(4, "b", "conv2d", (("input", 0) if twin_inputs else ("event", 1, 0),), (shape,)),
+              Event(5, "bn_b", "batch_norm", (("event", 4, 0),), (shape,)),
+              Event(6, "", "add", (("event", 3, 0), ("event", 5, 0)), (shape,)), Event(7, "", "relu", (("event", 6, 0),), (shape,))]
+    key = {n.name: n.key for n in graph}
+    named = {"aten::add/Add": ("event", 6, 0), "aten::relu/Relu": ("event", 7, 0),
+             "__module.pre/aten::_convolution/Convolution": ("event", 0, 0),
+             "__module.pre_act/aten::relu/Relu": ("event", 1, 0)}
+    taken = {Tap(key[name], 0): ref for name, ref in named.items() if name in key}  # pairs made by name
+    shapes = {Tap(n.key, 0): shape for n in graph if n.kind == "compute"}
+    return graph, events, taken, shapes, key
+
+
+@pytest.mark.parametrize("twin_inputs", [False, True])
+def test_renamed_convolutions_pair_from_their_inputs_only_when_one_chain_fits(twin_inputs):
+    """A sum of two renamed convolutions leaves the sum's reading side two values to place. When each reads
+    something else, each is the end of the one call chain (convolution, folded BatchNorm) reading that: paired.
+    When both read the same input, nothing tells them apart: both stay unpaired (counted), none is guessed."""
+    from bisect_ov.frameworks.torch_match import match_neighbours
+    from bisect_ov.model.taps import Tap
+
+    graph, events, taken, shapes, key = _two_renamed_convolutions(twin_inputs)
+    found = match_neighbours(graph, events, taken, set(), shapes)
+    a, b = Tap(key["Multiply_1"], 0), Tap(key["Multiply_2"], 0)
+    if twin_inputs:
+        assert a not in found and b not in found
+    else:
+        assert found[b] == ("event", 5, 0) and found[a] == ("event", 3, 0)
