@@ -17,7 +17,8 @@ within their tolerance, as where the absorbed error starts). Models: torchvision
 ``hf:bert``, ``hf:gpt2``, ``hf:llama`` (the zoo's small configs, `bisect_ov.zoo.hf.plain_module`: 2 layers, width
 64, a vocabulary of 1,000, 16 tokens; these trace with neither TorchScript nor TorchScript's ONNX export on current
 transformers, so ``trace`` exports them). Needs the ``zoo`` extra (torch, torchvision, timm, transformers).
-Nothing downloads.
+Nothing downloads. With ``--cost``, each benign run's time beside the same run against an OpenVINO reference
+(``CPU:f32``), in one process (the first model's time includes warming up).
 
     python benchmarks/framework_agreement.py
     python benchmarks/framework_agreement.py --models resnet18 timm:convnext_atto --size 64 --faults 4
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -85,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--how", choices=("trace", "export", "onnx"), default="trace",
                         help="conversion path (default trace; the transformers are exported)")
     parser.add_argument("--faults", type=int, default=0, help="faulty weighted ops per model (default 0)")
+    parser.add_argument("--cost", action="store_true",
+                        help="also time the benign run against an OpenVINO reference (CPU:f32), the same options")
     args = parser.parse_args(argv)
     import openvino.opset13 as ops
 
@@ -99,7 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         module, example = build(name, args.size)
         inputs = [t.numpy() for t in example]
         model, ref, path = convert(name, module, example, args.how, folder)
+        start = time.perf_counter()
         report = bisect(model, ref=ref, target="CPU:f32", inputs=inputs, progress=False, noise=False, impact=0)
+        seconds = time.perf_counter() - start
+        cost = ""
+        if args.cost:
+            start = time.perf_counter()
+            bisect(model, ref="CPU:f32", target="CPU:f32", inputs=inputs, progress=False, noise=False, impact=0)
+            against_ov = time.perf_counter() - start
+            cost = f"  {seconds:.2f} s against {against_ov:.2f} s with an OpenVINO reference ({seconds / against_ov:.1f}x)"
         out = report.outputs[0]
         verdict = repr(report).split(", ", 2)[-1].rstrip(")")[:40]
         match = report.frameworks[0]
@@ -124,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         named_all, tried_all = named_all + named, tried_all + len(picks)
         faults = (f"{named}/{len(picks)}" + (f" ({absorbed_at} absorbed)" if absorbed_at else "")) if picks else "-"
         print(f"{name:<20} {path:<6} {verdict:<40} {out.error:>13.2e} {out.tolerance:>9.1e} {report.coverage:>8.0%} "
-              f"{match.matched:>4}/{match.compute_nodes:<4}  {faults}", flush=True)
+              f"{match.matched:>4}/{match.compute_nodes:<4}  {faults}{cost}", flush=True)
     if tried_all:
         print(f"Faults named at their op (first divergence, or where the absorbed error starts): {named_all}/{tried_all}")
     return 0

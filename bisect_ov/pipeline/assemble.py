@@ -347,7 +347,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
                                 f"(ov.save_model compresses them unless compress_to_fp16=False) while the reference "
                                 f"computes with the original f32 ones, each rounded by up to {unit_roundoff(stored):.1e} "
                                 "here; save the model with compress_to_fp16=False to compare the conversion itself",
-                                {"weights": stored}))
+                                {"weight_roundoff": unit_roundoff(stored)}))
         else:
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.
