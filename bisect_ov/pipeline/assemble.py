@@ -205,8 +205,8 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
         notes.append("Two implementations of f32 are compared (another framework on one side): their summation orders "
                      "leave about 1e-6 between correct results after dozens of layers, so the final outputs are judged "
                      f"against f32-level agreement ({OTHER_IMPLEMENTATION_FLOOR:.0e}); every node keeps its tolerance, "
-                     "and one whose own error is several times it is named where it enters. Pass tolerance= to judge "
-                     "the outputs by the nodes' tolerance.")
+                     "and one whose own error is several times it is named where it enters. Give a tolerance (tolerance=, "
+                     "--tolerance) to judge the outputs by it.")
     left_out = examined.plan.experiments.note()
     if left_out:
         notes.append(left_out)

@@ -454,7 +454,8 @@ class BisectOptions:
         if not twin and self.sensitivity:
             leave_out("it ranks the quantized layers of a twin: it needs target_model", sensitivity=False)
         if not pieces_possible:
-            leave_out("a side cannot run pieces of the model (a recorded or sampled side replays whole runs)",
+            leave_out("a side cannot run pieces of the model (PyTorch and ONNX Runtime run it whole, a recorded or "
+                      "sampled side replays whole runs)",
                       impact=0, fix=False, fix_tolerance=None, delegation=False, curve=0, patched_model=None,
                       sensitivity=False)
         if weight_bytes is not None and self.max_tap_bytes == "auto":
