@@ -106,7 +106,7 @@ def exported_label(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class OVCall:
-    """Connected OpenVINO ops of one label: one aten call, as far as the names tell."""
+    """Connected OpenVINO ops of one label (of different op types): one aten call, as far as the names tell."""
 
     label: tuple[str, str]
     members: tuple[str, ...]  # keys, topological order
@@ -127,7 +127,10 @@ def ov_calls(graph: ModelGraph) -> list[OVCall]:
 
     for key in parent:
         for src, _ in graph.data_inputs(key):
-            if src in parent and labels[src] == labels[key]:
+            # One call's ops are connected ops of one label; two of one label and one op type reading one another
+            # are two calls of that label (a block's two residual Adds, when its other calls are modules of their
+            # own), not one decomposed.
+            if src in parent and labels[src] == labels[key] and graph[src].op_type != graph[key].op_type:
                 a, b = root(src), root(key)
                 if a != b:
                     parent[max(a, b, key=lambda k: graph[k].index)] = min(a, b, key=lambda k: graph[k].index)
@@ -349,8 +352,9 @@ def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[
             held[tap] = found[tap] = ref
             refs_held.add(ref)
             changed = True
-            if tap.key not in call_of:  # an op no name places (a convolution named Multiply_n): it reads too
-                consumers.append((tuple(graph.data_inputs(tap.key)), ref[1]))
+            if tap.key not in call_of:  # an op no name places (a convolution named Multiply_n): it reads too,
+                # what the first call of the chain folded into it read (the convolution's input, not its BatchNorm's)
+                consumers.append((tuple(graph.data_inputs(tap.key)), _chain_start(event_at, ref[1])))
         # From the producer's side: an unpaired op whose every data input is paired is the last value of the one
         # unpaired chain of events that reads exactly those values (a convolution, and the BatchNorm the
         # conversion folded into it), when it is the only such op and that the only such chain. A residual sum
@@ -363,8 +367,18 @@ def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[
             held[tap] = found[tap] = ref
             refs_held.add(ref)
             changed = True
-            consumers.append((tuple(graph.data_inputs(tap.key)), ref[1]))
+            consumers.append((tuple(graph.data_inputs(tap.key)), _chain_start(event_at, ref[1])))
     return found
+
+
+def _chain_start(event_at: Mapping[int, Event], index: int) -> int:
+    """The first call of the chain a renamed op stands for, from its last (`index`): back through the calls the
+    conversion folds into the one before them (`FOLDED`), while each reads one value made by a call."""
+    event = event_at.get(index)
+    while (event is not None and normalize_op(event.op) in FOLDED and len(event.inputs) == 1
+           and event.inputs[0][0] == "event" and event.inputs[0][1] in event_at):
+        event = event_at[event.inputs[0][1]]
+    return event.index if event is not None else index
 
 
 # Torch calls the conversion folds into the op before them (their value is that op's, renamed).

@@ -215,7 +215,8 @@ def _standard_cnn(name: str):
 
 
 @pytest.mark.parametrize("name, among", [("resnet18", ""), ("mobilenet_v3_small", ""), ("timm:efficientnet_b0", ""),
-                                         ("timm:convnext_atto", "downsample")])
+                                         ("timm:convnext_atto", "downsample"), ("shufflenet_v2_x0_5", ""),
+                                         ("timm:mobilevit_xxs", "")])
 def test_a_standard_cnn_agrees_with_its_module_and_an_edited_convolution_is_named(name, among):
     """Converted with `convert_model`'s defaults (a dynamic input), against the module in PyTorch eager: the two
     f32 implementations differ by their summation orders (about 1e-6 at the outputs after dozens of layers, over the
@@ -223,7 +224,10 @@ def test_a_standard_cnn_agrees_with_its_module_and_an_edited_convolution_is_name
     when another framework is a side); 90% of the compute nodes or more are compared (a downsampling block's two
     renamed convolutions too); one convolution with weights 1.2x, a third into the graph, is named as the first
     divergence (in ConvNeXt a downsampling one: a LayerNorm follows each of its other convolutions and takes a scale
-    out, and its block MLPs are scaled by layer scales of 1e-6)."""
+    out, and its block MLPs are scaled by layer scales of 1e-6). ShuffleNet: a renamed convolution reading one half
+    of a channel split was paired as if it read its folded BatchNorm's input (the split's second half then held the
+    convolution's value). MobileViT: a transformer block's two residual Adds, one reading the other, were one call
+    (the first add's value was paired with the second)."""
     module = _standard_cnn(name)
     x = torch.randn(1, 3, 64, 64)
     model = ov.convert_model(module, example_input=x)
