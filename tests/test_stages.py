@@ -169,13 +169,10 @@ def test_ranking_puts_first_divergences_first_then_measured_impact():
 
 
 def test_notes_come_from_the_records():
-    from bisect_ov.run.device_base import Device
-
     class _Opened:
         notes = ("from the plan",)
         options = BisectOptions(progress=False)
         samples = None
-        comparison = type("_Comparison", (), {"ref": Device(), "target": Device()})()  # OpenVINO on both sides
 
     class _Untouched:
         ref_info = None
@@ -186,8 +183,7 @@ def test_notes_come_from_the_records():
 
     class _Examined:
         engine = _Engine()
-        plan = make_plan(Tolerance(precision="f32"), ModelGraph(tiny_chain()))
-        tolerance = plan.tolerance
+        plan = make_plan(Tolerance(), ModelGraph(tiny_chain()))
 
     measurement = Measurement(stats={}, groups={}, strategy="bisection", fell_back=True)
     scored = Scored(errors={}, tolerances={}, scores=None, outputs=(),  # type: ignore[arg-type]

@@ -38,7 +38,6 @@ from bisect_ov.model.match import foreign_inputs
 from bisect_ov.model.quantized import find_quantization
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.measure import faithful_nodes
-from bisect_ov.pipeline.plan import OTHER_IMPLEMENTATION_FLOOR, other_implementation_floor
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report
 from bisect_ov.repro import ReproSource
@@ -58,7 +57,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         kernels = examined.plan.fusion.kernels  # read once, into the plan
         ranking = scored.scores.ranking  # the judge's (`bisect_ov.pipeline.decide`)
         nodes = node_results(session, measurement, scored, precision, findings, ranking,
-                             frozenset(examined.tolerance.quantization), kernels)
+                             frozenset(examined.tolerance.quantization), kernels, examined.plan.two_implementations)
         # Taps the fidelity check rejected name nothing (`pipeline.measure.faithful_nodes`).
         nodes, first_keys, ranking = faithful_nodes(nodes, scored.scores.first, ranking, scored.fidelity,
                                                     session.runner.graph, min((o.tolerance for o in scored.outputs), default=0.0))
@@ -201,10 +200,10 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
     for role, info in (("Reference", session.untouched.ref_info), ("Target", session.untouched.target.info)):
         if info is not None and info.execution_devices:  # AUTO/HETERO/MULTI: what really ran
             notes.append(f"{role}: {info.note}.")
-    if setup.options.tolerance is None and other_implementation_floor(setup.comparison, examined.tolerance.precision or ""):
+    if examined.plan.output_floor:
         notes.append("Two implementations of f32 are compared (another framework on one side): their summation orders "
                      "leave about 1e-6 between correct results after dozens of layers, so the final outputs are judged "
-                     f"against f32-level agreement ({OTHER_IMPLEMENTATION_FLOOR:.0e}); every node keeps its tolerance, "
+                     f"against f32-level agreement ({examined.plan.output_floor:.0e}); every node keeps its tolerance, "
                      "and one whose own error is several times it is named where it enters. Give a tolerance (tolerance=, "
                      "--tolerance) to judge the outputs by it.")
     left_out = examined.plan.experiments.note()
@@ -285,9 +284,10 @@ def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) 
 
 def node_results(session: Engine, measurement: Measurement, scored: Scored, precision: str, findings: Findings,
                  ranking: tuple[str, ...], tolerance_quantized: Any = frozenset(),
-                 kernels: KernelTensors | None = None) -> tuple[NodeResult, ...]:
+                 kernels: KernelTensors | None = None, two_implementations: bool = False) -> tuple[NodeResult, ...]:
     """One `NodeResult` per measured node, in topological order (`tolerance_quantized`: names of the nodes a
-    twin's quantization model judges; `kernels`: which tensors exist only inside a kernel of the target)."""
+    twin's quantization model judges; `kernels`: which tensors exist only inside a kernel of the target;
+    `two_implementations`: the plan's, `bisect_ov.pipeline.plan.two_implementations`)."""
     stats, scores, groups = measurement.stats, scored.scores, measurement.groups
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.runner.graph
@@ -307,7 +307,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
     # Against another framework in f32, weights the model stores in f16 (`ov.save_model`'s default) make every op
     # that reads them differ from the framework's, which computes with the original ones.
     compressed = ({k: q.weight_type for k, q in find_quantization(graph).items() if q.weight_type in ("f16", "bf16")}
-                  if other_implementation_floor(session.runner.comparison, precision) else {})
+                  if two_implementations else {})
     results = []
     for key in graph.order:
         if key not in by_key or key not in scores.nodes:

@@ -19,7 +19,6 @@ from bisect_ov.analysis.tolerance import CALIBRATED_METRICS, unit_roundoff
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
 from bisect_ov.model.graph import ModelGraph
-from bisect_ov.pipeline.plan import other_implementation_floor
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 
 __all__ = ["decide", "evidence", "expected", "verdict_notes"]
@@ -67,17 +66,14 @@ def expected(examined: Examined, measurement: Measurement, findings: Findings, m
     unit of ops that only move values gets its bound: they add no rounding, so run alone, fed the reference's
     values, their error is at most the rounding of those values to the target's precision, its unit roundoff
     (for the metrics the tolerance model is calibrated for). Two implementations of f32 compared
-    (`other_implementation_floor`): each measured node's tolerance."""
+    (the plan's `two_implementations`): each measured node's tolerance."""
     plan = examined.plan
     if findings.baseline is None:
-        if metric not in CALIBRATED_METRICS or plan.tolerance.precision != "f32":
-            return {}
-        comparison = examined.engine.runner.comparison
-        if not other_implementation_floor(comparison, "f32"):
+        if metric not in CALIBRATED_METRICS or not plan.two_implementations:
             return {}
         # Two implementations of f32: what rounding alone leaves between them at a node is bounded by its tolerance
         # (the 1e-6 floor is what two f32 kernels disagree by), so that is its rounding-only local error.
-        return {key: plan.node(key) for key in findings.local_errors if key in comparison.graph}
+        return {key: plan.node(key) for key in findings.local_errors if key in examined.engine.runner.graph}
     found = dict(findings.baseline.local)
     if metric in CALIBRATED_METRICS:
         u = unit_roundoff(plan.tolerance.precision)

@@ -36,7 +36,7 @@ from bisect_ov.search.strategies import fusion_taps
 if TYPE_CHECKING:
     from bisect_ov.pipeline.options import ResolvedOptions
 
-__all__ = ["Plan", "Fusion", "Experiments", "make_plan", "plan_fusion", "plan_experiments", "other_implementation_floor",
+__all__ = ["Plan", "Fusion", "Experiments", "make_plan", "plan_fusion", "plan_experiments", "two_implementations",
            "OTHER_IMPLEMENTATION_FLOOR"]
 
 # What each experiment is called in the report's notes.
@@ -166,6 +166,8 @@ class Plan:
     fusion: Fusion = field(default_factory=Fusion)
     indices: frozenset[tuple[str, int]] = frozenset()  # (key, port): index outputs of a selection among floats
     experiments: Experiments = field(default_factory=Experiments)
+    two_implementations: bool = False  # both sides compute in f32 and one is another framework (`two_implementations`)
+    output_floor: float = 0.0  # the least final output tolerance (f32-level agreement there, the default model's)
 
     def node(self, key: str, port: int = 0) -> float:
         """The tolerance of node `key`'s output `port` (its first output's when the port has none; infinite for
@@ -202,7 +204,7 @@ class Plan:
 OTHER_IMPLEMENTATION_FLOOR = F32_AGREEMENT
 
 
-def other_implementation_floor(comparison: Comparison, precision: str) -> bool:
+def two_implementations(comparison: Comparison, precision: str) -> bool:
     """Whether two implementations of f32 are compared (both sides compute in f32 and one is another framework:
     PyTorch eager, ONNX Runtime). Their summation orders leave about 1e-6 between correct results after dozens of
     layers, so the final outputs are judged against f32-level agreement (`OTHER_IMPLEMENTATION_FLOOR`) while
@@ -212,11 +214,13 @@ def other_implementation_floor(comparison: Comparison, precision: str) -> bool:
 
 
 def make_plan(tolerance: Tolerance, graph: ModelGraph, fusion: Fusion | None = None,
-              experiments: Experiments | None = None, *, output_floor: float = 0.0) -> Plan:
+              experiments: Experiments | None = None, *, two_implementations: bool = False,
+              default_model: bool = True) -> Plan:
     """The plan for `graph` under `tolerance` (its precision filled in from what the sides ran), with the target's
     `fusion` (`plan_fusion`; none known when not given) and the `experiments` that run (`plan_experiments`;
-    none when not given); no final output's tolerance below `output_floor` (`OTHER_IMPLEMENTATION_FLOOR` when
-    `other_implementation_floor` says so)."""
+    none when not given). `two_implementations` (see that function): with the `default_model` of tolerance, no
+    final output's tolerance is below `OTHER_IMPLEMENTATION_FLOOR`."""
+    output_floor = OTHER_IMPLEMENTATION_FLOOR if two_implementations and default_model else 0.0
     thresholds = node_thresholds(tolerance, graph, MOVEMENT)
     outputs = {}
     for result in graph.results():
@@ -226,7 +230,7 @@ def make_plan(tolerance: Tolerance, graph: ModelGraph, fusion: Fusion | None = N
                                   else tolerance.for_node(node, port))
     movement = frozenset(n.key for n in graph.candidates() if n.op_type in MOVEMENT)
     return Plan(tolerance, thresholds, outputs, movement, fusion or Fusion(), index_outputs(graph),
-                experiments or Experiments())
+                experiments or Experiments(), two_implementations, output_floor)
 
 
 def index_outputs(graph: ModelGraph) -> frozenset[tuple[str, int]]:

@@ -63,14 +63,7 @@ from bisect_ov.model.state import Stateless, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, tensor_sizes
 from bisect_ov.pipeline.measure import over_tolerance
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
-from bisect_ov.pipeline.plan import (
-    OTHER_IMPLEMENTATION_FLOOR,
-    Fusion,
-    make_plan,
-    other_implementation_floor,
-    plan_experiments,
-    plan_fusion,
-)
+from bisect_ov.pipeline.plan import Fusion, make_plan, plan_experiments, plan_fusion, two_implementations
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.pipeline.sides import bind_sides
 from bisect_ov.report.report import OutputResult
@@ -263,7 +256,8 @@ def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptio
                        f"so the worst length ({lengths[worst]} tokens) is examined node by node.")
     # As `run_untouched` will judge the examined sample.
     tolerance = _tolerance(options, runner.comparison, *infos)
-    limit = make_plan(tolerance, graph, output_floor=_output_floor(options, runner.comparison, tolerance)).limit
+    limit = make_plan(tolerance, graph, two_implementations=two_implementations(runner.comparison, tolerance.precision or ""),
+                      default_model=options.tolerance is None).limit
     over = [i for i, e in enumerate(summary.errors) if not e <= limit]
     text = f"Prompt-length sweep, final-output error by length: {errors} (the outputs' tolerance {limit:.1e}). "
     if not over:
@@ -295,15 +289,9 @@ def run_untouched(setup: Setup) -> Examined:
     tolerance = _tolerance(options, comparison, engine.untouched.ref_info, engine.untouched.target.info)
     return Examined(engine, make_plan(tolerance, comparison.graph, fusion,
                                       plan_experiments(options, comparison, tolerance.precision),
-                                      output_floor=_output_floor(options, comparison, tolerance)),
+                                      two_implementations=two_implementations(comparison, tolerance.precision or ""),
+                                      default_model=options.tolerance is None),
                     kept_ref=kept[0] if kept else None)
-
-
-def _output_floor(options: Any, comparison: Comparison, tolerance: Any) -> float:
-    """The least tolerance of a final output: f32-level agreement when two implementations of f32 are compared
-    (`other_implementation_floor`) and the tolerance is the default model's; none otherwise."""
-    return (OTHER_IMPLEMENTATION_FLOOR if options.tolerance is None
-            and other_implementation_floor(comparison, tolerance.precision or "") else 0.0)
 
 
 def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo | None, target: DeviceInfo | None):

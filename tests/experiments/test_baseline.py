@@ -156,7 +156,8 @@ def test_a_movement_unit_without_a_baseline_gets_the_rounding_bound_and_no_other
     from bisect_ov.experiments.baseline import Baseline
     from bisect_ov.pipeline.decide import expected
 
-    plan = SimpleNamespace(tolerance=Tolerance(precision="bf16"), movement=frozenset({"gather", "t", "view"}))
+    plan = SimpleNamespace(tolerance=Tolerance(precision="bf16"), movement=frozenset({"gather", "t", "view"}),
+                           two_implementations=False)
     examined = SimpleNamespace(plan=plan)
     measurement = SimpleNamespace(groups={"t": ("fc",), "view": ("gather",)})
     findings = SimpleNamespace(baseline=Baseline("EMU:bf16", local={"fc": 3e-3}),
