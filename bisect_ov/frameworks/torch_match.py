@@ -330,6 +330,20 @@ def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[
     for reader in events:
         for r in dict.fromkeys(reader.inputs):
             readers_of.setdefault(r, []).append(reader)
+
+    def place(tap: Tap, ref: Ref) -> bool:
+        """Pair `tap` with `ref` if their shapes agree; an op no name places (a convolution named Multiply_n)
+        then reads too: what the first call of the chain folded into it read (the convolution's input, not its
+        BatchNorm's)."""
+        shape = shape_of(ref)
+        if shape is None or shapes.get(tap) is None or not _shape_fits(shapes.get(tap), shape):
+            return False
+        held[tap] = found[tap] = ref
+        refs_held.add(ref)
+        if tap.key not in call_of:
+            consumers.append((tuple(graph.data_inputs(tap.key)), _chain_start(event_at, ref[1])))
+        return True
+
     changed = True
     while changed:
         changed = False
@@ -345,29 +359,14 @@ def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[
             refs = [r for r in dict.fromkeys(event.inputs) if r not in refs_held]
             if len(left) != 1 or len(refs) != 1:
                 continue
-            tap, ref = left[0], refs[0]
-            shape = shape_of(ref)
-            if shape is None or shapes.get(tap) is None or not _shape_fits(shapes.get(tap), shape):
-                continue
-            held[tap] = found[tap] = ref
-            refs_held.add(ref)
-            changed = True
-            if tap.key not in call_of:  # an op no name places (a convolution named Multiply_n): it reads too,
-                # what the first call of the chain folded into it read (the convolution's input, not its BatchNorm's)
-                consumers.append((tuple(graph.data_inputs(tap.key)), _chain_start(event_at, ref[1])))
+            changed = place(left[0], refs[0]) or changed
         # From the producer's side: an unpaired op whose every data input is paired is the last value of the one
         # unpaired chain of events that reads exactly those values (a convolution, and the BatchNorm the
         # conversion folded into it), when it is the only such op and that the only such chain. A residual sum
         # of two renamed convolutions (a downsampling block's) leaves the consumer rule two values to place;
         # the block input read by the downsampling convolution alone places one of them here.
         for tap, ref in _paired_by_inputs(graph, events, held, refs_held, covered, call_of, readers_of).items():
-            shape = shape_of(ref)
-            if shape is None or shapes.get(tap) is None or not _shape_fits(shapes.get(tap), shape):
-                continue
-            held[tap] = found[tap] = ref
-            refs_held.add(ref)
-            changed = True
-            consumers.append((tuple(graph.data_inputs(tap.key)), _chain_start(event_at, ref[1])))
+            changed = place(tap, ref) or changed
     return found
 
 

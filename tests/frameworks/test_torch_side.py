@@ -75,6 +75,19 @@ def test_conversion_defect_is_named_at_its_node_with_the_module_path(vit, defect
     assert report.nodes_in(name.split("/")[0][len("__module."):])
 
 
+def _scale_weights(model: ov.Model, op) -> str:
+    """Gives `op` (an op of `model` reading weights) weights 1.2x, as a conversion defect would; its name."""
+    op.input(1).replace_source_output(ops.multiply(op.input_value(1), ops.constant(np.float32(1.2))).output(0))
+    model.validate_nodes_and_infer_types()
+    return op.get_friendly_name()
+
+
+def _assert_named(report, name: str) -> None:
+    """`name` is the report's first divergence, or in its fused group."""
+    first = report.first_divergence
+    assert first is not None and name in (first.name, *first.group), report.to_text()
+
+
 def _transposes(op) -> tuple[bool, bool]:
     attributes = op.get_attributes()
     return bool(attributes.get("transpose_a", False)), bool(attributes.get("transpose_b", False))
@@ -174,7 +187,6 @@ def test_a_convolution_renamed_by_batchnorm_folding_is_paired_and_named_when_it_
     """The conversion folds each BatchNorm into its convolution and names it ``Multiply_<n>``: no name or module
     places it, but the ReLU that reads it is paired, so it is the BatchNorm's output. An edited weight of the
     eleventh convolution is named there, not at the ReLU after it."""
-    import openvino.opset13 as ops
 
     torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
@@ -183,8 +195,7 @@ def test_a_convolution_renamed_by_batchnorm_folding_is_paired_and_named_when_it_
     model = ov.convert_model(module, example_input=x)
     conv = [op for op in model.get_ordered_ops() if op.get_type_name() == "Convolution"][10]
     assert conv.get_friendly_name().startswith("Multiply_")
-    conv.input(1).replace_source_output(ops.multiply(conv.input_value(1), ops.constant(np.float32(1.2))).output(0))
-    model.validate_nodes_and_infer_types()
+    _scale_weights(model, conv)
     report = bisect(model, ref=module, target="CPU:f32", inputs=[x.numpy()], **FAST)
     first = report.first_divergence
     assert first is not None and first.name == conv.get_friendly_name() and first.op_type == "Convolution"
@@ -238,11 +249,9 @@ def test_a_standard_cnn_agrees_with_its_module_and_an_edited_convolution_is_name
     convs = [op for op in model.get_ordered_ops() if op.get_type_name() in ("Convolution", "GroupConvolution")
              and op.input_value(1).get_node().get_type_name() != "Parameter" and among in op.get_friendly_name()]
     conv = convs[len(convs) // 3]
-    conv.input(1).replace_source_output(ops.multiply(conv.input_value(1), ops.constant(np.float32(1.2))).output(0))
-    model.validate_nodes_and_infer_types()
+    _scale_weights(model, conv)
     faulty = bisect(model, ref=module, target="CPU:f32", inputs=[x.numpy()], **FAST)
-    first = faulty.first_divergence
-    assert first is not None and conv.get_friendly_name() in (first.name, *first.group), faulty.to_text()
+    _assert_named(faulty, conv.get_friendly_name())
     # a tolerance given is the user's: the 1e-6 floor again
     strict = bisect(model, ref=module, target="CPU:f32", inputs=[x.numpy()], tolerance=1e-6, **FAST)
     assert strict.outputs[0].tolerance == pytest.approx(1e-6)
@@ -264,13 +273,11 @@ def test_a_standard_cnn_exported_to_onnx_agrees_with_onnx_runtime_and_an_edited_
     convs = [op for op in model.get_ordered_ops() if op.get_type_name() in ("Convolution", "GroupConvolution")
              and among in op.get_friendly_name()]
     conv = convs[len(convs) // 3]
-    conv.input(1).replace_source_output(ops.multiply(conv.input_value(1), ops.constant(np.float32(1.2))).output(0))
-    model.validate_nodes_and_infer_types()
+    _scale_weights(model, conv)
     from bisect_ov.frameworks import ORT
 
     faulty = bisect(model, ref=ORT(path), target="CPU:f32", inputs=[x.numpy()], **FAST)
-    first = faulty.first_divergence
-    assert first is not None and conv.get_friendly_name() in (first.name, *first.group), faulty.to_text()
+    _assert_named(faulty, conv.get_friendly_name())
 
 
 def _small_transformer(name: str):
@@ -303,11 +310,9 @@ def test_a_transformer_through_torch_export_agrees_with_its_program_and_an_edite
                and op.input_value(1).get_node().get_type_name() != "Parameter"
                and any(f"aten.{kind}" in op.get_friendly_name() for kind in ("linear", "addmm"))]
     linear = linears[len(linears) // 3]
-    linear.input(1).replace_source_output(ops.multiply(linear.input_value(1), ops.constant(np.float32(1.2))).output(0))
-    model.validate_nodes_and_infer_types()
+    _scale_weights(model, linear)
     faulty = bisect(model, ref=Torch(program), target="CPU:f32", inputs=inputs, **FAST)
-    first = faulty.first_divergence
-    assert first is not None and linear.get_friendly_name() in (first.name, *first.group), faulty.to_text()
+    _assert_named(faulty, linear.get_friendly_name())
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
@@ -329,11 +334,9 @@ def test_a_transformer_exported_to_onnx_agrees_with_onnx_runtime_and_an_edited_m
     matmuls = [op for op in model.get_ordered_ops() if op.get_type_name() == "MatMul"
                and op.input_value(1).get_node().get_type_name() != "Parameter"]
     matmul = matmuls[len(matmuls) // 3]
-    matmul.input(1).replace_source_output(ops.multiply(matmul.input_value(1), ops.constant(np.float32(1.2))).output(0))
-    model.validate_nodes_and_infer_types()
+    _scale_weights(model, matmul)
     faulty = bisect(model, ref=ORT(path), target="CPU:f32", inputs=inputs, **FAST)
-    first = faulty.first_divergence
-    assert first is not None and matmul.get_friendly_name() in (first.name, *first.group), faulty.to_text()
+    _assert_named(faulty, matmul.get_friendly_name())
 
 
 def test_weights_saved_in_f16_are_named_as_the_cause_where_they_enter(tmp_path):
