@@ -182,8 +182,12 @@ def _local_note(setup: Setup, examined: Examined, measurement: Measurement, find
     left = [k for k in measured if k not in findings.local_errors]
     if not left:
         return ()
+    done = len(measured) - len(left)
+    if not done:
+        return (f"No local error (a node alone on the target, fed with the reference's inputs) was measured: no "
+                f"compared node's error reached {LOCAL_SHARE:g} of its tolerance, so no node's own error was isolated.",)
     return (f"Local errors (each node alone on the target, fed with the reference's inputs) were measured for the "
-            f"{len(measured) - len(left):,} node(s) whose error reached {LOCAL_SHARE:g} of their tolerance; the other "
+            f"{done:,} node(s) whose error reached {LOCAL_SHARE:g} of their tolerance; the other "
             f"{len(left):,} stay under it, so their own error was not isolated.",)
 
 
