@@ -256,3 +256,20 @@ def test_auto_starts_over_with_the_bisection_when_the_fusion_taps_are_unfaithful
     assert any("the bisection strategy was used" in n for n in report.notes)
     assert report.fidelity is not None and not report.fidelity.rejected, report.to_text()
     assert report.first_divergence is not None and report.first_divergence.name == site, report.to_text()
+
+
+@pytest.mark.parametrize("shape", FAULT_SHAPES)
+def test_against_a_reference_that_runs_only_whole_models_prefixes_of_the_target_name_the_fault(shape, tmp_path):
+    """A recorded reference replays whole runs, so no partitioned run can put the rest of the graph on it: prefixes
+    of the graph run alone on the target and their cuts are compared with the recording's values instead."""
+    from bisect_ov.capture.write import record
+
+    node = _sites(shape)[1]
+    model = shape_model(shape)
+    path = record(model, "CPU:f32", shape_inputs(shape), tmp_path / "ref.npz")
+    report = bisect(model, f"capture:{path}", HiddenByTaps(node, model), shape_inputs(shape), **FAST)
+    assert _named_or_refused(report, node) == "named"
+    assert report.first_divergence.name == node
+    assert report.fidelity.cut_compared and "off the reference's" in view(report).verdict.headline
+    assert report.fidelity.prefix_error > 4 * report.node(node).tolerance > report.fidelity.before_error
+

@@ -15,7 +15,7 @@ reading a saved report (`bisect_ov.report`) never loads OpenVINO. Records are tu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["DeviceInfo", "Fix", "ScaleFactor", "Clamp", "RemedyCost", "Delegation", "CurvePoint", "LayerSensitivity",
            "Fidelity", "Noise", "SamplesSummary",
@@ -242,6 +242,18 @@ class Fidelity:
     full_error: float | None = None
     partitioned_runs: int = 0
     reason: str = ""
+    # True: `prefix_error` and `before_error` are the worst error of the tensors the prefix, run alone on the
+    # target, hands on, against the reference's values of them (a reference that runs only whole models).
+    cut_compared: bool = False
+
+    def partition_finding(self, fmt: Callable[[float], str] = "{:.2e}".format, node: str = "it") -> str:
+        """What the partitioned runs of "localized_by_partitions" found, saying `node` of the node they name."""
+        at, before = fmt(self.prefix_error or 0.0), fmt(self.before_error or 0.0)
+        if self.cut_compared:
+            return (f"the graph up to {node}, alone on the target, hands on tensors off the reference's by {at}, up to "
+                    f"the node before by {before}")
+        return (f"the final-output error is {at} with the graph up to {node} on the target, {before} up to the node "
+                "before")
 
     @property
     def rejected(self) -> bool:

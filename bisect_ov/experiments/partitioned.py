@@ -14,7 +14,8 @@ This module answers with experiments on the real target:
 * `first_prefix`: the shortest prefix of the graph whose run on the target (the rest on the reference) reaches
   a final-output error, by binary search: where error starts, found by runs that expose nothing but their cuts
   (when the tapped runs are unfaithful). `target_in_pieces`: the whole graph on the target, cut in two, to check
-  that cutting it does not change what the target computes.
+  that cutting it does not change what the target computes. `PrefixCuts`: against a reference that runs only
+  whole models, the shortest prefix run alone on the target whose cut is over its tolerance.
 * `impact`: the final-output error when only one node (or group) runs on the target.
 * `find_fix`: the smallest set of nodes which, kept on the reference, brings the final error under a
   tolerance: greedy over the ranked suspects, then minimised by dropping members one at a time, each step
@@ -26,6 +27,7 @@ With a twin (`target_model`), partitioned runs cut the target's segments from th
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Mapping, Sequence
@@ -48,7 +50,7 @@ def _twin_mixed_run(engine, on_target, order):
 
     return twin_mixed_run(engine, on_target, order)
 
-__all__ = ["mixed_run", "contribution_curve", "smallest_range", "first_prefix", "target_in_pieces",
+__all__ = ["mixed_run", "contribution_curve", "smallest_range", "first_prefix", "PrefixCuts", "target_in_pieces",
            "impact", "find_fix", "Fix",
            "patch_model"]
 
@@ -158,6 +160,69 @@ def first_prefix(runs: MixedRuns, goal: float) -> int | None:
         else:
             lo = mid + 1
     return lo
+
+
+@dataclass
+class PrefixCuts:
+    """Runs of a prefix of the graph alone on the target, its cut compared with the reference's values of the
+    same tensors: where error starts against a reference that runs only whole models (a framework or a recorded
+    run). Each run exposes nothing but what the prefix hands on, so the target compiles the prefix as it compiles
+    that part of the plain model as long as no kernel spans the cut. `worst(i)`: the largest error, over
+    `tolerance(tap)`, of the compared tensors in the cut after ``order[i]`` (cached)."""
+
+    engine: Engine
+    error_of: ErrorOf
+    tolerance: Callable[[Tap], float]
+    compared: frozenset[Tap]  # the tensors the reference has values for
+    order: list[str] = field(default_factory=list)
+    cache: dict[int, tuple[float, float]] = field(default_factory=dict)  # position -> (error / tolerance, error)
+    runs: int = 0
+
+    def __post_init__(self) -> None:
+        self.order = [n.key for n in self.engine.runner.graph.candidates()]
+
+    def positions(self) -> list[int]:
+        """The positions whose cut holds a compared tensor the node there produced."""
+        graph = self.engine.runner.graph
+        return [i for i, k in enumerate(self.order) if any(Tap(k, t.port) in self.compared for t in graph[k].outputs)]
+
+    def worst(self, i: int) -> tuple[float, float]:
+        """(error / tolerance, error) of the worst compared tensor in the cut after position `i`."""
+        if i not in self.cache:
+            graph, sample = self.engine.runner.graph, self.engine.sample
+            prefix = self.order[:i + 1]
+            produced = {Tap(k, t.port) for k in prefix for t in graph[k].outputs}
+            outputs = [t for t in cut_after(graph, self.order, i) if t in produced]
+            values = {Tap(p.key, 0): sample.target[graph.parameter_position[p.key]] for p in graph.parameters()}
+            final = frozenset(Tap(*r.inputs[0]) for r in graph.results())
+            got = dict(zip(outputs, self.engine.run_segment("target", prefix, outputs,
+                                                            partial(extract, graph, prefix, outputs), values,
+                                                            final, keep=False)))
+            compared = [t for t in outputs if t in self.compared]
+            ref = self.engine.ref_values(compared)
+            worst = (0.0, 0.0)
+            for t in compared:
+                error = self.error_of(compare(ref[t], got[t]))
+                tol = self.tolerance(t)
+                worst = max(worst, (error / tol if tol > 0 else (math.inf if error > 0 else 0.0), error))
+            self.cache[i] = worst
+            self.runs += 1
+        return self.cache[i]
+
+    def first_over(self, excess: float) -> int | None:
+        """The first position (of `positions`) whose cut is `excess` times over its tolerance, by binary search
+        (assuming that, once over, later cuts stay over); None when the last is not."""
+        positions = self.positions()
+        if not positions or self.worst(positions[-1])[0] < excess:
+            return None
+        lo, hi = 0, len(positions) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.worst(positions[mid])[0] >= excess:
+                hi = mid
+            else:
+                lo = mid + 1
+        return positions[lo]
 
 
 def target_in_pieces(engine: Engine, cut: int, order: Sequence[str] | None = None) -> list[TensorStats]:

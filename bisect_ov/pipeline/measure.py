@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from bisect_ov.analysis.judge import EXCESS
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.core.errors import BisectError, first_line
 from bisect_ov.core.numeric import F32_AGREEMENT
@@ -31,7 +32,7 @@ from bisect_ov.core.records import Cause, Fidelity
 from bisect_ov.engine.measured import Measured, TappedRun
 from bisect_ov.engine.runner import FinalOutput
 from bisect_ov.experiments.local import LocalErrors, local_units, measure_local, worth_isolating
-from bisect_ov.experiments.partitioned import MixedRuns, first_prefix, target_in_pieces
+from bisect_ov.experiments.partitioned import MixedRuns, PrefixCuts, first_prefix, target_in_pieces
 from bisect_ov.model.graph import weight_bytes
 from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.options import ResolvedOptions
@@ -66,7 +67,7 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     max_bytes = options.tap_bytes
 
     def diverged(tap: Tap, stats: TensorStats) -> bool:
-        return setup.error_of(stats) > plan.node(tap.key, tap.port)
+        return setup.error_of(stats) > plan.search_limit(tap.key, tap.port)
 
     strategy = _strategy(options.strategy, examined, diverged, options)
     search = _run(setup, examined, strategy, max_bytes, local=strategy.streams,
@@ -280,12 +281,14 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
     if plain <= limit:
         return refuse(f"the final outputs are within their tolerance ({plain:.2e} <= {limit:.2e}), so there is no "
                       "divergence to localize")
-    if not (engine.runner.ref.can_run_pieces and engine.runner.target.can_run_pieces):
+    if not engine.runner.target.can_run_pieces:
         return refuse(f"{engine.runner.target.name} cannot run pieces of the model, so no run that exposes nothing can "
                       "tell where error starts: the node cannot be localized on this device")
     if engine.runner.comparison.twin:
         return refuse("runs that expose nothing cannot localize it with a twin (target_model) here; compare the "
                       "model with itself on both devices to localize it")
+    if not engine.runner.ref.can_run_pieces:
+        return _localize_by_cuts(setup, examined, rejected, taps, refuse)
     runs = MixedRuns(engine, setup.error_of)
     order, checks = runs.order, 0
     try:
@@ -314,9 +317,7 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
         return refuse(f"the partitioned runs that would localize it failed: {first_line(err)}", runs.runs + checks)
     finally:
         runs.close()
-    layer = engine.untouched.target_runtime.by_original.get(engine.runner.target_of.get(Tap(order[end], 0), Tap(order[end], 0)).key)
-    known = {n.name for n in graph.candidates()}
-    group = tuple(n for n in (layer.original_names if layer is not None else ()) if n != name and n in known)
+    group = _fused_with(examined, order[end])
     count = runs.runs + checks
     return replace(rejected, outcome="localized_by_partitions", node=name, group=group, prefix_error=at,
                    before_error=before, full_error=full, partitioned_runs=count, reason=(
@@ -324,6 +325,51 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
                        f"graph up to '{name}' on the target and the rest on the reference the final-output error is "
                        f"{at:.2e}, up to the node before {before:.2e} (all of it on the target: {full:.2e}); the "
                        f"target cut in two there reproduces the plain run"))
+
+
+def _localize_by_cuts(setup: Setup, examined: Examined, rejected: Fidelity, taps: str,
+                      refuse: Callable[..., Fidelity]) -> Fidelity:
+    """`localize` against a reference that runs only whole models (a framework, a recorded run): prefixes of the
+    graph run alone on the target, each cut compared with the reference's values of the same tensors
+    (`PrefixCuts`); the node named is where the cut first gets `EXCESS` times over its tolerance, more than
+    rounding in two implementations leaves. The whole graph in one piece must give the plain run's error."""
+    engine = examined.engine
+    graph, plain, target = engine.runner.graph, rejected.plain_error, engine.runner.target.name
+    comparison = engine.runner.comparison
+    compared = frozenset(r for r, _ in comparison.match.pairs) - engine.untouched.untappable
+    cuts = PrefixCuts(engine, setup.error_of, lambda t: examined.plan.node(t.key, t.port), compared)
+    order, checks = cuts.order, 1
+    try:
+        full = max((setup.error_of(st) for st in target_in_pieces(engine, len(order) - 1, order)), default=0.0)
+        if not _in_range(full, plain):
+            return refuse(f"the whole model compiled as one piece on {target} gives {full:.2e}, not the plain "
+                          f"{plain:.2e}: pieces do not run what the plain run ran either, so the node cannot be "
+                          "localized on this device", checks, full_error=full)
+        end = cuts.first_over(EXCESS)
+        if end is None:
+            return refuse(f"no prefix of the graph, alone on {target}, hands on tensors {EXCESS:g}x over their "
+                          "tolerance", cuts.runs + checks, full_error=full)
+        at = cuts.worst(end)[1]
+        earlier = [i for i in cuts.positions() if i < end]
+        before = cuts.worst(earlier[-1])[1] if earlier else 0.0
+    except BisectError as err:
+        return refuse(f"the partitioned runs that would localize it failed: {first_line(err)}", cuts.runs + checks)
+    name, count = graph[order[end]].name, cuts.runs + checks
+    found = replace(rejected, outcome="localized_by_partitions", node=name, group=_fused_with(examined, order[end]),
+                    prefix_error=at, before_error=before, full_error=full, partitioned_runs=count, cut_compared=True)
+    return replace(found, reason=(
+        f"{taps}. Found instead by {count} runs of prefixes of the graph on the target that expose nothing but "
+        f"their cuts, compared with the reference's values of those tensors: "
+        f"{found.partition_finding(node=repr(name))} (the whole model in one piece gives the plain run's {full:.2e})"))
+
+
+def _fused_with(examined: Examined, key: str) -> tuple[str, ...]:
+    """The compute nodes the untouched target fused with `key` (its runtime layer's other members), by name."""
+    engine = examined.engine
+    graph = engine.runner.graph
+    layer = engine.untouched.target_runtime.by_original.get(engine.runner.target_of.get(Tap(key, 0), Tap(key, 0)).key)
+    known = {n.name for n in graph.candidates()}
+    return tuple(n for n in (layer.original_names if layer is not None else ()) if n != graph[key].name and n in known)
 
 
 def _in_range(error: float, plain: float) -> bool:
@@ -347,8 +393,7 @@ def faithful_nodes(nodes: Sequence[NodeResult], first: tuple[str, ...], ranking:
         return tuple(kept), (), ()
     node = graph.find(found.node)
     how = Cause("note", f"localized by {found.partitioned_runs} partitioned runs (the per-node errors measured with "
-                        f"taps are unfaithful): the final-output error is {found.prefix_error:.2e} with the graph up "
-                        f"to here on the target, {found.before_error:.2e} up to the node before",
+                        f"taps are unfaithful): {found.partition_finding(node='here')}",
                 {"prefix_error": float(found.prefix_error or 0.0), "before_error": float(found.before_error or 0.0),
                  "runs": float(found.partitioned_runs)})
     at = next((i for i, n in enumerate(kept) if n.key == node.key), None)

@@ -177,6 +177,12 @@ class Plan:
         found = self.thresholds.get((key, port))
         return found if found is not None else self.thresholds.get((key, 0), 0.0)
 
+    def search_limit(self, key: str, port: int = 0) -> float:
+        """What a search counts as diverged at node `key`'s output `port`: its tolerance, and between two
+        implementations of f32 no less than the outputs' floor, which benign differences reach after some
+        layers while every node keeps its tolerance for the verdict (a search led by them goes astray)."""
+        return max(self.node(key, port), self.output_floor if self.two_implementations else 0.0)
+
     def counts(self, key: str, port: int = 0) -> bool:
         """Whether output `port` of node `key` counts toward the node's error: every output but the integer
         indices of an op that also outputs the floating values it selected (MaxPool, TopK)."""

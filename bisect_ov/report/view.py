@@ -349,8 +349,7 @@ def _unfaithful_verdict(report: "Report", found: Fidelity, worst: "OutputResult 
         n = firsts[0]
         group = f" (fused on the target with {', '.join(found.group[:3])})" if found.group else ""
         headline = (f"Error starts at '{n.label}' ({n.op_type}, #{n.index}){group}, found by {found.partitioned_runs} "
-                    f"partitioned runs that expose nothing: the final-output error is {fmt(found.prefix_error)} with the "
-                    f"graph up to it on the target, {fmt(found.before_error)} up to the node before. The per-node "
+                    f"partitioned runs that expose nothing: {found.partition_finding(fmt)}. The per-node "
                     f"errors measured with taps are unfaithful ({fidelity}).")
         first = FirstDivergence(n, n.diagnosis[:1], math.inf, None, f"'{n.label}': {n.diagnosis[0].text}."
                                 if n.diagnosis else f"'{n.label}'.")
