@@ -272,4 +272,7 @@ def test_against_a_reference_that_runs_only_whole_models_prefixes_of_the_target_
     assert report.first_divergence.name == node
     assert report.fidelity.cut_compared and "off the reference's" in view(report).verdict.headline
     assert report.fidelity.prefix_error > 4 * report.node(node).tolerance > report.fidelity.before_error
+    report.save(tmp_path / "r.json")
+    again = type(report).load(tmp_path / "r.json")
+    assert again.fidelity == report.fidelity and view(again).verdict.headline == view(report).verdict.headline
 
