@@ -23,7 +23,7 @@ def test_no_divergence_is_an_answer():
     assert {"plain run", "compile and infer", "compare", "score"} <= set(report.timings)
     # Nothing reached half its tolerance: no node was run alone, and the report says so.
     assert not any(n.local_error is not None for n in report.nodes)
-    assert any("Local errors" in note and "not isolated" in note for note in report.notes)
+    assert any(note.startswith("No local error") and "no node's own error was isolated" in note for note in report.notes)
 
 
 def test_fault_is_named_with_its_contract_fields():
