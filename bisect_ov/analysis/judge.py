@@ -114,6 +114,9 @@ class Evidence:
         The fidelity check rejected the taps; the node partitioned runs localized instead (or None).
     impacts_possible
         Both sides can run pieces of the model, so impacts can be measured (False: a framework or recorded side).
+    two_implementations
+        Two implementations of f32 are compared (another framework on one side): a node's tolerance is then what
+        rounding alone leaves between them, so a local error within it is no error of the node's own.
     """
 
     errors: Mapping[tuple[str, int], float]
@@ -133,6 +136,7 @@ class Evidence:
     peaks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     steps: frozenset[str] = frozenset()
     impacts_possible: bool = True
+    two_implementations: bool = False
 
 
 @dataclass(frozen=True)
@@ -227,8 +231,11 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         if s.role not in ("source", "amplifier"):
             nodes[key] = _with(s, role="amplifier" if s.inherited > s.tolerance else "source")
         first.append(key)
+    # Between two implementations of f32 that holds for every first divergence: within its tolerance, its local
+    # error is rounding, so growth there is what it amplified (a Softmax turning logits' absolute differences into
+    # relative ones), and the outputs' divergence has no single source.
     demoted = ([f for f in first if f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance]
-               if named else [])
+               if named or ev.two_implementations else [])
     for key in demoted:
         first.remove(key)
         nodes[key] = _with(nodes[key], first=False)

@@ -58,7 +58,8 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
         # A few elements far off is a fault under rounding; a quantized twin clips and steps by design.
         peaks=peaks(measurement) if setup.options.metric == "rel_l2" and not examined.plan.tolerance.quantization else {},
         steps=frozenset(k for k in measured if k in graph and graph[k].op_type in STEPS),
-        impacts_possible=setup.comparison.ref.can_run_pieces and setup.comparison.target.can_run_pieces)
+        impacts_possible=setup.comparison.ref.can_run_pieces and setup.comparison.target.can_run_pieces,
+        two_implementations=examined.plan.two_implementations)
 
 
 def expected(examined: Examined, measurement: Measurement, findings: Findings, metric: object) -> dict[str, float]:
