@@ -67,7 +67,7 @@ from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
 
-__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "excess", "measured_inputs", "MOVEMENT", "STEPS",
+__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs", "MOVEMENT", "STEPS",
            "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED"]
 
 # Ops that only move, select or copy values: they add no rounding error of their own.
@@ -117,6 +117,9 @@ class Evidence:
     two_implementations
         Two implementations of f32 are compared (another framework on one side): a node's tolerance is then what
         rounding alone leaves between them, so a local error within it is no error of the node's own.
+    whole_units
+        Keys whose local error ran everything that made their measured value (`whole_unit`): the ops the target
+        fused with it and, for an op that only moves values, the arithmetic that produced them.
     """
 
     errors: Mapping[tuple[str, int], float]
@@ -137,6 +140,7 @@ class Evidence:
     steps: frozenset[str] = frozenset()
     impacts_possible: bool = True
     two_implementations: bool = False
+    whole_units: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -231,11 +235,11 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         if s.role not in ("source", "amplifier"):
             nodes[key] = _with(s, role="amplifier" if s.inherited > s.tolerance else "source")
         first.append(key)
-    # Between two implementations of f32 that holds for every first divergence: within its tolerance, its local
-    # error is rounding, so growth there is what it amplified (a Softmax turning logits' absolute differences into
-    # relative ones), and the outputs' divergence has no single source.
-    demoted = ([f for f in first if f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance]
-               if named or ev.two_implementations else [])
+    # Between two implementations of f32 that holds for every first divergence whose local error ran all that made
+    # its value: within its tolerance it is rounding, so growth there is what it amplified (a Softmax turning
+    # logits' absolute differences into relative ones), and the outputs' divergence has no single source.
+    demoted = [f for f in first if f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance
+               and (named or (ev.two_implementations and f in ev.whole_units))]
     for key in demoted:
         first.remove(key)
         nodes[key] = _with(nodes[key], first=False)
@@ -416,6 +420,18 @@ def _arithmetic_producer(graph: Any, key: str, ev: Evidence) -> str | None:
     data input that carries the most error); None when only parameters lie upstream."""
     chain = carried_from(graph, key, moves=lambda k: k in ev.movement, pick=lambda kp: ev.errors.get(kp, 0.0))
     return chain[-1] if chain and chain[-1] not in ev.movement else None
+
+
+def whole_unit(graph: Any, key: str, unit: Collection[str], kernel_of: Callable[[str], str | None],
+               members: Callable[[str], Collection[str]]) -> bool:
+    """Whether `unit` (what ran alone for `key`'s local error) holds everything that made `key`'s measured value:
+    `key`, for an op that only moves values the arithmetic it carries from (`carried_from`), and the members of
+    the kernels of the target those ran in (`kernel_of`: a key's kernel, None when stored by its own; `members`:
+    a kernel's keys)."""
+    made = {key, *carried_from(graph, key)}
+    for kernel in {kernel_of(k) for k in made} - {None}:
+        made |= set(members(kernel))
+    return made <= set(unit)
 
 
 def carried_from(graph: Any, key: str, *, moves: Callable[[str], bool] | None = None,

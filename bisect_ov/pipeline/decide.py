@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from bisect_ov.analysis.diagnosis import peak_error
-from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge
+from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge, whole_unit
 from bisect_ov.analysis.tolerance import CALIBRATED_METRICS, unit_roundoff
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
@@ -59,7 +59,21 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
         peaks=peaks(measurement) if setup.options.metric == "rel_l2" and not examined.plan.tolerance.quantization else {},
         steps=frozenset(k for k in measured if k in graph and graph[k].op_type in STEPS),
         impacts_possible=setup.comparison.ref.can_run_pieces and setup.comparison.target.can_run_pieces,
-        two_implementations=examined.plan.two_implementations)
+        two_implementations=examined.plan.two_implementations,
+        whole_units=whole_units(graph, findings, measurement, kernels))
+
+
+def whole_units(graph: ModelGraph, findings: Findings, measurement: Measurement, kernels: KernelTensors
+                ) -> frozenset[str]:
+    """The keys whose local error ran everything that made their measured value (`judge.whole_unit`); a node's
+    unit is itself and the unmeasured members its measurement stands for, as the experiments ran it."""
+    stored_by = {k: layer for layer, keys in kernels.outputs.items() for k in keys}
+    inside: dict[str, list[str]] = {}
+    for key, layer in kernels.inside.items():
+        inside.setdefault(layer, []).append(key)
+    return frozenset(k for k in findings.local_errors if k in graph and whole_unit(
+        graph, k, (k, *measurement.groups.get(k, ())), lambda m: kernels.kernel_of(m) or stored_by.get(m),
+        lambda layer: inside.get(layer, ())))
 
 
 def expected(examined: Examined, measurement: Measurement, findings: Findings, metric: object) -> dict[str, float]:

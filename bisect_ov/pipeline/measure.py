@@ -67,7 +67,7 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
     max_bytes = options.tap_bytes
 
     def diverged(tap: Tap, stats: TensorStats) -> bool:
-        return setup.error_of(stats) > plan.search_limit(tap.key, tap.port)
+        return setup.error_of(stats) > plan.node(tap.key, tap.port)
 
     strategy = _strategy(options.strategy, examined, diverged, options)
     search = _run(setup, examined, strategy, max_bytes, local=strategy.streams,
@@ -142,7 +142,9 @@ def _strategy(name: str, examined: Examined, diverged: Callable[[Tap, TensorStat
     engine, fusion = examined.engine, examined.plan.fusion
     return make_strategy(name, engine.runner.comparison, diverged, runtime=engine.untouched.target_runtime,
                          untappable=engine.untouched.untappable, fusion=(fusion.boundaries, fusion.groups),
-                         refine=options.refine, local=examined.plan.experiments.local)
+                         refine=options.refine, local=examined.plan.experiments.local,
+                         cut_diverged=lambda tap, stats: (metric_value(stats, options.metric)
+                                                         > examined.plan.search_limit(tap.key, tap.port)))
 
 
 def _run(setup: Setup, examined: Examined, strategy: Strategy, max_bytes: int | None, *, local: bool,

@@ -178,9 +178,10 @@ class Plan:
         return found if found is not None else self.thresholds.get((key, 0), 0.0)
 
     def search_limit(self, key: str, port: int = 0) -> float:
-        """What a search counts as diverged at node `key`'s output `port`: its tolerance, and between two
-        implementations of f32 no less than the outputs' floor, which benign differences reach after some
-        layers while every node keeps its tolerance for the verdict (a search led by them goes astray)."""
+        """What a bisection counts as a diverged cut at node `key`'s output `port`: its tolerance, and between
+        two implementations of f32 no less than the outputs' floor, which benign differences reach after some
+        layers while every node keeps its tolerance for the verdict (a binary search for the first cut over it
+        stops at one of them)."""
         return max(self.node(key, port), self.output_floor if self.two_implementations else 0.0)
 
     def counts(self, key: str, port: int = 0) -> bool:

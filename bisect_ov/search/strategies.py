@@ -106,8 +106,9 @@ class Strategy:
     streams = False
 
     def __init__(self, comparison: Comparison, diverged: Diverged, **_):
-        """`make_strategy`'s context (`runtime`, `untappable`, `fusion`, `refine`, `local`) is offered to every
-        strategy; one that reads none of it need not write an ``__init__``."""
+        """`make_strategy`'s context (`runtime`, `untappable`, `fusion`, `refine`, `local`, `cut_diverged`: what
+        a bisection counts as a diverged cut, `diverged` by default) is offered to every strategy; one that reads
+        none of it need not write an ``__init__``."""
         self.comparison = comparison
         self.graph: ModelGraph = comparison.graph
         self.diverged = diverged
@@ -238,8 +239,10 @@ class BisectionSearch(Strategy):
 
     name = "bisection"
 
-    def __init__(self, comparison: Comparison, diverged: Diverged, *, untappable: frozenset[Tap] = frozenset(), **_):
+    def __init__(self, comparison: Comparison, diverged: Diverged, *, untappable: frozenset[Tap] = frozenset(),
+                 cut_diverged: Diverged | None = None, **_):
         super().__init__(comparison, diverged)
+        self.cut_diverged = cut_diverged or diverged
         self.matched = {r for r, _ in comparison.match.pairs} - untappable
         self.order = [n.key for n in self.graph.candidates()
                       if any(Tap(n.key, t.port) in self.matched for t in n.outputs)]
@@ -261,7 +264,7 @@ class BisectionSearch(Strategy):
 
     def _diverges(self, cut: list[Tap]) -> bool:
         stats = self.results.stats
-        return any(self.diverged(t, stats[t]) for t in cut)
+        return any(self.cut_diverged(t, stats[t]) for t in cut)
 
     def plan(self) -> Generator[Step, None, None]:
         order = self.order
