@@ -67,8 +67,8 @@ from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
 
-__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs", "MOVEMENT", "STEPS",
-           "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED"]
+__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs",
+           "MOVEMENT", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED"]
 
 # Ops that only move, select or copy values: they add no rounding error of their own.
 MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
@@ -429,7 +429,7 @@ def whole_unit(graph: Any, key: str, unit: Collection[str], kernel_of: Callable[
     the kernels of the target those ran in (`kernel_of`: a key's kernel, None when stored by its own; `members`:
     a kernel's keys)."""
     made = {key, *carried_from(graph, key)}
-    for kernel in {kernel_of(k) for k in made} - {None}:
+    for kernel in {found for k in made if (found := kernel_of(k)) is not None}:
         made |= set(members(kernel))
     return made <= set(unit)
 
