@@ -114,9 +114,6 @@ class Evidence:
         The fidelity check rejected the taps; the node partitioned runs localized instead (or None).
     impacts_possible
         Both sides can run pieces of the model, so impacts can be measured (False: a framework or recorded side).
-    two_implementations
-        Two implementations of f32 are compared (another framework on one side): a node's tolerance is then what
-        rounding alone leaves between them, so a local error within it is no error of the node's own.
     whole_units
         Keys whose local error ran everything that made their measured value (`whole_unit`): the ops the target
         fused with it and, for an op that only moves values, the arithmetic that produced them.
@@ -139,7 +136,6 @@ class Evidence:
     peaks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     steps: frozenset[str] = frozenset()
     impacts_possible: bool = True
-    two_implementations: bool = False
     whole_units: frozenset[str] = frozenset()
 
 
@@ -235,11 +231,13 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         if s.role not in ("source", "amplifier"):
             nodes[key] = _with(s, role="amplifier" if s.inherited > s.tolerance else "source")
         first.append(key)
-    # Between two implementations of f32 that holds for every first divergence whose local error ran all that made
-    # its value: within its tolerance it is rounding, so growth there is what it amplified (a Softmax turning
-    # logits' absolute differences into relative ones), and the outputs' divergence has no single source.
+    # (That holds without a dominant origin too when the local error ran all that made the node's value: fed the
+    # reference's inputs, in the target's precision, within its tolerance, the node adds nothing its precision
+    # does not, so its growth is what it amplified of what it inherited, a Softmax turning logits' absolute
+    # differences into relative ones; a cancellation, which magnifies the rounding of its own inputs, shows that in
+    # its local error and stays. With no first divergence left, the outputs' divergence has no single source.)
     demoted = [f for f in first if f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance
-               and (named or (ev.two_implementations and f in ev.whole_units))]
+               and (named or f in ev.whole_units)]
     for key in demoted:
         first.remove(key)
         nodes[key] = _with(nodes[key], first=False)

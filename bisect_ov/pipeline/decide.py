@@ -59,7 +59,6 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
         peaks=peaks(measurement) if setup.options.metric == "rel_l2" and not examined.plan.tolerance.quantization else {},
         steps=frozenset(k for k in measured if k in graph and graph[k].op_type in STEPS),
         impacts_possible=setup.comparison.ref.can_run_pieces and setup.comparison.target.can_run_pieces,
-        two_implementations=examined.plan.two_implementations,
         whole_units=whole_units(graph, findings, measurement, kernels))
 
 
