@@ -150,16 +150,22 @@ def first_prefix(runs: MixedRuns, goal: float) -> int | None:
     gives a final-output error of at least `goal`: O(log N) partitioned runs, assuming error grows with what
     runs on the target. None when even the whole graph on the target stays under `goal`."""
     order = runs.order
-    if not order or runs.error(set(order)) < goal:
+    return first_holding(range(len(order)), lambda i: runs.error(set(order[: i + 1])) >= goal)
+
+
+def first_holding(items: Sequence[int], holds: Callable[[int], bool]) -> int | None:
+    """The first of `items` for which `holds`, by binary search, assuming that once it holds it holds for every
+    later item; None when it does not hold for the last (asked first)."""
+    if not items or not holds(items[-1]):
         return None
-    lo, hi = 0, len(order) - 1
+    lo, hi = 0, len(items) - 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if runs.error(set(order[: mid + 1])) >= goal:
+        if holds(items[mid]):
             hi = mid
         else:
             lo = mid + 1
-    return lo
+    return items[lo]
 
 
 @dataclass
@@ -212,17 +218,7 @@ class PrefixCuts:
     def first_over(self, excess: float) -> int | None:
         """The first position (of `positions`) whose cut is `excess` times over its tolerance, by binary search
         (assuming that, once over, later cuts stay over); None when the last is not."""
-        positions = self.positions()
-        if not positions or self.worst(positions[-1])[0] < excess:
-            return None
-        lo, hi = 0, len(positions) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.worst(positions[mid])[0] >= excess:
-                hi = mid
-            else:
-                lo = mid + 1
-        return positions[lo]
+        return first_holding(self.positions(), lambda i: self.worst(i)[0] >= excess)
 
 
 def target_in_pieces(engine: Engine, cut: int, order: Sequence[str] | None = None) -> list[TensorStats]:
