@@ -36,7 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
-from bisect_ov.core.records import Cause, Clamp, CurvePoint, Delegation, Fix, LayerSensitivity, ScaleFactor
+from bisect_ov.core.records import Cause, Clamp, CurvePoint, Delegation, Fix, KernelSetting, LayerSensitivity, ScaleFactor
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.baseline import Baseline
 from bisect_ov.model.partition import cut_after, extract, segments
@@ -370,6 +370,7 @@ class Findings:
     baseline: Baseline | None = None  # what rounding alone does, when measured
     scale_factor: ScaleFactor | None = None  # the activation scale factor that solves an f16 overflow, when searched
     clamp: Clamp | None = None  # clamps after the overflow's origins, when tried
+    kernel_setting: KernelSetting | None = None  # the target without its generated kernels, when tried
 
 
 def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units: Mapping[str, Sequence[str]],

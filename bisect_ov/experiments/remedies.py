@@ -2,8 +2,9 @@
 against the untouched model's (`bisect_ov.experiments.whole.latency`), and the peak memory each takes to compile
 and run in a fresh process (`bisect_ov.experiments.peak`).
 
-A remedy found by its search (an activation scale factor, clamps, the f32 island) is compiled again as the user
-would apply it and timed; the untouched target model is compiled and timed once for all of them. The f32 island
+A remedy found by its search (an activation scale factor, clamps, the f32 island) or tried as it is (the target
+without its generated kernels, `bisect_ov.experiments.generated`) is compiled again as the user would apply it and
+timed; the untouched target model is compiled and timed once for all of them. The f32 island
 is applied as its patched model (the kept nodes marked ``disable_fp16_compression``): on a target that honours
 the marks (the GPU and NPU plugins, the emulated devices) that model is also run whole, and its final error
 recorded (`Fix.error_on_target`), which checks the fix the way the user applies it and not only by partitioned
@@ -21,7 +22,7 @@ from typing import Callable
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import BisectError
-from bisect_ov.core.records import Clamp, Fix, ScaleFactor
+from bisect_ov.core.records import Clamp, Fix, KernelSetting, ScaleFactor
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.partitioned import patch_model
 from bisect_ov.experiments.peak import peak_memory
@@ -34,8 +35,10 @@ __all__ = ["remedy_costs"]
 
 
 def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale_factor: ScaleFactor | None,
-                 clamp: Clamp | None, fix: Fix | None) -> tuple[ScaleFactor | None, Clamp | None, Fix | None]:
-    """`scale_factor`, `clamp` and `fix` with the cost of each one that solves (see the module docstring)."""
+                 clamp: Clamp | None, fix: Fix | None, kernel_setting: KernelSetting | None = None
+                 ) -> tuple[ScaleFactor | None, Clamp | None, Fix | None, KernelSetting | None]:
+    """`scale_factor`, `clamp`, `fix` and `kernel_setting` with the cost of each one that solves (see the module
+    docstring)."""
     target = engine.runner.comparison.target
     graph = engine.runner.comparison.target_graph
     model = graph.model
@@ -55,6 +58,11 @@ def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale
         return remedy_cost(engine, compiled, untouched, peak, untouched_peak() if peak is not None else None)
 
     try:
+        if kernel_setting is not None and kernel_setting.solved:
+            device = target.without_generated_kernels()
+            if device is not None:
+                kernel_setting = dataclasses.replace(
+                    kernel_setting, cost=cost(device, model, compile_variant(engine, device, model)))
         if scale_factor is not None and scale_factor.factor is not None:
             device = target.with_activation_scale(scale_factor.factor)
             if device is not None:
@@ -71,4 +79,4 @@ def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale
                                       cost=cost(target, patched, compiled))
     except (BisectError, RuntimeError) as err:
         log.info("A remedy's cost was not measured: %s", err)
-    return scale_factor, clamp, fix
+    return scale_factor, clamp, fix, kernel_setting

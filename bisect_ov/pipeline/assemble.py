@@ -90,6 +90,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         + truth_notes(truth.record if truth is not None else None, truth.nodes if truth is not None else {},
                       session.runner.graph),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, scale_factor=findings.scale_factor, clamp=findings.clamp,
+        kernel_setting=findings.kernel_setting,
         delegation=findings.delegation,
         curve=tuple(findings.curve), kept_tensors=kept, coverage=coverage(session.runner.graph, nodes,
                                                                       session.runner.match if setup.comparison.twin else None),

@@ -305,7 +305,11 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
         at = runs.error(set(order[:end + 1]))
         before = runs.error(set(order[:end]))
         name = graph[order[end]].name
-        for cut in (end - 1, end):
+        group = _fused_with(examined, order[end])
+        # Cut around the kernel the untouched target fused the node into, never inside it: a kernel cut in two is
+        # not the kernel that ran (a fused attention whose error appears only whole loses it when split).
+        first, last = _kernel_span(graph, order, end, group)
+        for cut in (first - 1, last):
             if not 0 <= cut < len(order) - 1:
                 continue
             checks += 1
@@ -319,14 +323,16 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
         return refuse(f"the partitioned runs that would localize it failed: {first_line(err)}", runs.runs + checks)
     finally:
         runs.close()
-    group = _fused_with(examined, order[end])
     count = runs.runs + checks
+    where = ("there" if first == last else
+             f"before and after the kernel that holds it ({last - first + 1} of its ops, fused by the target), "
+             "never inside it,")
     return replace(rejected, outcome="localized_by_partitions", node=name, group=group, prefix_error=at,
                    before_error=before, full_error=full, partitioned_runs=count, reason=(
                        f"{taps}. Found instead by {count} partitioned runs that expose nothing but their cuts: with the "
                        f"graph up to '{name}' on the target and the rest on the reference the final-output error is "
                        f"{at:.2e}, up to the node before {before:.2e} (all of it on the target: {full:.2e}); the "
-                       f"target cut in two there reproduces the plain run"))
+                       f"target cut in two {where} reproduces the plain run"))
 
 
 def _localize_by_cuts(setup: Setup, examined: Examined, rejected: Fidelity, taps: str,
@@ -372,6 +378,13 @@ def _fused_with(examined: Examined, key: str) -> tuple[str, ...]:
     layer = engine.untouched.target_runtime.by_original.get(engine.runner.target_of.get(Tap(key, 0), Tap(key, 0)).key)
     known = {n.name for n in graph.candidates()}
     return tuple(n for n in (layer.original_names if layer is not None else ()) if n != graph[key].name and n in known)
+
+
+def _kernel_span(graph: Any, order: Sequence[str], at: int, members: Sequence[str]) -> tuple[int, int]:
+    """The first and last positions in `order` of the node at `at` and the `members` (names) of its kernel."""
+    where = {key: i for i, key in enumerate(order)}
+    spots = [at, *(where[k] for k in (graph.find(m).key for m in members) if k in where)]
+    return min(spots), max(spots)
 
 
 def _in_range(error: float, plain: float) -> bool:

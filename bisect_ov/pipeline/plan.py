@@ -42,6 +42,7 @@ __all__ = ["Plan", "Fusion", "Experiments", "make_plan", "plan_fusion", "plan_ex
 # What each experiment is called in the report's notes.
 EXPERIMENT_TITLES = {"local": "local errors", "baseline": "the rounding-only baseline", "impact": "impact runs",
                      "scale_factor": "the activation scale factor search",
+                     "kernel_setting": "the run without generated kernels",
                      "clamp": "the clamp remedy",
                      "fix": "the fix search", "delegation": "the delegation range", "curve": "the contribution curve",
                      "sensitivity": "layer sensitivity"}
@@ -95,6 +96,10 @@ class Experiments:
     clamp
         With the fix, against an f16 target: clamps after the overflow's origins are tried next
         (`experiments.clamping`), when some node's values leave f16's range and the outputs diverge.
+    kernel_setting
+        The untouched target compiled without the kernels its plugin generates for fused subgraphs, run whole
+        (`experiments.generated`), when the outputs diverge: a target that computes in f32, has such a setting
+        (the CPU plugin) and runs the model the reference runs (not a twin).
     delegation, curve, sensitivity
         The delegation range, the contribution curve's points, layer sensitivity (a twin).
     left_out
@@ -108,6 +113,7 @@ class Experiments:
     fix_limit: float | None = None
     scale_factor: bool = False
     clamp: bool = False
+    kernel_setting: bool = False
     delegation: bool = False
     curve: int = 0
     sensitivity: bool = False
@@ -121,7 +127,7 @@ class Experiments:
     @property
     def any(self) -> bool:
         """Whether any experiment runs."""
-        return self.local or self.partitioned
+        return self.local or self.partitioned or self.kernel_setting
 
     def note(self) -> str | None:
         """One sentence for the report naming what was asked for and left out, and why; None when nothing was."""
@@ -151,6 +157,8 @@ def plan_experiments(options: "ResolvedOptions", comparison: Comparison, precisi
     return Experiments(local=bool(options.local), baseline=device, impact=int(options.impact), fix=bool(options.fix),
                        fix_limit=options.fix_tolerance, scale_factor=scale_factor,
                        clamp=bool(options.fix) and precision == "f16",
+                       kernel_setting=(precision == "f32" and not comparison.twin
+                                       and comparison.target.without_generated_kernels() is not None),
                        delegation=bool(options.delegation), curve=int(options.curve),
                        sensitivity=bool(options.sensitivity and comparison.twin), left_out=left_out)
 

@@ -42,6 +42,7 @@ from bisect_ov.engine.runner import Runner
 from bisect_ov.engine.untouched import TargetRun, run_reference, run_target
 from bisect_ov.experiments.baseline import rounding_baseline
 from bisect_ov.experiments.clamping import find_clamp, overflow_origins
+from bisect_ov.experiments.generated import without_generated_kernels
 from bisect_ov.experiments.local import local_errors, local_units, split_known
 from bisect_ov.experiments.partitioned import (
     Findings,
@@ -403,11 +404,13 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                 impact = _impacts(runs, impact_suspects(scores, local, scored.tolerances), units, planned.impact,
                                   scored)
             sensitivity = layer_sensitivity(engine, runs.error, local) if planned.sensitivity else ()
-            fix, scale_factor, clamp = None, None, None
+            fix, scale_factor, clamp, kernel_setting = None, None, None, None
+            limit = (planned.fix_limit if planned.fix_limit is not None
+                     else min((o.tolerance for o in scored.outputs), default=0.0))
+            final = max((o.error for o in scored.outputs), default=0.0)
+            if planned.kernel_setting and not final <= limit:
+                kernel_setting = without_generated_kernels(engine, setup.error_of, limit, final)
             if planned.fix:
-                limit = (planned.fix_limit if planned.fix_limit is not None
-                         else min(o.tolerance for o in scored.outputs))
-                final = max((o.error for o in scored.outputs), default=0.0)
                 least = least_headroom(stats.values())
                 if planned.scale_factor and not final <= limit and least < 0:
                     # The cheapest remedy first: an f16 overflow the plugin's activation scaling may cure.
@@ -425,11 +428,14 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                                                   scored.tolerances, causes, delegation)
                     pattern_of = {n.key: pattern(n.name) for n in engine.runner.graph.candidates()}
                     fix = find_fix(runs, candidates, limit, pattern_of=pattern_of)
-                scale_factor, clamp, fix = remedy_costs(engine, setup.error_of, scale_factor, clamp, fix)
+                # What each remedy that solves costs is measured when remedies are asked for (fix=True).
+                scale_factor, clamp, fix, kernel_setting = remedy_costs(engine, setup.error_of, scale_factor, clamp,
+                                                                        fix, kernel_setting)
         finally:
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
-                    sensitivity=sensitivity, baseline=baseline, scale_factor=scale_factor, clamp=clamp)
+                    sensitivity=sensitivity, baseline=baseline, scale_factor=scale_factor, clamp=clamp,
+                    kernel_setting=kernel_setting)
 
 
 def impact_suspects(scores: Scores, local: Mapping[str, float], tolerances: Mapping[str, float]) -> list[str]:

@@ -23,7 +23,8 @@ __all__ = ["Block", "experiment_blocks"]
 
 @dataclass(frozen=True)
 class Block:
-    """An experiment's lines (`kind`: ``steps``, ``headroom``, ``remedies``, ``scale_factor``, ``clamp``, ``fix``,
+    """An experiment's lines (`kind`: ``steps``, ``headroom``, ``remedies``, ``kernel_setting``, ``scale_factor``,
+    ``clamp``, ``fix``,
     ``sensitivity``, ``delegation``, ``curve``, ``kernels``, ``samples``, ``noise``); `gap`: set apart from what
     comes before by an empty line."""
 
@@ -34,7 +35,8 @@ class Block:
 
 def experiment_blocks(report: "Report") -> list[Block]:
     """The blocks of the experiments that ran, in the order the report shows them."""
-    blocks = [_steps(report), _headroom(report), _remedies(report), _scale_factor(report), _clamp(report), _fix(report),
+    blocks = [_steps(report), _headroom(report), _remedies(report), _kernel_setting(report), _scale_factor(report),
+              _clamp(report), _fix(report),
               _sensitivity(report), _delegation(report),
               _curve(report), _kernels(report), _samples(report), _noise(report)]
     return [b for b in blocks if b is not None]
@@ -157,6 +159,43 @@ def _remedies(report: "Report") -> Block | None:
             else " None solves it within the bound." if any(r.solves for r in ranked) else " None solves it.")
     return Block("remedies", ("Remedies tried, those that solve first, then by measured latency: " + "; ".join(parts)
                               + "." + tail,))
+
+
+def _kernel_setting(report: "Report") -> Block | None:
+    """The untouched target compiled without the kernels its plugin generated for fused subgraphs, run whole."""
+    found = report.kernel_setting
+    if found is None:
+        return None
+    lead = (f"Generated kernels: compiled without them ({found.setting}), the target's final error is "
+            f"{fmt(found.error_after)} (from {fmt(found.error_before)}, tolerance {fmt(found.tolerance)}) on "
+            f"{found.device}")
+    count = len(found.kernels)
+    if not found.solved:
+        return Block("kernel_setting", (f"{lead}: the {count} kernel(s) the plugin generated for fused subgraphs do "
+                                        "not explain the divergence.",))
+    device = found.device.split(":")[0].split(" (")[0]
+    lines = [f"{lead}: the divergence is made by the {count} kernel(s) the plugin generated for fused subgraphs, not "
+             f"by the model's numbers.{_holding(report, found.kernels)}",
+             f"  apply: core.compile_model(model, \"{device}\", {{\"{found.option}\": \"{found.value}\"}})"]
+    return Block("kernel_setting", tuple(lines + _cost(found.cost)))
+
+
+def _holding(report: "Report", kernels: tuple[str, ...], members: int = 6) -> str:
+    """The generated kernel that holds the first divergence, else the first that fuses several ops, as a
+    sentence (empty when none is either)."""
+    parsed = [(out, tuple(m.strip() for m in ops.split(","))) for out, _, ops in (k.partition(": ") for k in kernels)]
+    first = report.first_divergence.name if report.first_divergence is not None else None
+    held = next(((out, ops) for out, ops in parsed if first in ops), None)
+    if held is None:
+        held = next(((out, ops) for out, ops in parsed if len(ops) > 1), None)
+        if held is None:
+            return ""
+        lead = "The first that fuses several ops"
+    else:
+        lead = f"The first divergence '{first}' is inside one"
+    out, ops = held
+    more = f" and {len(ops) - members} more" if len(ops) > members else ""
+    return f" {lead}: '{out}' fuses {', '.join(ops[:members])}{more}."
 
 
 def _scale_factor(report: "Report") -> Block | None:

@@ -2,9 +2,11 @@
 
 A run with ``fix=True`` against an f16 target may try three remedies, in order of what applying them costs the
 user: the activation scale factor (a compile property), clamps (a patched model) and the f32 island (nodes kept
-in f32). `rank` lists the ones tried; a remedy that solves but is slower than the bound the user set
-(``max_fix_slowdown``) is too slow, and the first remedy that solves within the bound is the one to use. A
-remedy whose cost was not measured (the f32 island on the CPU plugin, which ignores precision marks) keeps its
+in f32). A diverging run against an f32 target with generated kernels (the CPU's snippets) tries a compile
+property before them: the target without those kernels (``SNIPPETS_MODE=DISABLE``). `rank` lists the ones
+tried; a remedy that solves but is slower than the bound the user set (``max_fix_slowdown``) is too slow, and
+the first remedy that solves within the bound is the one to use. A remedy whose cost was not measured (the f32
+island on the CPU plugin, which ignores precision marks; any remedy when ``fix`` was not asked for) keeps its
 place in that order after the measured ones. The f32 island solves when its partitioned runs say so and, where
 its patched model was run whole on the target, that run does too.
 """
@@ -26,7 +28,7 @@ class Remedy:
     """One remedy the run tried: what it is, whether it solves, its slowdown (None: not measured) and whether that
     is over the user's bound."""
 
-    kind: str  # "scale_factor", "clamp" or "fix"
+    kind: str  # "kernel_setting", "scale_factor", "clamp" or "fix"
     title: str
     solves: bool
     slowdown: float | None = None
@@ -49,6 +51,8 @@ def rank(report: "Report") -> list[Remedy]:
         too_slow = bool(solves and bound is not None and slowdown is not None and slowdown > bound)
         found.append(Remedy(kind, title, solves, slowdown, too_slow, cost.memory_ratio if cost is not None else None))
 
+    if report.kernel_setting is not None:
+        add("kernel_setting", report.kernel_setting.setting, report.kernel_setting.solved, report.kernel_setting.cost)
     if report.scale_factor is not None:
         factor = report.scale_factor.factor
         add("scale_factor", f"ACTIVATIONS_SCALE_FACTOR={factor:g}" if factor else "an activation scale factor",

@@ -39,6 +39,7 @@ from bisect_ov.core.records import (
     Fix,
     FrameworkMatch,
     InputInfo,
+    KernelSetting,
     LayerSensitivity,
     Noise,
     Repro,
@@ -102,6 +103,9 @@ class Report:
     scale_factor: ScaleFactor | None = None
     # With fix=True against an f16 target that diverges: clamps after the nodes whose values leave f16's range.
     clamp: Clamp | None = None
+    # Against an f32 target with generated kernels (the CPU's snippets) whose outputs diverge: the untouched model
+    # compiled without them (SNIPPETS_MODE=DISABLE), run whole.
+    kernel_setting: KernelSetting | None = None
     delegation: Delegation | None = None
     curve: tuple[CurvePoint, ...] = ()
     samples: SamplesSummary | None = None

@@ -117,6 +117,13 @@ class Device:
         device has no such setting (the CPU plugin refuses it, a recorded run cannot recompute)."""
         return None
 
+    def without_generated_kernels(self) -> "Device | None":
+        """This device compiling with its plugin's ordinary kernels where it would generate one for a fused
+        subgraph (the CPU plugin's snippets: ``SNIPPETS_MODE=DISABLE``, `bisect_ov.run.openvino_device.SNIPPETS`);
+        None when it has no such setting (the GPU, an emulated device, a framework or a recorded run) or already
+        uses it."""
+        return None
+
     def provides(self, graph) -> frozenset | None:
         """The tensors (`Tap`s of `graph`) this device has values for; None: every tensor of the model.
 

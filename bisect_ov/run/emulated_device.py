@@ -62,6 +62,10 @@ class EmulatedDevice(OpenVINODevice):
     def honours_precision_marks(self) -> bool:
         return True  # `emulate_precision` leaves marked ops unrounded
 
+    def without_generated_kernels(self) -> None:
+        """None: the emulation's kernels are its rewrite of the model, not a plugin's choice."""
+        return None
+
     def with_activation_scale(self, factor: float) -> "EmulatedDevice | None":
         """This emulated device applying the activation scaling a GPU applies for ``ACTIVATIONS_SCALE_FACTOR``
         (`bisect_ov.model.scaling`, written from the plugin's documented behaviour) before rounding; None for

@@ -30,7 +30,8 @@ from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
 from bisect_ov.run.device_base import Device
 
-__all__ = ["PRECISION_SUFFIXES", "VIRTUAL_DEVICES", "OpenVINOCompiled", "OpenVINODevice", "available_devices",
+__all__ = ["PRECISION_SUFFIXES", "VIRTUAL_DEVICES", "SNIPPETS", "GENERATED_LAYER", "OpenVINOCompiled", "OpenVINODevice",
+           "available_devices",
            "bf16_to_f32", "capabilities", "cpu_supports_bf16", "kept_outputs", "listed_devices", "shared_core",
            "supports_property"]
 
@@ -244,6 +245,16 @@ class OpenVINODevice(Device):
         return OpenVINODevice(self.device, {**self.config, SCALE_FACTOR_PROPERTY: _factor_text(factor)},
                               name=f"{self.name} ({SCALE_FACTOR_PROPERTY}={_factor_text(factor)})")
 
+    def without_generated_kernels(self) -> "OpenVINODevice | None":
+        """This device with ``SNIPPETS_MODE=DISABLE`` when it is the CPU plugin (whose supported properties do not
+        list the setting, though it takes it): no kernel generated for a fused subgraph, the plugin's ordinary
+        kernels for its ops instead."""
+        device, config = self.runs_on
+        if device.split(".")[0].upper() != "CPU" or config.get(SNIPPETS[0]) == SNIPPETS[1]:
+            return None
+        return OpenVINODevice(self.device, {**self.config, SNIPPETS[0]: SNIPPETS[1]},
+                              name=f"{self.name} ({SNIPPETS[0]}={SNIPPETS[1]})")
+
     @property
     def activation_precision(self) -> str:
         """The precision this device will store activations in, predicted before compiling."""
@@ -436,6 +447,12 @@ def _check_device(device: str) -> None:
 def _factor_text(factor: float) -> str:
     """``16`` for 16.0: how the property's value is written."""
     return f"{factor:g}"
+
+
+# The CPU plugin's switch from the kernels it generates for fused subgraphs (snippets: runtime layers of type
+# ``Subgraph``) to its ordinary kernels, and the layer type those kernels have in the runtime graph.
+SNIPPETS = ("SNIPPETS_MODE", "DISABLE")
+GENERATED_LAYER = "Subgraph"
 
 
 def supports_property(device: str, prop: str) -> bool:
