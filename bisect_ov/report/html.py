@@ -233,7 +233,9 @@ def _num(x: Any) -> str:
 def _culprits(v: View, top: int) -> str:
     table = v.table(top)
     if not table.rows:
-        return '<h2>Culprits</h2><p class="note">None: every compared node is within its tolerance.</p>'
+        why = ("none is named from the per-node errors: the taps changed what the target computed"
+               if v.verdict.kind == "unfaithful" else "every compared node is within its tolerance")
+        return f'<h2>Culprits</h2><p class="note">None: {why}.</p>'
     left = {"node", "op", "role", "shape", "target ran"}
     classes = {"node": "l node mono", "op": "l", "role": "l role", "shape": "l small", "target ran": "l small",
                "nan/inf": "small"}

@@ -18,6 +18,7 @@ booleans (anything else as its string); a plugin that does not report a property
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import abc
 from typing import Any, Sequence
@@ -252,8 +253,12 @@ class OpenVINODevice(Device):
         device, config = self.runs_on
         if device.split(".")[0].upper() != "CPU" or config.get(SNIPPETS[0]) == SNIPPETS[1]:
             return None
-        return OpenVINODevice(self.device, {**self.config, SNIPPETS[0]: SNIPPETS[1]},
-                              name=f"{self.name} ({SNIPPETS[0]}={SNIPPETS[1]})")
+        # A copy, so that a subclass (a device that wraps the plugin) stays itself with the setting.
+        changed = copy.copy(self)
+        changed.config = {**self.config, SNIPPETS[0]: SNIPPETS[1]}
+        changed.name = f"{self.name} ({SNIPPETS[0]}={SNIPPETS[1]})"
+        changed._ran = None
+        return changed
 
     @property
     def activation_precision(self) -> str:

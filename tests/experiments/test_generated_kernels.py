@@ -35,26 +35,18 @@ def _chain():
 
 class FaultyKernels(OpenVINODevice):
     """The CPU in f32 whose generated kernels compute `node` wrong (times 1.5): every compile but those made
-    without them (``SNIPPETS_MODE=DISABLE``, the device `without_generated_kernels` gives) carries the fault; with
-    `everywhere`, those too (the fault is then not the kernels')."""
+    without them (``SNIPPETS_MODE=DISABLE``, as the copy `without_generated_kernels` gives is) carries the fault;
+    with `everywhere`, those too (the fault is then not the kernels')."""
 
     def __init__(self, node: str, everywhere: bool = False):
         super().__init__("CPU", {"INFERENCE_PRECISION_HINT": "f32"}, name="CPU:f32")
         self.node, self.everywhere = node, everywhere
 
     def _compile(self, model, taps=(), fed=(), *, extra=None):
-        if any(op.get_friendly_name() == self.node for op in model.get_ops()):
+        generated = self.config.get(SNIPPETS[0]) != SNIPPETS[1]
+        if (generated or self.everywhere) and any(op.get_friendly_name() == self.node for op in model.get_ops()):
             model = inject_fault(model, self.node, "scale", 0.5)
         return super()._compile(model, taps, fed, extra=extra)
-
-    def without_generated_kernels(self):
-        device = super().without_generated_kernels()
-        if device is None or not self.everywhere:
-            return device
-        faulty = FaultyKernels(self.node, everywhere=True)
-        faulty.config = device.config
-        faulty.name = device.name
-        return faulty
 
 
 def _flat(report) -> str:
