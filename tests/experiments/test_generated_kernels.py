@@ -4,8 +4,9 @@ outputs within their tolerance, and said not to explain the divergence when it d
 
 Most cases use a CPU device that stands for a plugin with a faulty generated kernel: it computes one node wrong in
 every compile but those made with ``SNIPPETS_MODE=DISABLE``, on any CPU. The last case is a real one, where this
-machine's CPU plugin has it: its snippets attention kernel for four heads of four tokens is off in f32 (about 7%
-here, measured) while its ordinary kernels agree to 1e-7; it is skipped where the plugin's kernel is exact.
+machine's CPU plugin has it: its snippets attention kernel (scaled inputs, heads moved back by a Transpose) is off
+in f32 when the number of heads equals the number of tokens (about 7% for four of each here, measured) while its
+ordinary kernels agree to 1e-7; it is skipped where the plugin's kernel is exact.
 """
 
 import numpy as np
