@@ -4,7 +4,9 @@ its tolerance, a node that cannot be cut out alone.
 `choose(report, graph, node)` returns the `NodeResult` whose piece is written and the notes to show:
 
 * no `node`: the report's first divergence; a report without one is refused (nothing diverges, or the final
-  outputs diverge without a single source: then a node must be named);
+  outputs diverge without a single source: then a node must be named), but one whose taps were unfaithful (no node
+  could be named from them): its worst diverging final output is written, the piece ending there held to that
+  output's error in the plain run (`plain_goal`);
 * a node the target fused into a kernel measured through another node (`NodeResult.group`), or whose tensor
   exists only inside a kernel (`NodeResult.inside_kernel`): it cannot be cut out alone without splitting that
   kernel, so the smallest piece that can is written, the kernel's measured output node, and a note says so;
@@ -18,7 +20,7 @@ from typing import Any
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import ModelGraph
 
-__all__ = ["choose"]
+__all__ = ["choose", "plain_goal"]
 
 
 def choose(report: Any, graph: ModelGraph, node: str | int | None) -> tuple[Any, list[tuple[str, str]], tuple[str, ...]]:
@@ -29,6 +31,13 @@ def choose(report: Any, graph: ModelGraph, node: str | int | None) -> tuple[Any,
     sides = f"{report.ref.label} -> {report.target.label}"
     if node is None:
         first = report.first_divergence
+        output = _unfaithful_output(report)
+        if first is None and output is not None:
+            notes.append((f"No node is named where error starts (the taps changed what the target computed): the "
+                          f"piece ends at the final output '{output.name}' and is held to its error in the plain run.",
+                          "No node is named where error starts (the taps changed what the target computed): the piece "
+                          "ends at a final output and is held to its error in the plain run."))
+            return output, notes, ()
         if first is None:
             if report.diverges:
                 raise InputError(
@@ -71,6 +80,24 @@ def choose(report: Any, graph: ModelGraph, node: str | int | None) -> tuple[Any,
         raise InputError(f"'{chosen.name}' is within its tolerance ({chosen.error:.1e} <= {chosen.tolerance:.1e}): "
                          "there is no divergence to reproduce. Pick a node of report.culprits.")
     return chosen, notes, extra
+
+
+def plain_goal(report: Any, culprit: Any) -> float | None:
+    """What a piece ending at `culprit` must reproduce when the report's taps were unfaithful: the plain run's error
+    of the final output it produces (its local error ran in a piece the target compiled otherwise too); None
+    otherwise."""
+    if report.fidelity is None or not report.fidelity.rejected:
+        return None
+    return next((o.error for o in report.outputs if o.name == culprit.name), None)
+
+
+def _unfaithful_output(report: Any) -> Any:
+    """The node of the worst diverging final output of a report whose taps were unfaithful, when measured."""
+    if report.fidelity is None or not report.fidelity.rejected:
+        return None
+    over = sorted((o for o in report.outputs if o.diverged), key=lambda o: -o.error)
+    measured = {n.name: n for n in report.nodes}
+    return next((measured[o.name] for o in over if o.name in measured), None)
 
 
 def _kernel_output(report: Any, graph: ModelGraph, inside: Any) -> Any:

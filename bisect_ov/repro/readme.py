@@ -86,14 +86,18 @@ def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pie
     else:
         lines.append(f"| OpenVINO | {shown(target_version or report.openvino_version)} |")
     first = report.first_divergence
-    role = "first divergence" if first is not None and first.name == record.node else "node asked for"
+    plain = report.fidelity is not None and report.fidelity.rejected and any(o.name == record.node for o in report.outputs)
+    role = ("first divergence" if first is not None and first.name == record.node else
+            "final output that shows the divergence" if first is None and plain else "node asked for")
+    goal = ("its error in the plain run (the taps were unfaithful, so no local error stands)" if plain else
+            "its local error in the run (alone on the target, fed the reference's inputs)")
     lines += [
         f"| the node | {what}, the {role} of {'the model' if hidden else shown(repr(report.model))} "
         f"({len(report.nodes)} nodes compared) |",
         f"| metric, tolerance | {shown(report.metric)}, {_fmt(record.tolerance)} |",
-        f"| its local error in the run (alone on the target, fed the reference's inputs) | {_fmt(record.local_error)} |",
+        f"| {goal} | {_fmt(record.local_error)} |",
         f"| this piece on the target | {_fmt(record.anonymized_error if hidden else record.error)} "
-        f"(reproduces: over the tolerance and within {record.factor:g}x of the local error) |",
+        f"(reproduces: over the tolerance and within {record.factor:g}x of {'that' if plain else 'the local'} error) |",
         f"| the piece | {_piece_line(record, pieces, hidden)} |",
         "",
         "## Files",

@@ -38,7 +38,7 @@ from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.repro import script
 from bisect_ov.repro.anonymize import anonymized
-from bisect_ov.repro.culprit import choose
+from bisect_ov.repro.culprit import choose, plain_goal
 from bisect_ov.repro.folder import FILES, FORMAT, check_folder, place, scratch_beside
 from bisect_ov.repro.piece import MAX_NODES, Piece, build_piece, feed_values, growth, unit_keys
 from bisect_ov.repro.readme import readme
@@ -111,8 +111,14 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
     pieces = [build_piece(comparison, source.target_runtime, keys, outputs, target_precision=precision["target"],
                           ref_precision=precision["ref"]) for keys in growth(graph, unit, max_nodes=max_nodes)]
     values = _ref_values(comparison, source.sample, [t for p in pieces for t in p.fed_taps()] + outputs)
-    local = culprit.local_error if culprit.local_error is not None else culprit.error
-    if culprit.local_error is None:
+    plain = plain_goal(report, culprit)
+    local = plain if plain is not None else culprit.local_error if culprit.local_error is not None else culprit.error
+    if plain is not None:
+        notes.append((f"The taps were unfaithful: the piece is held to '{culprit.name}''s error in the plain run, not "
+                      "to a local error measured by a piece the target compiled otherwise.",
+                      "The taps were unfaithful: the piece is held to the node's error in the plain run, not to a "
+                      "local error measured by a piece the target compiled otherwise."))
+    elif culprit.local_error is None:
         notes.append((f"No local error was measured for '{culprit.name}': the piece is held to its error in the run.",
                       "No local error was measured for the node: the piece is held to its error in the run."))
     common = {"report": report, "culprit": culprit, "ref_spec": ref_spec, "target_spec": target_spec,

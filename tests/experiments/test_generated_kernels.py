@@ -143,7 +143,7 @@ def _attention(shape):
     return ov.Model([out.output(0)], [q, k, v], "attention")
 
 
-def test_a_real_generated_attention_kernel_that_is_off_in_f32_is_found():
+def test_a_real_generated_attention_kernel_that_is_off_in_f32_is_found(tmp_path):
     shape = (4, 4, 4, 20)
     model = _attention(shape)
     rng = np.random.default_rng(0)
@@ -164,3 +164,11 @@ def test_a_real_generated_attention_kernel_that_is_off_in_f32_is_found():
     fused = {m for k in found.kernels for m in k.split(": ", 1)[1].split(", ")}
     assert all(n.name in fused for n in report.first_divergences)
     assert "SNIPPETS_MODE=DISABLE" in _flat(report).split("Culprits")[0]
+    # The reproducer is the smallest piece ending at the output that shows the plain run's error: the attention
+    # with the scaling before it (the kernel alone, fed scaled values, does not show it).
+    written = report.repro(tmp_path / "repro")
+    assert written.node == "heads" and written.local_error == pytest.approx(off, rel=1e-3)
+    assert written.error == pytest.approx(off, rel=0.5)
+    assert {"scores", "weights", "mixed", "heads"} <= set(written.nodes)
+    readme = " ".join((tmp_path / "repro" / "README.md").read_text().split())
+    assert "the final output that shows the divergence" in readme and "its error in the plain run" in readme
