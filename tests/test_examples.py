@@ -15,7 +15,7 @@ import pytest
 
 from bisect_ov import bisect
 from bisect_ov.run.devices import cpu_supports_bf16
-from examples import case1_softmax, case2_face_delegate, case3_int8_cpus, case4_int_conv
+from examples import case1_softmax, case2_face_delegate, case3_int8_cpus, case4_int_conv, case6_generated_attention
 from tests.conftest import needs_bf16
 from tests.zoo.conftest import needs_zoo
 
@@ -284,3 +284,25 @@ def test_case5_fix_covers_every_layer_as_a_pattern_and_is_verified(case5):
     assert len(squares) == LAYERS, fix.on_reference
     assert any(p.startswith("__module.model.layers.*.input_layernorm/aten::pow/Power") and f"({LAYERS} of {LAYERS})" in p
                for p in fix.patterns), fix.patterns
+
+
+# ----- case 6: the CPU's generated attention against ONNX Runtime ------------------------------------------
+
+
+def test_case6_the_generated_attention_is_named_its_setting_verified_and_a_reproducer_written(tmp_path):
+    pytest.importorskip("onnxruntime")
+    off = case6_generated_attention.kernel_difference()
+    report = case6_generated_attention.run()["attention"]
+    attention = {"scores", "weights", "mixed", "heads"}
+    if off < 1e-5:
+        # This plugin's generated kernel is exact: both sides agree, and nothing is named.
+        assert not report.diverges and report.kernel_setting is None
+        pytest.skip(f"this CPU plugin's generated attention agrees with its ordinary kernels ({off:.1e})")
+    assert report.diverges and report.kernel_setting is not None and report.kernel_setting.solved
+    assert report.kernel_setting.error_after <= 1e-5 < report.kernel_setting.error_before
+    assert all(n.name in attention for n in report.first_divergences)
+    written = case6_generated_attention.reproduce(report, tmp_path / "repro")
+    assert attention <= set(written.nodes) and written.error > 1e-5
+    readme = " ".join((tmp_path / "repro" / "README.md").read_text().split())
+    assert "not run by run.py (onnxruntime, run by bisect" in readme
+

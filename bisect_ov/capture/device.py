@@ -101,7 +101,7 @@ class RecordedDevice(Device):
                 "can be verified. Compare against the live device instead (bisect(model, ref=..., target='CPU')), or "
                 "make the recording the reference.")
         return {"device": info.device, "config": dict(info.config), "runnable": False,
-                "recorded": self.capture.path.name}
+                "recorded": f"a recorded run, {self.capture.path.name}"}
 
     def device_info(self) -> DeviceInfo:
         """The recorded `DeviceInfo`, named ``capture:<file>``, with a note saying where it was recorded."""

@@ -239,6 +239,15 @@ class BoundSide(Device):
         """The tensors this side has a value for (the pipeline compares only those)."""
         return frozenset(self.binding.sources)
 
+    def repro_side(self, info: DeviceInfo, role: str) -> dict:
+        """As the reference, not run by ``run.py`` (it needs OpenVINO alone): the framework's values of the piece's
+        outputs are the expected ones; as the target, refused: ``run.py`` cannot run the framework on a piece."""
+        if role == "target":
+            raise InputError(f"The target is {self.side.framework} ('{info.name}'): run.py runs pieces with OpenVINO "
+                             "alone, so no reproducer can be verified. Make the framework the reference.")
+        return {"device": self.side.framework, "config": {}, "runnable": False,
+                "recorded": f"{self.side.framework}, run by bisect_ov"}
+
     def record(self, role: str) -> FrameworkMatch:
         """What matched, for the report."""
         compute = [n for n in self.graph.candidates()]

@@ -53,7 +53,7 @@ def _side_line(spec: dict) -> str:
         line += (f"; emulated: the CPU in f32 with every tensor rounded to {spec['emulated']} between ops{acc}, "
                  f"written in opset arithmetic ({spec['model']}); on another device run.py runs {spec['model_elsewhere']}")
     if not spec["runnable"]:
-        line += f"; a recorded run ({spec.get('recorded', '')}): its recorded values are expected.npz, run.py does not run it"
+        line += f"; not run by run.py ({spec.get('recorded', '')}): its values are expected.npz"
     return line
 
 
