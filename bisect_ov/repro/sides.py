@@ -6,7 +6,8 @@ A plain OpenVINO device (`OpenVINODevice`) is written as its device name and pro
 running the piece with the rounding and the low-precision accumulation written in opset ops
 (`bisect_ov.run.emulate_ir.saveable_emulation`), so the folder runs with OpenVINO alone; on any other device
 ``run.py`` runs the piece itself. A recorded reference (``capture:``) is written as the device it was
-recorded on, not run by default: its recorded values are the expected ones. A recorded or sampled target, an
+recorded on, not run by default: its recorded values are the expected ones; a framework reference (PyTorch, ONNX
+Runtime) likewise, its values in the whole model the expected ones. A recorded, sampled or framework target, an
 ``-acc`` emulation of MVN, MatMul or attention, and device classes of the user's own are refused:
 ``run.py`` could not compute what they computed.
 """
