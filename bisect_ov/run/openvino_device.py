@@ -251,8 +251,8 @@ class OpenVINODevice(Device):
         list the setting, though it takes it): no kernel generated for a fused subgraph, the plugin's ordinary
         kernels for its ops instead."""
         device, config = self.runs_on
-        if device.split(".")[0].upper() != "CPU" or config.get(SNIPPETS[0]) == SNIPPETS[1]:
-            return None
+        if self.virtual or device.split(".")[0].upper() != "CPU" or config.get(SNIPPETS[0]) == SNIPPETS[1]:
+            return None  # AUTO/HETERO/MULTI would need the setting per device; none is tried there
         # A copy, so that a subclass (a device that wraps the plugin) stays itself with the setting.
         changed = copy.copy(self)
         changed.config = {**self.config, SNIPPETS[0]: SNIPPETS[1]}
