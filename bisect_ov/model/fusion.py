@@ -12,6 +12,7 @@ device, no session.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -141,6 +142,27 @@ class KernelTensors:
     def kernel_of(self, key: str) -> str | None:
         """The kernel inside which `key`'s tensor exists only; None when the target stored it (or nothing is known)."""
         return self.inside.get(key)
+
+    def computed_by(self, key: str) -> str | None:
+        """The kernel that made `key`'s tensor: the one it exists only inside, else the one that stores it; None when
+        nothing is known."""
+        inside = self.inside.get(key)
+        return inside if inside is not None else self._stored_by.get(key)
+
+    def only_inside(self, layer: str) -> tuple[str, ...]:
+        """The keys whose tensors exist only inside kernel `layer`."""
+        return self._held.get(layer, ())
+
+    @functools.cached_property
+    def _stored_by(self) -> dict[str, str]:
+        return {k: layer for layer, keys in self.outputs.items() for k in keys}
+
+    @functools.cached_property
+    def _held(self) -> dict[str, tuple[str, ...]]:
+        held: dict[str, list[str]] = {}
+        for key, layer in self.inside.items():
+            held.setdefault(layer, []).append(key)
+        return {layer: tuple(keys) for layer, keys in held.items()}
 
 
 def kernel_tensors(target_graph: ModelGraph, target_runtime: RuntimeGraph, match: Match | None = None) -> KernelTensors:

@@ -66,13 +66,8 @@ def whole_units(graph: ModelGraph, findings: Findings, measurement: Measurement,
                 ) -> frozenset[str]:
     """The keys whose local error ran everything that made their measured value (`judge.whole_unit`); a node's
     unit is itself and the unmeasured members its measurement stands for, as the experiments ran it."""
-    stored_by = {k: layer for layer, keys in kernels.outputs.items() for k in keys}
-    inside: dict[str, list[str]] = {}
-    for key, layer in kernels.inside.items():
-        inside.setdefault(layer, []).append(key)
     return frozenset(k for k in findings.local_errors if k in graph and whole_unit(
-        graph, k, (k, *measurement.groups.get(k, ())), lambda m: kernels.kernel_of(m) or stored_by.get(m),
-        lambda layer: inside.get(layer, ())))
+        graph, k, (k, *measurement.groups.get(k, ())), kernels.computed_by, kernels.only_inside))
 
 
 def expected(examined: Examined, measurement: Measurement, findings: Findings, metric: object) -> dict[str, float]:
