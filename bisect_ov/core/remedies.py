@@ -142,7 +142,7 @@ class KernelSetting:
     `kernels`: the generated kernels of the plain compile, each as its output node and the model's ops it fused
     (``"out: a, b, out"``). When it solves, the divergence is made by those kernels, not by the model's numbers."""
 
-    JSON_PROPERTIES = ("solved",)
+    JSON_PROPERTIES = ("solved", "explains")
 
     option: str
     value: str
@@ -153,9 +153,18 @@ class KernelSetting:
     kernels: tuple[str, ...] = ()
     cost: RemedyCost | None = None  # the model compiled with the setting against the untouched one, when it solves
 
+    # How many times its tolerance the plain run's error must be for a setting that brings it within tolerance to
+    # say the generated kernels make it: nearer, two correct kernels' summation orders differ by as much.
+    MARGIN = 4.0
+
     @property
     def solved(self) -> bool:
         return self.error_after <= self.tolerance
+
+    @property
+    def explains(self) -> bool:
+        """It solves a divergence far beyond the tolerance (`MARGIN` times): the generated kernels make it."""
+        return self.solved and self.error_before > self.MARGIN * self.tolerance
 
     @property
     def setting(self) -> str:

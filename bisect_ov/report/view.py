@@ -360,7 +360,7 @@ def _unfaithful_verdict(report: "Report", found: Fidelity, worst: "OutputResult 
     headline = (f"The final outputs diverge, but the node where error starts cannot be localized on this device: "
                 f"{reason[:1].lower() + reason[1:]}.")
     kernels = report.kernel_setting
-    if kernels is not None and kernels.solved:
+    if kernels is not None and kernels.explains:
         headline += (f" Compiled without the kernels it generates for fused subgraphs ({kernels.setting}), the target "
                      f"gives {fmt(kernels.error_after)}: those kernels make the divergence (below).")
     return Verdict(kind="unfaithful", label="DIVERGES", headline=headline, text=f"DIVERGES. {headline}", first=(),
