@@ -268,8 +268,9 @@ class BisectOptions:
     budget: str = _opt(
         "default", "experiments", "``default``: every experiment asked for. ``fast``: no local errors, no impact runs, "
         "fusion groups not refined (the report names a group by its output), no per-node pass over many samples (they "
-        "are still run and ranked by final-output error), and the noise floor read from the compiles made anyway (no "
-        "extra compile or run): about twice the plain compile-and-run of both sides, for a first look at a big model.",
+        "are still run and ranked by final-output error), no run without the CPU's generated kernels, and the noise "
+        "floor read from the compiles made anyway (no extra compile or run): about twice the plain compile-and-run of "
+        "both sides, for a first look at a big model.",
         _one_of(BUDGETS), choices=BUDGETS, kind=str,
         help="default: every experiment asked for; fast: about 2x the plain compile-and-run of both sides (no local "
         "errors, impact runs, refinement, extra noise runs or per-node pass over many samples)")
@@ -433,7 +434,8 @@ class BisectOptions:
         """
         fast = self.budget == "fast"
         resolved = ResolvedOptions(**{f.name: getattr(self, f.name) for f in fields(BisectOptions)},
-                                   noise_runs=self.noise and not fast, node_spread=not fast)
+                                   noise_runs=self.noise and not fast, node_spread=not fast,
+                                   generated_kernels=not fast)
         left_out: dict[str, str] = {}  # experiment asked for -> why it does not run
 
         def leave_out(why: str, **off: Any) -> None:
@@ -501,8 +503,8 @@ class BisectOptions:
 class ResolvedOptions(BisectOptions):
     """The options of one run as `BisectOptions.resolve` decided them: stages read these, never the budget.
 
-    Besides the option fields (switched off where they cannot run), two decisions of the budget: `noise_runs`
-    and `node_spread`; and `tap_bytes`. Equal to a `BisectOptions` with the same option values (the decisions
+    Besides the option fields (switched off where they cannot run), three decisions of the budget: `noise_runs`,
+    `node_spread` and `generated_kernels`; and `tap_bytes`. Equal to a `BisectOptions` with the same option values (the decisions
     follow from them).
     """
 
@@ -512,6 +514,9 @@ class ResolvedOptions(BisectOptions):
     node_spread: bool = field(default=True, metadata={"check": check_flag, "doc": (
         "With many samples, each measured node's error is summarised over every sample (each sample runs again "
         "with the measured tensors exposed); False: the samples are only run and ranked by final-output error.")})
+    generated_kernels: bool = field(default=True, metadata={"check": check_flag, "doc": (
+        "An f32 target on the CPU whose outputs diverge runs once more without the kernels its plugin generates "
+        "(`bisect_ov.experiments.generated`: one compile); False under ``budget='fast'``.")})
     left_out: tuple[tuple[str, str], ...] = field(default=(), metadata={"check": lambda _, value: tuple(value), "doc": (
         "(experiment option, why) for each experiment asked for that does not run here (the budget, or what the "
         "sides can do).")})

@@ -157,7 +157,7 @@ def plan_experiments(options: "ResolvedOptions", comparison: Comparison, precisi
     return Experiments(local=bool(options.local), baseline=device, impact=int(options.impact), fix=bool(options.fix),
                        fix_limit=options.fix_tolerance, scale_factor=scale_factor,
                        clamp=bool(options.fix) and precision == "f16",
-                       kernel_setting=(precision == "f32" and not comparison.twin
+                       kernel_setting=(options.generated_kernels and precision == "f32" and not comparison.twin
                                        and comparison.target.without_generated_kernels() is not None),
                        delegation=bool(options.delegation), curve=int(options.curve),
                        sensitivity=bool(options.sensitivity and comparison.twin), left_out=left_out)

@@ -118,6 +118,8 @@ def test_it_is_not_tried_when_it_cannot_be_the_answer(chain):
     # A lower precision explains error the ordinary kernels make too; an emulated device has no plugin kernels.
     assert bisect(model, "CPU:f32", "EMU:f16", inputs, progress=False).kernel_setting is None
     assert OpenVINODevice("CPU", {"SNIPPETS_MODE": "DISABLE"}).without_generated_kernels() is None
+    # The fast budget makes no compile beyond the measurement's.
+    assert bisect(model, "CPU:f32", FaultyKernels("shifted"), inputs, budget="fast", progress=False).kernel_setting is None
 
 
 def test_generated_kernels_are_listed_those_fusing_several_ops_first():
