@@ -475,7 +475,7 @@ def _repro(args, console: Console) -> int:
                   "; anonymizing did not reproduce: it holds the model's own weights") if written.anonymize_tried else ""
     console.say("\n" + printable(f"Reproducer of '{written.node}' ({written.op_type}, {len(written.nodes)} node(s){grown}) "
                           f"written to {written.folder}: {report.metric} {written.error:.2e} on the target against the "
-                          f"local error {written.local_error:.2e} (tolerance {written.tolerance:.2e}){anonymized}. Run: "
+                          f"{written.held_to} {written.local_error:.2e} (tolerance {written.tolerance:.2e}){anonymized}. Run: "
                           f"python {pathlib.Path(written.folder) / 'run.py'}"))
     return EXIT_OK
 

@@ -235,7 +235,8 @@ class Repro:
     """A reproducer folder written by `Report.repro`: the piece of the model that shows a divergence alone.
 
     ``error`` is the piece's error on the target (against the reference's values, under the report's metric),
-    ``local_error`` the node's local error in the run it reproduces (its error there when none was measured),
+    ``local_error`` the node's local error in the run it reproduces (its error there when none was measured;
+    the plain run's error of the final output it is when the taps were unfaithful), as ``held_to`` says,
     ``reproduces`` whether the piece's error is over ``tolerance`` and within ``factor`` of ``local_error``.
     ``nodes`` are the piece's nodes (the model's names), ``grown`` how many steps it grew upstream past the
     node's fused group to reproduce. ``anonymized``: its weights and names were replaced (and it still
@@ -259,6 +260,7 @@ class Repro:
     anonymized_error: float | None = None
     files: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    held_to: str = "local error"  # what `local_error` is: "local error", "error in the run", "error in the plain run"
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pie
     else:
         lines.append(f"| OpenVINO | {shown(target_version or report.openvino_version)} |")
     first = report.first_divergence
-    plain = report.fidelity is not None and report.fidelity.rejected and any(o.name == record.node for o in report.outputs)
+    plain = record.held_to == "error in the plain run"
     role = ("first divergence" if first is not None and first.name == record.node else
             "final output that shows the divergence" if first is None and plain else "node asked for")
     goal = ("its error in the plain run (the taps were unfaithful, so no local error stands)" if plain else

@@ -113,6 +113,8 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
     values = _ref_values(comparison, source.sample, [t for p in pieces for t in p.fed_taps()] + outputs)
     plain = plain_goal(report, culprit)
     local = plain if plain is not None else culprit.local_error if culprit.local_error is not None else culprit.error
+    held_to = ("error in the plain run" if plain is not None else
+               "local error" if culprit.local_error is not None else "error in the run")
     if plain is not None:
         notes.append((f"The taps were unfaithful: the piece is held to '{culprit.name}''s error in the plain run, not "
                       "to a local error measured by a piece the target compiled otherwise.",
@@ -138,7 +140,7 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
         if chosen is None:
             sizes = ", ".join(f"{len(p.keys)} node(s): {_fmt(e)}" for p, e in zip(pieces, attempts))
             raise InputError(
-                f"No piece around '{culprit.name}' reproduces its local error {_fmt(local)} (tolerance "
+                f"No piece around '{culprit.name}' reproduces its {held_to} {_fmt(local)} (tolerance "
                 f"{_fmt(culprit.tolerance)}, within {factor:g}x) on {report.target.name}: {sizes}. The divergence needs "
                 f"more of the model than {max_nodes} nodes upstream (max_nodes=), or the node's error is inherited; "
                 "nothing was written.")
@@ -156,6 +158,7 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
             anonymize_tried=anonymize, anonymized=anonymize_result is not None,
             anonymized_error=anonymize_result[1] if anonymize_result is not None else None,
             files=tuple(sorted(p.name for p in where.iterdir()) + ["README.md"]), notes=tuple(n for n, _ in notes),
+            held_to=held_to,
         )
         written = json.loads((where / "repro.json").read_text(encoding="utf-8"))
         (where / "README.md").write_text(readme(record, report, written["reference"], written["target"],
