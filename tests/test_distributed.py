@@ -248,6 +248,30 @@ def test_a_unit_that_raises_once_is_run_again():
     assert _figures(report) == _figures(_run(Samples(data), target="CPU"))
 
 
+class _LosesOneFuture(ThreadPoolExecutor):
+    """A thread pool that loses track of batch 3's first attempt: its future never completes (as a Dask client's can
+    when a worker dies mid-run and the scheduler forgets the task)."""
+
+    def submit(self, fn, *args, **kwargs):
+        batch = args[-1]
+        if getattr(batch, "number", None) == 3 and getattr(batch, "attempt", None) == 0:
+            from concurrent.futures import Future
+
+            return Future()
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_a_batch_that_never_comes_back_is_run_again(monkeypatch):
+    import bisect_ov.samples.runs as runs
+
+    monkeypatch.setattr(runs, "STALL_FLOOR", 0.5)
+    monkeypatch.setattr(runs, "STALL_FACTOR", 2.0)
+    report = _run(Samples(_data(40)), _LosesOneFuture(2), "CPU")
+    # Both passes over the samples (ranking them, then each node's spread) lose it once and run it again.
+    assert report.samples.count == 40 and not report.samples.partial and report.samples.retried == 2
+    assert _figures(report) == _figures(_run(Samples(_data(40)), target="CPU"))
+
+
 def test_a_unit_that_keeps_failing_is_reported_with_its_samples(tmp_path):
     data = _data(24)
     report = _run(Samples(loader=_Flaky(data, {9}), count=24), ThreadPoolExecutor(2), "CPU", batch_retries=1)

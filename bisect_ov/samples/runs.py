@@ -153,13 +153,27 @@ class SampleRun:
                     self._submit(submit, batch, 0, pending, lost, failures)
                 if not pending:
                     continue
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                # Once batches have come back, none in flight may take far longer than the slowest did: an
+                # executor can lose track of a future for good (a Dask worker killed mid-run left the client's
+                # futures waiting on tasks its scheduler had forgotten), and the pass would wait forever.
+                stall = max(STALL_FLOOR, STALL_FACTOR * max(seconds)) if seconds else None
+                done, _ = wait(list(pending), timeout=stall, return_when=FIRST_COMPLETED)
+                stalled = not done
+                if stalled:
+                    log.warning("No batch came back in %.0f s (the slowest so far took %.1f s): the %d in flight are "
+                                "taken as failed attempts", stall, max(seconds), len(pending))
+                    done = set(pending)
                 for future in done:
                     batch, attempt = pending.pop(future)
                     # A future the executor cancelled (Dask does when the worker holding it dies) is a failed
                     # attempt like any other: asking it for its exception would raise instead.
-                    error = (CancelledError(f"the executor cancelled batch {batch.number}") if future.cancelled()
-                             else future.exception())
+                    if stalled:
+                        future.cancel()
+                        error: BaseException | None = TimeoutError(
+                            f"batch {batch.number} did not come back in {stall:.0f} s")
+                    else:
+                        error = (CancelledError(f"the executor cancelled batch {batch.number}") if future.cancelled()
+                                 else future.exception())
                     if error is None:
                         result = future.result()
                         results.append(result)
@@ -195,6 +209,12 @@ class SampleRun:
         log.warning("%s", message)
         failures.append(message)
         lost.extend(batch.indices)
+
+
+# A pass whose batches stop coming back: after STALL_FACTOR times the slowest batch so far (at least STALL_FLOOR
+# seconds) with none done, those in flight are failed attempts, run again up to the retries.
+STALL_FACTOR = 20.0
+STALL_FLOOR = 120.0
 
 
 def _span(batch: Batch) -> str:
