@@ -153,15 +153,15 @@ class SampleRun:
                     self._submit(submit, batch, 0, pending, lost, failures)
                 if not pending:
                     continue
-                # Once batches have come back, none in flight may take far longer than the slowest did: an
+                # None in flight may take far longer than the slowest batch did (half an hour before any is back): an
                 # executor can lose track of a future for good (a Dask worker killed mid-run left the client's
                 # futures waiting on tasks its scheduler had forgotten), and the pass would wait forever.
-                stall = max(STALL_FLOOR, STALL_FACTOR * max(seconds)) if seconds else None
+                stall = max(STALL_FLOOR, STALL_FACTOR * max(seconds)) if seconds else STALL_FIRST
                 done, _ = wait(list(pending), timeout=stall, return_when=FIRST_COMPLETED)
                 stalled = not done
                 if stalled:
-                    log.warning("No batch came back in %.0f s (the slowest so far took %.1f s): the %d in flight are "
-                                "taken as failed attempts", stall, max(seconds), len(pending))
+                    log.warning("No batch came back in %.0f s: the %d in flight are taken as failed attempts", stall,
+                                len(pending))
                     done = set(pending)
                 for future in done:
                     batch, attempt = pending.pop(future)
@@ -212,9 +212,11 @@ class SampleRun:
 
 
 # A pass whose batches stop coming back: after STALL_FACTOR times the slowest batch so far (at least STALL_FLOOR
-# seconds) with none done, those in flight are failed attempts, run again up to the retries.
+# seconds; STALL_FIRST before any came back, as the first batches compile the models on every worker) with none
+# done, those in flight are failed attempts, run again up to the retries.
 STALL_FACTOR = 20.0
 STALL_FLOOR = 120.0
+STALL_FIRST = 1800.0
 
 
 def _span(batch: Batch) -> str:
