@@ -34,9 +34,9 @@ def choose(report: Any, graph: ModelGraph, node: str | int | None) -> tuple[Any,
         output = _unfaithful_output(report)
         if first is None and output is not None:
             notes.append((f"No node is named where error starts (the taps changed what the target computed): the "
-                          f"piece ends at the final output '{output.name}' and is held to its error in the plain run.",
+                          f"piece ends at the final output '{output.name}'.",
                           "No node is named where error starts (the taps changed what the target computed): the piece "
-                          "ends at a final output and is held to its error in the plain run."))
+                          "ends at a final output."))
             return output, notes, ()
         if first is None:
             if report.diverges:
