@@ -17,9 +17,10 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    **Concentrated errors** are origins the same way: a node whose worst element is wrong by `SPIKE` times its
    tolerance (as a share of the tensor's largest value), `CONCENTRATED` times more than its relative L2 error
    says (rounding spreads error over every element in proportion to the values; a few wrong elements are not
-   rounding), and `min_growth` times what its nearest measured inputs carried that way. Ops whose output steps
-   (Round, Floor, FakeQuantize, Select, ...) are never such origins; an op that only moves values is one only
-   where its producer was measured without those elements (rule 6).
+   rounding), and `min_growth` times what its nearest measured inputs carried that way; or the same against
+   each element's own size plus the tensor's rms (`OWN_CONCENTRATED`: a small element doubled). Never ops whose
+   output steps (Round, FakeQuantize, Select, ...); an op that only moves values only where its producer was
+   measured without those elements (rule 6), and not by own size where it selects or adds values (`RESCALING`).
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
    whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
    the target makes most of the final error, is an origin; every other diverged node that is not downstream of
@@ -62,18 +63,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
-from bisect_ov.analysis.diagnosis import CONCENTRATED, SPIKE, is_concentrated
+from bisect_ov.analysis.diagnosis import CONCENTRATED, OWN_CONCENTRATED, SPIKE, is_concentrated, is_concentrated_own
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
 
 __all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs",
-           "MOVEMENT", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED"]
+           "MOVEMENT", "RESCALING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED"]
 
 # Ops that only move, select or copy values: they add no rounding error of their own.
 MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
                       "StridedSlice", "Gather", "GatherElements", "GatherND", "Broadcast", "Tile", "Identity",
                       "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Pad", "Reverse", "Roll"})
+# Movement ops whose output may hold a part of their input's values, or others too: its rms is not their input's.
+RESCALING = frozenset({"Concat", "Pad", "Slice", "StridedSlice", "Split", "VariadicSplit", "Gather", "GatherElements",
+                       "GatherND"})
 # Ops whose output steps as its input crosses a threshold: a value within rounding of a step gives a whole step
 # of difference at a few elements, which is their nature, not a fault.
 STEPS = frozenset({"FakeQuantize", "Round", "Floor", "Ceiling", "Sign", "Select", "Quantize", "Dequantize"})
@@ -108,6 +112,9 @@ class Evidence:
     peaks
         By node key: (largest element error / the reference's largest magnitude, relative L2 error) of its worst
         floating output, when the run's metric is relative L2 (empty otherwise: no concentrated-error rule).
+    own_peaks
+        The same with the largest element error against that element's own size, floored at the tensor's rms
+        (`TensorStats.max_elem_rel`).
     steps
         Keys of nodes whose output steps (`STEPS`).
     rejected, localized
@@ -134,6 +141,7 @@ class Evidence:
     rejected: bool = False
     localized: str | None = None
     peaks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    own_peaks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     steps: frozenset[str] = frozenset()
     impacts_possible: bool = True
     whole_units: frozenset[str] = frozenset()
@@ -299,16 +307,21 @@ def _overflow_origins(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) 
 def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> set[str]:
     """Rule 2, concentrated errors: measured nodes whose worst element is off by `SPIKE` tolerances (as a share of
     the tensor's largest value), `CONCENTRATED` times their relative L2 error, and `min_growth` times what their
-    nearest measured inputs carried that way; not step ops or kernel-internal tensors, nor non-finite ones."""
+    nearest measured inputs carried that way; or by own size (`OWN_CONCENTRATED`; not a `RESCALING` op whose
+    producer was measured). Not step ops or kernel-internal tensors, nor non-finite ones."""
     found = set()
-    for key, (peak, rel) in ev.peaks.items():
-        s = nodes.get(key)
-        if (s is None or key in ev.steps or key in ev.inside_kernel or key in ev.nonfinite
-                or not is_concentrated(peak, rel, s.tolerance)):
-            continue
-        carried = max((ev.peaks.get(k, (0.0, 0.0))[0] for k in measured_inputs(graph, key, nodes)), default=0.0)
-        if peak >= ev.min_growth * max(carried, s.tolerance * 0.1):
-            found.add(key)
+    for peaks, holds in ((ev.peaks, is_concentrated), (ev.own_peaks, is_concentrated_own)):
+        for key, (peak, rel) in peaks.items():
+            s = nodes.get(key)
+            if (s is None or key in ev.steps or key in ev.inside_kernel or key in ev.nonfinite
+                    or not holds(peak, rel, s.tolerance)):
+                continue
+            if (peaks is ev.own_peaks and key in ev.movement and graph[key].op_type in RESCALING
+                    and _arithmetic_producer(graph, key, ev) in nodes):
+                continue
+            carried = max((peaks.get(k, (0.0, 0.0))[0] for k in measured_inputs(graph, key, nodes)), default=0.0)
+            if peak >= ev.min_growth * max(carried, s.tolerance * 0.1):
+                found.add(key)
     return found
 
 

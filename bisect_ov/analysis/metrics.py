@@ -61,6 +61,9 @@ class TensorStats:
     integer: bool
     note: str = ""
     saturated: int = 0  # sentinel positions (float32's extremes on the reference, at the limit on the target)
+    # The worst element's error against its own size: max |t - r| / (|r| + rms(r)), the floor keeping elements
+    # near zero from counting their inputs' rounding as their own (0.0 in reports saved before it).
+    max_elem_rel: float = 0.0
 
     @property
     def exact(self) -> bool:
@@ -90,7 +93,8 @@ def compare(ref: np.ndarray, target: np.ndarray) -> TensorStats:
     -------
     TensorStats
         With ``rel_l2 = ||t - r|| / ||r||`` (``/ ||t||`` when the reference is all zero), ``max_rel = max|t - r|
-        / max|r|``, ``sqnr_db = 10 log10(||r||^2 / ||t - r||^2)``; all infinite when the target has new NaN/Inf.
+        / max|r|``, ``max_elem_rel = max(|t - r| / (|r| + rms(r)))``, ``sqnr_db = 10 log10(||r||^2 /
+        ||t - r||^2)``; all infinite when the target has new NaN/Inf.
 
     Examples
     --------
@@ -108,8 +112,9 @@ def compare(ref: np.ndarray, target: np.ndarray) -> TensorStats:
         else:
             return _shape_mismatch(ref, target)
     integer = _is_integer(ref.dtype) and _is_integer(target.dtype)
-    acc = _Accumulator(integer, target.dtype)
     r_flat, t_flat = ref.reshape(-1), target.reshape(-1)
+    # One chunk finds its own rms; more need the whole tensor's first.
+    acc = _Accumulator(integer, target.dtype, _rms(r_flat) if r_flat.size > _CHUNK else None)
     for start in range(0, r_flat.size, _CHUNK):
         acc.add(r_flat[start:start + _CHUNK], t_flat[start:start + _CHUNK])
     return acc.stats(tuple(ref.shape), str(target.dtype))
@@ -144,8 +149,10 @@ METRICS: dict[str, Callable[[TensorStats], float]] = {
 class _Accumulator:
     """Running sums over chunks."""
 
-    def __init__(self, integer: bool, target_dtype: np.dtype):
+    def __init__(self, integer: bool, target_dtype: np.dtype, floor: float | None = None):
         self.integer = integer
+        self.floor = floor  # the reference's rms (`max_elem_rel`'s floor); None: the one chunk's own
+        self.max_elem_rel = 0.0
         self.int_limits = _int_limits(target_dtype)
         self.n = 0
         self.sum_abs = 0.0
@@ -217,9 +224,17 @@ class _Accumulator:
         np.abs(diff, out=diff)
         # float32 sums are pairwise in numpy: a relative error near 1e-6 at worst, far below what is printed.
         self.sum_abs += float(diff.sum())
-        self.max_abs = max(self.max_abs, float(diff.max()))
+        worst = float(diff.max())
+        self.max_abs = max(self.max_abs, worst)
         self.sum_sq_diff += _sum_sq(diff)
-        self.sum_sq_ref += _sum_sq(rf)
+        sq_ref = _sum_sq(rf)
+        self.sum_sq_ref += sq_ref
+        floor = self.floor if self.floor is not None else math.sqrt(sq_ref / rf.size)
+        if worst > 0 and floor > 0:
+            den = np.abs(rf)
+            den += den.dtype.type(floor)
+            np.divide(diff, den, out=den)
+            self.max_elem_rel = max(self.max_elem_rel, float(den.max()))
         self.sum_sq_target += _sum_sq(tf)
         if absmax is None:
             absmax = float(np.abs(rf).max()), float(np.abs(tf).max())
@@ -245,7 +260,7 @@ class _Accumulator:
             max_abs=inf if broken else self.max_abs,
             mean_abs=inf if broken else (self.sum_abs / self.n if self.n else 0.0),
             rel_l2=inf if broken else rel_l2,
-            max_rel=inf if broken else max_rel,
+            max_rel=inf if broken else max_rel, max_elem_rel=inf if broken else self.max_elem_rel,
             cosine=-inf if broken else min(1.0, max(-1.0, cosine)),
             sqnr_db=-inf if broken else sqnr,
             ref_absmax=self.ref_absmax, target_absmax=self.target_absmax,
@@ -254,6 +269,18 @@ class _Accumulator:
             new_nonfinite=self.new_nonfinite, at_f16_limit=self.at_f16, at_int_limit=self.at_int,
             integer=self.integer, saturated=self.saturated,
         )
+
+
+def _rms(r: np.ndarray) -> float:
+    """The root mean square of `r`'s finite values below the sentinels, over chunks."""
+    total, count = 0.0, 0
+    for start in range(0, r.size, _CHUNK):
+        chunk = r[start:start + _CHUNK]
+        if not _is_integer(chunk.dtype):
+            chunk = chunk[np.isfinite(chunk) & (np.abs(chunk) < SENTINEL)]
+        total += _sum_sq(chunk.astype(np.float64) if _is_integer(chunk.dtype) else chunk)
+        count += chunk.size
+    return math.sqrt(total / count) if count else 0.0
 
 
 def _sum_sq(x: np.ndarray) -> float:

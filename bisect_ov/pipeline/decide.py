@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Mapping
+from typing import Callable, Mapping
 
-from bisect_ov.analysis.diagnosis import peak_error
+from bisect_ov.analysis.diagnosis import is_concentrated, own_peak_error, peak_error
 from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge, whole_unit
+from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import CALIBRATED_METRICS, unit_roundoff
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
@@ -31,7 +32,7 @@ def decide(setup: Setup, examined: Examined, measurement: Measurement, scored: S
     kernels = examined.plan.fusion.kernels
     ev = evidence(setup, examined, measurement, scored, findings, kernels)
     verdict = judge(engine.runner.graph, ev)
-    notes = verdict_notes(engine.runner.graph, verdict, scored, findings, kernels, ev.peaks)
+    notes = verdict_notes(engine.runner.graph, verdict, scored, findings, kernels, ev.peaks, ev.own_peaks)
     return replace(scored, scores=verdict.scores, absorbed=(*verdict.absorbed, *verdict.bystanders),
                    absorbed_why=" ".join(notes), verdict=verdict)
 
@@ -47,6 +48,7 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
     localized = None
     if fidelity is not None and fidelity.rejected and fidelity.outcome == "localized_by_partitions" and fidelity.node:
         localized = graph.find(fidelity.node).key
+    concentrating = setup.options.metric == "rel_l2" and not examined.plan.tolerance.quantization
     return Evidence(
         errors=scored.errors, tolerances=scored.tolerances, min_growth=examined.plan.tolerance.min_growth,
         outputs=tuple((o.error, o.tolerance) for o in scored.outputs),
@@ -56,7 +58,8 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
         inside_kernel=inside, kernel_outputs={k: tuple(v) for k, v in kernels.outputs.items()},
         rejected=bool(fidelity is not None and fidelity.rejected), localized=localized,
         # A few elements far off is a fault under rounding; a quantized twin clips and steps by design.
-        peaks=peaks(measurement) if setup.options.metric == "rel_l2" and not examined.plan.tolerance.quantization else {},
+        peaks=peaks(measurement) if concentrating else {},
+        own_peaks=peaks(measurement, own_peak_error) if concentrating else {},
         steps=frozenset(k for k in measured if k in graph and graph[k].op_type in STEPS),
         impacts_possible=setup.comparison.ref.can_run_pieces and setup.comparison.target.can_run_pieces,
         whole_units=whole_units(graph, findings, measurement, kernels))
@@ -93,19 +96,22 @@ def expected(examined: Examined, measurement: Measurement, findings: Findings, m
     return found
 
 
-def peaks(measurement: Measurement) -> dict[str, tuple[float, float]]:
-    """By node key: (largest element error / the reference's largest magnitude, relative L2 error) of its floating
-    output whose worst element is worst (the judge's concentrated-error rule)."""
+def peaks(measurement: Measurement, measure: Callable[[TensorStats], float | None] = peak_error
+          ) -> dict[str, tuple[float, float]]:
+    """By node key: (largest element error / the reference's largest magnitude, or another `measure` of the worst
+    element, relative L2 error) of its floating output whose worst element is worst (the judge's
+    concentrated-error rule)."""
     found: dict[str, tuple[float, float]] = {}
     for tap, s in measurement.stats.items():
-        peak = peak_error(s)
+        peak = measure(s)
         if peak is not None and peak > found.get(tap.key, (-1.0, 0.0))[0]:
             found[tap.key] = (peak, s.rel_l2)
     return found
 
 
 def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings: Findings,
-                  kernels: KernelTensors, peaks: Mapping[str, tuple[float, float]] | None = None) -> tuple[str, ...]:
+                  kernels: KernelTensors, peaks: Mapping[str, tuple[float, float]] | None = None,
+                  own_peaks: Mapping[str, tuple[float, float]] | None = None) -> tuple[str, ...]:
     """What the reader must know about the nodes the verdict set aside or moved."""
     nodes, notes = verdict.scores.nodes, []
     limit = min((o.tolerance for o in scored.outputs), default=0.0)
@@ -156,15 +162,21 @@ def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings:
             notes.append(f"'{graph[key].name}' is where the overflow starts: its output on the target gains NaN/Inf "
                          "from inputs that hold none, so it is named whatever its impact or growth.")
     for key in verdict.spikes:
-        if key in verdict.first and peaks and key in peaks:
-            peak, rel = peaks[key]
-            tol = nodes[key].tolerance
-            notes.append(f"'{graph[key].name}' makes an error concentrated in a few elements: its worst element is off "
-                         f"by {peak:.1e} of the tensor's largest value ({peak / tol:.0f}x its tolerance {tol:.1e}), "
-                         f"{peak / max(rel, 1e-30):.0f}x its relative L2 error {rel:.1e}, while its inputs "
-                         "carried less. Rounding spreads error over every element in "
-                         "proportion to the values; a few wrong elements are a fault, so it is named whatever its "
-                         "overall error.")
+        if key not in verdict.first:
+            continue
+        tol = nodes[key].tolerance
+        if peaks and key in peaks and is_concentrated(*peaks[key], tol):
+            (peak, rel), of = peaks[key], "the tensor's largest value"
+        elif own_peaks and key in own_peaks:
+            (peak, rel), of = own_peaks[key], "its own size"
+        else:
+            continue
+        notes.append(f"'{graph[key].name}' makes an error concentrated in a few elements: its worst element is off "
+                     f"by {peak:.1e} of {of} ({peak / tol:.0f}x its tolerance {tol:.1e}), "
+                     f"{peak / max(rel, 1e-30):.0f}x its relative L2 error {rel:.1e}, while its inputs "
+                     "carried less. Rounding spreads error over every element in "
+                     "proportion to the values; a few wrong elements are a fault, so it is named whatever its "
+                     "overall error.")
     for key in verdict.dominant:
         if key in verdict.first and key in findings.local_errors and key in impacts:
             final = max((o.error for o in scored.outputs), default=0.0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from bisect_ov.analysis.judge import CONCENTRATED, MOVEMENT, SPIKE, STEPS, Evidence, Topology, judge, whole_unit
+from bisect_ov.analysis.judge import CONCENTRATED, MOVEMENT, OWN_CONCENTRATED, SPIKE, STEPS, Evidence, Topology, judge, whole_unit
 
 TOL = 1e-2
 
@@ -54,6 +54,7 @@ class Case:
     localized: str | None = None
     roles: dict[str, str] = field(default_factory=dict)  # roles the verdict must give
     peaks: dict[str, float] = field(default_factory=dict)  # worst element's error / largest value (rel_l2: errors)
+    own: dict[str, float] = field(default_factory=dict)  # worst element's error / its own size (floored at the rms)
     impacts_possible: bool = True
     whole_units: frozenset[str] = frozenset()
 
@@ -66,6 +67,7 @@ class Case:
             movement=frozenset(n.key for n in self.graph if n.op_type in MOVEMENT), inside_kernel=self.inside,
             kernel_outputs=self.kernel_outputs, rejected=self.rejected, localized=self.localized,
             peaks={k: (p, self.errors[k]) for k, p in self.peaks.items()},
+            own_peaks={k: (p, self.errors[k]) for k, p in self.own.items()},
             steps=frozenset(n.key for n in self.graph if n.op_type in STEPS), impacts_possible=self.impacts_possible,
             whole_units=self.whole_units)
 
@@ -256,6 +258,32 @@ CASES = {
         CHAIN, {"conv": 0.02, "relu": 0.02, "mul": 0.02, "fc": 0.02}, (), outputs=((5e-3, TOL),),
         tolerances={k: 0.031 for k in ("conv", "relu", "mul", "fc")},
         peaks={"conv": 0.05, "relu": 0.05, "mul": 0.04, "fc": 0.05}),
+    # A few small elements doubled: off by little of the largest value (4e-3, within what rounding leaves there)
+    # but by about their own size (0.5 of it plus the rms), 100x the relative L2 error: named at the node that
+    # made them; what carries them on inherits.
+    "a few small elements wrong": Case(
+        CHAIN, {"conv": 4e-3, "relu": 5e-3, "mul": 5e-3, "fc": 6e-3}, ("relu",), outputs=((5e-3, TOL),),
+        tolerances={k: 0.031 for k in ("conv", "relu", "mul", "fc")},
+        peaks={"conv": 4e-3, "relu": 4e-3, "mul": 4e-3, "fc": 4e-3},
+        own={"conv": 2e-2, "relu": 0.5, "mul": 0.5, "fc": 0.45}),
+    # Rounding against each element's own size: the worst of many is a few times the relative L2 error (6x at
+    # most in benign runs), however far over the tolerance: nothing named.
+    "rounding against each element's size": Case(
+        CHAIN, {"conv": 0.02, "relu": 0.02, "mul": 0.02, "fc": 0.02}, (), outputs=((5e-3, TOL),),
+        tolerances={k: 0.031 for k in ("conv", "relu", "mul", "fc")},
+        own={"conv": 0.01, "relu": 0.12, "mul": 0.12, "fc": 0.12}),
+    # A Pad of zeros lowers the rms its elements are measured against: their own-size error grows there, but
+    # a movement op whose producer was measured adds none.
+    "a movement op lowers the floor": Case(
+        _chain(("fc", "MatMul"), ("pad", "Pad"), ("gelu", "Gelu")), {"fc": 4e-3, "pad": 4e-3, "gelu": 4e-3},
+        (), outputs=((5e-3, TOL),), tolerances={k: 0.031 for k in ("fc", "pad", "gelu")},
+        own={"fc": 0.03, "pad": 0.09, "gelu": 0.09}),
+    # ... while a Transpose keeps every value, so its rms: small elements wrong there, where its measured producer
+    # holds none, are its own (a kernel that moved them wrongly).
+    "a few small elements wrong at a transpose": Case(
+        _chain(("fc", "MatMul"), ("t", "Transpose"), ("gelu", "Gelu")), {"fc": 4e-3, "t": 5e-3, "gelu": 5e-3},
+        ("t",), outputs=((5e-3, TOL),), tolerances={k: 0.031 for k in ("fc", "t", "gelu")},
+        own={"fc": 0.02, "t": 0.5, "gelu": 0.5}),
     # A movement op whose measured producer holds no wrong elements changed values itself (a fault there): named.
     "a few elements wrong at a movement op": Case(
         _chain(("fc", "MatMul"), ("t", "Transpose"), ("gelu", "Gelu")), {"fc": 4e-3, "t": 0.02, "gelu": 0.02},
@@ -360,6 +388,25 @@ def test_a_spike_is_named_only_past_each_bound_of_the_rule():
     assert first(SPIKE * tol * 0.99) == ()  # not beyond rounding at the largest value
     assert first(CONCENTRATED * err * 0.99) == ()  # not concentrated: spread like rounding
     assert first(0.4, peak_conv=0.25) == ("conv",)  # it starts upstream: relu only carries it on
+
+
+def test_a_spike_against_its_own_size_is_named_only_past_each_bound_of_the_rule():
+    case = CASES["a few small elements wrong"]
+    tol, err = case.tolerances["relu"], case.errors["relu"]
+
+    def first(own_relu: float, own_conv: float = 2e-2) -> tuple[str, ...]:
+        own = {**case.own, "relu": own_relu, "mul": own_relu, "fc": own_relu, "conv": own_conv}
+        return judge(case.graph, Evidence(**{**case.evidence().__dict__,
+                                             "own_peaks": {k: (p, case.errors[k]) for k, p in own.items()}})).first
+
+    assert first(max(SPIKE * tol, OWN_CONCENTRATED * err) * 1.01) == ("relu",)
+    assert first(SPIKE * tol * 0.99) == ()  # not beyond rounding
+    assert first(0.4, own_conv=0.25) == ("conv",)  # it starts upstream: relu only carries it on
+    err = 0.01
+    spread = {**case.errors, "relu": err}
+    verdict = judge(case.graph, Evidence(**{**case.evidence().__dict__, "errors": {(k, 0): e for k, e in spread.items()},
+                                            "own_peaks": {"relu": (OWN_CONCENTRATED * err * 0.99, err)}}))
+    assert verdict.first == ()  # not concentrated: within what rounding's worst element reaches
 
 
 def test_a_spike_is_not_judged_under_another_metric():

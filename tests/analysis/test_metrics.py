@@ -26,6 +26,20 @@ def test_errors_match_their_definitions():
     assert s.max_rel == pytest.approx(np.abs(d).max() / np.abs(r).max())
     assert s.cosine == pytest.approx(np.dot(r, t) / np.linalg.norm(r) / np.linalg.norm(t))
     assert s.sqnr_db == pytest.approx(10 * np.log10(np.sum(r * r) / np.sum(d * d)))
+    assert s.max_elem_rel == pytest.approx((np.abs(d) / (np.abs(r) + np.sqrt(np.mean(r * r)))).max())
+
+
+def test_a_small_element_doubled_is_off_by_its_own_size():
+    r = np.random.default_rng(4).standard_normal(100_000).astype(np.float32)
+    rounded = r.astype(np.float16).astype(np.float32)  # every element within 2**-11 of its own size
+    assert compare(r, rounded).max_elem_rel < 2.0 ** -11
+    t = r.copy()
+    small = int(np.argmin(np.abs(np.abs(r) - 0.1)))  # an element at a tenth of the rms
+    t[small] *= 2
+    s = compare(r, t)
+    assert s.max_elem_rel == pytest.approx(0.1 / 1.1, rel=0.02)
+    # a small share of the largest value, far beyond the relative L2 error
+    assert s.max_rel < 0.3 * s.max_elem_rel and s.max_elem_rel > 100 * s.rel_l2
 
 
 def test_chunked_processing_equals_one_pass(monkeypatch):
@@ -35,7 +49,7 @@ def test_chunked_processing_equals_one_pass(monkeypatch):
     whole = compare(r, t)
     monkeypatch.setattr(metrics, "_CHUNK", 97)
     chunked = compare(r, t)
-    for field in ("max_abs", "mean_abs", "rel_l2", "cosine", "sqnr_db", "mismatches"):
+    for field in ("max_abs", "mean_abs", "rel_l2", "cosine", "sqnr_db", "mismatches", "max_elem_rel"):
         assert getattr(chunked, field) == pytest.approx(getattr(whole, field), rel=1e-9)
 
 

@@ -139,7 +139,8 @@ _NEW_IN = {3: (("nodes", "diagnosis", "numbers"),)}
 # Fields added since with a default (no new schema version): left out of both sides when the saved report was
 # written before them, as the upgrade fills in the default rather than what the run would have recorded.
 _ADDED = (("ref", "openvino_version"), ("target", "openvino_version"), ("fix", "minimal"), ("ref", "recorded"),
-          ("target", "recorded"), ("nodes", "ref_absmax_samples"), ("fix", "error_on_target"))
+          ("target", "recorded"), ("nodes", "ref_absmax_samples"), ("fix", "error_on_target"),
+          ("nodes", "outputs", "max_elem_rel"), ("outputs", "stats", "max_elem_rel"))
 
 
 def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -149,7 +150,7 @@ def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, An
     from bisect_ov.report.upgrade import upgrade
 
     version = saved.get("schema_version")
-    absent = [path for path in _ADDED if not _has(saved.get(path[0]), path[-1])]
+    absent = [path for path in _ADDED if not _has(saved, path)]
     # Decoded without `Report.from_dict`'s check of unique node keys: normalized names (`Multiply_#`) can repeat.
     saved, new = (normalized(codec.from_dict(Report, upgrade(d, d["schema_version"]), where="report"))
                   for d in (saved, new))
@@ -164,11 +165,13 @@ def comparable(saved: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, An
     return saved, new
 
 
-def _has(value: Any, key: str) -> bool:
-    """Whether `value` (a dict, or a list of them: every node) holds `key`."""
+def _has(value: Any, path: tuple[str, ...]) -> bool:
+    """Whether `value` holds the key at the end of `path`, walking every item of the lists on the way."""
     if isinstance(value, list):
-        return any(isinstance(item, dict) and key in item for item in value)
-    return isinstance(value, dict) and key in value
+        return any(_has(item, path) for item in value)
+    if not isinstance(value, dict) or path[0] not in value:
+        return False
+    return len(path) == 1 or _has(value[path[0]], path[1:])
 
 
 def _drop(value: Any, path: tuple[str, ...]) -> None:
