@@ -4,7 +4,8 @@ value, is within its tolerance is not one) were written, and measured once: arch
 needle_bench's OUTSIDE set or the first five held-out sets.
 
 Built and exported exactly as `holdout.py` builds its entries (the same sizes, seeds, export paths ``@trace``,
-``@export`` and ``@onnx``, static shapes; 28 entries: Cohere's ONNX export and ESM's tracing fail, `LEFT_OUT6`), into ``<cache>/<zoo version key>/needle-holdout6-v<HOLDOUT6_BUILD>``.
+``@export`` and ``@onnx``, static shapes; 28 entries: Cohere's ONNX export and ESM's tracing fail, `LEFT_OUT6`),
+into ``<cache>/<zoo version key>/needle-holdout6-v<HOLDOUT6_BUILD>``.
 
 Architectures: transformers Cohere (LayerNorm without bias, attention and MLP in parallel, scaled logits), Persimmon
 (LayerNorm of queries and keys, partial rotary, squared ReLU) (decoders), RoFormer (rotary attention) and ESM
