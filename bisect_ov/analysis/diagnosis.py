@@ -201,7 +201,7 @@ def concentrated(output: TensorStats, tolerance: float) -> list[Cause]:
         what = f"off by {peak:.2g} of the tensor's largest value, {peak / rel:.0f}x its relative L2 error"
         ratio = peak / rel
     elif own is not None and is_concentrated_own(own, output.rel_l2, tolerance):
-        what = f"off by {own:.2g} of its own size, {own / rel:.0f}x its relative L2 error"
+        what = f"off by {own:.2g} of its own magnitude plus the tensor's rms, {own / rel:.0f}x its relative L2 error"
         peak, ratio = own, own / rel
     else:
         return []

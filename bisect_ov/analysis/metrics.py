@@ -62,7 +62,7 @@ class TensorStats:
     note: str = ""
     saturated: int = 0  # sentinel positions (float32's extremes on the reference, at the limit on the target)
     # The worst element's error against its own size: max |t - r| / (|r| + rms(r)), the floor keeping elements
-    # near zero from counting their inputs' rounding as their own (0.0 in reports saved before it).
+    # near zero from counting their inputs' rounding as their own (0.0 for integers and in reports saved before it).
     max_elem_rel: float = 0.0
 
     @property
@@ -230,7 +230,7 @@ class _Accumulator:
         sq_ref = _sum_sq(rf)
         self.sum_sq_ref += sq_ref
         floor = self.floor if self.floor is not None else math.sqrt(sq_ref / rf.size)
-        if worst > 0 and floor > 0:
+        if worst > 0 and floor > 0 and not self.integer:
             den = np.abs(rf)
             den += den.dtype.type(floor)
             np.divide(diff, den, out=den)

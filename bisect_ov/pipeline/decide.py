@@ -168,7 +168,7 @@ def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings:
         if peaks and key in peaks and is_concentrated(*peaks[key], tol):
             (peak, rel), of = peaks[key], "the tensor's largest value"
         elif own_peaks and key in own_peaks:
-            (peak, rel), of = own_peaks[key], "its own size"
+            (peak, rel), of = own_peaks[key], "its own magnitude plus the tensor's rms"
         else:
             continue
         notes.append(f"'{graph[key].name}' makes an error concentrated in a few elements: its worst element is off "
