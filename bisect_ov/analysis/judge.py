@@ -27,8 +27,8 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    an origin is absorbed.
 4. **Set aside inside kernels**: a node over its tolerance whose tensor exists only inside a kernel of the
    untouched target whose measured outputs are all within their tolerance is internal (a value the target never
-   computed), unless its local error is far beyond rounding (rule 3's first test): then the fault is in the
-   kernel, and it is named at the member that makes it.
+   computed), unless its local error is far beyond rounding (rule 3's first test) or a few of its elements are
+   wrong (rule 2): then the fault is in the kernel, and it is named at the member that makes it.
 5. **Absorbed with diverging outputs**: a node whose measured consumers come back within their tolerance and
    whose impact is below the outputs' tolerance; a source whose impact is a small share of the final error and
    of the outputs' tolerance (a bystander), while another source with local error of its own remains.
@@ -194,7 +194,7 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
     # A tapped inf inside a kernel may be a value the kernel never computed (a fused RMS norm never stores x*x),
     # so an overflow alone does not keep a node from being set aside there; error of its own far beyond
     # rounding does (the fault is in the kernel, named at its member).
-    internal = _internal(ev, nodes, beyond)
+    internal = _internal(ev, nodes, beyond | spikes)
     absorbed: set[str] = set()
     bystanders: set[str] = set()
     if outputs_ok:
@@ -308,13 +308,13 @@ def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> s
     """Rule 2, concentrated errors: measured nodes whose worst element is off by `SPIKE` tolerances (as a share of
     the tensor's largest value), `CONCENTRATED` times their relative L2 error, and `min_growth` times what their
     nearest measured inputs carried that way; or by own size (`OWN_CONCENTRATED`; not a `RESCALING` op whose
-    producer was measured). Not step ops or kernel-internal tensors, nor non-finite ones."""
+    producer was measured). Not step ops, nor non-finite tensors (a kernel's inside member is one: where the
+    kernel's fault sits)."""
     found = set()
     for peaks, holds in ((ev.peaks, is_concentrated), (ev.own_peaks, is_concentrated_own)):
         for key, (peak, rel) in peaks.items():
             s = nodes.get(key)
-            if (s is None or key in ev.steps or key in ev.inside_kernel or key in ev.nonfinite
-                    or not holds(peak, rel, s.tolerance)):
+            if s is None or key in ev.steps or key in ev.nonfinite or not holds(peak, rel, s.tolerance):
                 continue
             if (peaks is ev.own_peaks and key in ev.movement and graph[key].op_type in RESCALING
                     and _arithmetic_producer(graph, key, ev) in nodes):
