@@ -18,9 +18,10 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    tolerance (as a share of the tensor's largest value), `CONCENTRATED` times more than its relative L2 error
    says (rounding spreads error over every element in proportion to the values; a few wrong elements are not
    rounding), and `min_growth` times what its nearest measured inputs carried that way; or the same against
-   each element's own size plus the tensor's rms (`OWN_CONCENTRATED`: a small element doubled). Never ops whose
-   output steps (Round, FakeQuantize, Select, ...); an op that only moves values only where its producer was
-   measured without those elements (rule 6), and not by own size where it selects or adds values (`RESCALING`).
+   each element's own size plus the tensor's rms (`OWN_CONCENTRATED`: a small element doubled), its inputs
+   within its tolerance. Never ops whose output steps (Round, FakeQuantize, Select, ...); an op that only moves
+   values only where its producer was measured without those elements (rule 6), not by own size where it
+   selects or adds values (`RESCALING`).
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
    whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
    the target makes most of the final error, is an origin; every other diverged node that is not downstream of
@@ -113,8 +114,7 @@ class Evidence:
         By node key: (largest element error / the reference's largest magnitude, relative L2 error) of its worst
         floating output, when the run's metric is relative L2 (empty otherwise: no concentrated-error rule).
     own_peaks
-        The same with the largest element error against that element's own size, floored at the tensor's rms
-        (`TensorStats.max_elem_rel`).
+        The same with the worst element's error against its own size plus the rms (`TensorStats.max_elem_rel`).
     steps
         Keys of nodes whose output steps (`STEPS`).
     rejected, localized
@@ -307,17 +307,17 @@ def _overflow_origins(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) 
 def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> set[str]:
     """Rule 2, concentrated errors: measured nodes whose worst element is off by `SPIKE` tolerances (as a share of
     the tensor's largest value), `CONCENTRATED` times their relative L2 error, and `min_growth` times what their
-    nearest measured inputs carried that way; or by own size (`OWN_CONCENTRATED`; not a `RESCALING` op whose
-    producer was measured). Not step ops, nor non-finite tensors (a kernel's inside member is one: where the
-    kernel's fault sits)."""
+    nearest measured inputs carried that way; or by own size (`OWN_CONCENTRATED`) from inputs within tolerance
+    (where error is everywhere, elements far off their own size are no fault's mark), not at a `RESCALING` op
+    whose producer was measured. Not step ops or non-finite tensors; a kernel's inside member is one."""
     found = set()
     for peaks, holds in ((ev.peaks, is_concentrated), (ev.own_peaks, is_concentrated_own)):
         for key, (peak, rel) in peaks.items():
             s = nodes.get(key)
             if s is None or key in ev.steps or key in ev.nonfinite or not holds(peak, rel, s.tolerance):
                 continue
-            if (peaks is ev.own_peaks and key in ev.movement and graph[key].op_type in RESCALING
-                    and _arithmetic_producer(graph, key, ev) in nodes):
+            if peaks is ev.own_peaks and (s.inherited > s.tolerance or key in ev.movement and graph[key].op_type
+                                          in RESCALING and _arithmetic_producer(graph, key, ev) in nodes):
                 continue
             carried = max((peaks.get(k, (0.0, 0.0))[0] for k in measured_inputs(graph, key, nodes)), default=0.0)
             if peak >= ev.min_growth * max(carried, s.tolerance * 0.1):

@@ -272,6 +272,12 @@ CASES = {
         CHAIN, {"conv": 0.02, "relu": 0.02, "mul": 0.02, "fc": 0.02}, (), outputs=((5e-3, TOL),),
         tolerances={k: 0.031 for k in ("conv", "relu", "mul", "fc")},
         own={"conv": 0.01, "relu": 0.12, "mul": 0.12, "fc": 0.12}),
+    # Error everywhere (bf16 rounding accumulated through a deep unfused network, each input 8x over tolerance):
+    # a ReLU's few elements far off their own size are no fault's mark there, only heavier tails. Not named.
+    "error everywhere, a few elements far off": Case(
+        CHAIN, {"conv": 0.24, "relu": 0.265, "mul": 0.3, "fc": 0.35}, ("conv",), outputs=((0.35, TOL),),
+        tolerances={k: 0.031 for k in ("conv", "relu", "mul", "fc")},
+        own={"conv": 1.16, "relu": 2.82, "mul": 2.9, "fc": 3.0}, roles={"relu": "inherits"}),
     # A Pad of zeros lowers the rms its elements are measured against: their own-size error grows there, but
     # a movement op whose producer was measured adds none.
     "a movement op lowers the floor": Case(
