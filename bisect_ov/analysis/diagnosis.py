@@ -30,7 +30,7 @@ from bisect_ov.core.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
 from bisect_ov.core.records import Cause
 
 __all__ = ["observations", "diagnose", "kernel_difference", "overflow", "underflow", "concentrated", "kind_of_text", "Cause",
-           "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED",
+           "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED", "REDUCING",
            "peak_error", "own_peak_error", "is_concentrated", "is_concentrated_own"]
 
 # Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
@@ -55,6 +55,10 @@ CONCENTRATED = 3.0
 # (Gaussian tails), 5.6x at most in benign runs of 220 real models (docs/needle.md). A few elements are wrong
 # when the worst is `SPIKE` tolerances off and this many times the relative L2 error.
 OWN_CONCENTRATED = 10.0
+# Ops that sum products: rounding bounds each element by its terms' magnitudes, which its own size does not show
+# (rows of different scale, cancellation), so they are not judged against their own size.
+REDUCING = frozenset({"MatMul", "Convolution", "GroupConvolution", "ConvolutionBackpropData", "Einsum", "MVN", "FullyConnected",
+                      "ReduceSum", "ReduceMean", "ReduceL2", "NormalizeL2", "Softmax", "AvgPool", "ScaledDotProductAttention", "CumSum"})
 LONG_REDUCTION = 64
 
 
@@ -109,7 +113,7 @@ def diagnose(
     found = underflow(op_type, output, precision)
     if found:
         return found
-    found = concentrated(output, tolerance)
+    found = concentrated(output, tolerance, op_type)
     if found:
         return found
     scale_in = max((s.ref_absmax for s in inputs), default=0.0)
@@ -193,10 +197,10 @@ def is_concentrated_own(own: float, rel_l2: float, tolerance: float) -> bool:
     return math.isfinite(own) and tolerance > 0 and own >= SPIKE * tolerance and own >= OWN_CONCENTRATED * rel_l2
 
 
-def concentrated(output: TensorStats, tolerance: float) -> list[Cause]:
-    """A few elements wrong (`is_concentrated`, or `is_concentrated_own`), as a cause."""
+def concentrated(output: TensorStats, tolerance: float, op_type: str = "") -> list[Cause]:
+    """A few elements wrong (`is_concentrated`, or `is_concentrated_own` for an op not in `REDUCING`), as a cause."""
     rel = max(output.rel_l2, 1e-30)
-    peak, own = peak_error(output), own_peak_error(output)
+    peak, own = peak_error(output), None if op_type in REDUCING else own_peak_error(output)
     if peak is not None and is_concentrated(peak, output.rel_l2, tolerance):
         what = f"off by {peak:.2g} of the tensor's largest value, {peak / rel:.0f}x its relative L2 error"
         ratio = peak / rel

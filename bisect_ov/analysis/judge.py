@@ -14,14 +14,12 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    measured inputs gained none, even where an earlier overflow was taken out by a norm) is where that
    overflow starts. It is protected: never absorbed, never a bystander, whatever an impact run measured, and it
    is a first divergence unless a first divergence lies upstream of it (or it is internal, rule 4).
-   **Concentrated errors** are origins the same way: a node whose worst element is wrong by `SPIKE` times its
-   tolerance (as a share of the tensor's largest value), `CONCENTRATED` times more than its relative L2 error
-   says (rounding spreads error over every element in proportion to the values; a few wrong elements are not
-   rounding), and `min_growth` times what its nearest measured inputs carried that way; or the same against
-   each element's own size plus the tensor's rms (`OWN_CONCENTRATED`: a small element doubled), its inputs
-   within its tolerance. Never ops whose output steps (Round, FakeQuantize, Select, ...); an op that only moves
-   values only where its producer was measured without those elements (rule 6), not by own size where it
-   selects or adds values (`RESCALING`).
+   **Concentrated errors** are origins the same way: a node whose worst element is off by `SPIKE` tolerances of
+   the tensor's largest value and `CONCENTRATED` times its relative L2 error (rounding spreads error over every
+   element in proportion to the values), `min_growth` times what its nearest measured inputs carried that way;
+   or so against each element's own size plus the rms (`OWN_CONCENTRATED`, twice `min_growth`), from inputs
+   within tolerance, made by no `REDUCING` op. Never ops whose output steps (`STEPS`); a movement op only where its producer was
+   measured without those elements (rule 6), and not by own size where it selects or adds values (`RESCALING`).
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
    whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
    the target makes most of the final error, is an origin; every other diverged node that is not downstream of
@@ -64,21 +62,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
-from bisect_ov.analysis.diagnosis import CONCENTRATED, OWN_CONCENTRATED, SPIKE, is_concentrated, is_concentrated_own
+from bisect_ov.analysis.diagnosis import CONCENTRATED, OWN_CONCENTRATED, REDUCING, SPIKE, is_concentrated, is_concentrated_own
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
 
 __all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs",
-           "MOVEMENT", "RESCALING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED"]
+           "MOVEMENT", "RESCALING", "REDUCING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED"]
 
 # Ops that only move, select or copy values: they add no rounding error of their own.
 MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
                       "StridedSlice", "Gather", "GatherElements", "GatherND", "Broadcast", "Tile", "Identity",
                       "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Pad", "Reverse", "Roll"})
 # Movement ops whose output may hold a part of their input's values, or others too: its rms is not their input's.
-RESCALING = frozenset({"Concat", "Pad", "Slice", "StridedSlice", "Split", "VariadicSplit", "Gather", "GatherElements",
-                       "GatherND"})
+RESCALING = frozenset({"Concat", "Pad", "Slice", "StridedSlice", "Split", "VariadicSplit", "Gather", "GatherElements", "GatherND"})
 # Ops whose output steps as its input crosses a threshold: a value within rounding of a step gives a whole step
 # of difference at a few elements, which is their nature, not a fault.
 STEPS = frozenset({"FakeQuantize", "Round", "Floor", "Ceiling", "Sign", "Select", "Quantize", "Dequantize"})
@@ -305,39 +302,40 @@ def _overflow_origins(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) 
 
 
 def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> set[str]:
-    """Rule 2, concentrated errors: measured nodes whose worst element is off by `SPIKE` tolerances (as a share of
-    the tensor's largest value), `CONCENTRATED` times their relative L2 error, and `min_growth` times what their
-    nearest measured inputs carried that way; or by own size (`OWN_CONCENTRATED`) from inputs within tolerance
-    (where error is everywhere, elements far off their own size are no fault's mark), not at a `RESCALING` op
-    whose producer was measured. Not step ops or non-finite tensors; a kernel's inside member is one."""
+    """Rule 2, concentrated errors (the module's docstring), by share of the largest value or by own size; from
+    inputs within tolerance only by own size (where error is everywhere, tails are no fault's mark)."""
     found = set()
     for peaks, holds in ((ev.peaks, is_concentrated), (ev.own_peaks, is_concentrated_own)):
         for key, (peak, rel) in peaks.items():
             s = nodes.get(key)
             if s is None or key in ev.steps or key in ev.nonfinite or not holds(peak, rel, s.tolerance):
                 continue
-            if peaks is ev.own_peaks and (s.inherited > s.tolerance or key in ev.movement and graph[key].op_type
-                                          in RESCALING and _arithmetic_producer(graph, key, ev) in nodes):
+            passed: set[str] = set()
+            inputs = measured_inputs(graph, key, nodes, passed)
+            if peaks is ev.own_peaks and (s.inherited > s.tolerance or any(
+                    graph[k].op_type in REDUCING for k in passed | {key} if k in graph) or key in ev.movement
+                    and graph[key].op_type in RESCALING and _arithmetic_producer(graph, key, ev) in nodes):
                 continue
-            carried = max((peaks.get(k, (0.0, 0.0))[0] for k in measured_inputs(graph, key, nodes)), default=0.0)
-            if peak >= ev.min_growth * max(carried, s.tolerance * 0.1):
+            carried = max((peaks.get(k, (0.0, 0.0))[0] for k in inputs), default=0.0)
+            # By own size, elementwise arithmetic adds its inputs' errors (a square doubles them): twice the growth.
+            if peak >= ev.min_growth * (2 if peaks is ev.own_peaks else 1) * max(carried, s.tolerance * 0.1):
                 found.add(key)
     return found
 
 
-def measured_inputs(graph: Any, key: str, nodes: Collection[str]) -> set[str]:
-    """The measured nodes nearest upstream of `key` along its data inputs, through nodes that were not measured."""
+def measured_inputs(graph: Any, key: str, nodes: Collection[str], passed: set[str] | None = None) -> set[str]:
+    """The measured nodes nearest upstream of `key` along its data inputs, through unmeasured ones (to `passed`)."""
     found: set[str] = set()
-    seen: set[str] = set()
+    seen: set[str] = set() if passed is None else passed
     stack = [k for k, _ in graph.data_inputs(key)]
     while stack:
         k = stack.pop()
-        if k in seen:
+        if k in seen or k in found:
             continue
-        seen.add(k)
         if k in nodes:
             found.add(k)
         else:
+            seen.add(k)
             stack.extend(i for i, _ in graph.data_inputs(k))
     return found
 

@@ -284,14 +284,22 @@ CASES = {
         _chain(("fc", "MatMul"), ("pad", "Pad"), ("gelu", "Gelu")), {"fc": 4e-3, "pad": 4e-3, "gelu": 4e-3},
         (), outputs=((5e-3, TOL),), tolerances={k: 0.031 for k in ("fc", "pad", "gelu")},
         own={"fc": 0.03, "pad": 0.09, "gelu": 0.09}),
-    # A fault inside a fused kernel whose output dilutes it (a MatMul's few wrong elements, then the residual Add
-    # the CPU fused with it): the member, tapped when the group was refined, holds the wrong elements. Named
-    # there, not set aside as a value the target never computed.
+    # A fault inside a fused kernel whose output dilutes it (a scale's few wrong elements, then the residual Add the
+    # CPU fused with it): the member, tapped when the group was refined, holds the wrong elements. Named there,
+    # not set aside as a value the target never computed.
     "a few elements wrong inside a kernel": Case(
-        _chain(("ln", "MVN"), ("mm", "MatMul"), ("add", "Add"), ("gelu", "Gelu")),
-        {"ln": 4e-3, "mm": 0.04, "add": 6e-3, "gelu": 6e-3}, ("mm",), outputs=((5e-3, TOL),),
-        tolerances={"ln": 0.031, "mm": 0.031, "add": 0.031, "gelu": 0.031}, inside={"mm": "k"},
-        kernel_outputs={"k": ("add",)}, own={"ln": 0.01, "mm": 0.5, "add": 0.05, "gelu": 0.05}),
+        _chain(("mm", "MatMul"), ("mul", "Multiply"), ("add", "Add"), ("gelu", "Gelu")),
+        {"mm": 4e-3, "mul": 0.04, "add": 6e-3, "gelu": 6e-3}, ("mul",), outputs=((5e-3, TOL),),
+        tolerances={"mm": 0.031, "mul": 0.031, "add": 0.031, "gelu": 0.031}, inside={"mul": "k"},
+        kernel_outputs={"k": ("add",)}, own={"mm": 0.01, "mul": 0.5, "add": 0.05, "gelu": 0.05}),
+    # Ops that sum products are not judged by own size: rounding bounds each of their elements by its terms'
+    # magnitudes (rows of different scale, cancellation), not by the element's own (TinyViT's windowed attention
+    # scores in its benign run: 34x their relative L2 error). Nor is what carries their output when they were not
+    # measured (a bias Add the target fused with its MatMul).
+    "a sum of products far off its own size": Case(
+        _chain(("ln", "MVN"), ("mm", "MatMul"), ("bias", "Add"), ("gelu", "Gelu")),
+        {"ln": 4e-3, "bias": 0.02, "gelu": 0.02}, (), outputs=((5e-3, TOL),),
+        tolerances={"ln": 0.031, "bias": 0.07, "gelu": 0.031}, own={"ln": 0.01, "bias": 0.75, "gelu": 0.7}),
     # ... while a Transpose keeps every value, so its rms: small elements wrong there, where its measured producer
     # holds none, are its own (a kernel that moved them wrongly).
     "a few small elements wrong at a transpose": Case(
@@ -408,14 +416,16 @@ def test_a_spike_against_its_own_size_is_named_only_past_each_bound_of_the_rule(
     case = CASES["a few small elements wrong"]
     tol, err = case.tolerances["relu"], case.errors["relu"]
 
-    def first(own_relu: float, own_conv: float = 2e-2) -> tuple[str, ...]:
+    def first(own_relu: float, own_conv: float = 1e-2) -> tuple[str, ...]:
         own = {**case.own, "relu": own_relu, "mul": own_relu, "fc": own_relu, "conv": own_conv}
         return judge(case.graph, Evidence(**{**case.evidence().__dict__,
                                              "own_peaks": {k: (p, case.errors[k]) for k, p in own.items()}})).first
 
     assert first(max(SPIKE * tol, OWN_CONCENTRATED * err) * 1.01) == ("relu",)
     assert first(SPIKE * tol * 0.99) == ()  # not beyond rounding
-    assert first(0.4, own_conv=0.25) == ("conv",)  # it starts upstream: relu only carries it on
+    assert first(0.4, own_conv=0.25) == ()  # relu only carries what conv holds (conv sums products: not judged so)
+    # elementwise arithmetic adds its inputs' own-size errors (a square doubles them): twice min_growth over them
+    assert first(0.3, own_conv=0.3 / 4 * 1.01) == () and first(0.3, own_conv=0.3 / 4 * 0.99) == ("relu",)
     err = 0.01
     spread = {**case.errors, "relu": err}
     verdict = judge(case.graph, Evidence(**{**case.evidence().__dict__, "errors": {(k, 0): e for k, e in spread.items()},
