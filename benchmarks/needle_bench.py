@@ -78,7 +78,8 @@ FAULTS = {"mnoise": {"kind": "mnoise", "magnitude": 0.2}, "scale": {"kind": "sca
 HELD_OUT = {"holdout": ("holdout", "HOLDOUT", "load_holdout"), "holdout2": ("holdout2", "HOLDOUT2", "load_holdout2"),
             "holdout3": ("holdout3", "HOLDOUT3", "load_holdout3"), "holdout4": ("holdout4", "HOLDOUT4", "load_holdout4"),
             "holdout5": ("holdout5", "HOLDOUT5", "load_holdout5"), "holdout6": ("holdout6", "HOLDOUT6", "load_holdout6"),
-            "holdout7": ("holdout7", "HOLDOUT7", "load_holdout7"), "holdout8": ("holdout8", "HOLDOUT8", "load_holdout8")}
+            "holdout7": ("holdout7", "HOLDOUT7", "load_holdout7"), "holdout8": ("holdout8", "HOLDOUT8", "load_holdout8"),
+            "holdout9": ("holdout9", "HOLDOUT9", "load_holdout9")}
 # A fault "changes the final outputs" when some output moves by more than this (relative L2): f32 rounding.
 UNCHANGED = 1e-6
 # Ops that only move or select values (and the masks built from them); faults go on arithmetic by default.
@@ -647,7 +648,8 @@ def summary_lines(s: dict) -> list[str]:
              f"fifth: {r(s.get('holdout5', {'hits': 0, 'sites': 0}))}; "
              f"sixth: {r(s.get('holdout6', {'hits': 0, 'sites': 0}))}; "
              f"seventh: {r(s.get('holdout7', {'hits': 0, 'sites': 0}))}; "
-             f"eighth: {r(s.get('holdout8', {'hits': 0, 'sites': 0}))}",
+             f"eighth: {r(s.get('holdout8', {'hits': 0, 'sites': 0}))}; "
+             f"ninth: {r(s.get('holdout9', {'hits': 0, 'sites': 0}))}",
              "  by fault shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["by_fault"].items()),
              f"  faults larger than their node's tolerance (fault size on f32 > the measured site's tolerance): "
              f"{r(s['beyond'])}; by shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["beyond_by_fault"].items()),
@@ -716,6 +718,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also the seventh held-out set, benchmarks/holdout7.py (all of it, or the names given)")
     parser.add_argument("--holdout8", nargs="*", default=None,
                         help="also the eighth held-out set, benchmarks/holdout8.py (all of it, or the names given)")
+    parser.add_argument("--holdout9", nargs="*", default=None,
+                        help="also the ninth held-out set, benchmarks/holdout9.py (all of it, or the names given)")
     parser.add_argument("--sites", type=int, default=10, help="fault sites per model (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sites and the inputs (default 0)")
     parser.add_argument("--target", default="CPU:bf16", choices=TARGETS, help="the target (default CPU:bf16)")
