@@ -18,8 +18,8 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    the tensor's largest value and `CONCENTRATED` times its relative L2 error (rounding spreads error over every
    element in proportion to the values), `min_growth` times what its nearest measured inputs carried that way;
    or so against each element's own size plus the rms (`OWN_CONCENTRATED`, twice `min_growth`), from inputs
-   within tolerance, made by no `REDUCING` op. Never ops whose output steps (`STEPS`); a movement op only where its producer was
-   measured without those elements (rule 6), and not by own size where it selects or adds values (`RESCALING`).
+   within tolerance, made by no `REDUCING` op. Never ops whose output steps (`STEPS`); a movement op only where
+   its producer was measured without those elements (rule 6), not by own size where it selects or adds values.
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
    whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
    the target makes most of the final error, is an origin; every other diverged node that is not downstream of
@@ -68,14 +68,16 @@ from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
 
 __all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs",
-           "MOVEMENT", "RESCALING", "REDUCING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED"]
+           "MOVEMENT", "RESCALING", "REDUCING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED",
+           "OWN_CONCENTRATED"]
 
 # Ops that only move, select or copy values: they add no rounding error of their own.
 MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
                       "StridedSlice", "Gather", "GatherElements", "GatherND", "Broadcast", "Tile", "Identity",
                       "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Pad", "Reverse", "Roll"})
 # Movement ops whose output may hold a part of their input's values, or others too: its rms is not their input's.
-RESCALING = frozenset({"Concat", "Pad", "Slice", "StridedSlice", "Split", "VariadicSplit", "Gather", "GatherElements", "GatherND"})
+RESCALING = frozenset({"Concat", "Pad", "Slice", "StridedSlice", "Split", "VariadicSplit", "Gather", "GatherElements",
+                       "GatherND"})
 # Ops whose output steps as its input crosses a threshold: a value within rounding of a step gives a whole step
 # of difference at a few elements, which is their nature, not a fault.
 STEPS = frozenset({"FakeQuantize", "Round", "Floor", "Ceiling", "Sign", "Select", "Quantize", "Dequantize"})
