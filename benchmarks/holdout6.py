@@ -88,8 +88,7 @@ LEFT_OUT6 = {"cohere@onnx": "torch.onnx.export (TorchScript) writes Cohere's rot
                             "do not broadcast: OpenVINO's ONNX frontend refuses the file",
              "esm@trace": "torch.jit.trace cannot trace ESM's rotary embedding cache"}
 
-HOLDOUT6: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = {
-    name: entry for name, entry in holdout.entries(ARCHITECTURES).items() if name not in LEFT_OUT6}
+HOLDOUT6: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = holdout.entries(ARCHITECTURES, LEFT_OUT6)
 
 
 # An entry of `HOLDOUT6` as (`ov.Model`, meta), built once; `main` builds every entry (or those named), runs each

@@ -65,8 +65,7 @@ LEFT_OUT9 = {"convit@trace": "torch.jit.trace cannot trace ConViT's gated positi
              "volo@onnx": "torch.onnx.export at opset 17 has no aten::col2im (VOLO's outlook attention folds)",
              "eva02@onnx": "torch.onnx.export (TorchScript) passes a tensor to scaled_dot_product_attention's is_causal"}
 
-HOLDOUT9: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = {
-    name: entry for name, entry in holdout.entries(ARCHITECTURES).items() if name not in LEFT_OUT9}
+HOLDOUT9: dict[str, tuple[str, Callable[[], tuple[Any, dict]]]] = holdout.entries(ARCHITECTURES, LEFT_OUT9)
 
 
 # An entry of `HOLDOUT9` as (`ov.Model`, meta), built once; `main` builds every entry (or those named), runs each

@@ -80,6 +80,8 @@ HELD_OUT = {"holdout": ("holdout", "HOLDOUT", "load_holdout"), "holdout2": ("hol
             "holdout5": ("holdout5", "HOLDOUT5", "load_holdout5"), "holdout6": ("holdout6", "HOLDOUT6", "load_holdout6"),
             "holdout7": ("holdout7", "HOLDOUT7", "load_holdout7"), "holdout8": ("holdout8", "HOLDOUT8", "load_holdout8"),
             "holdout9": ("holdout9", "HOLDOUT9", "load_holdout9")}
+# Each held-out set's ordinal, in `HELD_OUT`'s order (the flags' help and the summary name them so).
+NTH = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth")
 # A fault "changes the final outputs" when some output moves by more than this (relative L2): f32 rounding.
 UNCHANGED = 1e-6
 # Ops that only move or select values (and the masks built from them); faults go on arithmetic by default.
@@ -642,14 +644,8 @@ def summary_lines(s: dict) -> list[str]:
              f"  outputs within their tolerance: {r(s['within'])}",
              f"  named in the top-3 culprits:    {r(s['top3'])}",
              f"  zoo: {r(s['zoo'])}; outside the zoo: {r(s['outside'])}; held out: {r(s['holdout'])}; "
-             f"second held-out set: {r(s.get('holdout2', {'hits': 0, 'sites': 0}))}; "
-             f"third: {r(s.get('holdout3', {'hits': 0, 'sites': 0}))}; "
-             f"fourth: {r(s.get('holdout4', {'hits': 0, 'sites': 0}))}; "
-             f"fifth: {r(s.get('holdout5', {'hits': 0, 'sites': 0}))}; "
-             f"sixth: {r(s.get('holdout6', {'hits': 0, 'sites': 0}))}; "
-             f"seventh: {r(s.get('holdout7', {'hits': 0, 'sites': 0}))}; "
-             f"eighth: {r(s.get('holdout8', {'hits': 0, 'sites': 0}))}; "
-             f"ninth: {r(s.get('holdout9', {'hits': 0, 'sites': 0}))}",
+             + "; ".join(f"{nth}{' held-out set' if nth == 'second' else ''}: {r(s.get(held, {'hits': 0, 'sites': 0}))}"
+                         for held, nth in list(zip(HELD_OUT, NTH))[1:]),
              "  by fault shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["by_fault"].items()),
              f"  faults larger than their node's tolerance (fault size on f32 > the measured site's tolerance): "
              f"{r(s['beyond'])}; by shape: " + ", ".join(f"{k} {r(v)}" for k, v in s["beyond_by_fault"].items()),
@@ -702,24 +698,10 @@ def main(argv: list[str] | None = None) -> int:
                                                     f"outside-zoo names are allowed too: {sorted(OUTSIDE)}")
     parser.add_argument("--outside", nargs="*", default=None,
                         help="also architectures outside the zoo (all of them, or the names given)")
-    parser.add_argument("--holdout", nargs="*", default=None,
-                        help="also the held-out architectures of benchmarks/holdout.py (all of them, or the names given)")
-    parser.add_argument("--holdout2", nargs="*", default=None,
-                        help="also the second held-out set, benchmarks/holdout2.py (all of it, or the names given)")
-    parser.add_argument("--holdout3", nargs="*", default=None,
-                        help="also the third held-out set, benchmarks/holdout3.py (all of it, or the names given)")
-    parser.add_argument("--holdout4", nargs="*", default=None,
-                        help="also the fourth held-out set, benchmarks/holdout4.py (all of it, or the names given)")
-    parser.add_argument("--holdout5", nargs="*", default=None,
-                        help="also the fifth held-out set, benchmarks/holdout5.py (all of it, or the names given)")
-    parser.add_argument("--holdout6", nargs="*", default=None,
-                        help="also the sixth held-out set, benchmarks/holdout6.py (all of it, or the names given)")
-    parser.add_argument("--holdout7", nargs="*", default=None,
-                        help="also the seventh held-out set, benchmarks/holdout7.py (all of it, or the names given)")
-    parser.add_argument("--holdout8", nargs="*", default=None,
-                        help="also the eighth held-out set, benchmarks/holdout8.py (all of it, or the names given)")
-    parser.add_argument("--holdout9", nargs="*", default=None,
-                        help="also the ninth held-out set, benchmarks/holdout9.py (all of it, or the names given)")
+    for held, nth in zip(HELD_OUT, NTH):
+        parser.add_argument(f"--{held}", nargs="*", default=None, help=(
+            "also the held-out architectures of benchmarks/holdout.py (all of them, or the names given)" if held == "holdout"
+            else f"also the {nth} held-out set, benchmarks/{held}.py (all of it, or the names given)"))
     parser.add_argument("--sites", type=int, default=10, help="fault sites per model (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the sites and the inputs (default 0)")
     parser.add_argument("--target", default="CPU:bf16", choices=TARGETS, help="the target (default CPU:bf16)")
