@@ -147,15 +147,16 @@ class Fidelity:
 @dataclass(frozen=True)
 class Noise:
     """The target against itself: largest relative L2 difference of the final outputs between two runs of one
-    compile, and between two compiles (None when a second compile proves nothing, as for emulated devices)."""
+    compile, and between two compiles; None where not measured (a second compile proves nothing for an emulated
+    device; neither runs when a floor could not change the verdict)."""
 
-    run_to_run: float
+    run_to_run: float | None = None
     compile_to_compile: float | None = None
 
     @property
     def floor(self) -> float:
         """The largest of the measured differences: errors below twice this are not the model's doing."""
-        return max(self.run_to_run, self.compile_to_compile or 0.0)
+        return max(self.run_to_run or 0.0, self.compile_to_compile or 0.0)
 
     def items(self) -> list[tuple[str, float]]:
         """The measured differences by name, in order (those measured only)."""

@@ -218,52 +218,45 @@ class Engine:
         finally:
             pool.shutdown(wait=False)
 
-    def _recompiled_runs(self) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-        """The untouched target compiled again (uncounted) and run on the sample: its outputs and, when the
-        untouched run made no second run, a second run's (else None)."""
+    def _recompiled_runs(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The untouched target compiled again (uncounted) and run twice on the sample: both runs' outputs."""
         compiled = self.runner.target.compile(self.runner.target_graph.model)
         first = compiled.infer(self.sample.target, share_outputs=False)
-        again = self.untouched.target.run_to_run is None
-        return first, compiled.infer(self.sample.target, share_outputs=False) if again else None
+        return first, compiled.infer(self.sample.target, share_outputs=False)
 
     def noise(self, *, reproduced: bool, extra_work: bool = True,
               recompiled: Sequence[np.ndarray] | None = None,
-              beside: tuple[Sequence[np.ndarray], Sequence[np.ndarray] | None] | None = None) -> dict[str, float]:
-        """The target against itself: two runs of the plain compile, and another compile.
+              beside: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None) -> dict[str, float]:
+        """The target against itself: two runs of one compile, and two compiles.
 
-        Returns the largest relative L2 difference of the final outputs between two runs of one compile and
-        between two compiles (0.0 when bit-identical). Differences below this floor are not the model's doing.
-        The run-to-run figure is the untouched run's second run (`run_target(repeat=True)`). `reproduced`:
-        an instrumented target compile already gave the untouched outputs bit for bit, so it counts as the
-        second compile; only otherwise is the untouched model compiled again. With ``extra_work=False``
-        nothing more is run: only what those runs showed is reported (an unmeasured figure as 0.0).
+        Returns the largest relative L2 difference of the final outputs between two runs of one compile
+        (``run_to_run``) and between two compiles (``compile_to_compile``), 0.0 when bit-identical, each only
+        when measured. Differences below this floor are not the model's doing. The untouched target runs once;
+        `reproduced`: an instrumented target compile gave the untouched outputs bit for bit, so another
+        compile's run agreed to the bit (for an emulated device, the CPU in f32 running fixed arithmetic, it
+        counts as a second run only: recompiling it proves nothing). Otherwise, with ``extra_work``, the
+        untouched model is compiled again and run twice; without, nothing more runs and nothing is reported.
         `recompiled`: the outputs of another compile of the untouched target on this sample, made already
         (by the generation steps): they give the compile-to-compile figure without compiling again.
-        `beside`: what the compile started beside the measurement gave (`start_recompile`: its outputs and a
-        second run's, or None), counted here.
+        `beside`: what the compile started beside the measurement gave (`start_recompile`: two runs' outputs),
+        counted here.
         """
         runner = self.runner
+        emulated = self.untouched.target.info is not None and self.untouched.target.info.emulated
+        if reproduced:
+            return {"run_to_run": 0.0} if emulated else {"run_to_run": 0.0, "compile_to_compile": 0.0}
+        if emulated:
+            return {}
         with self.runner.clock("noise"):
             plain = list(self.untouched.target_final)
-            result: dict[str, float] = {}
-            if self.untouched.target.run_to_run is not None:
-                result["run_to_run"] = self.untouched.target.run_to_run
-            if self.untouched.target.info is not None and self.untouched.target.info.emulated:
-                # An emulated device is the CPU in f32 running fixed arithmetic: recompiling it proves nothing.
-                return result if result else {"run_to_run": 0.0}
-            if reproduced or not extra_work:
-                result.setdefault("run_to_run", 0.0)
-                if reproduced:
-                    result["compile_to_compile"] = 0.0
-                return result
-            if recompiled is not None and "run_to_run" in result:
-                other, again = list(recompiled), None  # made and counted by the generation steps
-            else:
-                other, again = (list(beside[0]), beside[1]) if beside is not None else self._recompiled_runs()
-                runner.count_compile("target")
-                runner.ran("target", 1 if again is None else 2)
-            result["compile_to_compile"] = max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0)
-            if again is not None:
-                result["run_to_run"] = max((compare(a, b).rel_l2 for a, b in zip(other, again)), default=0.0)
-        return result
+            if recompiled is not None:  # made and counted by the generation steps
+                return {"compile_to_compile": max((compare(a, b).rel_l2 for a, b in zip(plain, recompiled)),
+                                                  default=0.0)}
+            if not extra_work:
+                return {}
+            other, again = (list(beside[0]), list(beside[1])) if beside is not None else self._recompiled_runs()
+            runner.count_compile("target")
+            runner.ran("target", 2)
+            return {"compile_to_compile": max((compare(a, b).rel_l2 for a, b in zip(plain, other)), default=0.0),
+                    "run_to_run": max((compare(a, b).rel_l2 for a, b in zip(other, again)), default=0.0)}
 

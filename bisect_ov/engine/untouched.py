@@ -3,8 +3,8 @@ measurement explains.
 
 Two functions, called in this order by the pipeline, each returning a frozen record:
 
-* `run_target` compiles and runs the untouched target (twice with ``repeat``, for the run-to-run noise) and
-  reads its runtime graph: its real fusion groups, and which of a twin's tensors live inside int8 kernels.
+* `run_target` compiles and runs the untouched target once and reads its runtime graph: its real fusion
+  groups, and which of a twin's tensors live inside int8 kernels.
 * `run_reference` runs the reference, given what the target showed. An f32 reference can expose at once the
   tensors later measurements compare (`taps`): their values are kept (`ReadyValues`) and no later measurement
   compiles the reference for them. Beyond the tap budget, when the model can be streamed, the reference's plain
@@ -30,7 +30,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from bisect_ov.analysis.metrics import compare
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.engine.comparison import Sample
 from bisect_ov.engine.measured import Measured
@@ -45,12 +44,12 @@ __all__ = ["TargetRun", "ReadyValues", "Streamed", "Untouched", "run_target", "r
 
 @dataclass(frozen=True, eq=False)
 class TargetRun:
-    """The untouched target's run: its outputs (copies), its runtime graph, the run-to-run noise."""
+    """The untouched target's run: its outputs (copies) and its runtime graph. It runs once: the noise check
+    runs the target again only when a floor could change the verdict (`Engine.noise`)."""
 
     outputs: tuple[np.ndarray, ...]
     runtime: RuntimeGraph  # empty for an emulated device: the CPU's f32 graph of the rewritten model says nothing
     untappable: frozenset[Tap]  # reference taps whose twin tensors live inside an int8 kernel
-    run_to_run: float | None  # the same compile run twice (None when not repeated)
     info: DeviceInfo | None = None  # what the untouched target compile runs with
     compiled: Any = None  # the samples pass's reference compile, when it made the pair: the reference reuses it
 
@@ -93,32 +92,26 @@ class Untouched:
         return self.target.untappable
 
 
-def run_target(runner: Runner, sample: Sample, *, repeat: bool = False, compiled: Any = None) -> TargetRun:
-    """Compile and run the untouched target (see the module docstring); `repeat`: run it a second time.
+def run_target(runner: Runner, sample: Sample, *, compiled: Any = None) -> TargetRun:
+    """Compile and run the untouched target (see the module docstring).
     `compiled`: the (ref, target) pair the samples pass compiled (`Runner.compile_untouched`), run rather than
     compiling again."""
     comparison = runner.comparison
-    n = len(comparison.graph.model.outputs)
     with runner.clock("plain run"):
         if compiled is not None:  # compiled already, to run many samples: reusing them beats a recompile
             ref_c, target_c = compiled
             target_out = [np.array(a) for a in target_c.infer(list(sample.target), share_outputs=False)]
         else:
             target_c = runner.compile("target", comparison.target_graph.model)
-            target_out = [np.array(a) for a in target_c.infer(list(sample.target))]  # copies: `repeat` reruns
+            target_out = [np.array(a) for a in target_c.infer(list(sample.target))]  # copies: outlive the compile
         runner.ran("target")
         runner.note("target", target_c)
-        run_to_run = None
-        if repeat:
-            again = target_c.infer(list(sample.target))
-            runner.ran("target")
-            run_to_run = max((compare(a, b).rel_l2 for a, b in zip(target_out[:n], again[:n])), default=0.0)
         runtime = RuntimeGraph() if target_c.info.emulated else target_c.runtime
         untappable: frozenset[Tap] = frozenset()
         if comparison.twin:
             inside = int8_internal(comparison.target_graph, runtime)
             untappable = frozenset(r for r, t in comparison.target_of.items() if t.key in inside)
-    return TargetRun(tuple(target_out), runtime, untappable, run_to_run, target_c.info,
+    return TargetRun(tuple(target_out), runtime, untappable, target_c.info,
                      ref_c if compiled is not None else None)
 
 

@@ -282,7 +282,7 @@ def run_untouched(setup: Setup) -> Examined:
     reference's plain run is the streamed measurement itself (`bisect_ov.engine.untouched`).
     """
     runner, options, comparison = setup.runner, setup.options, setup.comparison
-    target_run = run_target(runner, setup.sample, repeat=options.noise_runs, compiled=setup.untouched)
+    target_run = run_target(runner, setup.sample, compiled=setup.untouched)
     fusion = plan_fusion(comparison, target_run.runtime, target_run.untappable)
     kept: list[Any] = []  # the steps run the same model: the reference's compile is kept for them
     engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion,
@@ -313,7 +313,7 @@ def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = No
     untouched target's run already made; `fusion`: its fused kernels already read (`plan_fusion`); `keep`:
     receives the reference's untouched compile (`engine.untouched.run_reference`)."""
     if target_run is None:
-        target_run = run_target(runner, sample, repeat=options is not None and options.noise_runs)
+        target_run = run_target(runner, sample)
     if options is None or target_run.compiled is not None:
         return Engine(runner, sample, run_reference(runner, sample, target_run, keep=keep))
     comparison = runner.comparison
@@ -337,7 +337,7 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     """The target's noise floor, every node's tolerance, error-growth scores and final-output results."""
     engine, options, plan = examined.engine, setup.options, examined.plan
     # A noise floor only raises tolerances: with nothing over its tolerance it cannot change the verdict, so the
-    # untouched target is not compiled again for it (what the runs made show is still reported).
+    # untouched target is not compiled or run again for it (what the runs made show is still reported).
     needed = (measurement.beside is not None or examined.recompiled is not None  # made already: free to use
               or over_tolerance(setup, examined, measurement.stats, measurement.exact))
     measured_noise = (engine.noise(reproduced=measurement.reproduced, extra_work=options.noise_runs and needed,
@@ -346,8 +346,8 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     noise_note = ""
     emulated = engine.untouched.target.info is not None and engine.untouched.target.info.emulated
     if options.noise and options.noise_runs and not needed and not emulated and "compile_to_compile" not in measured_noise:
-        noise_note = ("The untouched target was not compiled a second time for the noise check: no node or output "
-                      "is over its tolerance, so a noise floor could not change the verdict.")
+        noise_note = ("The untouched target was not compiled or run a second time for the noise check: no node or "
+                      "output is over its tolerance, so a noise floor could not change the verdict.")
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
     with setup.clock("score"):
