@@ -305,6 +305,64 @@ def test_a_lower_precision_target_never_compiles_the_reference_twice(node):
     assert report.costs["plain"]["ref_compiles"] == 1
 
 
+@pytest.mark.parametrize("strategy", ["auto", "fusion", "bisection"])
+def test_the_search_s_first_target_compile_starts_beside_the_reference_s_run(strategy):
+    """A search whose first taps are known before it starts (the fusion boundaries) has its target compile
+    started beside the reference's untouched run, and the first measurement takes it: counted once, in the
+    measure stage, as if made there; nothing is held after. A bisection's first cut is not known: none starts."""
+    from bisect_ov.zoo import synthetic
+
+    model = synthetic.attention_block()
+    twin = inject_fault(model, "attn/context", "noise", 0.05, seed=7)
+    setup = open_comparison(model, "CPU:f32", "EMU:f16", synthetic.sample_inputs(model, seed=1), twin,
+                            BisectOptions(progress=False, strategy=strategy, impact=0))
+    examined = run_untouched(setup)
+    engine = examined.engine
+    ahead = engine._ahead
+    assert (ahead is not None) is (strategy != "bisection")
+    if ahead is not None:
+        assert set(ahead.taps) == set(engine.tappable(examined.plan.fusion.boundaries))
+    ledger = setup.runner.ledger
+    before = ledger.compiles["target"]
+    measurement = measure(setup, examined)
+    made = ledger.compiles["target"] - before
+    assert engine._ahead is None and (ahead is None or ahead.compiled.done())
+    # The same search on an engine without it: as many target compiles, the same statistics.
+    from dataclasses import replace
+
+    plain = replace(examined, engine=Engine(engine.runner, engine.sample, engine.untouched))
+    before = ledger.compiles["target"]
+    again = measure(setup, plain)
+    assert ledger.compiles["target"] - before == made
+    assert {t: s.rel_l2 for t, s in again.stats.items()} == {t: s.rel_l2 for t, s in measurement.stats.items()}
+    report = bisect(model, "CPU:f32", "EMU:f16", synthetic.sample_inputs(model, seed=1), target_model=twin,
+                    strategy=strategy, impact=0, progress=False)
+    assert report.first_divergence is not None and report.first_divergence.name == "attn/context"
+
+
+def test_a_compile_started_ahead_for_other_taps_is_dropped_uncounted():
+    """The first measurement takes the compile started ahead only when it measures exactly its taps; otherwise
+    the target compiles what is asked (counted once) and the one made ahead is dropped, never counted."""
+    from bisect_ov.engine.engine import start_ahead
+    from bisect_ov.zoo import synthetic
+
+    model = synthetic.attention_block()
+    setup = open_comparison(model, "CPU:f32", "EMU:f16", synthetic.sample_inputs(model, seed=1), None,
+                            BisectOptions(progress=False))
+    examined = run_untouched(setup)
+    old = examined.engine
+    ready = list(old.untouched.ready.index)
+    engine = Engine(old.runner, old.sample, old.untouched, start_ahead(old.runner, ready[:2]))
+    before = setup.runner.ledger.compiles["target"]
+    part = engine.measure_part(ready[:3])
+    assert setup.runner.ledger.compiles["target"] - before == 1 and engine._ahead is None
+    assert set(part.stats) == set(ready[:3])
+    taken = Engine(old.runner, old.sample, old.untouched, start_ahead(old.runner, ready[:3]))
+    again = taken.measure_part(ready[:3])
+    assert setup.runner.ledger.compiles["target"] - before == 2
+    assert {t: s.rel_l2 for t, s in again.stats.items()} == {t: s.rel_l2 for t, s in part.stats.items()}
+
+
 def test_the_auto_tap_budget_is_half_the_weights_and_at_least_64_mb():
     from bisect_ov.pipeline.options import auto_tap_bytes
 

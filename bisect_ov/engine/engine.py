@@ -4,12 +4,15 @@ target against itself.
 An `Engine` is made from a `Runner`, a `Sample` and that sample's `Untouched` run, so it cannot exist before
 the untouched run did, and nothing it computes depends on which of its methods ran before: every method
 returns what it measured (a `Measured`, values, a noise record) and keeps nothing but a cache of compiled
-pieces (partitioned runs repeat the same segments). Examining another sample is another engine.
+pieces (partitioned runs repeat the same segments) and, until its first measurement takes it, the target's
+tapped compile started beside the reference's untouched run (`Ahead`). Examining another sample is another
+engine.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -24,21 +27,59 @@ from bisect_ov.engine.pieces import compile_piece, run_compiled_piece
 from bisect_ov.engine.runner import Runner, run_both, same_bits
 from bisect_ov.engine.streamed import can_stream, stream
 from bisect_ov.engine.untouched import Untouched
-from bisect_ov.model.taps import Tap, plan_chunks, tap_model, tensor_sizes
+from bisect_ov.model.taps import Tap, TappedModel, plan_chunks, tap_model, tensor_sizes
 
-__all__ = ["Engine", "PIECE_CACHE"]
+__all__ = ["Engine", "PIECE_CACHE", "Ahead", "one_compile", "start_ahead"]
 
 PIECE_CACHE = 256  # compiled segments kept for reuse by partitioned runs
 
 
-class Engine:
-    """Measurements of one examined sample; see the module docstring."""
+@dataclass(frozen=True, eq=False)
+class Ahead:
+    """The target's compile of `taps` exposed, started beside the reference's untouched run (`start_ahead`):
+    the first measurement takes it when it measures exactly these taps (it is counted then), and drops it
+    otherwise. `compiled` resolves to (the tapped target model, its compile)."""
 
-    def __init__(self, runner: Runner, sample: Sample, untouched: Untouched):
+    taps: tuple[Tap, ...]
+    compiled: Future
+
+
+def one_compile(runner: Runner, taps: Sequence[Tap], max_bytes: int | None, sizes: Mapping[Tap, int] | None,
+                untappable: frozenset[Tap]) -> list[Tap] | None:
+    """The taps `Engine.measure_parts(taps, max_bytes)` exposes in its one compile, or None when it takes
+    several (or none)."""
+    wanted = _tappable(runner, untappable, taps)
+    chunks = plan_chunks(runner.graph, wanted, max_bytes, sizes or None)
+    return chunks[0] if wanted and len(chunks) == 1 else None
+
+
+def start_ahead(runner: Runner, taps: Sequence[Tap]) -> Ahead:
+    """Start compiling the target with `taps` exposed, in a thread (uncounted until used: `Ahead`)."""
+    def compile_tapped() -> tuple[TappedModel, Any]:
+        tapped = tap_model(runner.target_graph, [runner.target_of[t] for t in taps])
+        return tapped, runner.target.compile(tapped.model, taps=tapped.added_outputs)
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        return Ahead(tuple(taps), pool.submit(compile_tapped))
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _tappable(runner: Runner, untappable: frozenset[Tap], taps: Sequence[Tap]) -> list[Tap]:
+    return [t for t in taps if t in runner.target_of and t not in untappable]
+
+
+class Engine:
+    """Measurements of one examined sample; see the module docstring. `ahead`: the target's first tapped
+    compile, started beside the reference's untouched run (`start_ahead`)."""
+
+    def __init__(self, runner: Runner, sample: Sample, untouched: Untouched, ahead: Ahead | None = None):
         self.runner = runner
         self.sample = sample
         self.untouched = untouched
         self._pieces: dict[tuple, tuple[Any, Any]] = {}  # (side, segment, outputs) -> (piece, compiled)
+        self._ahead = ahead
 
     @cached_property
     def tensor_sizes(self) -> dict[Tap, int]:
@@ -55,7 +96,7 @@ class Engine:
 
     def tappable(self, taps: Sequence[Tap]) -> list[Tap]:
         """Of `taps`, those with a target counterpart that can be exposed."""
-        return [t for t in taps if t in self.runner.target_of and t not in self.untouched.untappable]
+        return _tappable(self.runner, self.untouched.untappable, taps)
 
     # ----- measuring ----------------------------------------------------------------------------------
     def measure(self, taps: Sequence[Tap]) -> Measured:
@@ -94,7 +135,7 @@ class Engine:
         return Measured.of(self.measure_parts(taps, max_bytes, desc=desc))
 
     def _measure_once(self, taps: list[Tap], bar: tqdm | None) -> Part:
-        target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
+        ahead, self._ahead = self._ahead, None  # the first measurement takes it, or drops it
         ready = self.untouched.ready
         runner = self.runner
         if ready is not None and all(t in ready.index for t in taps):
@@ -103,12 +144,18 @@ class Engine:
             ref_positions = [ready.index[t] for t in taps]
             n_original = ready.model.n_original_outputs
             with self.runner.clock("compile and infer"):
-                target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
+                if ahead is not None and ahead.taps == tuple(taps):
+                    target_tapped, target_c = ahead.compiled.result()
+                    runner.count_compile("target")
+                else:
+                    target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
+                    target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
                 target_out = target_c.infer(self.sample.target)
             runner.ran("target")
             if not target_c.info.emulated:
                 runner.note("target", target_c)
         else:
+            target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
             ref_tapped = tap_model(self.runner.graph, taps)
             with self.runner.clock("compile and infer"):
                 (ref_c, ref_out), (target_c, target_out) = runner.compile_and_run_both(

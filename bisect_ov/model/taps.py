@@ -7,6 +7,7 @@ tensors fit a byte budget, so one compile never has to hold every intermediate t
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -98,8 +99,20 @@ def tensor_sizes(graph: ModelGraph, arrays: Sequence) -> dict[Tap, int]:
 
     A model with dynamic dimensions (a sequence length, a batch) has no sizes until its inputs are known; a
     clone reshaped to the inputs' shapes shares the weights and infers every shape in milliseconds. Returns
-    {} when the model cannot be reshaped to them (the caller then falls back to the static shapes).
+    {} when the model cannot be reshaped to them (the caller then falls back to the static shapes). Kept per
+    graph and input shapes: the stages of one run ask for the same sizes (a copy is returned).
     """
+    shapes = tuple(tuple(int(d) for d in getattr(a, "shape", ())) for a in arrays)
+    known = _SIZES.setdefault(graph, {})
+    if shapes not in known:
+        known[shapes] = _tensor_sizes(graph, arrays)
+    return dict(known[shapes])
+
+
+_SIZES: "weakref.WeakKeyDictionary[ModelGraph, dict[tuple, dict[Tap, int]]]" = weakref.WeakKeyDictionary()
+
+
+def _tensor_sizes(graph: ModelGraph, arrays: Sequence) -> dict[Tap, int]:
     clone = graph.model.clone()
     params = clone.get_parameters()
     try:

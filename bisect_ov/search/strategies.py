@@ -136,6 +136,12 @@ class Strategy:
         Nothing by default."""
         return [], None
 
+    @classmethod
+    def first_taps(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[Tap, ...] | None:
+        """The taps of this strategy's first step when they are known before it starts (its target compile
+        can then start beside the reference's untouched run); None when they are not. None by default."""
+        return None
+
     def groups(self) -> dict[str, tuple[str, ...]]:
         return {}
 
@@ -200,6 +206,11 @@ class FusionSearch(Strategy):
                if i not in unit and graph[i].kind != "parameter"]
         compared = list(dict.fromkeys([*prefetch.boundaries, *prefetch.exact]))
         return list(dict.fromkeys([*prefetch.boundaries, *fed, *prefetch.exact])), compared
+
+    @classmethod
+    def first_taps(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[Tap, ...] | None:
+        """The fusion-group boundaries, measured first (`plan`)."""
+        return tuple(prefetch.boundaries)
 
     def plan(self) -> Generator[Step, None, None]:
         yield Step(tuple(self.taps), desc="compare groups")
@@ -309,6 +320,10 @@ class AutoSearch(Strategy):
     @classmethod
     def prefetch(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[list[Tap], list[Tap] | None]:
         return FusionSearch.prefetch(comparison, prefetch)
+
+    @classmethod
+    def first_taps(cls, comparison: Comparison, prefetch: Prefetch) -> tuple[Tap, ...] | None:
+        return FusionSearch.first_taps(comparison, prefetch)
 
     def groups(self) -> dict[str, tuple[str, ...]]:
         return {} if self._fell_back else self._part.groups()
