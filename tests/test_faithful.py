@@ -131,6 +131,18 @@ def test_a_fault_the_taps_hide_is_named_by_partitioned_runs(shape, node):
 
 
 @pytest.mark.parametrize("shape", FAULT_SHAPES)
+def test_with_a_twin_a_fault_the_taps_hide_is_named_by_partitioned_runs_of_the_twin(shape):
+    """The target runs a twin (`target_model`): partitioned runs cut the target's pieces from the twin, so a fault
+    that only tapped compiles hide is localized as with the model itself (it was refused for twins)."""
+    node = _sites(shape)[1]
+    model = shape_model(shape)
+    twin = model.clone()  # the device adds the fault: the twin itself changes nothing
+    report = bisect(model, "CPU:f32", HiddenByTaps(node, model), shape_inputs(shape), target_model=twin, **FAST)
+    assert _named_or_refused(report, node) == "named"
+    assert report.first_divergence.name == node and report.fidelity.partitioned_runs > 0
+
+
+@pytest.mark.parametrize("shape", FAULT_SHAPES)
 def test_a_fault_only_the_plain_run_shows_is_never_pinned_on_another_node(shape):
     node = _sites(shape)[1]
     model = shape_model(shape)

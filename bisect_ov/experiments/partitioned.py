@@ -50,6 +50,12 @@ def _twin_mixed_run(engine, on_target, order):
 
     return twin_mixed_run(engine, on_target, order)
 
+
+def _twin_segment(engine, segment, outputs, values, final):
+    from bisect_ov.experiments.twin import twin_segment
+
+    return twin_segment(engine, segment, outputs, values, final)
+
 __all__ = ["mixed_run", "contribution_curve", "smallest_range", "first_prefix", "PrefixCuts", "target_in_pieces",
            "impact", "find_fix", "Fix",
            "patch_model"]
@@ -224,8 +230,10 @@ class PrefixCuts:
 def target_in_pieces(engine: Engine, cut: int, order: Sequence[str] | None = None) -> list[TensorStats]:
     """Every node on the target, as two pieces: ``order[:cut + 1]`` and the rest, values handed across the cut;
     final outputs against the reference's. When this differs from the plain run, cutting the graph changes what
-    the target computes, and partitioned runs cut there are not evidence either. (Not for twins.)"""
+    the target computes, and partitioned runs cut there are not evidence either. With a twin, the pieces are the
+    twin's ops of those nodes (`bisect_ov.experiments.twin.twin_segment`)."""
     graph = engine.runner.graph
+    twin = engine.runner.comparison.twin
     order = list(order or [n.key for n in graph.candidates()])
     results = graph.results()
     final = frozenset(Tap(*r.inputs[0]) for r in results)
@@ -237,7 +245,8 @@ def target_in_pieces(engine: Engine, cut: int, order: Sequence[str] | None = Non
         segment = list(order[start:end + 1])
         produced = {Tap(k, t.port) for k in segment for t in graph[k].outputs}
         outputs = [t for t in cut_after(graph, order, end) if t in produced]
-        got = engine.run_segment("target", segment, outputs, partial(extract, graph, segment, outputs), values, final)
+        got = (_twin_segment(engine, segment, outputs, values, final) if twin else
+               engine.run_segment("target", segment, outputs, partial(extract, graph, segment, outputs), values, final))
         values.update(zip(outputs, got))
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.untouched.ref_final)]
 

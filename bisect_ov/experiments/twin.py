@@ -39,7 +39,7 @@ from bisect_ov.model.taps import Tap
 
 log = logging.getLogger(__name__)
 
-__all__ = ["own_quantization_errors", "twin_tolerance", "twin_mixed_run", "quantized_units", "layer_sensitivity",
+__all__ = ["own_quantization_errors", "twin_tolerance", "twin_mixed_run", "twin_segment", "quantized_units", "layer_sensitivity",
            "ignored_scope_names"]
 
 
@@ -84,10 +84,8 @@ def twin_tolerance(tolerance: Tolerance, graph: ModelGraph, target: ModelGraph, 
 def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
                    ) -> list[TensorStats]:
     """`mixed.mixed_run` for a twin: target segments are cut from the twin (see the module docstring)."""
-    graph, target = engine.runner.graph, engine.runner.target_graph
+    graph = engine.runner.graph
     op_of = engine.runner.match.target_op()
-    ref_of_op = {t: r for r, t in op_of.items()}
-    matched_t = set(ref_of_op)
     order = list(order or [n.key for n in graph.candidates()])
     on_target = {k for k in on_target if k in op_of}
     if not on_target:
@@ -98,28 +96,38 @@ def twin_mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: 
                                      for p in graph.parameters()}
     for side, segment, outputs in segments(graph, order, on_target):
         if side == "ref":
-            piece = extract(graph, segment, outputs)
-            got = engine.run_piece("ref", piece, values, final)
+            got = engine.run_piece("ref", extract(graph, segment, outputs), values, final)
         else:
-            keys = {op_of[k] for k in segment}
-            own = set(keys)
-            for key in keys:  # the twin's quantizers in front of these nodes come with them
-                own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
-            outs = [_target_tap(engine, op_of, t) for t in outputs]
-            piece = extract(target, sorted(own, key=lambda k: target[k].index), outs)
-            feed: dict[Tap, np.ndarray] = {}
-            for t in piece.fed:
-                if target[t.key].kind == "parameter":
-                    feed[t] = engine.sample.target[target.parameter_position[t.key]]
-                elif t.key in ref_of_op and Tap(ref_of_op[t.key], t.port) in values:
-                    feed[t] = values[Tap(ref_of_op[t.key], t.port)]
-                else:
-                    raise CaptureError(f"The twin's tensor {t} read by a partitioned run has no counterpart in the "
-                                       "model; run without fix, impact, delegation and curve for this twin.")
-            final_t = frozenset(_target_tap(engine, op_of, t) for t in final if t.key in op_of)
-            got = engine.run_piece("target", piece, feed, final_t)
+            got = twin_segment(engine, segment, outputs, values, final)
         values.update(zip(outputs, got))
     return [compare(ref, values[Tap(*r.inputs[0])]) for r, ref in zip(results, engine.untouched.ref_final)]
+
+
+def twin_segment(engine: Engine, segment: Sequence[str], outputs: Sequence[Tap], values: Mapping[Tap, np.ndarray],
+                 final: frozenset[Tap]) -> list[np.ndarray]:
+    """The twin's ops of the model's nodes `segment` (with the quantizers in front of them) run on the target,
+    fed the model's tensors `values` at matched tensors: the values of `outputs` (the model's taps)."""
+    target = engine.runner.target_graph
+    op_of = engine.runner.match.target_op()
+    ref_of_op = {t: r for r, t in op_of.items()}
+    matched_t = set(ref_of_op)
+    keys = {op_of[k] for k in segment if k in op_of}
+    own = set(keys)
+    for key in keys:  # the twin's quantizers in front of these nodes come with them
+        own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
+    outs = [_target_tap(engine, op_of, t) for t in outputs]
+    piece = extract(target, sorted(own, key=lambda k: target[k].index), outs)
+    feed: dict[Tap, np.ndarray] = {}
+    for t in piece.fed:
+        if target[t.key].kind == "parameter":
+            feed[t] = engine.sample.target[target.parameter_position[t.key]]
+        elif t.key in ref_of_op and Tap(ref_of_op[t.key], t.port) in values:
+            feed[t] = values[Tap(ref_of_op[t.key], t.port)]
+        else:
+            raise CaptureError(f"The twin's tensor {t} read by a partitioned run has no counterpart in the "
+                               "model; run without fix, impact, delegation and curve for this twin.")
+    final_t = frozenset(_target_tap(engine, op_of, t) for t in final if t.key in op_of)
+    return engine.run_piece("target", piece, feed, final_t)
 
 
 def _target_tap(engine: Engine, op_of: dict[str, str], tap: Tap) -> Tap:

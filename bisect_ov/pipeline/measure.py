@@ -286,10 +286,10 @@ def localize(setup: Setup, examined: Examined, rejected: Fidelity) -> Fidelity:
     if not engine.runner.target.can_run_pieces:
         return refuse(f"{engine.runner.target.name} cannot run pieces of the model, so no run that exposes nothing can "
                       "tell where error starts: the node cannot be localized on this device")
-    if engine.runner.comparison.twin:
-        return refuse("runs that expose nothing cannot localize it with a twin (target_model) here; compare the "
-                      "model with itself on both devices to localize it")
     if not engine.runner.ref.can_run_pieces:
+        if engine.runner.comparison.twin:
+            return refuse(f"{engine.runner.ref.name} runs only whole models, and cut pieces of a twin (target_model) "
+                          "cannot be compared with it: the node cannot be localized here")
         return _localize_by_cuts(setup, examined, rejected, taps, refuse)
     runs = MixedRuns(engine, setup.error_of)
     order, checks = runs.order, 0
