@@ -54,9 +54,11 @@ def one_compile(runner: Runner, taps: Sequence[Tap], max_bytes: int | None, size
 
 
 def start_ahead(runner: Runner, taps: Sequence[Tap]) -> Ahead:
-    """Start compiling the target with `taps` exposed, in a thread (uncounted until used: `Ahead`)."""
+    """Start compiling the target with `taps` exposed, in a thread (uncounted until used: `Ahead`). The tapped
+    copy is made here: the thread touches no model another thread reads."""
+    tapped = tap_model(runner.target_graph, [runner.target_of[t] for t in taps])
+
     def compile_tapped() -> tuple[TappedModel, Any]:
-        tapped = tap_model(runner.target_graph, [runner.target_of[t] for t in taps])
         return tapped, runner.target.compile(tapped.model, taps=tapped.added_outputs)
 
     pool = ThreadPoolExecutor(max_workers=1)
