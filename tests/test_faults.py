@@ -153,3 +153,31 @@ def test_a_few_small_elements_wrong_are_named_within_tolerance():
     assert all(not o.diverged for o in report.outputs)
     benign = bisect(model, "CPU:f32", "EMU:bf16", inputs, progress=False)
     assert benign.first_divergences == () and benign.node("add").outputs[0].max_elem_rel < 0.01, benign.to_text()
+
+
+def _embedding_block():
+    """token ids -> embedding Gather (a constant table) -> x sqrt(width) -> LayerNorm (MVN) -> MatMul."""
+    from openvino import Model, opset13 as ops
+
+    rng = np.random.default_rng(3)
+    ids = ops.parameter([1, 12], np.int64, name="input_ids")
+    table = ops.constant(rng.standard_normal((50, 32)).astype(np.float32))
+    emb = ops.gather(table, ids, ops.constant(np.int64(0)), name="emb")
+    scaled = ops.multiply(emb, ops.constant(np.float32(32 ** 0.5)), name="scale")
+    norm = ops.mvn(scaled, ops.constant(np.int64([-1])), True, 1e-5, "inside_sqrt", name="ln")
+    fc = ops.matmul(norm, ops.constant(rng.standard_normal((32, 16)).astype(np.float32) / 6), False, False, name="fc")
+    model = Model([ops.result(fc, name="out")], [ids], "embedding")
+    return model, {"input_ids": rng.integers(0, 50, (1, 12)).astype(np.int64)}
+
+
+@pytest.mark.parametrize("kind", ["noise", "signflip"])
+def test_a_fault_at_an_embedding_lookup_is_named_there(kind):
+    # A Gather of the weights at the token ids moves values nothing computes (the indices only choose them): what
+    # it shows is its own, so a fault there is named at the lookup (it was dropped: no arithmetic upstream).
+    model, inputs = _embedding_block()
+    faulty = inject_fault(model, "emb", kind, 0.2, seed=5) if kind == "noise" else inject_fault(model, "emb", kind, seed=5)
+    report = bisect(model, "CPU:f32", "EMU:bf16", inputs, target_model=faulty, progress=False)
+    assert [n.name for n in report.first_divergences] == ["emb"], report.to_text()
+    assert report.culprits[0].name == "emb"
+    benign = bisect(model, "CPU:f32", "EMU:bf16", inputs, progress=False)
+    assert benign.first_divergences == (), benign.to_text()

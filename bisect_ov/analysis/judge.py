@@ -38,12 +38,13 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    side that cannot run pieces of the model: another framework, a recording), a local error over its tolerance
    and `EXCESS` times its rounding-only one stands in for the impact.
 6. **Data movement never originates**: a Reshape, Transpose, Split, Slice, Concat, Gather ... adds no error. A
-   first divergence there is named at the arithmetic node that produced its input (walking up through other
-   movement ops), which it stands for when that node stored nothing of its own (a fused kernel's member) or
-   whose error it only carries; the movement op inherits. Only when the producer was measured clean and the
-   movement op's error is `min_growth` times the producer's (or its few wrong elements are, rule 2) did the
-   values change in between (a twin's own input there, a kernel that moved them wrongly): then the movement op
-   is named.
+   first divergence there is named at the arithmetic node that produced the values it moves (`moved_inputs`: a
+   Gather's table, not its indices; walking up through other movement ops), which it stands for when that node
+   stored nothing of its own (a fused kernel's member) or whose error it only carries; the movement op inherits.
+   When nothing computes those values (weights or model inputs: an embedding lookup), or the producer was
+   measured clean and the movement op's error is `min_growth` times the producer's (or its few wrong elements
+   are, rule 2), the values changed at the movement op (a twin's own input or table, a kernel that moved them
+   wrongly): it is named.
 7. **No silent "no divergence"**: when nothing is named but a node's local error is over its tolerance and
    `EXCESS` times its rounding-only one, that node is the origin.
 8. **Fidelity**: when the taps were rejected, nothing measured through them is named; a node localized by
@@ -63,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
 from bisect_ov.analysis.diagnosis import CONCENTRATED, OWN_CONCENTRATED, REDUCING, SPIKE, is_concentrated, is_concentrated_own
+from bisect_ov.analysis.movement import MOVEMENT, RESCALING, carried_from
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
@@ -71,13 +73,6 @@ __all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_un
            "MOVEMENT", "RESCALING", "REDUCING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED",
            "OWN_CONCENTRATED"]
 
-# Ops that only move, select or copy values: they add no rounding error of their own.
-MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Concat", "Split", "VariadicSplit", "Slice",
-                      "StridedSlice", "Gather", "GatherElements", "GatherND", "Broadcast", "Tile", "Identity",
-                      "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Pad", "Reverse", "Roll"})
-# Movement ops whose output may hold a part of their input's values, or others too: its rms is not their input's.
-RESCALING = frozenset({"Concat", "Pad", "Slice", "StridedSlice", "Split", "VariadicSplit", "Gather", "GatherElements",
-                       "GatherND"})
 # Ops whose output steps as its input crosses a threshold: a value within rounding of a step gives a whole step
 # of difference at a few elements, which is their nature, not a fault.
 STEPS = frozenset({"FakeQuantize", "Round", "Floor", "Ceiling", "Sign", "Select", "Quantize", "Dequantize"})
@@ -252,22 +247,22 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
     for key in list(first):  # rule 6
         if key in ev.movement:
             at = _arithmetic_producer(graph, key, ev)
-            if at is not None and at in nodes and (key in spikes
-                                                   or nodes[key].error >= ev.min_growth * max(nodes[at].error, 0.0)):
-                # Its producer was measured clean (of the spread error, or of its few wrong elements): its values
-                # changed between the two (a twin's foreign input, a kernel that moved them wrongly). What it
-                # shows is its own.
+            if at is None or at in nodes and (key in spikes
+                                              or nodes[key].error >= ev.min_growth * max(nodes[at].error, 0.0)):
+                # Nothing computes the values it moves (they come from the weights or the model's inputs, as an
+                # embedding lookup's), or its producer was measured clean (of the spread error, or of its few
+                # wrong elements): its values changed between the two (a twin's foreign input, a kernel that
+                # moved them wrongly). What it shows is its own.
                 continue
             first.remove(key)
             nodes[key] = _with(nodes[key], role="inherits", first=False)
-            if at is not None:
-                moved[key] = at
-                if at not in first:
-                    first.append(at)
-                # The movement op's values are its producer's, moved: where the producer stored none of its own
-                # (a kernel's member), they are its measurement.
-                s = nodes.get(at) or _with(nodes[key], key=at)
-                nodes[at] = _with(s, role="source" if s.inherited <= s.tolerance else "amplifier", first=True)
+            moved[key] = at
+            if at not in first:
+                first.append(at)
+            # The movement op's values are its producer's, moved: where the producer stored none of its own (a
+            # kernel's member), they are its measurement.
+            s = nodes.get(at) or _with(nodes[key], key=at)
+            nodes[at] = _with(s, role="source" if s.inherited <= s.tolerance else "amplifier", first=True)
     if not first:  # rule 7
         worst = _far_beyond_rounding(ev, nodes)
         if worst is not None:
@@ -445,23 +440,6 @@ def whole_unit(graph: Any, key: str, unit: Collection[str], kernel_of: Callable[
     return made <= set(unit)
 
 
-def carried_from(graph: Any, key: str, *, moves: Callable[[str], bool] | None = None,
-                 pick: Callable[[tuple[str, int]], float] | None = None) -> list[str]:
-    """The nodes whose values `key` carries when it only moves values (`moves(key)`; default: its op type is in
-    `MOVEMENT`): walking up through other such ops to the arithmetic node that produced them (last), along the
-    computed input `pick` ranks highest (default: the first). Empty when `key` computes; the last is a movement
-    op when only model inputs lie beyond it."""
-    moves = moves or (lambda k: graph[k].op_type in MOVEMENT)
-    chain: list[str] = []
-    while moves(key):
-        computed = [(k, p) for k, p in graph.data_inputs(key) if graph[k].kind == "compute"]
-        if not computed:
-            break
-        key = (max(computed, key=pick) if pick is not None else computed[0])[0]
-        chain.append(key)
-    return chain
-
-
 def _far_beyond_rounding(ev: Evidence, nodes: Mapping[str, NodeScore]) -> str | None:
     """Rule 7: the measured node whose local error is over its tolerance and the most times its rounding-only one
     (at least `EXCESS`); None when there is none."""
@@ -501,9 +479,9 @@ def _ordered(graph: Any, keys: Collection[str]) -> tuple[str, ...]:
 
 class Topology:
     """A graph as the judge reads it, given by hand: nodes in topological order as ``(key, op_type, inputs)``,
-    ``op_type`` ``"Parameter"`` for a model input and ``"Result"`` for an output. `ModelGraph` offers the same
-    reads (iteration, ``[key]``, `data_inputs`, `upstream`, `downstream`); this one needs no model, for tests
-    and for callers that keep a graph of their own.
+    ``op_type`` ``"Parameter"`` for a model input, ``"Constant"`` for weights (no data input) and ``"Result"``
+    for an output. `ModelGraph` offers the same reads (iteration, ``[key]``, `data_inputs`, `upstream`,
+    `downstream`); this one needs no model, for tests and for callers that keep a graph of their own.
 
     Examples
     --------
@@ -530,7 +508,7 @@ class Topology:
         self._nodes: dict[str, Topology._Node] = {}
         self._consumers: dict[str, list[str]] = {}
         for index, (key, op_type, inputs) in enumerate(nodes):
-            kind = {"Parameter": "parameter", "Result": "result"}.get(op_type, "compute")
+            kind = {"Parameter": "parameter", "Result": "result", "Constant": "constant"}.get(op_type, "compute")
             outputs = () if kind == "result" else (Topology._Port(0),)
             self._nodes[key] = Topology._Node(key, key, op_type, kind, index, tuple((i, 0) for i in inputs), outputs)
             self._consumers[key] = []
@@ -547,10 +525,10 @@ class Topology:
         return key in self._nodes
 
     def data_inputs(self, key: str) -> list[tuple[str, int]]:
-        return list(self._nodes[key].inputs)
+        return [(k, p) for k, p in self._nodes[key].inputs if self._nodes[k].kind != "constant"]
 
     def upstream(self, key: str, *, stop: Any = None, include_self: bool = True) -> set[str]:
-        return self._walk(key, stop, include_self, lambda k: [i for i, _ in self._nodes[k].inputs])
+        return self._walk(key, stop, include_self, lambda k: [i for i, _ in self.data_inputs(k)])
 
     def downstream(self, key: str, *, stop: Any = None, include_self: bool = True) -> set[str]:
         return self._walk(key, stop, include_self, lambda k: self._consumers[k])
