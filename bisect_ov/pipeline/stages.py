@@ -338,11 +338,11 @@ def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = No
 
 def _ahead(runner: Runner, first: Sequence[Tap] | None, wanted: Sequence[Tap], max_bytes: int | None,
            stream_bytes: int | None, sizes: Mapping[Tap, int] | None, target_run: TargetRun) -> Ahead | None:
-    """The target's compile for the search's first measurement, started beside the reference's untouched run
-    (two compiles at once overlap on the cores: on 2 cores EfficientNet-B0's pair took 0.12 s against 0.18 s
-    in turn), when that measurement is known (`Strategy.first_taps`), is one compile whose reference values the
-    untouched run exposes (`run_reference`'s `taps`, fitting one compile of an f32 reference), on a device
-    that compiles pieces, and the model is small enough that both compiles at once cost little memory."""
+    """The target's compile for the search's first measurement, started beside the reference's untouched run (a
+    compile leaves part of the cores idle), when that measurement is known (`Strategy.first_taps`), is one
+    compile whose reference values the untouched run exposes (`run_reference`'s `taps`, fitting one compile of
+    an f32 reference), on a device that compiles pieces, and the model is small enough that both compiles at
+    once cost little memory."""
     comparison, untappable = runner.comparison, target_run.untappable
     exposed = [t for t in dict.fromkeys(wanted) if t in comparison.target_of and t not in untappable]
     if (not first or not exposed or not runner.target.can_run_pieces or comparison.ref.activation_precision != "f32"
