@@ -30,7 +30,7 @@ from bisect_ov.core.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
 from bisect_ov.core.records import Cause
 
 __all__ = ["observations", "diagnose", "kernel_difference", "overflow", "underflow", "concentrated", "kind_of_text", "Cause",
-           "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED", "REDUCING",
+           "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED", "REDUCING", "PRODUCTS",
            "peak_error", "own_peak_error", "is_concentrated", "is_concentrated_own"]
 
 # Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
@@ -59,6 +59,10 @@ OWN_CONCENTRATED = 10.0
 # (rows of different scale, cancellation), so they are not judged against their own size.
 REDUCING = frozenset({"MatMul", "Convolution", "GroupConvolution", "ConvolutionBackpropData", "Einsum", "MVN", "FullyConnected",
                       "ReduceSum", "ReduceMean", "ReduceL2", "NormalizeL2", "Softmax", "AvgPool", "ScaledDotProductAttention", "CumSum"})
+# Products of two varying tensors: an element's error on the own-size scale is a factor's times the other
+# factor's size there over its rms, so a factor's tail multiplies it (SwiGLU's gate times up: 4x in a benign bf16
+# Llama). Like `REDUCING` ops they are left out of the own-size test.
+PRODUCTS = frozenset({"Multiply", "Divide"})
 LONG_REDUCTION = 64
 
 
@@ -113,7 +117,7 @@ def diagnose(
     found = underflow(op_type, output, precision)
     if found:
         return found
-    found = concentrated(output, tolerance, op_type)
+    found = concentrated(output, tolerance, op_type, factors=len(inputs))
     if found:
         return found
     scale_in = max((s.ref_absmax for s in inputs), default=0.0)
@@ -197,10 +201,12 @@ def is_concentrated_own(own: float, rel_l2: float, tolerance: float) -> bool:
     return math.isfinite(own) and tolerance > 0 and own >= SPIKE * tolerance and own >= OWN_CONCENTRATED * rel_l2
 
 
-def concentrated(output: TensorStats, tolerance: float, op_type: str = "") -> list[Cause]:
-    """A few elements wrong (`is_concentrated`, or `is_concentrated_own` for an op not in `REDUCING`), as a cause."""
+def concentrated(output: TensorStats, tolerance: float, op_type: str = "", factors: int = 1) -> list[Cause]:
+    """A few elements wrong (`is_concentrated`, or `is_concentrated_own` for an op not in `REDUCING`, nor a
+    product of `factors` >= 2 measured tensors), as a cause."""
     rel = max(output.rel_l2, 1e-30)
-    peak, own = peak_error(output), None if op_type in REDUCING else own_peak_error(output)
+    own_scale = op_type not in REDUCING and not (op_type in PRODUCTS and factors >= 2)
+    peak, own = peak_error(output), own_peak_error(output) if own_scale else None
     if peak is not None and is_concentrated(peak, output.rel_l2, tolerance):
         what = f"off by {peak:.2g} of the tensor's largest value, {peak / rel:.0f}x its relative L2 error"
         ratio = peak / rel

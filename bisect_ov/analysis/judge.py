@@ -18,7 +18,8 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    the tensor's largest value and `CONCENTRATED` times its relative L2 error (rounding spreads error over every
    element in proportion to the values), `min_growth` times what its nearest measured inputs carried that way;
    or so against each element's own size plus the rms (`OWN_CONCENTRATED`, twice `min_growth`), from inputs
-   within tolerance, made by no `REDUCING` op. Never ops whose output steps (`STEPS`); a movement op only where
+   within tolerance, made by no `REDUCING` op nor product of two varying tensors (`PRODUCTS`: a factor's tail
+   multiplies the other's own-size error). Never ops whose output steps (`STEPS`); a movement op only where
    its producer was measured without those elements (rule 6), not by own size where it selects or adds values.
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
    whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
@@ -63,7 +64,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
-from bisect_ov.analysis.diagnosis import CONCENTRATED, OWN_CONCENTRATED, REDUCING, SPIKE, is_concentrated, is_concentrated_own
+from bisect_ov.analysis.diagnosis import CONCENTRATED, OWN_CONCENTRATED, PRODUCTS, REDUCING, SPIKE, is_concentrated, is_concentrated_own
 from bisect_ov.analysis.movement import MOVEMENT, RESCALING, carried_from
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
@@ -310,7 +311,8 @@ def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> s
             passed: set[str] = set()
             inputs = measured_inputs(graph, key, nodes, passed)
             if peaks is ev.own_peaks and (s.inherited > s.tolerance or any(
-                    graph[k].op_type in REDUCING for k in passed | {key} if k in graph) or key in ev.movement
+                    graph[k].op_type in REDUCING or graph[k].op_type in PRODUCTS and len(graph.data_inputs(k)) > 1
+                    for k in passed | {key} if k in graph) or key in ev.movement
                     and graph[key].op_type in RESCALING and _arithmetic_producer(graph, key, ev) in nodes):
                 continue
             carried = max((peaks.get(k, (0.0, 0.0))[0] for k in inputs), default=0.0)

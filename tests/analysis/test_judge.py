@@ -316,6 +316,16 @@ CASES = {
         _chain(("ln", "MVN"), ("mm", "MatMul"), ("bias", "Add"), ("gelu", "Gelu")),
         {"ln": 4e-3, "bias": 0.02, "gelu": 0.02}, (), outputs=((5e-3, TOL),),
         tolerances={"ln": 0.031, "bias": 0.07, "gelu": 0.031}, own={"ln": 0.01, "bias": 0.75, "gelu": 0.7}),
+    # Nor are products of two varying tensors: an element's own-size error is a factor's times the other's size
+    # there over its rms, so the other's tail multiplies it (a benign bf16 Llama's SwiGLU, gate times up: 0.093
+    # of its own size from factors at 0.023 and 0.021).
+    "a product of two varying tensors": Case(
+        Topology([("x", "Parameter", ()), ("gate", "MatMul", ("x",)), ("silu", "Swish", ("gate",)),
+                  ("up", "MatMul", ("x",)), ("mul", "Multiply", ("silu", "up")), ("down", "MatMul", ("mul",)),
+                  ("out", "Result", ("down",))]),
+        {"silu": 5.6e-3, "up": 5.5e-3, "mul": 8.1e-3, "down": 8e-3}, (), outputs=((0.013, 0.031),),
+        tolerances={k: 0.031 for k in ("silu", "up", "mul", "down")},
+        own={"silu": 0.0227, "up": 0.0209, "mul": 0.0933, "down": 0.02}),
     # ... while a Transpose keeps every value, so its rms: small elements wrong there, where its measured producer
     # holds none, are its own (a kernel that moved them wrongly).
     "a few small elements wrong at a transpose": Case(
