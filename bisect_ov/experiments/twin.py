@@ -115,6 +115,10 @@ def twin_segment(engine: Engine, segment: Sequence[str], outputs: Sequence[Tap],
     own = set(keys)
     for key in keys:  # the twin's quantizers in front of these nodes come with them
         own |= target.upstream(key, stop=lambda k: k in matched_t or not target[k].is_candidate)
+    unmatched = [t for t in outputs if t.key not in op_of]
+    if unmatched:
+        raise CaptureError(f"The model's tensor {unmatched[0]} handed on by a partitioned run has no counterpart in "
+                           "the twin; run without fix, impact, delegation and curve for this twin.")
     outs = [_target_tap(engine, op_of, t) for t in outputs]
     piece = extract(target, sorted(own, key=lambda k: target[k].index), outs)
     feed: dict[Tap, np.ndarray] = {}
