@@ -26,7 +26,7 @@ cost more than the steps (the steps release it before they compile the target).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -39,7 +39,8 @@ from bisect_ov.model.fusion import int8_internal
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap, TappedModel, plan_chunks, tap_model, tensor_sizes
 
-__all__ = ["TargetRun", "ReadyValues", "Streamed", "Untouched", "run_target", "run_reference"]
+__all__ = ["TargetRun", "ReadyValues", "Streamed", "Untouched", "run_target", "run_reference", "exposable",
+           "ready_taps"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,9 +141,8 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
             _keep(keep, ref_c)
             return _untouched(runner, ref_out, target_out, target_final, replace(target, compiled=None),
                               ref_info=ref_c.info)
-        wanted = [t for t in dict.fromkeys(taps) if t in comparison.target_of and t not in target.untappable]
         sizes = tensor_sizes(graph, list(sample.ref))
-        fits = len(plan_chunks(graph, wanted, stream_bytes, sizes or None)) == 1
+        wanted, fits = exposable(comparison, taps, target.untappable, stream_bytes, sizes)
         if wanted and not fits and stream_bytes is not None and can_stream(comparison, target.untappable):
             if streamed_taps is not None:
                 kept = set(wanted)
@@ -157,7 +157,7 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
             measured = Measured.of(parts)
             return _untouched(runner, finals[0], target_out, target_final, target,
                               streamed=Streamed(frozenset(wanted), measured), ref_info=parts[-1].ref_info)
-        tapped = tap_model(graph, wanted) if wanted and fits and comparison.ref.activation_precision == "f32" else None
+        tapped = tap_model(graph, wanted) if ready_taps(comparison, wanted, fits) else None
         ref_c = runner.compile("ref", tapped.model if tapped else graph.model,
                                taps=tapped.added_outputs if tapped else ())
         # The outputs are views on the request's tensors, which they keep alive: nothing is copied, and no
@@ -174,6 +174,20 @@ def run_reference(runner: Runner, sample: Sample, target: TargetRun, *, taps: Se
                 array.flags.writeable = False  # handed out by `Engine.ref_values` without copies
             ready = ReadyValues(tapped, tuple(ref_out), dict(zip(wanted, tapped.tap_outputs)))
     return _untouched(runner, ref_out, target_out, target_final, target, ready=ready, ref_info=ref_info)
+
+
+def exposable(comparison: Any, taps: Sequence[Tap], untappable: frozenset[Tap], stream_bytes: int | None,
+              sizes: Mapping[Tap, int] | None) -> tuple[list[Tap], bool]:
+    """Of `taps`, those the reference's plain run can expose (a target counterpart, not inside a twin's int8
+    kernel), and whether they fit one compile of `stream_bytes`."""
+    wanted = [t for t in dict.fromkeys(taps) if t in comparison.target_of and t not in untappable]
+    return wanted, len(plan_chunks(comparison.graph, wanted, stream_bytes, sizes or None)) == 1
+
+
+def ready_taps(comparison: Any, wanted: list[Tap], fits: bool) -> list[Tap]:
+    """What `run_reference` exposes in the reference's plain run and keeps as `ReadyValues`, given `exposable`'s
+    answer: the taps when they fit one compile of an f32 reference, else none."""
+    return wanted if wanted and fits and comparison.ref.activation_precision == "f32" else []
 
 
 def _keep(keep: Callable[[Any], None] | None, compiled: Any) -> None:

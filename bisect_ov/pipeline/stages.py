@@ -39,7 +39,7 @@ from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.engine import Ahead, Engine, one_compile, start_ahead
 from bisect_ov.engine.ledger import Clock, Ledger
 from bisect_ov.engine.runner import Runner
-from bisect_ov.engine.untouched import TargetRun, run_reference, run_target
+from bisect_ov.engine.untouched import TargetRun, exposable, ready_taps, run_reference, run_target
 from bisect_ov.experiments.baseline import rounding_baseline
 from bisect_ov.experiments.clamping import find_clamp, overflow_origins
 from bisect_ov.experiments.generated import without_generated_kernels
@@ -61,7 +61,7 @@ from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import Stateless, is_stateful, make_stateless
-from bisect_ov.model.taps import Tap, plan_chunks, tensor_sizes
+from bisect_ov.model.taps import Tap, tensor_sizes
 from bisect_ov.pipeline.measure import RECOMPILE_BESIDE_BYTES, over_tolerance
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
 from bisect_ov.pipeline.plan import Fusion, make_plan, plan_experiments, plan_fusion, two_implementations
@@ -344,9 +344,8 @@ def _ahead(runner: Runner, first: Sequence[Tap] | None, wanted: Sequence[Tap], m
     an f32 reference), on a device that compiles pieces, and the model is small enough that both compiles at
     once cost little memory."""
     comparison, untappable = runner.comparison, target_run.untappable
-    exposed = [t for t in dict.fromkeys(wanted) if t in comparison.target_of and t not in untappable]
-    if (not first or not exposed or not runner.target.can_run_pieces or comparison.ref.activation_precision != "f32"
-            or len(plan_chunks(comparison.graph, exposed, stream_bytes, sizes)) != 1  # as `run_reference` decides
+    exposed = ready_taps(comparison, *exposable(comparison, wanted, untappable, stream_bytes, sizes))
+    if (not first or not exposed or not runner.target.can_run_pieces
             or weight_bytes(runner.target_graph.model) > RECOMPILE_BESIDE_BYTES
             or sum((sizes or {}).values()) > 2 * RECOMPILE_BESIDE_BYTES):
         return None
