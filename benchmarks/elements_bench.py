@@ -15,6 +15,7 @@ Usage::
     python benchmarks/elements_bench.py                              # every model, CPU:bf16
     python benchmarks/elements_bench.py --target EMU:f16 --sets zoo outside holdout6
     python benchmarks/elements_bench.py --json elements.json
+    python benchmarks/elements_bench.py --sets zoo --size full      # the zoo's full sizes (GBs, minutes each)
 
 Each model runs in a process of its own (`--one`), so that one model's memory does not stay for the next. Models
 are built or read as needle_bench builds them (the ``zoo`` extra; nothing is downloaded). A measuring script: it
@@ -56,7 +57,7 @@ def entries(sets: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def one(source: str, name: str, target: str) -> dict[str, Any]:
+def one(source: str, name: str, target: str, size: str = "small") -> dict[str, Any]:
     """The benign run of one model: every compared node's figures."""
     import needle_bench as nb
 
@@ -66,8 +67,8 @@ def one(source: str, name: str, target: str) -> dict[str, Any]:
     if source == "zoo":
         from bisect_ov.zoo import cache
 
-        model = cache.load(name, "small")
-        inputs = cache.sample_inputs(name, "small", 0, model=model)
+        model = cache.load(name, size)
+        inputs = cache.sample_inputs(name, size, 0, model=model)
     else:
         if source == "outside":
             model, meta = nb.load_outside(name)
@@ -120,15 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS, help="the model sets (default: all)")
     parser.add_argument("--target", default="CPU:bf16", help="the target (default CPU:bf16)")
     parser.add_argument("--json", help="write every run's nodes to this file")
+    parser.add_argument("--size", default="small", choices=("small", "full"),
+                        help="the zoo's models at their small (default) or full size; full needs minutes and GBs")
     parser.add_argument("--one", nargs=2, metavar=("SET", "NAME"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(one(*args.one, args.target)))
+        print(json.dumps(one(*args.one, args.target, args.size)))
         return 0
     print("$ python benchmarks/elements_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     runs, failed = [], []
     for source, name in entries(args.sets):
-        proc = subprocess.run([sys.executable, __file__, "--one", source, name, "--target", args.target],
+        proc = subprocess.run([sys.executable, __file__, "--one", source, name, "--target", args.target,
+                               "--size", args.size],
                               capture_output=True, text=True)
         if proc.returncode != 0 or not proc.stdout.strip():
             failed.append(f"{name}: {(proc.stderr.strip().splitlines() or ['no output'])[-1][:160]}")
