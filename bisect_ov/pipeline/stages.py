@@ -62,7 +62,7 @@ from bisect_ov.model.load import load_model
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import Stateless, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, tensor_sizes
-from bisect_ov.pipeline.measure import RECOMPILE_BESIDE_BYTES, over_tolerance
+from bisect_ov.pipeline.measure import AHEAD_BYTES, over_tolerance
 from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
 from bisect_ov.pipeline.plan import Fusion, make_plan, plan_experiments, plan_fusion, two_implementations
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
@@ -342,12 +342,12 @@ def _ahead(runner: Runner, first: Sequence[Tap] | None, wanted: Sequence[Tap], m
     compile leaves part of the cores idle), when that measurement is known (`Strategy.first_taps`), is one
     compile whose reference values the untouched run exposes (`run_reference`'s `taps`, fitting one compile of
     an f32 reference), on a device that compiles pieces, and the model is small enough that both compiles at
-    once cost little memory."""
+    once cost little memory (`AHEAD_BYTES` of weights, twice that of tensors)."""
     comparison, untappable = runner.comparison, target_run.untappable
     exposed = ready_taps(comparison, *exposable(comparison, wanted, untappable, stream_bytes, sizes))
     if (not first or not exposed or not runner.target.can_run_pieces
-            or weight_bytes(runner.target_graph.model) > RECOMPILE_BESIDE_BYTES
-            or sum((sizes or {}).values()) > 2 * RECOMPILE_BESIDE_BYTES):
+            or weight_bytes(runner.target_graph.model) > AHEAD_BYTES
+            or sum((sizes or {}).values()) > 2 * AHEAD_BYTES):
         return None
     taps = one_compile(runner, first, max_bytes, sizes, untappable)
     return start_ahead(runner, taps) if taps is not None and set(taps) <= set(exposed) else None
