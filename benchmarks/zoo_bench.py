@@ -36,6 +36,7 @@ import json
 import pathlib
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         for what, field in (("time", "seconds"), ("peak RSS", "peak_rss_mb")):
             ratios = sorted(r[field] / plain[r["model"]][field] for r in done if plain[r["model"]][field])
             if ratios:
-                print(f"{job} job / plain job, {what}: median {ratios[len(ratios) // 2]:.2f}x, "
+                print(f"{job} job / plain job, {what}: median {statistics.median(ratios):.2f}x, "
                       f"worst {ratios[-1]:.2f}x over {len(ratios)} models")
     return 0
 
