@@ -295,9 +295,12 @@ def _noise(report: "Report") -> Block | None:
     noise = report.noise
     if noise is None:
         return None
-    what = " and two compiles" if noise.compile_to_compile is not None else ""
+    what = " and ".join(w for w, v in (("two runs", noise.run_to_run), ("two compiles", noise.compile_to_compile))
+                        if v is not None)
+    if not noise.items():
+        return None
     if not noise.floor:
-        line = f"Noise: the target gave bit-identical outputs across two runs{what}."
+        line = f"Noise: the target gave bit-identical outputs across {what}."
     else:
         line = ("Noise: the target's outputs differ by "
                 + ", ".join(f"{fmt(v)} {k.replace('_', ' ')}" for k, v in noise.items()) + ".")

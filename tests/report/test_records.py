@@ -287,3 +287,16 @@ def test_nodes_in_takes_any_name_prefix_onnx_ir_and_module_paths():
     assert [n.name for n in renamed.nodes_in("layer1")] == [names[0], names[1]]  # the leading / is optional
     assert [n.name for n in renamed.nodes_in("model.layers.3")] == [names[3]]
     assert renamed.node("layer10").name == names[2]  # node() takes a prefix too: the node furthest over its tolerance
+
+
+@pytest.mark.parametrize("noise, line", [
+    (Noise(run_to_run=0.0), "Noise: the target gave bit-identical outputs across two runs."),
+    (Noise(compile_to_compile=0.0), "Noise: the target gave bit-identical outputs across two compiles."),
+    (Noise(0.0, 0.0), "Noise: the target gave bit-identical outputs across two runs and two compiles."),
+    (Noise(None, 2e-4), "Noise: the target's outputs differ by 2.0e-04 compile to compile."),
+])
+def test_the_noise_line_names_only_what_was_measured(noise, line):
+    # A generation step's noise is measured between compiles only (its run-to-run is None): the line must not
+    # claim two runs agreed.
+    report = dataclasses.replace(Report.load(V1), noise=noise)
+    assert line in report.to_text(width=120).splitlines()
