@@ -88,3 +88,59 @@ def test_repro_to_an_empty_path_is_refused(demo_xml, tmp_path, capsys, monkeypat
     monkeypatch.chdir(tmp_path)
     assert main(["repro", str(demo_xml), "-o", "", "--target", "EMU:f16", "-q"]) == 2
     assert "empty path" in capsys.readouterr().err
+
+
+@pytest.fixture()
+def user_files(tmp_path, monkeypatch):
+    """A folder holding a user's model (IR), an input array, a folder of samples and a capture, with their bytes."""
+    monkeypatch.chdir(tmp_path)
+    ov.save_model(synthetic.demo(), "demo.xml", compress_to_fp16=False)
+    import numpy as np
+
+    np.save("in.npy", np.zeros((1, 3, 32, 32), np.float32))
+    os.mkdir("samples")
+    np.save("samples/a.npy", np.zeros((1, 3, 32, 32), np.float32))
+    with open("cap.npz", "wb") as f:
+        f.write(b"a recording")
+    return {p: open(p, "rb").read() for p in ("demo.xml", "demo.bin", "in.npy", "samples/a.npy", "cap.npz")}
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["demo.xml", "--json", "demo.xml"], "--json 'demo.xml' is the model ('demo.xml')"),
+    (["demo.xml", "--html", "demo.bin"], "--html 'demo.bin' is the model's weights ('demo.bin')"),
+    (["demo.xml", "--log-file", "demo.bin"], "--log-file 'demo.bin' is the model's weights"),
+    (["demo.xml", "--input", "input=in.npy", "--json", "in.npy"], "--json 'in.npy' is --input input ('in.npy')"),
+    (["demo.xml", "--fix", "--ignored-scope", "demo.xml"], "--ignored-scope 'demo.xml' is the model"),
+    (["demo.xml", "--fix", "--patched-model", "demo.xml"], "--patched-model 'demo.xml' is the model"),
+    (["demo.xml", "--fix", "--patched-model", "./demo.xml"], "is the model ('demo.xml')"),
+    (["demo.xml", "--inputs", "samples", "--html", "samples/r.html"], "is inside --inputs ('samples')"),
+    (["demo.xml", "--ref", "capture:cap.npz", "--json", "cap.npz"], "is the recording --ref replays ('cap.npz')"),
+    (["demo.xml", "--json", "same", "--html", "same"], "--html 'same' and --json 'same' name the same file"),
+    (["demo.xml", "--fix", "--patched-model", "p.xml", "--json", "p.bin"], "--patched-model's weights 'p.bin' and "
+                                                                            "--json 'p.bin' name the same file"),
+    (["capture", "demo.xml", "-o", "demo.bin"], "-o 'demo.bin' is the model's weights"),
+    (["capture", "demo.xml", "--input", "input=in.npy", "-o", "in.npy"], "-o 'in.npy' is --input input"),
+    (["repro", "demo.xml", "-o", ".", "--overwrite"], "-o '.' holds the model ('demo.xml')"),
+])
+def test_no_output_is_written_over_a_file_the_run_reads(argv, said, user_files, capsys):
+    # Each of these replaced or appended to the user's model, weights, inputs or recording (or lost one output
+    # under another), exit 0 or 1: refused before anything runs, every file as it was.
+    code = main(argv + ["-q", "--target", "EMU:f16"] if argv[0] != "capture" else argv + ["-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "Traceback" not in err, err
+    assert {p: open(p, "rb").read() for p in user_files} == user_files
+    assert not any(os.path.exists(p) for p in ("same", "p.xml", "p.bin", "samples/r.html"))
+
+
+def test_the_api_refuses_a_patched_model_or_capture_over_its_model(user_files):
+    from bisect_ov import bisect
+    from bisect_ov.capture import record
+    from bisect_ov.core.errors import InputError
+
+    with pytest.raises(InputError, match="patched_model 'demo.xml' is the model"):
+        bisect("demo.xml", "CPU:f32", "EMU:f16", fix=True, patched_model="demo.xml", progress=False)
+    with pytest.raises(InputError, match="the capture 'in.npy' is the inputs"):
+        record("demo.xml", "CPU", "in.npy", "in.npy")
+    with pytest.raises(InputError, match="the capture 'demo.bin' is the model's weights"):
+        record("demo.xml", "CPU", None, "demo.bin")
+    assert {p: open(p, "rb").read() for p in user_files} == user_files

@@ -61,6 +61,7 @@ from bisect_ov.capture.format import (
 from bisect_ov.core import codec
 from bisect_ov.core.checks import check_config, check_flag, check_tap_bytes
 from bisect_ov.core.errors import CaptureError, InputError
+from bisect_ov.core.fileio import labelled_files, refuse_overlaps
 from bisect_ov.frameworks.resolve import plain_inputs
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.fusion import fusion_boundaries
@@ -157,6 +158,7 @@ def record(
     path = pathlib.Path(path)
     if path.is_dir():
         raise CaptureError(f"Cannot write the capture to '{path}': it is a folder. Pass a file name such as '{path / 'capture.npz'}'.")
+    refuse_overlaps([("the capture", path)], [*labelled_files("the model", model), *labelled_files("the inputs", inputs)])
     clock: dict[str, float] = {}
     start = time.perf_counter()
     ov_model = load_model(model)

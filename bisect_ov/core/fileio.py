@@ -34,7 +34,7 @@ from typing import IO, Iterator, Sequence
 from bisect_ov.core.errors import BisectError, InputError, WriteError
 
 __all__ = ["write_text_atomic", "atomic_file", "atomic_paths", "removed_on_sigterm", "new_file_mode", "check_writable",
-           "destination"]
+           "destination", "ir_files", "labelled_files", "refuse_overlaps"]
 
 # A process's own descriptors, named as files: writing them reaches whatever the descriptor is open on.
 _DESCRIPTOR = re.compile(r"/(proc/(self|thread-self|\d+)/fd|dev/fd)/\d+|/dev/std(in|out|err)")
@@ -281,6 +281,71 @@ def check_writable(path: str | os.PathLike, *, what: str = "", error: type[Input
         raise error(f"Cannot write {what}'{path}': permission denied (the file is read-only; open(path, 'w') refuses "
                     "it too). Make it writable, or choose another path.")
     return folder
+
+
+def ir_files(path: str | os.PathLike) -> tuple[pathlib.Path, ...]:
+    """The files an OpenVINO IR named `path` is made of: the ``.xml`` and its ``.bin`` (what `atomic_paths` writes
+    for ``(".xml", ".bin")`` and what OpenVINO reads beside an ``.xml``); any other path alone."""
+    path = pathlib.Path(path)
+    stem = path.name[:-4] if path.name.lower().endswith(".xml") else None
+    return (path, path.with_name(stem + ".bin")) if stem is not None else (path,)
+
+
+def labelled_files(what: str, path: object) -> list[tuple[str, pathlib.Path]]:
+    """(what, file) for each file of `path` (`ir_files`: an IR's ``.bin`` is "`what`'s weights"); nothing when
+    `path` is no path (a model object, None)."""
+    if not isinstance(path, (str, os.PathLike)):
+        return []
+    return [(what if i == 0 else f"{what}'s weights", f) for i, f in enumerate(ir_files(path))]
+
+
+def refuse_overlaps(outputs: Sequence[tuple[str, str | os.PathLike | None]],
+                    inputs: Sequence[tuple[str, str | os.PathLike | None]], *, folders: Sequence[str] = (),
+                    error: type[InputError] = InputError) -> None:
+    """Refuse, before anything runs, a run that would write over a file it reads or write two outputs to one file.
+
+    `outputs` and `inputs` are (what, path) pairs, as the user named them (``"--json"``, ``"the model"``); None and
+    ``-`` (stdout) are skipped. Paths are compared after following symbolic links, and existing files also by
+    identity (a hard link). An input that is a folder (a folder of samples, an export folder) takes no output
+    inside it; an output written as a folder (named in `folders`: a reproducer's) holds no input. Expand IR paths
+    first (`labelled_files`).
+
+    Raises
+    ------
+    InputError
+        (or `error`) Naming both sides and what to do.
+    """
+    def named(pairs):
+        return [(what, pathlib.Path(p)) for what, p in pairs if p is not None and str(p) != "-"]
+
+    def same(a: pathlib.Path, b: pathlib.Path) -> bool:
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        try:
+            return a.exists() and b.exists() and os.path.samefile(a, b)
+        except OSError:
+            return False
+
+    def inside(path: pathlib.Path, folder: pathlib.Path) -> bool:
+        return folder.is_dir() and os.path.commonpath([os.path.realpath(path), os.path.realpath(folder)]) == \
+            os.path.realpath(folder)
+
+    outs, ins = named(outputs), named(inputs)
+    for i, (what, path) in enumerate(outs):
+        for other, read in ins:
+            if same(path, read):
+                raise error(f"{what} '{path}' is {other} ('{read}'), which this run reads: writing it would destroy "
+                            f"it. Write {what} elsewhere.")
+            if inside(path, read):
+                raise error(f"{what} '{path}' is inside {other} ('{read}'), a folder this run reads: write {what} "
+                            "outside it.")
+            if what in folders and inside(read, path):
+                raise error(f"{what} '{path}' holds {other} ('{read}'), which this run reads, and this run writes "
+                            "into it: choose another folder.")
+        for other, earlier in outs[:i]:
+            if same(path, earlier):
+                raise error(f"{what} '{path}' and {other} '{earlier}' name the same file: one would replace the other. "
+                            "Give each its own path.")
 
 
 def new_file_mode() -> int:

@@ -148,6 +148,11 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
         target_model: Any = None) -> Report:
     """`bisect()` with its options as one record: the stages of `bisect_ov.pipeline.stages`, composed."""
     options.tolerance_model().check_metric(options.metric)
+    if options.patched_model is not None:
+        from bisect_ov.core.fileio import labelled_files, refuse_overlaps
+
+        refuse_overlaps(labelled_files("patched_model", options.patched_model),
+                        [*labelled_files("the model", model), *labelled_files("target_model", target_model)])
     clock = Clock()
     with clock.stage("open"):
         sides = resolve_sides(model, ref, target, options.truth, inputs)
