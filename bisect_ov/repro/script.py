@@ -3,6 +3,7 @@ the tolerance. This file is copied into every folder as ``run.py`` and needs onl
 
     python run.py                      # the devices recorded in repro.json
     python run.py --target GPU         # another target device (its default properties)
+    python run.py --target GPU:f32     # ... with that inference precision
     python run.py --json               # the result as one JSON object
 
 The folder holds ``repro.json`` (devices, properties, tolerance, what each file is), the piece as IR
@@ -97,7 +98,7 @@ def _as_float32(array, element: ov.Type) -> np.ndarray:
 def run_side(core: ov.Core, folder: pathlib.Path, spec: dict, side: str, inputs, device: str | None = None):
     """Compile and run one side's model; returns its outputs (float32 for bf16 ones) in the model's order."""
     own = spec[side]
-    same_device = device is None or device == own["device"]
+    same_device, device, config = _device(own, device, "--target" if side == "target" else "--ref")
     model_file = own["model"] if same_device else own.get("model_elsewhere", own["model"])
     model = core.read_model(str(folder / model_file))
     typed = own.get("typed_precision") if same_device else None
@@ -111,8 +112,7 @@ def run_side(core: ov.Core, folder: pathlib.Path, spec: dict, side: str, inputs,
             if port.get_any_name() in own.get("typed_outputs", ()) and port.get_element_type() == ov.Type.f32:
                 ppp.output(i).tensor().set_element_type(element)
         model = ppp.build()
-    config = own.get("config", {}) if same_device else {}
-    compiled = core.compile_model(model, device or own["device"], config)
+    compiled = core.compile_model(model, device, config)
     feed = {}
     for port in compiled.inputs:
         name = port.get_any_name()
@@ -125,6 +125,24 @@ def run_side(core: ov.Core, folder: pathlib.Path, spec: dict, side: str, inputs,
             feed[name] = value
     result = compiled.create_infer_request().infer(feed)
     return [_as_float32(result[port], port.get_element_type()) for port in compiled.outputs]
+
+
+def _device(own: dict, name: str | None, flag: str) -> tuple[bool, str, dict]:
+    """(whether it is the recorded side, the OpenVINO device, its properties) for a device `name` given on the
+    command line: none, or the recorded side's own name (``EMU:f16``, ``CPU:bf16``), runs what was recorded; a
+    name with a precision (``CPU:f32``, ``GPU:f16``) runs the piece with that inference precision; any other
+    OpenVINO device name with its default properties. An emulation other than the recorded one is bisect_ov's
+    own and cannot run here."""
+    if name is None or name == own.get("name"):
+        return True, own["device"], dict(own.get("config", {}))
+    device, _, precision = name.partition(":")
+    if device.upper() == "EMU":
+        raise ValueError(f"{flag} {name}: an emulation of bisect_ov's, which this folder does not hold; it runs the "
+                         f"side it recorded ({own.get('name')}: no {flag}, or {flag} {own.get('name')}) or an OpenVINO "
+                         "device (CPU, GPU, CPU:f32, GPU:f16, ...).")
+    if precision.lower() in ("f32", "f16", "bf16"):
+        return False, device, {"INFERENCE_PRECISION_HINT": precision.lower()}
+    return False, name, {}
 
 
 def run(folder: str | pathlib.Path = HERE, *, ref: str | None = None, target: str | None = None,

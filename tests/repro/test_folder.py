@@ -283,3 +283,28 @@ def test_run_py_prints_the_title_escaped(demo_f16, tmp_path):
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 1 and "\x1b" not in proc.stdout, proc.stderr
     assert proc.stdout.startswith("Op\\x1b[2J diverges\\n## on  (OpenVINO ")
+
+
+def test_run_py_runs_the_device_it_is_given_not_the_recorded_emulation(demo_f16, tmp_path):
+    # The demo against EMU:f16: the folder's target is the CPU running an emulation IR. `--target CPU` ran that
+    # emulation too (the recorded side's OpenVINO device is "CPU") and printed "target CPU ... OVER ... REPRODUCED".
+    import json
+    import subprocess
+    import sys
+
+    demo_f16.repro(tmp_path / "r")
+
+    def run_py(*flags):
+        proc = subprocess.run([sys.executable, str(tmp_path / "r" / "run.py"), "--json", *flags], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+        return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip() else proc.stderr)
+
+    code, recorded = run_py()
+    assert code == 1 and recorded["reproduced"] and recorded["target"].startswith("EMU:f16")
+    assert run_py("--target", "EMU:f16")[1]["error"] == recorded["error"]  # its own name: the recorded side
+    code, plain = run_py("--target", "CPU:f32")  # the piece itself on the CPU in f32: what the reference computed
+    assert plain["target"] == "CPU:f32" and plain["error"] < 1e-6, plain
+    code, plain = run_py("--target", "CPU")  # the plugin's default precision (bf16 on some CPUs): not asserted
+    assert code in (0, 1) and plain["target"] == "CPU", plain
+    code, said = run_py("--target", "EMU:bf16")
+    assert code == 2 and "an emulation of bisect_ov's, which this folder does not hold" in said
