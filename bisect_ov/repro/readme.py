@@ -73,6 +73,7 @@ def readme(record: Repro, report: Any, ref_spec: dict, target_spec: dict, *, pie
         "```",
         "python run.py                # the devices below; exit code 1 when the divergence reproduces",
         "python run.py --target GPU   # another target device, with its default properties",
+        "python run.py --target GPU:f32   # ... or with that inference precision (f32, f16, bf16)",
         "```",
         "",
         "| | |",
