@@ -144,3 +144,17 @@ def test_the_api_refuses_a_patched_model_or_capture_over_its_model(user_files):
     with pytest.raises(InputError, match="the capture 'demo.bin' is the model's weights"):
         record("demo.xml", "CPU", None, "demo.bin")
     assert {p: open(p, "rb").read() for p in user_files} == user_files
+
+
+def test_an_unrelated_target_model_is_refused_not_judged(user_files, capsys):
+    # A model with none of the demo's node names as its "twin" gave "0 nodes compared" and the verdict "DIVERGES,
+    # but no single node creates the error: it accumulates through depth".
+    import openvino.opset13 as ops
+
+    x = ops.parameter([1, 3, 32, 32], ov.Type.f32, name="x")
+    y = ops.relu(x)
+    y.set_friendly_name("something_else")
+    ov.save_model(ov.Model([ops.reduce_mean(y, [1, 2, 3], False)], [x], "unrelated"), "other.xml")
+    code = main(["demo.xml", "--target", "EMU:f16", "--target-model", "other.xml", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Nothing to compare: none of the model's 35 compute nodes has a counterpart in target_model" in err

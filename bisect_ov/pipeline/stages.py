@@ -97,6 +97,11 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
         graph = ModelGraph(ov_model)
         target_graph = ModelGraph(ov_target) if ov_target is not None else graph
         match = match_nodes(graph, target_graph) if ov_target is not None else identity_match(graph)
+    if ov_target is not None and graph.candidates() and not match.pairs:
+        raise InputError(f"Nothing to compare: none of the model's {len(graph.candidates())} compute nodes has a "
+                         f"counterpart in target_model '{ov_target.get_friendly_name()}' (matched by friendly name, "
+                         "then by tensor name). A twin comes from the same model: quantized with NNCF, compressed, "
+                         "or converted again, which keep the names.")
     options.tolerance_model().check_names(graph)
     # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
     plan = plan_recorded(make_device(ref, dict(options.ref_config), role="ref"),
