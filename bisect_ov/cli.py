@@ -262,7 +262,9 @@ def _main(argv: list[str], console: Console) -> int:
     commands: dict[str | None, Callable[[argparse.Namespace, Console], int]] = {
         "demo": _demo, "capture": _capture, "repro": _repro, "pipeline": _pipeline}
     try:
-        _check_paths(args, command)  # before the log file is opened: it may be one of them
+        from bisect_ov.pipeline.flags import check_paths
+
+        check_paths(args, command)  # before the log file is opened: it may be one of them
         with _diagnostics_to(args, argv):
             try:
                 return commands.get(command, _compare)(args, console)
@@ -279,31 +281,6 @@ def _main(argv: list[str], console: Console) -> int:
     except BisectError as err:  # the log file cannot be opened
         console.error(f"bisect-ov: error: {printable(str(err), keep=chr(10))}")
         return EXIT_USER_ERROR
-
-
-def _check_paths(args: argparse.Namespace, command: str | None) -> None:
-    """Refuse a command line whose outputs name a file it reads (the model, its weights, an input, a capture)
-    or one another, before anything is read or written."""
-    from bisect_ov.core.fileio import labelled_files, refuse_overlaps
-
-    patched = getattr(args, "patched_model", None)
-    if patched is not None and not str(patched).lower().endswith(".xml"):
-        patched = f"{patched}.xml"  # written as PATH.xml and PATH.bin
-    outputs = [("--json", getattr(args, "json", None)), ("--html", getattr(args, "html", None)),
-               ("--ignored-scope", getattr(args, "ignored_scope", None)), *labelled_files("--patched-model", patched),
-               ("--log-file", args.log_file), ("-o", getattr(args, "out", None) if command in ("capture", "repro") else None)]
-    model = getattr(args, "model", None)
-    inputs = [*labelled_files("the model", model if command is None or pathlib.Path(str(model)).exists() else None),
-              *labelled_files("--target-model", getattr(args, "target_model", None)),
-              ("--inputs", getattr(args, "inputs", None)), ("the export folder", getattr(args, "folder", None)),
-              *((f"--input {name}", path) for name, path in getattr(args, "input", ())),
-              *(pair for name, path in getattr(args, "target_component", ())
-                for pair in labelled_files(f"--target-component {name}", path)),
-              *((f"the recording {flag} replays", device.split(":", 1)[1])
-                for flag, device in (("--ref", getattr(args, "ref", None)), ("--target", getattr(args, "target", None)),
-                                     ("--device", getattr(args, "device", None)))
-                if isinstance(device, str) and device.startswith("capture:"))]
-    refuse_overlaps(outputs, inputs, folders=("-o",) if command == "repro" else ())
 
 
 def _interrupted(console: Console) -> int:

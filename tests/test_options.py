@@ -263,3 +263,22 @@ def test_the_tolerance_model_and_its_record_share_one_declaration_of_their_field
     assert record_of(ToleranceInfo, given.to_dict()) == ToleranceInfo(precision="f16", factor=4.0,
                                                                        per_node={"mm1": 1e-3},
                                                                        quantization={"conv": 0.01})
+
+
+def test_a_patched_model_without_fix_is_refused():
+    # It was accepted and nothing was written, without a word.
+    from bisect_ov.core.errors import InputError
+
+    with pytest.raises(InputError, match="patched_model .* add fix=True"):
+        BisectOptions(patched_model="patched.xml")
+    assert BisectOptions(fix=True, patched_model="patched.xml").patched_model == "patched.xml"
+
+
+def test_classifier_outputs_are_checked_with_one_sample_too():
+    from bisect_ov.core.errors import InputError
+    from bisect_ov.zoo.synthetic import demo
+
+    with pytest.raises(InputError, match=r"classifier_outputs \['nope'\] are not outputs of the model. Outputs: \['probs'\]"):
+        bisect(demo(), "CPU:f32", "EMU:f16", classifier_outputs=["nope"], progress=False, budget="fast")
+    report = bisect(demo(), "CPU:f32", "EMU:f16", classifier_outputs=["probs"], progress=False, budget="fast")
+    assert any("with one sample they are not used" in n for n in report.notes)

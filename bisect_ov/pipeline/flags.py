@@ -1,19 +1,22 @@
 """The command line's flags for `BisectOptions`, made from the fields' own metadata, and read back.
 
 `option_flags` adds one flag per field that has a ``cli`` spelling to the argument group of its concern;
-`options_from_args` turns the parsed flags into the `BisectOptions` they ask for. Every command that compares
+`options_from_args` turns the parsed flags into the `BisectOptions` they ask for; `check_paths` refuses a command
+line whose outputs would be written over what it reads. Every command that compares
 (``bisect-ov MODEL``, ``demo``, ``repro``, ``pipeline``) builds its flags here, so a new option reaches all of
 them at once.
 """
 
 from __future__ import annotations
 
+import pathlib
 from dataclasses import MISSING, fields
 from typing import Any, Mapping
 
+from bisect_ov.core.fileio import labelled_files, refuse_overlaps
 from bisect_ov.pipeline.options import BisectOptions, Flag
 
-__all__ = ["option_flags", "options_from_args"]
+__all__ = ["option_flags", "options_from_args", "check_paths"]
 
 
 def option_flags(groups: Mapping[str, Any]) -> None:
@@ -58,3 +61,27 @@ def options_from_args(args: Any) -> BisectOptions:
             value = spec.to_option(value)
         values[f.name] = tuple(value) if isinstance(f.default, tuple) else value
     return BisectOptions.from_keywords(**values)
+
+
+def check_paths(args: Any, command: str | None) -> None:
+    """Refuse a command line whose outputs name a file it reads (the model, its weights, an input, a capture)
+    or one another, before anything is read or written. `command`: ``capture``, ``repro``, ``demo``,
+    ``pipeline``, or None for ``bisect-ov MODEL``."""
+    patched = getattr(args, "patched_model", None)
+    if patched is not None and not str(patched).lower().endswith(".xml"):
+        patched = f"{patched}.xml"  # written as PATH.xml and PATH.bin
+    outputs = [("--json", getattr(args, "json", None)), ("--html", getattr(args, "html", None)),
+               ("--ignored-scope", getattr(args, "ignored_scope", None)), *labelled_files("--patched-model", patched),
+               ("--log-file", args.log_file), ("-o", getattr(args, "out", None) if command in ("capture", "repro") else None)]
+    model = getattr(args, "model", None)
+    inputs = [*labelled_files("the model", model if command is None or pathlib.Path(str(model)).exists() else None),
+              *labelled_files("--target-model", getattr(args, "target_model", None)),
+              ("--inputs", getattr(args, "inputs", None)), ("the export folder", getattr(args, "folder", None)),
+              *((f"--input {name}", path) for name, path in getattr(args, "input", ())),
+              *(pair for name, path in getattr(args, "target_component", ())
+                for pair in labelled_files(f"--target-component {name}", path)),
+              *((f"the recording {flag} replays", device.split(":", 1)[1])
+                for flag, device in (("--ref", getattr(args, "ref", None)), ("--target", getattr(args, "target", None)),
+                                     ("--device", getattr(args, "device", None)))
+                if isinstance(device, str) and device.startswith("capture:"))]
+    refuse_overlaps(outputs, inputs, folders=("-o",) if command == "repro" else ())

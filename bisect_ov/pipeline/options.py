@@ -387,6 +387,9 @@ class BisectOptions:
     def __post_init__(self) -> None:
         for f in fields(self):
             object.__setattr__(self, f.name, f.metadata["check"](f.name, getattr(self, f.name)))
+        if self.patched_model is not None and not self.fix:
+            raise InputError("patched_model (--patched-model) saves the model with the fix's nodes marked: add fix=True "
+                             "(--fix), or leave it out.")
 
     @classmethod
     def from_keywords(cls, **keywords: Any) -> "BisectOptions":

@@ -146,11 +146,24 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
             examined = Sample.of(*pair)
         on_error.pop_all()  # it ran: the caller closes the samples' run
     # the cast notes are the examined sample's
-    notes = (tuple(plan.notes) + bound.notes + (summary.notes if summary is not None else ()) + sweep_notes + cast
+    notes = (tuple(plan.notes) + bound.notes + (_one_sample_classes(graph, options) if run is None else ())
+             + (summary.notes if summary is not None else ()) + sweep_notes + cast
              + _input_notes(graph, first[0]) + _state_notes(loaded, options))
     return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock,
                  loaded.state, loaded.target_state, frameworks=bound.frameworks, truth=bound.truth,
                  untouched=untouched)
+
+
+def _one_sample_classes(graph: ModelGraph, options: BisectOptions) -> tuple[str, ...]:
+    """With one sample, `classifier_outputs` checked against the outputs (the samples pass checks them when
+    many run) and said unused."""
+    if not options.classifier_outputs:
+        return ()
+    outputs = [graph.output_name(r.key) for r in graph.results()]
+    unknown = [n for n in options.classifier_outputs if n not in outputs]
+    if unknown:
+        raise InputError(f"classifier_outputs {unknown} are not outputs of the model. Outputs: {outputs}.")
+    return ("classifier_outputs compare top-1/top-5 answers over many samples: with one sample they are not used.",)
 
 
 @dataclass(frozen=True, eq=False)
