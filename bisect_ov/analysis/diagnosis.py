@@ -93,8 +93,10 @@ def diagnose(
     inputs: Sequence[TensorStats],
     precision: str,
     op_type: str = "",
+    given: bool = False,
 ) -> list[Cause]:
-    """The likely mechanism, for sources and amplifiers; empty for other roles.
+    """The likely mechanism, for sources and amplifiers; empty for other roles. `given`: `tolerance` is the
+    user's one threshold, not what `precision`'s rounding predicts (the sentences say so).
 
     `op_type` (the node's operation) keeps each diagnosis to the ops it fits: overflow names the square,
     exponential or sum that left the range, underflow a multiply by a tiny scale, cancellation only ops that
@@ -131,15 +133,16 @@ def diagnose(
             "with a large offset); compute it in f32 or remove the offset earlier",
             {"input_max": scale_in, "output_max": output.ref_absmax, "ratio": ratio})]
     over = error / tolerance if tolerance > 0 else math.inf
+    allowed = "the tolerance given" if given else f"what {precision} rounding predicts for that length"
     if reduction_length >= LONG_REDUCTION and math.isfinite(over):
         return [Cause(
             "long_reduction",
-            f"long reduction over {reduction_length:,} values: error {over:.1f}x what {precision} rounding predicts "
-            "for that length, as when partial sums are accumulated in low precision; keep its accumulator in f32",
+            f"long reduction over {reduction_length:,} values: error {over:.1f}x {allowed}, as when partial sums are "
+            "accumulated in low precision; keep its accumulator in f32",
             {"reduction_length": reduction_length, "ratio": over})]
     if math.isfinite(over) and tolerance > 0:
-        return [Cause("over_tolerance", f"error {over:.1f}x the tolerance of {precision} rounding for this op",
-                      {"ratio": over})]
+        return [Cause("over_tolerance", f"error {over:.1f}x the tolerance "
+                      + ("given" if given else f"of {precision} rounding for this op"), {"ratio": over})]
     return []
 
 
@@ -236,7 +239,7 @@ def underflow(op_type: str, output: TensorStats, precision: str) -> list[Cause]:
 _SAVED_KINDS = (
     (re.compile(r"(overflow|underflow|cancellation|concentrated): "), None),
     (re.compile(r"long reduction over "), "long_reduction"),
-    (re.compile(r"error \S+x the tolerance of "), "over_tolerance"),
+    (re.compile(r"error \S+x the tolerance (of |given)"), "over_tolerance"),
     (re.compile(r"NaN/Inf appeared in "), "nonfinite"),
     (re.compile(r"[\d,]+ value\(s\) at or beyond the f16 limit"), "f16_limit"),
     (re.compile(r"[\d,]+ value\(s\) at the integer type's limits"), "int_limit"),

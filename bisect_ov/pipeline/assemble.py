@@ -57,7 +57,8 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         kernels = examined.plan.fusion.kernels  # read once, into the plan
         ranking = scored.scores.ranking  # the judge's (`bisect_ov.pipeline.decide`)
         nodes = node_results(session, measurement, scored, precision, findings, ranking,
-                             frozenset(examined.tolerance.quantization), kernels, examined.plan.two_implementations)
+                             frozenset(examined.tolerance.quantization), kernels, examined.plan.two_implementations,
+                             given_tolerance=examined.tolerance.value is not None)
         # Taps the fidelity check rejected name nothing (`pipeline.measure.faithful_nodes`).
         nodes, first_keys, ranking = faithful_nodes(nodes, scored.scores.first, ranking, scored.fidelity,
                                                     session.runner.graph, min((o.tolerance for o in scored.outputs), default=0.0))
@@ -289,10 +290,12 @@ def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) 
 
 def node_results(session: Engine, measurement: Measurement, scored: Scored, precision: str, findings: Findings,
                  ranking: tuple[str, ...], tolerance_quantized: Any = frozenset(),
-                 kernels: KernelTensors | None = None, two_implementations: bool = False) -> tuple[NodeResult, ...]:
+                 kernels: KernelTensors | None = None, two_implementations: bool = False,
+                 given_tolerance: bool = False) -> tuple[NodeResult, ...]:
     """One `NodeResult` per measured node, in topological order (`tolerance_quantized`: names of the nodes a
     twin's quantization model judges; `kernels`: which tensors exist only inside a kernel of the target;
-    `two_implementations`: the plan's, `bisect_ov.pipeline.plan.two_implementations`)."""
+    `two_implementations`: the plan's, `bisect_ov.pipeline.plan.two_implementations`; `given_tolerance`: one
+    threshold the user gave, which the causes name as such)."""
     stats, scores, groups = measurement.stats, scored.scores, measurement.groups
     rank_of = {k: i for i, k in enumerate(ranking, start=1)}
     graph = session.runner.graph
@@ -358,7 +361,7 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.
             judged = "quantization" if node.name in tolerance_quantized else precision
             causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, judged,
-                               node.op_type)
+                               node.op_type, given=given_tolerance)
         # A stand-in's numbers are its carrier's: the movement op's local error, impact and group.
         measured_as = stand_in.get(key, key)
         group = groups.get(measured_as, ())

@@ -103,3 +103,14 @@ def test_the_fix_search_tries_a_cancellations_producers_by_kind_not_by_words():
 
     assert suspects(Cause("cancellation", "inputs much larger than the output")) == [("b",), ("a",)]
     assert suspects(Cause("note", "cancellation: a note that only reads like one")) == [("b",)]
+
+
+def test_a_tolerance_the_user_gave_is_not_called_roundings():
+    # With --tolerance 1e-3 the cause read "error 2.9x the tolerance of bf16 rounding for this op".
+    ones = compare(np.ones(8), np.ones(8) * 1.1)
+    given = diagnose("amplifier", 0.5, 0.01, 1, ones, [ones], "bf16", "Relu", given=True)[0]
+    assert given.kind == "over_tolerance" and given.text == "error 50.0x the tolerance given"
+    assert kind_of_text(given.text) == "over_tolerance"
+    long = diagnose("source", 0.5, 0.01, 4096, ones, [ones], "bf16", "MatMul", given=True)[0]
+    assert long.kind == "long_reduction" and "50.0x the tolerance given" in long.text and "predicts" not in long.text
+    assert "of bf16 rounding" in diagnose("amplifier", 0.5, 0.01, 1, ones, [ones], "bf16", "Relu")[0].text
