@@ -27,7 +27,7 @@ from bisect_ov.analysis.headroom import NEAR
 from bisect_ov.core.extras import install_hint
 from bisect_ov.core.fileio import write_text_atomic
 from bisect_ov.core.records import Fidelity
-from bisect_ov.report.numbers import fmt, fmt_growth
+from bisect_ov.report.numbers import fmt, fmt_cosine, fmt_growth
 from bisect_ov.report.style import PAGE_STYLE, ROOT, style
 from bisect_ov.report.view import INSIDE_LEGEND, FirstDivergence, Side, View, view
 
@@ -341,15 +341,11 @@ def _outputs(v: View) -> str:
         rows.append(
             f'<tr><td class="l node mono">{e(o.name)}</td><td class="{"over" if o.diverged else ""}">{e(fmt(o.error))}'
             f"</td><td>{e(fmt(o.tolerance))}</td>{state}<td>{e(fmt(s.max_abs))}</td><td>{e(fmt(s.mean_abs))}</td>"
-            f"<td>{e(_cos(s.cosine))}</td><td>{e(_db(s.sqnr_db))}</td><td>{e(s.mismatches)}/{e(s.numel)}</td>"
+            f"<td>{e(fmt_cosine(s.cosine))}</td><td>{e(_db(s.sqnr_db))}</td><td>{e(s.mismatches)}/{e(s.numel)}</td>"
             f"<td>{e(nan_inf)}</td></tr>"
         )
     ths = "".join(f'<th class="{"l" if h in ("output", "state") else ""}">{e(h)}</th>' for h in head)
     return f"<h2>Final outputs <small>error = {e(v.run.metric)}</small></h2>{_table(ths, rows)}"
-
-
-def _cos(x: float) -> str:
-    return f"{x:.6f}" if isinstance(x, float) and math.isfinite(x) else fmt(x)
 
 
 def _db(x: float) -> str:

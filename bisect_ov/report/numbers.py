@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["fmt", "fmt_growth"]
+__all__ = ["fmt", "fmt_growth", "fmt_cosine"]
 
 
 def fmt(x: float | None) -> str:
@@ -23,3 +23,9 @@ def fmt_growth(g: float) -> str:
     if math.isinf(g):
         return "inf"
     return f"{g:.3g}x"
+
+
+def fmt_cosine(c: float) -> str:
+    """A cosine similarity: ``0.994314``; ``n/a (NaN/Inf)`` when the target gave non-finite values where the
+    reference had finite ones (the statistics record that as -inf: no cosine exists there)."""
+    return f"{c:.6f}" if isinstance(c, float) and math.isfinite(c) else "n/a (NaN/Inf)"

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Sequence
 from bisect_ov.analysis.headroom import NEAR
 from bisect_ov.core.records import Cause, Fidelity, StageCost
 from bisect_ov.report.blocks import Block, experiment_blocks
-from bisect_ov.report.numbers import fmt, fmt_growth
+from bisect_ov.report.numbers import fmt, fmt_cosine, fmt_growth
 from bisect_ov.report.sides import Side, ToleranceFacts, side, tolerance_facts
 
 if TYPE_CHECKING:
@@ -373,7 +373,7 @@ def _verdict_facts(report: "Report", worst: "OutputResult | None", absorbed: Seq
         state = "over" if worst.diverged else "within"
         facts.append(Fact("final_output", f"Final output '{worst.name}': {report.metric} {fmt(worst.error)} ({state} "
                                           f"tolerance {fmt(worst.tolerance)}), max abs {fmt(worst.stats.max_abs)}, "
-                                          f"cosine {worst.stats.cosine:.6f}."))
+                                          f"cosine {fmt_cosine(worst.stats.cosine)}."))
         ratio = worst.over_expected
         if ratio is not None and worst.expected is not None:
             facts.append(Fact("rounding_baseline", f"Rounding alone gives it {fmt(worst.expected)}: the target's "

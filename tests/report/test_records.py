@@ -300,3 +300,19 @@ def test_the_noise_line_names_only_what_was_measured(noise, line):
     # claim two runs agreed.
     report = dataclasses.replace(Report.load(V1), noise=noise)
     assert line in report.to_text(width=120).splitlines()
+
+
+def test_a_final_output_holding_inf_has_no_cosine_printed_as_minus_inf():
+    # The statistics keep -inf for a tensor that gained NaN/Inf; the report printed "cosine -inf" (below -1).
+    import numpy as np
+
+    from bisect_ov.analysis.metrics import compare
+    from bisect_ov.report.numbers import fmt_cosine
+
+    broken = compare(np.ones(4, np.float32), np.array([1, 1, np.inf, 1], np.float32))
+    assert broken.cosine == -math.inf and fmt_cosine(broken.cosine) == "n/a (NaN/Inf)"
+    assert fmt_cosine(0.9943141) == "0.994314"
+    report = Report.load(V1)
+    worst = dataclasses.replace(report.outputs[0], stats=broken)
+    text = dataclasses.replace(report, outputs=(worst,)).to_text(width=120)
+    assert "cosine n/a (NaN/Inf)" in text and "cosine -inf" not in text
