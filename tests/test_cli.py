@@ -73,7 +73,8 @@ def test_console_script_entry_point(model_files):
         (["--max-tap-mb", "inf"], "--max-tap-mb must be a finite number"),
         (["--impact", "-2"], "impact must be an integer >= 0"),
         (["--json", "{d}/no/such/folder/r.json"], "does not exist"),
-        (["--html", "{d}"], "it is a folder"),
+        (["--html", "{d}"], "it is a folder. Pass a file name, such as '"),
+        (["--html", "{d}"], "/report.html'."),
         (["--patched-model", "{d}/fixed.onnx", "--fix"], "ending in .xml"),
     ],
 )

@@ -264,8 +264,10 @@ def check_writable(path: str | os.PathLike, *, what: str = "", error: type[Input
     """
     path = pathlib.Path(path)
     if path.is_dir():
-        raise error(f"Cannot write {what}to '{path}': it is a folder. Pass a file name, such as "
-                    f"'{path / ('capture.npz' if 'capture' in what else 'report.json')}'.")
+        name = next((n for key, n in (("capture", "capture.npz"), ("html", "report.html"), ("log", "bisect-ov.log"),
+                                      ("patched", "patched.xml"), ("scope", "ignored_scope.json")) if key in what),
+                    "report.json")
+        raise error(f"Cannot write {what}to '{path}': it is a folder. Pass a file name, such as '{path / name}'.")
     target, in_place = destination(path, what=what, error=error)
     folder = target.parent if str(target.parent) else pathlib.Path(".")
     if in_place:

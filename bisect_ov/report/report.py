@@ -449,6 +449,8 @@ class Report:
             Missing or unreadable file, not JSON, not a report, or a malformed one (see `from_dict`).
         """
         path = pathlib.Path(path)
+        if path.is_dir():
+            raise InputError(f"'{path}' is a folder: pass the report's JSON file (saved by report.save or --json).")
         if not path.is_file():
             raise InputError(f"Report file not found: '{path}'.")
         try:

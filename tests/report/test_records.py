@@ -316,3 +316,10 @@ def test_a_final_output_holding_inf_has_no_cosine_printed_as_minus_inf():
     worst = dataclasses.replace(report.outputs[0], stats=broken)
     text = dataclasses.replace(report, outputs=(worst,)).to_text(width=120)
     assert "cosine n/a (NaN/Inf)" in text and "cosine -inf" not in text
+
+
+def test_loading_a_folder_says_it_is_a_folder(tmp_path):
+    with pytest.raises(InputError, match="is a folder: pass the report's JSON file"):
+        Report.load(tmp_path)
+    with pytest.raises(InputError, match="Report file not found"):
+        Report.load(tmp_path / "missing.json")
