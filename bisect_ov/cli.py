@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find the node where a model's output on a target device starts to differ from a reference.",
         epilog="commands: 'bisect-ov MODEL ...' compares; 'bisect-ov demo' runs a built-in example; "
                "'bisect-ov capture MODEL -o FILE.npz'\nrecords a run to compare on another machine "
-               "(--ref capture:FILE.npz); 'bisect-ov repro MODEL -o FOLDER' writes a reproducer.\n\n" + EXIT_CODES,
+               "(--ref capture:FILE.npz); 'bisect-ov repro MODEL -o FOLDER' writes a reproducer.\nA model file named "
+               "like a command is given as ./demo.\n\n" + EXIT_CODES,
     )
     parser.add_argument("--version", action=_Version)
     parser.add_argument("model", help="model file: OpenVINO IR .xml, .onnx, or another format OpenVINO reads")
@@ -252,7 +253,9 @@ def _main(argv: list[str], console: Console) -> int:
         console.say(versions())
         return EXIT_OK
     names = ("demo", "capture", "repro", "pipeline")
-    command = argv[0] if argv and argv[0] in names and not pathlib.Path(argv[0]).exists() else None
+    # A command word is the command even where a file or folder has its name (report.repro("repro/") makes one):
+    # such a model is named ./demo.
+    command = argv[0] if argv and argv[0] in names else None
     parsers = {"demo": build_demo_parser, "capture": build_capture_parser, "repro": build_repro_parser,
                "pipeline": build_pipeline_parser}
     try:
@@ -484,8 +487,8 @@ def _repro(args, console: Console) -> int:
 
 
 def _model(name: str):
-    """The model argument of capture and repro: ``demo`` (when no file has that name) is the built-in example."""
-    if name == "demo" and not pathlib.Path(name).exists():
+    """The model argument of capture and repro: ``demo`` is the built-in example (a file of that name: ./demo)."""
+    if name == "demo":
         from bisect_ov.zoo.synthetic import demo
 
         return demo()

@@ -166,6 +166,19 @@ def test_repro_takes_the_built_in_demo_and_ends_on_one_clean_line(tmp_path, monk
     assert "\\n" not in out
 
 
+def test_a_folder_named_like_a_command_does_not_hide_it(tmp_path, monkeypatch, capsys):
+    # report.repro("repro/") (the README's call) leaves a folder 'repro': 'bisect-ov repro ...' then failed with
+    # "unrecognized arguments" (the folder was taken for the model to compare).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "repro").mkdir()
+    (tmp_path / "demo").mkdir()
+    code = main(["repro", "demo", "--ref", "CPU:f32", "--target", "EMU:f16", "--budget", "fast", "-o", "r", "-q"])
+    assert code == 0 and (tmp_path / "r" / "run.py").is_file(), capsys.readouterr().err
+    capsys.readouterr()
+    code = main(["demo", "--budget", "fast", "-q", "--top", "1"])
+    assert code == 0 and "bisect_ov: demo |" in capsys.readouterr().out
+
+
 def test_capture_takes_the_built_in_demo_and_says_how_to_compare_it(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code = main(["capture", "demo", "--device", "CPU:f32", "-o", "demo.npz", "-q"])

@@ -9,7 +9,6 @@ them at once.
 
 from __future__ import annotations
 
-import pathlib
 from dataclasses import MISSING, fields
 from typing import Any, Mapping
 
@@ -74,7 +73,7 @@ def check_paths(args: Any, command: str | None) -> None:
                ("--ignored-scope", getattr(args, "ignored_scope", None)), *labelled_files("--patched-model", patched),
                ("--log-file", args.log_file), ("-o", getattr(args, "out", None) if command in ("capture", "repro") else None)]
     model = getattr(args, "model", None)
-    inputs = [*labelled_files("the model", model if command is None or pathlib.Path(str(model)).exists() else None),
+    inputs = [*labelled_files("the model", model if command is None or model != "demo" else None),
               *labelled_files("--target-model", getattr(args, "target_model", None)),
               ("--inputs", getattr(args, "inputs", None)), ("the export folder", getattr(args, "folder", None)),
               *((f"--input {name}", path) for name, path in getattr(args, "input", ())),
