@@ -230,7 +230,9 @@ def _by_name(mapping: Mapping, specs: list[ParameterSpec]) -> list[np.ndarray]:
         raise InputError(f"Unknown input name(s) {unknown}. The model's inputs: {', '.join(s.describe() for s in specs)}.")
     missing = [s.describe() for s, a in zip(specs, arrays) if a is None]
     if missing:
-        raise InputError(f"Missing value(s) for input(s) {', '.join(missing)}. Pass every input or none (random).")
+        given = "an empty dict names none of them" if not mapping else "pass every input"
+        raise InputError(f"Missing value(s) for input(s) {', '.join(missing)}: {given}. Pass every input, or "
+                         "inputs=None for seeded random values.")
     return arrays
 
 

@@ -39,7 +39,8 @@ def test_forms_dict_list_npz_npy(tmp_path):
 @pytest.mark.parametrize(
     "given, message",
     [
-        ({"a": np.ones((2, 3))}, "Missing value"),
+        ({"a": np.ones((2, 3))}, "Missing value.*: pass every input"),
+        ({}, "an empty dict names none of them.*inputs=None for seeded random values"),
         ({"a": np.ones((2, 3)), "b": np.ones(1, np.int32), "c": 1}, "Unknown input name"),
         ([np.ones((2, 4)), np.ones(1, np.int32)], "shape"),
         ([np.ones((2, 3)), np.ones(1, np.float32)], "dtype float32"),
