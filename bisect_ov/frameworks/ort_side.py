@@ -112,6 +112,7 @@ class ORT(FrameworkSide):
                 model.graph.output.append(onnx.ValueInfoProto(name=name))
         options = self.ort.SessionOptions()
         options.graph_optimization_level = self.ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # values as written
+        options.log_severity_level = 3  # errors only: its warnings (unused initializers, ...) are about the model
         try:
             self._session = self.ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types
