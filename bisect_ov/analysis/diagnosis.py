@@ -31,7 +31,7 @@ from bisect_ov.core.records import Cause
 
 __all__ = ["observations", "diagnose", "kernel_difference", "overflow", "underflow", "concentrated", "kind_of_text", "Cause",
            "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED", "REDUCING", "PRODUCTS",
-           "peak_error", "own_peak_error", "is_concentrated", "is_concentrated_own"]
+           "LIPSCHITZ", "peak_error", "own_peak_error", "is_concentrated", "is_concentrated_own"]
 
 # Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
 CANCELLING_OPS = frozenset({"Subtract", "Add", "MVN", "ReduceSum", "ReduceMean", "MatMul", "Convolution",
@@ -63,6 +63,14 @@ REDUCING = frozenset({"MatMul", "Convolution", "GroupConvolution", "ConvolutionB
 # factor's size there over its rms, so a factor's tail multiplies it (SwiGLU's gate times up: 4x in a benign bf16
 # Llama). Like `REDUCING` ops they are left out of the own-size test.
 PRODUCTS = frozenset({"Multiply", "Divide"})
+# Elementwise functions of one input whose slope is bounded: |f(x + d) - f(x)| <= L |d|, so an element's error is
+# at most L times its input's there, whatever either's size. A cosine of large angles (rotary embeddings at long
+# positions) turns an angle's f16 rounding, tiny against the angle, into an error near zero crossings that is
+# large against the cosine's own size and its largest value alike; its largest absolute error still stays
+# within the angle's. By op type: the largest slope (GELU's and Swish's just above 1, HSwish's 1.5).
+LIPSCHITZ = {"Sin": 1.0, "Cos": 1.0, "Tanh": 1.0, "Sigmoid": 0.25, "Erf": 1.13, "Gelu": 1.13, "Swish": 1.1,
+             "Mish": 1.1, "Relu": 1.0, "Clamp": 1.0, "Abs": 1.0, "Elu": 1.0, "SoftPlus": 1.0, "SoftSign": 1.0,
+             "HSigmoid": 1 / 6, "HSwish": 1.5, "Negative": 1.0, "Atan": 1.0}
 LONG_REDUCTION = 64
 
 

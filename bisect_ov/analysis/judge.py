@@ -20,7 +20,10 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    or so against each element's own size plus the rms (`OWN_CONCENTRATED`, twice `min_growth`), from inputs
    within tolerance, made by no `REDUCING` op nor product of two varying tensors (`PRODUCTS`: a factor's tail
    multiplies the other's own-size error). Never ops whose output steps (`STEPS`); a movement op only where
-   its producer was measured without those elements (rule 6), not by own size where it selects or adds values.
+   its producer was measured without those elements (rule 6), not by own size where it selects or adds values;
+   nor an elementwise function of bounded slope `L` (`LIPSCHITZ`: a cosine, GELU, ...) whose largest absolute
+   error is within `min_growth` times `L` times its measured input's (it carries that error, as a cosine of
+   large angles carries their rounding).
 3. **Origins within tolerance** (every final output within its tolerance and no top-1 answer flipped): a node
    whose local error is over its tolerance and `EXCESS` times its rounding-only local error, or that alone on
    the target makes most of the final error, is an origin; every other diverged node that is not downstream of
@@ -64,7 +67,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
-from bisect_ov.analysis.diagnosis import CONCENTRATED, OWN_CONCENTRATED, PRODUCTS, REDUCING, SPIKE, is_concentrated, is_concentrated_own
+from bisect_ov.analysis.diagnosis import (
+    CONCENTRATED,
+    LIPSCHITZ,
+    OWN_CONCENTRATED,
+    PRODUCTS,
+    REDUCING,
+    SPIKE,
+    is_concentrated,
+    is_concentrated_own,
+)
 from bisect_ov.analysis.movement import MOVEMENT, RESCALING, carried_from
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
@@ -110,6 +122,8 @@ class Evidence:
         floating output, when the run's metric is relative L2 (empty otherwise: no concentrated-error rule).
     own_peaks
         The same with the worst element's error against its own size plus the rms (`TensorStats.max_elem_rel`).
+    max_abs
+        By node key: the largest absolute element error of its floating outputs (rule 2's bounded slopes).
     steps
         Keys of nodes whose output steps (`STEPS`).
     rejected, localized
@@ -137,6 +151,7 @@ class Evidence:
     localized: str | None = None
     peaks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     own_peaks: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    max_abs: Mapping[str, float] = field(default_factory=dict)
     steps: frozenset[str] = frozenset()
     impacts_possible: bool = True
     whole_units: frozenset[str] = frozenset()
@@ -315,6 +330,10 @@ def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> s
                     for k in passed | {key} if k in graph) or key in ev.movement
                     and graph[key].op_type in RESCALING and _arithmetic_producer(graph, key, ev) in nodes):
                 continue
+            slope = LIPSCHITZ.get(graph[key].op_type) if key in graph else None
+            if (slope is not None and not passed and inputs and key in ev.max_abs
+                    and ev.max_abs[key] <= ev.min_growth * slope * max(ev.max_abs.get(k, 0.0) for k in inputs)):
+                continue  # bounded slope: what its input carried, whatever the sizes
             carried = max((peaks.get(k, (0.0, 0.0))[0] for k in inputs), default=0.0)
             # By own size, elementwise arithmetic adds its inputs' errors (a square doubles them): twice the growth.
             if peak >= ev.min_growth * (2 if peaks is ev.own_peaks else 1) * max(carried, s.tolerance * 0.1):

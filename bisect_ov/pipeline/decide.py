@@ -60,6 +60,7 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
         # A few elements far off is a fault under rounding; a quantized twin clips and steps by design.
         peaks=peaks(measurement) if concentrating else {},
         own_peaks=peaks(measurement, own_peak_error) if concentrating else {},
+        max_abs=largest_errors(measurement) if concentrating else {},
         steps=frozenset(k for k in measured if k in graph and graph[k].op_type in STEPS),
         impacts_possible=setup.comparison.ref.can_run_pieces and setup.comparison.target.can_run_pieces,
         whole_units=whole_units(graph, findings, measurement, kernels))
@@ -93,6 +94,15 @@ def expected(examined: Examined, measurement: Measurement, findings: Findings, m
             if (key not in found and key in plan.movement
                     and all(m in plan.movement for m in measurement.groups.get(key, ()))):
                 found[key] = u
+    return found
+
+
+def largest_errors(measurement: Measurement) -> dict[str, float]:
+    """By node key: the largest absolute element error among its floating outputs (finite ones)."""
+    found: dict[str, float] = {}
+    for tap, s in measurement.stats.items():
+        if not s.integer and math.isfinite(s.max_abs):
+            found[tap.key] = max(found.get(tap.key, 0.0), s.max_abs)
     return found
 
 
