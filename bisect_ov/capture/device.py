@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import openvino as ov
 
-from bisect_ov.capture.format import check_sample, check_seed, inputs_hash, playback_hash, sample_array
+from bisect_ov.capture.format import check_sample, check_seed, inputs_hash, playback_hash, sample_array, weights_hash
 from bisect_ov.capture.read import Capture, load_capture
 from bisect_ov.core.errors import CaptureError, InputError
 from bisect_ov.core.records import DeviceInfo
@@ -142,6 +142,12 @@ class RecordedDevice(Device):
                 f"{cap.playback_hash}), but the model given is '{model_label(model)}' (structure hash {digest}): "
                 "they differ. Compare the model the capture was made with, or record this model."
             )
+        recorded = cap.header["model"].get("weights_hash")  # captures from before it was recorded: not checked
+        if recorded is not None and weights_hash(view) != recorded:
+            raise CaptureError(
+                f"The capture '{cap.path.name}' was recorded on model '{cap.model_label}' with other weights than "
+                f"those of '{model_label(model)}': the same structure, different values (another checkpoint?). "
+                "Compare the model the capture was made with, or record this model.")
         key_of = {op.get_name(): key for key, op in zip(graph.order, view.get_ordered_ops())}
         original = [i for i in range(len(results)) if i not in added]
         sources: list[tuple[str, str, tuple[int, ...]]] = []  # (kind, member, full shape)

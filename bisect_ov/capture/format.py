@@ -66,7 +66,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "FORMAT", "SCHEMA_VERSION", "MODES", "CPU_FLAGS", "HEADER", "sample_positions", "sample_array", "inputs_hash",
-    "tensor_summary", "host_info", "check_sample", "check_seed", "playback_hash", "input_names", "NpzWriter",
+    "tensor_summary", "host_info", "check_sample", "check_seed", "playback_hash", "weights_hash", "input_names",
+    "NpzWriter",
     "header_array", "runtime_to_header", "runtime_from_header",
 ]
 
@@ -229,6 +230,31 @@ def playback_hash(graph: ModelGraph) -> str:
     """The hash a recorded run is checked against: `ModelGraph.structure_hash`, which ignores the names
     OpenVINO makes up (they differ between the original and the tapped clones bisect compiles)."""
     return graph.structure_hash()
+
+
+# Values of each constant a weights fingerprint reads: all of a small one, an even stride through a large one
+# (a retrained or other checkpoint changes nearly every weight; reading all of a 7B model's would take minutes).
+_WEIGHT_SAMPLE = 4096
+
+
+def weights_hash(model: Any) -> str:
+    """A fingerprint of `model`'s constants (the weights): each one's type, shape and `_WEIGHT_SAMPLE` values at
+    an even stride, in graph order. Two checkpoints of one architecture differ here where `playback_hash`,
+    which reads the structure only, does not; a constant whose values cannot be read (a packed 4-bit type)
+    counts by type and shape."""
+    h = hashlib.sha256()
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Constant":
+            continue
+        out = op.output(0)
+        h.update(f"{out.get_element_type().get_type_name()}{out.get_partial_shape()}|".encode())
+        try:
+            flat = np.asarray(op.get_data()).reshape(-1)
+        except Exception:  # noqa: BLE001 - a type numpy cannot view: its type and shape stand for it
+            continue
+        step = max(1, flat.size // _WEIGHT_SAMPLE)
+        h.update(np.ascontiguousarray(flat[::step][:_WEIGHT_SAMPLE]).tobytes())
+    return h.hexdigest()[:16]
 
 
 def input_names(model: Any) -> list[str]:

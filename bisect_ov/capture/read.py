@@ -303,7 +303,7 @@ def merge_captures(paths: Iterable[str | os.PathLike | Capture], out: str | os.P
     Raises
     ------
     CaptureError
-        No captures; captures of different models (structure hash), devices (name, full name, precision),
+        No captures; captures of different models (structure hash, weights), devices (name, full name, precision),
         OpenVINO versions, modes, sample sizes or seeds, or recorded tensors; the same inputs twice.
     """
     captures = [load_capture(p) for p in paths]
@@ -312,6 +312,7 @@ def merge_captures(paths: Iterable[str | os.PathLike | Capture], out: str | os.P
     first = captures[0]
     checks = {
         "model structure hash": lambda c: c.playback_hash,
+        "model weights": lambda c: c.header["model"].get("weights_hash"),
         "device": lambda c: c.header["device"]["spec"],
         "device full name": lambda c: c.device_info.full_name,
         "precision": lambda c: c.device_info.precision,

@@ -57,6 +57,7 @@ from bisect_ov.capture.format import (
     runtime_to_header,
     sample_array,
     tensor_summary,
+    weights_hash,
 )
 from bisect_ov.core import codec
 from bisect_ov.core.checks import check_config, check_flag, check_tap_bytes
@@ -233,7 +234,7 @@ def record(
             "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "model": {
                 "label": model_label(model), "structure_hash": graph.structure_hash(),
-                "playback_hash": playback_hash(graph), "n_ops": len(graph),
+                "playback_hash": playback_hash(graph), "weights_hash": weights_hash(ov_model), "n_ops": len(graph),
                 "inputs": [{"index": i, "name": nm, "friendly_name": p.get_friendly_name(), "shape": list(a.shape),
                             "dtype": str(a.dtype)} for i, (nm, p, a) in enumerate(zip(names, specs, arrays))],
                 "outputs": output_entries,
