@@ -24,7 +24,7 @@ import numpy as np
 
 from bisect_ov.analysis.metrics import compare
 from bisect_ov.analysis.tolerance import Tolerance
-from bisect_ov.components.calls import Component, ComponentRequest
+from bisect_ov.components.calls import Component, ComponentRequest, compile_component
 from bisect_ov.components.folder import Pipeline, offline, open_pipeline, quiet
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import ModelGraph
@@ -113,8 +113,8 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
     components = {n: Component(n, m) for n, m in pipe.models.items()}
     replaced = {n: Component(n, load_model(m)) for n, m in (target_models or {}).items()}
     on_target = {n: replaced.get(n, c) for n, c in components.items()}
-    ref_compiled = {n: ref_device.compile(c.run_model) for n, c in components.items()}
-    target_compiled = {n: target_device.compile(c.run_model) for n, c in on_target.items()}
+    ref_compiled = {n: compile_component(ref_device, c) for n, c in components.items()}
+    target_compiled = {n: compile_component(target_device, c) for n, c in on_target.items()}
     precision = next(iter(target_compiled.values())).info.precision
     tolerances = {n: _output_tolerance(c, precision) for n, c in components.items()}
     seconds: dict[str, float] = {}

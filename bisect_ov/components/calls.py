@@ -7,10 +7,12 @@ given by position), a decoder through an `InferRequest` (``start_async``, ``wait
 (``CPU:f32``, an emulated ``EMU:f16``, a GPU), so the pipeline's own loop (its pre- and post-processing,
 generation, beam bookkeeping) drives the model while bisect_ov sees every call.
 
-A stateful component (a decoder keeping its KV cache in variables) runs in its stateless form
+A stateful component (a decoder keeping its KV cache in variables) is driven as its stateless form
 (`model.state.make_stateless`): the request holds the state arrays itself, starts them at the variables'
 initial values on ``reset_state()`` and feeds them to each call, so every call's inputs, state included, are
-plain arrays that can be fed again to the other side.
+plain arrays that can be fed again to the other side. On an OpenVINO device the stateful model itself runs,
+its variables set to those arrays before each call (`Stateful`): what the pipeline runs, where the plugin
+compiles the stateless rewrite differently; an emulated device runs the rewrite.
 
 With a `shadow` (the other side's compile of the same component), each call is replayed there on exactly the
 inputs this side received, its state included (teacher-forced), and only statistics are kept (`CallStats`),
@@ -34,7 +36,7 @@ from bisect_ov.model.graph import element_dtype
 from bisect_ov.model.state import STATE_PREFIX, Stateless, initial_states, is_stateful, make_stateless
 from bisect_ov.run.device_base import Compiled, Device
 
-__all__ = ["CallStats", "Component", "ComponentRequest", "Worst"]
+__all__ = ["CallStats", "Component", "ComponentRequest", "Worst", "compile_component"]
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,29 @@ class ComponentRequest:
             self.worst = Worst(index, ratio, {n: np.array(a) for n, a in zip(self.component.inputs, arrays)})
 
 
-def compile_component(device: Device, component: Component) -> Compiled:
-    """`component`'s run model compiled on `device`."""
+def compile_component(device: Device, component: Component) -> Any:
+    """`component` compiled on `device` as its calls run: a stateful one as it is, its variables set to each
+    call's state (`Stateful`), where the device runs stateful models that way (OpenVINO's plugins); otherwise
+    its run model (the stateless form: the plugin compiles the two forms differently, so figures from it are a
+    stand-in)."""
+    if component.stateless is not None and not device.emulated:
+        compiled = device.compile(component.model)
+        if hasattr(compiled, "step"):
+            return Stateful(compiled, component.stateless)
     return device.compile(component.run_model)
+
+
+class Stateful:
+    """A stateful component's compile driven as its stateless form is (`Compiled`): each call's inputs are its
+    own then one state array per variable; the variables are set to those, the model runs as the pipeline runs
+    it, and the outputs are its own then each variable's value after the call."""
+
+    def __init__(self, compiled: Any, stateless: Stateless):
+        self.compiled, self.stateless = compiled, stateless
+        self.info, self.runtime = compiled.info, compiled.runtime
+        self.n_outputs = stateless.n_outputs + len(stateless.variables)
+
+    def infer(self, inputs: Any, *, share_outputs: bool = True) -> list[np.ndarray]:
+        n = self.stateless.n_inputs
+        outputs, after = self.compiled.step(list(inputs)[:n], dict(zip(self.stateless.variables, list(inputs)[n:])))
+        return [*outputs, *(after[v] for v in self.stateless.variables)]

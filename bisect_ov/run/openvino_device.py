@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections import abc
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import openvino as ov
@@ -109,6 +109,34 @@ class OpenVINOCompiled:
             # hold a float32 copy of all of them at once (they are compared one by one).
             return _Widened(arrays, self._bf16)  # type: ignore[return-value]
         return [bf16_to_f32(a) if i in self._bf16 else a for i, a in enumerate(arrays)]
+
+    def step(self, inputs: Sequence[np.ndarray], states: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+        """One call of a stateful model as a pipeline makes it, its variables set first to `states` (by variable
+        id; the plugin keeps them in its own precision, as between its own calls): the outputs and each
+        variable's value after the call (copies). `infer` instead starts every run from the reset state.
+
+        Raises
+        ------
+        DeviceError
+            When the plugin fails to run, or a variable of the model has no value in `states`.
+        """
+        try:
+            variables = self._request.query_state()
+            missing = [v.name for v in variables if v.name not in states]
+            if missing:
+                raise DeviceError(f"No value for the variable(s) {missing} of the model run on {self.info.name}.")
+            for variable in variables:
+                variable.state = ov.Tensor(np.ascontiguousarray(states[variable.name]))
+            result = self._request.infer([_as_input(a, t) for a, t in zip(inputs, self._input_types)],
+                                         share_outputs=False)
+            after = {v.name: np.array(v.state.data) for v in self._request.query_state()}
+        except DeviceError:
+            raise
+        except Exception as err:
+            raise_if_interrupted(err)
+            raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
+        outputs = [result[i] for i in range(self.n_outputs)]
+        return [bf16_to_f32(a) if i in self._bf16 else a for i, a in enumerate(outputs)], after
 
     def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
         """Every input set through an asynchronous infer queue of `jobs` requests; outputs copied out.
