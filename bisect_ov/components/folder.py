@@ -229,7 +229,7 @@ def open_pipeline(source: Any) -> Pipeline:
                              "(or, from a checkout, pip install -e '.[zoo]').") from None
         with offline(), quiet(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            obj = getattr(oi, family.loader).from_pretrained(folder, compile=False)
+            obj = getattr(oi, family.loader).from_pretrained(str(folder), compile=False)  # a str: optimum calls str methods on it
         return _components(family, obj, str(folder))
     # The most derived class that is a family's loader decides (Whisper's class derives from both loaders).
     by_loader = {f.loader: f for f in FAMILIES.values()}
