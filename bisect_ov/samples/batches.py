@@ -145,6 +145,17 @@ def prepare_pair(index: int | None, sample: Any, ref_model: ov.Model, target_mod
         raise InputError(f"Sample #{index}{where}: {err}") from err
 
 
+def _load(loader: Callable[[int], Any], index: int) -> Any:
+    """`loader(index)`, a failure naming the sample (still a failure of the batch, which may run again: a disk or
+    a service may come back); a bad sample the loader itself refuses stays the user's (`InputError`)."""
+    try:
+        return loader(index)
+    except InputError:
+        raise
+    except Exception as err:
+        raise RuntimeError(f"sample #{index}: loader({index}) raised {type(err).__name__}: {err}") from err
+
+
 def execute(plan: Plan, batch: Batch, compiled: tuple[Any, Any], models: tuple[ov.Model, ov.Model | None]) -> BatchResult:
     """Run `batch` with compiled (ref, target) models; `models` are the untouched ones inputs are checked against."""
     start = time.perf_counter()
@@ -152,7 +163,7 @@ def execute(plan: Plan, batch: Batch, compiled: tuple[Any, Any], models: tuple[o
 
     def pairs() -> Iterator[tuple[int, list[np.ndarray], list[np.ndarray]]]:
         for i, item, is_file in zip(batch.indices, batch.items, named):
-            sample = batch.loader(i) if batch.loader is not None else item
+            sample = _load(batch.loader, i) if batch.loader is not None else item
             yield (i, *prepare_pair(i, sample, models[0], models[1], plan.seed, is_file, plan.prompts)[:2])
 
     ref_c, target_c = compiled
