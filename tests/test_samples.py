@@ -171,3 +171,13 @@ def test_a_batch_the_executor_cancels_is_run_again(tmp_path):
                         impact=0, noise=False, progress=False)
     assert CancelsTheFirst.cancelled == 1
     assert report.samples.count == 6 and not report.samples.partial and report.samples.retried == 1
+
+
+def test_the_examined_samples_nan_inputs_are_noted():
+    # The note was made from the first sample's inputs: a NaN in the worst one, where the search ran, went unsaid.
+    rng = np.random.default_rng(0)
+    samples = [{"input": rng.random((1, 3, 32, 32)).astype(np.float32)} for _ in range(3)]
+    samples[1]["input"][0, 0, 0, 0] = np.nan
+    report = bisect(synthetic.demo(), "CPU:f32", "EMU:f16", Samples(samples), progress=False, budget="fast")
+    assert report.samples.worst == 1  # the NaN sample is the worst: the search runs on it
+    assert any("Input 'input' holds 1 NaN and 0 Inf value(s)" in n for n in report.notes)

@@ -148,7 +148,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     # the cast notes are the examined sample's
     notes = (tuple(plan.notes) + bound.notes + (_one_sample_classes(graph, options) if run is None else ())
              + (summary.notes if summary is not None else ()) + sweep_notes + cast
-             + _input_notes(graph, first[0]) + _state_notes(loaded, options))
+             + _input_notes(graph, examined.ref) + _state_notes(loaded, options))
     return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock,
                  loaded.state, loaded.target_state, frameworks=bound.frameworks, truth=bound.truth,
                  untouched=untouched)
