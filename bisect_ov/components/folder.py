@@ -193,9 +193,12 @@ def family_of(folder: pathlib.Path) -> Family:
             raise InputError(f"'{folder}' looks like a {family.name} export (config.json model_type '{model_type}') "
                              f"but lacks {missing}; it has {irs or 'no IR'}.")
         return family
-    if irs == ["openvino_model.xml"] or len(irs) == 1:
-        raise InputError(f"'{folder}' holds one model ({irs[0]}), not a pipeline of several: give "
-                         f"'{folder / irs[0]}' to bisect() (or `bisect-ov {folder / irs[0]}`).")
+    models = [f for f in irs if f not in ("openvino_tokenizer.xml", "openvino_detokenizer.xml")]  # text, not model
+    if len(models) == 1:
+        raise InputError(f"'{folder}' holds one model ({models[0]}"
+                         + (f", with {sorted(set(irs) - set(models))}" if len(irs) > 1 else "")
+                         + f"), not a pipeline of several: give '{folder / models[0]}' to bisect() (or `bisect-ov "
+                         f"{folder / models[0]}`).")
     raise InputError(f"'{folder}' (model_type '{model_type}', IRs {irs or 'none'}) is not a pipeline family "
                      f"bisect_ov knows; supported: {_supported()}.")
 

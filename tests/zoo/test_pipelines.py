@@ -157,6 +157,11 @@ def test_folders_that_are_not_a_supported_pipeline_say_what_they_hold(tmp_path):
     (one / "openvino_model.xml").write_text("<net/>")
     with pytest.raises(InputError, match=r"holds one model \(openvino_model.xml\).*bisect\(\)"):
         bisect_pipeline(one, "CPU:f32", "CPU:f32")
+    for name in ("openvino_tokenizer.xml", "openvino_detokenizer.xml"):  # an LLM export's text models beside it
+        (one / name).write_text("<net/>")
+    with pytest.raises(InputError, match=r"holds one model \(openvino_model.xml, with \['openvino_detokenizer.xml', "
+                                         r"'openvino_tokenizer.xml'\]\).*bisect\(\)"):
+        bisect_pipeline(one, "CPU:f32", "CPU:f32")
     half = tmp_path / "half"
     shutil.copytree(pipelines.folder("t5"), half)
     (half / "openvino_decoder_model.xml").unlink()
