@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from bisect_ov.analysis.headroom import headroom
+from bisect_ov.analysis.headroom import LIMIT, headroom
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.records import Cause
 from bisect_ov.report.numbers import fmt as _fmt
@@ -120,9 +120,10 @@ class NodeResult:
     def f16_headroom(self) -> float:
         """Powers of two between `ref_absmax` and the largest finite f16 value (`bisect_ov.analysis.headroom`):
         below 1 the values are within 2x of overflowing f16, below 0 they do not fit it; NaN for a node without
-        floating outputs."""
+        floating outputs, and for one whose largest magnitude is exactly the f16 limit: a value put there (an
+        attention mask's -65,504, a clamp), not one computed close to it."""
         absmax = self.ref_absmax
-        return math.nan if absmax is None else headroom(absmax)
+        return math.nan if absmax is None or absmax == LIMIT else headroom(absmax)
 
     @property
     def stats(self) -> TensorStats | None:

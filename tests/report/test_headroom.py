@@ -94,3 +94,11 @@ def test_with_many_samples_headroom_is_over_every_sample():
     assert big.f16_headroom == pytest.approx(math.log2(65504 / 60000), abs=1e-3)
     assert [n.name for n in report.headroom(1.0)] == ["big"]
     assert report.node("act").ref_absmax_samples == pytest.approx(3.0, rel=1e-6)
+
+
+def test_a_value_put_at_the_f16_limit_is_no_headroom_alarm():
+    # A causal mask's -65,504 (exported LLMs fill masked positions with f16's lowest) was listed as "headroom 0.0".
+    model, inputs = _scaled(65504.0)
+    report = bisect(model, "CPU:f32", "EMU:f16", inputs, progress=False)
+    assert math.isnan(report.node("big").f16_headroom) and report.headroom(1.0) == []
+    assert report.node("back").f16_headroom > 10
