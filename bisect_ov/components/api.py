@@ -18,6 +18,7 @@ import math
 import os
 import pathlib
 import time
+from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -152,6 +153,15 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         if components[examined].stateless is not None:
             notes.append(f"'{examined}' is stateful: it is bisected in its stateless form, fed the reference's "
                          f"cache of call {request.worst.index} as its state:* inputs.")
+        if not report.diverges:  # the two judgements differ: say why where each is read (text and page)
+            worst = max((o.error for o in report.outputs), default=0.0)
+            said = (f"'{examined}' diverges on its own inputs (call {request.worst.index}: {request.worst.ratio:.1f}x "
+                    f"its component tolerance {tolerances[examined]:.1e}), but bisect() of that call finds no "
+                    f"divergence (outputs {worst:.1e} against their node-level tolerance"
+                    + (", in the stateless form, which the target may compile differently" if
+                       components[examined].stateless is not None else "") + "): no node is named.")
+            notes.append(said)
+            report = replace(report, notes=(*report.notes, said))
     return PipelineReport(pipe.family.name, pipe.source, ref_device.name, target_device.name, results,
                           ref_tokens, target_tokens, examined, report, tuple(notes), seconds,
                           output_error=output_error, output_tolerance=output_tolerance)

@@ -63,6 +63,22 @@ def test_a_fault_in_the_decoders_third_layer_is_named_at_the_decoder_and_that_no
     assert report.report is not None and report.report.first_divergence.name == site
 
 
+def test_a_component_that_diverges_where_its_bisection_does_not_says_so_in_both_reports(monkeypatch):
+    # The pipeline said "decoder DIVERGES" and its node-level report (the --html page) "no divergence", without a
+    # word on why. Here the node-level run is given a tolerance nothing passes.
+    import dataclasses
+
+    import bisect_ov.components.api as api
+
+    real = api.run
+    monkeypatch.setattr(api, "run", lambda *a, **k: real(*a[:4], dataclasses.replace(a[4], tolerance=1.0), **k))
+    report = _with_fault("t5", "decoder", DECODER_SITES[0], TOKENS)
+    assert report.component("decoder").diverges and report.report is not None and not report.report.diverges
+    said = [n for n in report.notes if "but bisect() of that call finds no divergence" in n]
+    assert said and said[0].startswith("'decoder' diverges on its own inputs (call ") and "stateless form" in said[0]
+    assert said[0] in report.report.notes  # the node-level report (and its page) carries it too
+
+
 @pytest.mark.parametrize("site", ENCODER_SITES)
 def test_a_fault_in_the_encoder_is_named_at_the_encoder_and_that_node(site):
     report = _with_fault("t5", "encoder", site, TOKENS)
