@@ -670,3 +670,14 @@ def test_kernels_that_differ_between_recorded_sides_are_listed(tmp_path):
     ran = {"precision": "f32", "kernel": "brgconv_avx512_f32"}
     assert kernel_difference({"ref": ran, "target": {"precision": "bf16", "kernel": "brgconv_avx512_bf16"}}, False) == ""
     assert "ran differently" in kernel_difference({"ref": ran, "target": {"precision": "f32", "kernel": "x"}}, False)
+
+
+def test_a_sample_the_capture_did_not_record_is_named(tmp_path):
+    # Five samples against a capture of the first: the error said "captured with different inputs" and not which.
+    model = synthetic.demo()
+    rng = np.random.default_rng(0)
+    samples = [{"input": rng.random((1, 3, 32, 32)).astype(np.float32)} for _ in range(3)]
+    record(model, "CPU:f32", samples[0], tmp_path / "c.npz")
+    with pytest.raises(CaptureError, match=r"^Sample #1: The capture 'c.npz' was captured with different inputs"):
+        bisect(model, f"capture:{tmp_path / 'c.npz'}", "EMU:f16", bisect_ov.Samples(samples), progress=False,
+               budget="fast")
