@@ -349,7 +349,7 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
         names = cap.input_names
         by_name = key == "target" and twin and not any(n.startswith("#") for n in names)
         inputs = dict(zip(names, arrays)) if by_name else arrays
-        notes.append(f"Inputs: the ones recorded in '{cap.path.name}'.")
+        notes.append(f"Inputs: the ones recorded in '{cap.path.name}' (a seed given does not change them).")
     sampled = any(d.sampled for d in sides.values())
     plan = RecordedPlan(sides["ref"], sides["target"], inputs, local="target" not in recorded and not sampled,
                         pieces=not recorded and not sampled, exact=not sampled, notes=notes)
