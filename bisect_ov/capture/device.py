@@ -356,9 +356,10 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
     if recorded:
         role = {"ref": "reference", "target": "target"}
         which = " and ".join(f"the {role[k]} ('{d.capture.path.name}')" for k, d in recorded.items())
+        # What this switches off of what was asked is said once, by the options (`ResolvedOptions.left_out`).
         plan.notes.append(f"{which[0].upper()}{which[1:]} {'is a recorded run' if len(recorded) == 1 else 'are recorded runs'}"
-                          ", which cannot run pieces of the model: partitioned runs (impact, fix, delegation, curve)"
-                          + ("" if plan.local else " and local errors") + " are skipped.")
+                          ", replayed whole: no piece of the model runs on "
+                          + ("it" if len(recorded) == 1 else "them") + ".")
     return plan
 
 
