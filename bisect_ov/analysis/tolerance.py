@@ -34,7 +34,8 @@ errors of the ``K`` products are independent), so a node's own error is the root
 weight quantization, of the quantizer on its output (nodes are compared at their quantized output) and of
 quantizers on the model inputs it reads. Errors inherited along the graph add the same way: the expected
 error at a node is ``sqrt(max over inputs of expected**2 + own**2)``. A twin's node is then allowed
-``quant_factor`` (4 by default) times that, and never less than the float threshold; nodes that nothing
+``quant_factor`` (4 by default) times that, at most `QUANTIZATION_CAP` (0.5: an error of half the output's size
+says nothing of what the model computes) and never less than the float threshold; nodes that nothing
 quantized reaches keep the float model (both sides compute them alike). The model ignores how layers amplify
 or dilute error (residual sums dilute it, ReLU stacks amplify it): on NNCF twins of the zoo, the measured
 error over this expectation was 0.36 at the logits of an int4 Llama and up to 3.2 inside an int8 ResNet-50,
@@ -52,7 +53,8 @@ from bisect_ov.core.numeric import UNIT_ROUNDOFF
 from bisect_ov.core.records import ToleranceFields
 from bisect_ov.model.graph import ModelGraph, NodeInfo
 
-__all__ = ["UNIT_ROUNDOFF", "CALIBRATED_METRICS", "Tolerance", "unit_roundoff", "quantization_error", "expected_quantization_errors"]
+__all__ = ["UNIT_ROUNDOFF", "CALIBRATED_METRICS", "QUANTIZATION_CAP", "Tolerance", "unit_roundoff", "quantization_error",
+           "expected_quantization_errors"]
 
 # The metrics the default model's thresholds are measured for (docs/tolerance.md, "Metrics"): rel_l2, and max_rel,
 # which on benign f16 and bf16 runs of the zoo's small models is 1.0-1.4x rel_l2 (median per node) with no node
@@ -134,7 +136,7 @@ class Tolerance(ToleranceFields):
         k = max(1, int(reduction_length))
         base = max(self.floor, self.factor * u * (1.0 + math.log2(k) / 4.0))
         if name is not None and name in self.quantization:
-            return max(base, self.quant_factor * float(self.quantization[name]))
+            return max(base, min(QUANTIZATION_CAP, self.quant_factor * float(self.quantization[name])))
         return base
 
     def for_node(self, node: NodeInfo, port: int = 0) -> float:
@@ -183,6 +185,11 @@ def _is_float(dtype: str) -> bool:
 
 # Calibrated activation ranges span about +-4 rms: 8 rms over the grid.
 _ACTIVATION_SPAN = 8.0
+# The largest threshold the quantization model gives: errors added in quadrature along a deep int4 chain, times
+# `quant_factor`, pass 1 (a tiny int4 Llama's logits got 1.3), where an output of zeros (relative L2 error 1) or
+# a weight scaled by 0.1 passes as "within tolerance". An output off by half its size (6 dB SQNR) no longer says
+# what the model computes, whatever the quantization.
+QUANTIZATION_CAP = 0.5
 
 
 def quantization_error(bits: int | None, group_size: int | None = None, *, symmetric: bool = True,

@@ -33,3 +33,14 @@ def test_twin_nodes_get_the_quantization_tolerance_and_others_the_float_one():
     assert t.threshold(64, "f32", "mm1") == pytest.approx(4 * 0.1)
     assert t.threshold(64, "f32", "other") < 1e-5
     assert Tolerance.from_dict(t.to_dict()) == t
+
+
+def test_the_quantization_threshold_stops_at_half_the_output():
+    # Errors added in quadrature along a deep int4 chain, times the factor, passed 1: a tiny int4 Llama's logits
+    # got 1.3, and its lm_head scaled by 0.1 (error 0.9) was "within tolerance".
+    from bisect_ov.analysis.tolerance import QUANTIZATION_CAP
+
+    t = Tolerance(precision="f32").with_quantization({"logits": 0.33, "mm": 0.1})
+    assert QUANTIZATION_CAP == 0.5 and t.threshold(64, "f32", "logits") == 0.5
+    assert t.threshold(64, "f32", "mm") == pytest.approx(0.4)  # below the cap: the model's own figure
+    assert Tolerance(precision="f32", value=2.0).with_quantization({"logits": 0.33}).threshold(64, "f32", "logits") == 2.0
