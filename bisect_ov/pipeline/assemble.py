@@ -284,7 +284,7 @@ def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) 
     path = pathlib.Path(path)
     patched = patch_model(model, [graph[k].name for k in keep])
     with atomic_paths(path, (".xml", ".bin"), what="the patched model ") as tmp:
-        ov.save_model(patched, str(tmp))
+        ov.save_model(patched, str(tmp), compress_to_fp16=False)  # the model's weights as they are (save's default halves f32 ones)
     return path
 
 
