@@ -193,6 +193,9 @@ class ComponentRequest:
             if self._states is None:
                 self._states = initial_states(component.stateless, arrays)
                 self.sequence += 1
+                for compiled in (self.compiled, self.shadow):  # a stateful compile initialises its own variables
+                    if isinstance(compiled, Stateful):
+                        compiled.start()
             arrays = arrays + self._states
         elif self.n_calls == 0:
             self.sequence = 0
@@ -241,14 +244,22 @@ def compile_component(device: Device, component: Component) -> Any:
 class Stateful:
     """A stateful component's compile driven as its stateless form is (`Compiled`): each call's inputs are its
     own then one state array per variable; the variables are set to those, the model runs as the pipeline runs
-    it, and the outputs are its own then each variable's value after the call."""
+    it, and the outputs are its own then each variable's value after the call. After `start()` (a new
+    sequence) the next call resets the variables instead and the model initialises them itself, in its own
+    precision, as the pipeline's first call does."""
 
     def __init__(self, compiled: Any, stateless: Stateless):
         self.compiled, self.stateless = compiled, stateless
         self.info, self.runtime = compiled.info, compiled.runtime
         self.n_outputs = stateless.n_outputs + len(stateless.variables)
+        self._fresh = False
+
+    def start(self) -> None:
+        self._fresh = True
 
     def infer(self, inputs: Any, *, share_outputs: bool = True) -> list[np.ndarray]:
-        n = self.stateless.n_inputs
-        outputs, after = self.compiled.step(list(inputs)[:n], dict(zip(self.stateless.variables, list(inputs)[n:])))
+        n, given = self.stateless.n_inputs, list(inputs)
+        states = None if self._fresh else dict(zip(self.stateless.variables, given[n:]))
+        self._fresh = False
+        outputs, after = self.compiled.step(given[:n], states)
         return [*outputs, *(after[v] for v in self.stateless.variables)]

@@ -110,10 +110,12 @@ class OpenVINOCompiled:
             return _Widened(arrays, self._bf16)  # type: ignore[return-value]
         return [bf16_to_f32(a) if i in self._bf16 else a for i, a in enumerate(arrays)]
 
-    def step(self, inputs: Sequence[np.ndarray], states: Mapping[str, np.ndarray]) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
+    def step(self, inputs: Sequence[np.ndarray], states: Mapping[str, np.ndarray] | None
+             ) -> tuple[list[np.ndarray], dict[str, np.ndarray]]:
         """One call of a stateful model as a pipeline makes it, its variables set first to `states` (by variable
-        id; the plugin keeps them in its own precision, as between its own calls): the outputs and each
-        variable's value after the call (copies). `infer` instead starts every run from the reset state.
+        id; the plugin keeps them in its own precision, as between its own calls), or reset (None: the first
+        call of a sequence, whose variables the model initialises itself): the outputs and each variable's value
+        after the call (copies). `infer` instead starts every run from the reset state.
 
         Raises
         ------
@@ -122,10 +124,12 @@ class OpenVINOCompiled:
         """
         try:
             variables = self._request.query_state()
-            missing = [v.name for v in variables if v.name not in states]
+            missing = [v.name for v in variables if states is not None and v.name not in states]
             if missing:
                 raise DeviceError(f"No value for the variable(s) {missing} of the model run on {self.info.name}.")
-            for variable in variables:
+            if states is None:
+                self._request.reset_state()
+            for variable in variables if states is not None else ():
                 variable.state = ov.Tensor(np.ascontiguousarray(states[variable.name]))
             result = self._request.infer([_as_input(a, t) for a, t in zip(inputs, self._input_types)],
                                          share_outputs=False)

@@ -376,6 +376,7 @@ def test_a_stateful_decoder_runs_as_compiled_with_each_calls_state_set():
     native = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
     native.reset_state()
     states = None
+    compiled.start()  # a new sequence: the first call initialises the variables itself, as the native one does
     for token in (0, 7, 3):
         arrays = component.arrays({**own, "input_ids": np.array([[token]], np.int64)})
         states = initial_states(component.stateless, arrays) if states is None else states
