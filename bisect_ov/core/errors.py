@@ -37,7 +37,10 @@ class DeviceError(BisectError, RuntimeError):
 
 
 class CaptureError(InputError):
-    """A recorded capture file is unreadable, corrupted, or does not match the model or inputs."""
+    """A recorded capture file is unreadable, corrupted, or does not match the model or inputs. ``position``:
+    which of several input sets given at once it refuses, when that is the cause (None otherwise)."""
+
+    position: int | None = None
 
 
 class WriteError(InputError, OSError):

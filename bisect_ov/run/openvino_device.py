@@ -129,8 +129,9 @@ class OpenVINOCompiled:
                 raise DeviceError(f"No value for the variable(s) {missing} of the model run on {self.info.name}.")
             if states is None:
                 self._request.reset_state()
-            for variable in variables if states is not None else ():
-                variable.state = ov.Tensor(np.ascontiguousarray(states[variable.name]))
+            else:
+                for variable in variables:
+                    variable.state = ov.Tensor(np.ascontiguousarray(states[variable.name]))
             result = self._request.infer([_as_input(a, t) for a, t in zip(inputs, self._input_types)],
                                          share_outputs=False)
             after = {v.name: np.array(v.state.data) for v in self._request.query_state()}
