@@ -360,7 +360,9 @@ def _inputs(args) -> object:
         try:
             values[name] = np.load(file, allow_pickle=False)
         except Exception as err:
-            raise InputError(f"Cannot read '{file}' for input '{name}': {err}") from err
+            from bisect_ov.run.inputs import numpy_reason
+
+            raise InputError(f"Cannot read '{file}' for input '{name}': {numpy_reason(file, err)}.") from err
     return values
 
 

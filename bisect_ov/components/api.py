@@ -35,6 +35,7 @@ from bisect_ov.pipeline.options import BisectOptions
 from bisect_ov.pipeline.plan import make_plan
 from bisect_ov.report.pipeline import ComponentResult, PipelineReport
 from bisect_ov.run.devices import Device, make_device
+from bisect_ov.run.inputs import numpy_reason
 
 __all__ = ["bisect_pipeline", "run_pipeline", "generation_inputs", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_DENOISING_STEPS"]
 
@@ -263,7 +264,7 @@ def _read_inputs(path: str | os.PathLike) -> Any:
     try:
         loaded = np.load(file, allow_pickle=False)
     except (OSError, ValueError) as err:
-        raise InputError(f"'{file}' is not a .npy or .npz file numpy can read: {err}") from None
+        raise InputError(f"'{file}' is not a .npy or .npz file numpy can read: {numpy_reason(file, err)}.") from None
     if isinstance(loaded, np.ndarray):  # a .npy
         return loaded
     with loaded:

@@ -22,7 +22,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
 __all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs", "LLM_INPUTS",
-           "vocabulary_size", "llm_companion", "llm_role", "decode_value"]
+           "vocabulary_size", "llm_companion", "llm_role", "decode_value", "numpy_reason"]
 
 # The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers. What each
 # holds at the prefill (`llm_companion`) and at a decode step (`decode_value`), and which one a parameter is
@@ -236,6 +236,23 @@ def _by_name(mapping: Mapping, specs: list[ParameterSpec]) -> list[np.ndarray]:
     return arrays
 
 
+def numpy_reason(path: str | os.PathLike, err: BaseException) -> str:
+    """Why numpy could not read `path`, in the user's terms: numpy takes a file with neither the .npy nor the .npz
+    signature for pickled data and suggests loading it unsafely, which is no advice for a file that is not
+    NumPy's at all."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError:
+        return str(err)
+    if head.startswith((b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")):
+        return str(err)  # a NumPy file numpy refused: its own reason
+    if head[:1] == b"\x80":
+        return ("it holds pickled Python data, which is not read (loading it can run code); save arrays with "
+                "np.save (.npy) or np.savez (.npz)")
+    return "it is not a NumPy file (it has neither the .npy nor the .npz signature)"
+
+
 def _read_file(path: pathlib.Path, specs: list[ParameterSpec]) -> Any:
     if not path.is_file():
         raise InputError(f"Input file not found: '{path}'.")
@@ -250,7 +267,7 @@ def _read_file(path: pathlib.Path, specs: list[ParameterSpec]) -> Any:
     except InputError:
         raise
     except Exception as err:
-        raise InputError(f"Cannot read input file '{path}': {err}") from err
+        raise InputError(f"Cannot read input file '{path}': {numpy_reason(path, err)}.") from err
     positional = [f"arr_{i}" for i in range(len(loaded))]
     if sorted(loaded) == sorted(positional):
         return [loaded[k] for k in positional]

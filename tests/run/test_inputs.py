@@ -119,3 +119,16 @@ def test_a_float_input_of_another_precision_is_cast_and_the_report_says_so(dtype
     assert report.inputs[0].dtype == "float32"  # what both sides ran on
     same = bisect(tiny_chain(), "CPU", "CPU:f32", {"x": x.astype(np.float32)}, progress=False)
     assert not [n for n in same.notes if n.startswith("Input 'x'")]
+
+
+def test_a_file_numpy_cannot_read_says_what_it_is(tmp_path):
+    # numpy takes any file without its signatures for pickled data and suggests loading it unsafely.
+    (tmp_path / "junk.npz").write_bytes(b"not numpy at all" * 8)
+    with pytest.raises(InputError, match=r"junk.npz': it is not a NumPy file \(it has neither the .npy nor the .npz "
+                                         r"signature\)\.$"):
+        prepare_inputs(_two_inputs(), tmp_path / "junk.npz")
+    import pickle
+
+    (tmp_path / "p.npy").write_bytes(pickle.dumps([1, 2]))
+    with pytest.raises(InputError, match="it holds pickled Python data, which is not read"):
+        prepare_inputs(_two_inputs(), tmp_path / "p.npy")
