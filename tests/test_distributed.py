@@ -281,6 +281,7 @@ def test_a_unit_that_keeps_failing_is_reported_with_its_samples(tmp_path):
     assert all(math.isnan(s.errors[i]) for i in s.missing) and not any(math.isnan(e) for e in s.errors[:8])
     assert "samples #8-#15" in s.failures[0] and "ConnectionError" in s.failures[0]
     assert "sample #9: loader(9) raised ConnectionError: storage hiccup on sample 9" in s.failures[0]  # which one
+    assert len(s.failures) == len(set(s.failures))  # both passes lost it alike: said once
     assert all(i not in s.missing for i in s.ranking)
     text = " ".join(report.to_text().split())
     assert "Partial run: 16 of 24 samples measured" in text

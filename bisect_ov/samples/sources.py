@@ -344,7 +344,8 @@ class SampleSummary:
             top1_flips=len(self.flips_top1), top1_flipped=tuple(self.flips_top1),
             k=self.k, topk_misses=len(self.flips_topk), topk_missed=tuple(self.flips_topk),
             given=len(self.errors), missing=tuple(self.missing), spread_missing=spread_log.lost,
-            failures=log_.failures + spread_log.failures, executor=self.executor,
+            # Both passes losing one batch fail alike: each failure said once.
+            failures=tuple(dict.fromkeys(log_.failures + spread_log.failures)), executor=self.executor,
             retried=log_.retried + spread_log.retried, workers=len(log_.workers | spread_log.workers),
             batch_seconds=tuple(round(s, 4) for s in log_.batch_seconds),
             spread_batch_seconds=tuple(round(s, 4) for s in spread_log.batch_seconds),
