@@ -35,7 +35,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import model_label
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
-from bisect_ov.run.devices import Compiled, Device, make_device, register_device
+from bisect_ov.run.devices import Compiled, Device, infer_each, make_device, register_device
 
 __all__ = ["RecordedDevice", "RecordedCompiled", "SampledDevice", "SampledCompiled", "sampled_like", "RecordedPlan",
            "plan_recorded"]
@@ -229,15 +229,8 @@ class RecordedCompiled:
 
     def infer_many(self, inputs: Sequence[Sequence[np.ndarray]], *, jobs: int = 2) -> list[list[np.ndarray]]:
         """The recorded arrays of every input set, one at a time (reading a file needs no parallel requests); an
-        input set that was not recorded is refused with its position (`CaptureError.position`)."""
-        found = []
-        for position, arrays in enumerate(inputs):
-            try:
-                found.append([np.array(a) for a in self.infer(arrays, share_outputs=False)])
-            except CaptureError as err:
-                err.position = position
-                raise
-        return found
+        input set that was not recorded is refused with its position (`infer_each`)."""
+        return infer_each(self, inputs)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -29,7 +29,10 @@ class BisectError(Exception):
 
 
 class InputError(BisectError, ValueError):
-    """A model, input array or option the user supplied cannot be used."""
+    """A model, input array or option the user supplied cannot be used. ``position``: which of several input
+    sets given at once it refuses, when that is the cause (None otherwise; `bisect_ov.run.device_base.infer_each`)."""
+
+    position: int | None = None
 
 
 class DeviceError(BisectError, RuntimeError):
@@ -37,10 +40,7 @@ class DeviceError(BisectError, RuntimeError):
 
 
 class CaptureError(InputError):
-    """A recorded capture file is unreadable, corrupted, or does not match the model or inputs. ``position``:
-    which of several input sets given at once it refuses, when that is the cause (None otherwise)."""
-
-    position: int | None = None
+    """A recorded capture file is unreadable, corrupted, or does not match the model or inputs."""
 
 
 class WriteError(InputError, OSError):

@@ -55,8 +55,16 @@ class Compiled(Protocol):
 
 
 def infer_each(compiled: Compiled, inputs: Sequence[Sequence[np.ndarray]]) -> list[list[np.ndarray]]:
-    """`infer_many` one input set at a time: for devices without parallel requests (recorded runs)."""
-    return [[np.array(a) for a in compiled.infer(arrays, share_outputs=False)] for arrays in inputs]
+    """`infer_many` one input set at a time: for devices without parallel requests (recorded runs). An input set
+    the device refuses (`InputError`) is refused with its position among `inputs` (`InputError.position`)."""
+    found = []
+    for position, arrays in enumerate(inputs):
+        try:
+            found.append([np.array(a) for a in compiled.infer(arrays, share_outputs=False)])
+        except InputError as err:
+            err.position = position
+            raise
+    return found
 
 
 class Device:

@@ -174,10 +174,9 @@ def execute(plan: Plan, batch: Batch, compiled: tuple[Any, Any], models: tuple[o
             ref_out, target_out = run_both(lambda: ref_c.infer_many([p[1] for p in ready], jobs=plan.jobs),
                                            lambda: target_c.infer_many([p[2] for p in ready], jobs=plan.jobs))
         except InputError as err:  # a recorded side without this sample's inputs names the input set: name the sample
-            position = getattr(err, "position", None)
-            if position is None:
+            if err.position is None:
                 raise
-            raise type(err)(f"Sample #{ready[position][0]}: {err}") from err
+            raise type(err)(f"Sample #{ready[err.position][0]}: {err}") from err
         n = len(plan.names)
         result.samples = [sample_result(p[0], r[:n], t, plan.positions, plan.names, plan.class_positions, plan.k,
                                         plan.metric) for p, r, t in zip(ready, ref_out, target_out)]
