@@ -66,11 +66,9 @@ def check_paths(args: Any, command: str | None) -> None:
     """Refuse a command line whose outputs name a file it reads (the model, its weights, an input, a capture)
     or one another, before anything is read or written. `command`: ``capture``, ``repro``, ``demo``,
     ``pipeline``, or None for ``bisect-ov MODEL``."""
-    patched = getattr(args, "patched_model", None)
-    if patched is not None and not str(patched).lower().endswith(".xml"):
-        patched = f"{patched}.xml"  # written as PATH.xml and PATH.bin
     outputs = [("--json", getattr(args, "json", None)), ("--html", getattr(args, "html", None)),
-               ("--ignored-scope", getattr(args, "ignored_scope", None)), *labelled_files("--patched-model", patched),
+               ("--ignored-scope", getattr(args, "ignored_scope", None)),
+               *labelled_files("--patched-model", getattr(args, "patched_model", None)),  # an .xml (the options check)
                ("--log-file", args.log_file), ("-o", getattr(args, "out", None) if command in ("capture", "repro") else None)]
     model = getattr(args, "model", None)
     inputs = [*labelled_files("the model", model if command is None or model != "demo" else None),

@@ -295,13 +295,13 @@ def _noise(report: "Report") -> Block | None:
     noise = report.noise
     if noise is None:
         return None
-    what = " and ".join(w for w, v in (("two runs", noise.run_to_run), ("two compiles", noise.compile_to_compile))
-                        if v is not None)
-    if not noise.items():
+    measured = noise.items()
+    if not measured:
         return None
+    what = " and ".join({"run_to_run": "two runs", "compile_to_compile": "two compiles"}[k] for k, _ in measured)
     if not noise.floor:
         line = f"Noise: the target gave bit-identical outputs across {what}."
     else:
         line = ("Noise: the target's outputs differ by "
-                + ", ".join(f"{fmt(v)} {k.replace('_', ' ')}" for k, v in noise.items()) + ".")
+                + ", ".join(f"{fmt(v)} {k.replace('_', ' ')}" for k, v in measured) + ".")
     return Block("noise", (line,), gap=False)

@@ -123,13 +123,13 @@ class OpenVINOCompiled:
             When the plugin fails to run, or a variable of the model has no value in `states`.
         """
         try:
-            variables = self._request.query_state()
-            missing = [v.name for v in variables if states is not None and v.name not in states]
-            if missing:
-                raise DeviceError(f"No value for the variable(s) {missing} of the model run on {self.info.name}.")
             if states is None:
                 self._request.reset_state()
             else:
+                variables = self._request.query_state()
+                missing = [v.name for v in variables if v.name not in states]
+                if missing:
+                    raise DeviceError(f"No value for the variable(s) {missing} of the model run on {self.info.name}.")
                 for variable in variables:
                     variable.state = ov.Tensor(np.ascontiguousarray(states[variable.name]))
             result = self._request.infer([_as_input(a, t) for a, t in zip(inputs, self._input_types)],
