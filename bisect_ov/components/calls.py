@@ -11,7 +11,7 @@ A stateful component (a decoder keeping its KV cache in variables) is driven as 
 (`model.state.make_stateless`): the request holds the state arrays itself, starts them at the variables'
 initial values on ``reset_state()`` and feeds them to each call, so every call's inputs, state included, are
 plain arrays that can be fed again to the other side. On an OpenVINO device the stateful model itself runs,
-its variables set to those arrays before each call (`Stateful`): what the pipeline runs, where the plugin
+its variables set to those arrays before each call (`bisect_ov.run.stateful.Stateful`): what the pipeline runs, where the plugin
 compiles the stateless rewrite differently; an emulated device runs the rewrite.
 
 With a `shadow` (the other side's compile of the same component), each call is replayed there on exactly the
@@ -35,6 +35,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 from bisect_ov.model.state import STATE_PREFIX, Stateless, initial_states, is_stateful, make_stateless
 from bisect_ov.run.device_base import Compiled, Device
+from bisect_ov.run.stateful import Stateful, compile_stateful
 
 __all__ = ["CallStats", "Component", "ComponentRequest", "Worst", "compile_component"]
 
@@ -231,35 +232,11 @@ class ComponentRequest:
 
 def compile_component(device: Device, component: Component) -> Any:
     """`component` compiled on `device` as its calls run: a stateful one as it is, its variables set to each
-    call's state (`Stateful`), where the device runs stateful models that way (OpenVINO's plugins); otherwise
-    its run model (the stateless form: the plugin compiles the two forms differently, so figures from it are a
-    stand-in)."""
-    if component.stateless is not None and not device.emulated:
-        compiled = device.compile(component.model)
-        if hasattr(compiled, "step"):
-            return Stateful(compiled, component.stateless)
+    call's state (`bisect_ov.run.stateful.Stateful`), where the device runs stateful models that way (OpenVINO's
+    plugins); otherwise its run model (the stateless form: the plugin compiles the two forms differently, so
+    figures from it are a stand-in)."""
+    if component.stateless is not None:
+        stateful = compile_stateful(device, component.stateless, component.model)
+        if stateful is not None:
+            return stateful
     return device.compile(component.run_model)
-
-
-class Stateful:
-    """A stateful component's compile driven as its stateless form is (`Compiled`): each call's inputs are its
-    own then one state array per variable; the variables are set to those, the model runs as the pipeline runs
-    it, and the outputs are its own then each variable's value after the call. After `start()` (a new
-    sequence) the next call resets the variables instead and the model initialises them itself, in its own
-    precision, as the pipeline's first call does."""
-
-    def __init__(self, compiled: Any, stateless: Stateless):
-        self.compiled, self.stateless = compiled, stateless
-        self.info, self.runtime = compiled.info, compiled.runtime
-        self.n_outputs = stateless.n_outputs + len(stateless.variables)
-        self._fresh = False
-
-    def start(self) -> None:
-        self._fresh = True
-
-    def infer(self, inputs: Any, *, share_outputs: bool = True) -> list[np.ndarray]:
-        n, given = self.stateless.n_inputs, list(inputs)
-        states = None if self._fresh else dict(zip(self.stateless.variables, given[n:]))
-        self._fresh = False
-        outputs, after = self.compiled.step(given[:n], states)
-        return [*outputs, *(after[v] for v in self.stateless.variables)]

@@ -54,6 +54,8 @@ class Stateless:
         How many parameters and outputs the original model had (its own come first).
     init
         The initialiser model: the original parameters in, each variable's initial value out.
+    source
+        The stateful model it was made from (as given: not a clone).
     """
 
     model: ov.Model
@@ -61,6 +63,7 @@ class Stateless:
     n_inputs: int
     n_outputs: int
     init: ov.Model
+    source: ov.Model | None = None
 
     @property
     def state_outputs(self) -> tuple[int, ...]:
@@ -126,7 +129,7 @@ def make_stateless(model: ov.Model) -> Stateless:
     original_params = list(clone.get_parameters())
     stateless = ov.Model(list(clone.get_results()) + results, original_params + params, clone.get_friendly_name())
     init = _init_model(model, variables)
-    return Stateless(stateless, tuple(variables), n_inputs, n_outputs, init)
+    return Stateless(stateless, tuple(variables), n_inputs, n_outputs, init, model)
 
 
 def _init_model(model: ov.Model, variables: list[str]) -> ov.Model:

@@ -173,7 +173,7 @@ def _generation_note(generation: Any) -> tuple[str, ...]:
     if generation is None:
         return ()
     examined = f"; the nodes below are measured on step {generation.examined_step}." if generation.examined_step else "."
-    return (f"Generation: {generation.why}{examined}",)
+    return (f"Generation: {generation.why}{examined}", *generation.notes)
 
 
 def _local_note(setup: Setup, examined: Examined, measurement: Measurement, findings: Findings) -> tuple[str, ...]:

@@ -130,8 +130,8 @@ class Report:
     # ----- questions a user asks ----------------------------------------------------------------------
     @property
     def diverges(self) -> bool:
-        """True when any node or final output is over its tolerance."""
-        return bool(self.ranking) or any(o.diverged for o in self.outputs)
+        """True when any node, final output or generation step is over its tolerance."""
+        return bool(self.ranking) or any(o.diverged for o in self.outputs) or any(s.diverged for s in self.steps)
 
     def ignored_scope(self) -> list[str]:
         """The fix's nodes as ``nncf.IgnoredScope(names=...)`` takes them: the model's op names.

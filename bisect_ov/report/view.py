@@ -49,7 +49,8 @@ OPTIONAL_COLUMNS = ("local", "x rounding", "impact", "over tol", "headroom", "na
 # absorbed: nodes over their tolerance, outputs within theirs; no_divergence: every node within its tolerance.
 # When the taps changed what the target computed (the fidelity check failed): localized_by_partitions: error
 # starts at a node found by partitioned runs that expose nothing; unfaithful: the outputs diverge and no node can
-# be localized on this device (the reason is the headline).
+# be localized on this device (the reason is the headline), or a generation step diverges where the run measured
+# node by node does not (a stateful model's plugin-kept cache: its stateless form is what is measured).
 VERDICT_KINDS = ("diverges", "accumulates", "absorbed", "no_divergence", "localized_by_partitions", "unfaithful")
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8",
                  "uint8": "u8", "bool": "bool"}
@@ -291,6 +292,16 @@ def verdict(report: "Report") -> Verdict:
     found = report.fidelity
     if found is not None and found.outcome:
         return _unfaithful_verdict(report, found, worst)
+    over = [s for s in report.steps if s.diverged]
+    if over and not firsts and not report.ranking and not any(o.diverged for o in report.outputs):
+        step = over[0]
+        headline = (f"Generation step {step.step} diverges ({metric} {fmt(step.error)} > {fmt(step.tolerance)}"
+                    f"{', its token flips' if step.flipped else ''}), but the run measured node by node (step "
+                    f"{report.examined_step or 0}) stays within tolerance, so no node is named: see the generation "
+                    "notes below.")
+        return Verdict(kind="unfaithful", label="DIVERGES", headline=headline, text=f"DIVERGES. {headline}", first=(),
+                       more_first=(), worst_output=worst, closest=None, absorbed=absorbed,
+                       facts=tuple(_verdict_facts(report, worst, absorbed)))
     if not report.diverges and absorbed:
         kind, label = "absorbed", "no divergence"
         start = absorbed_start(absorbed)

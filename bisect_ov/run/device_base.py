@@ -125,6 +125,11 @@ class Device:
         device has no such setting (the CPU plugin refuses it, a recorded run cannot recompute)."""
         return None
 
+    def with_cache_precision(self, precision: str) -> "Device | None":
+        """This device keeping a stateful model's KV cache in `precision` (``KV_CACHE_PRECISION``); None when the
+        device has no such setting."""
+        return None
+
     def without_generated_kernels(self) -> "Device | None":
         """This device compiling with its plugin's ordinary kernels where it would generate one for a fused
         subgraph (the CPU plugin's snippets: ``SNIPPETS_MODE=DISABLE``, `bisect_ov.run.openvino_device.SNIPPETS`);

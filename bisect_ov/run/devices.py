@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import DeviceInfo  # re-exported: its home is the records module
+from bisect_ov.run.bf16 import bf16_to_f32, kept_outputs
 from bisect_ov.run.device_base import Compiled, Device, infer_each
 from bisect_ov.run.emulated_device import EmulatedDevice
 from bisect_ov.run.openvino_device import (
@@ -44,10 +45,8 @@ from bisect_ov.run.openvino_device import (
     OpenVINOCompiled,
     OpenVINODevice,
     available_devices,
-    bf16_to_f32,
     capabilities,
     cpu_supports_bf16,
-    kept_outputs,
     listed_devices,
     shared_core,
     supports_property,

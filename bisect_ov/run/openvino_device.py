@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import abc
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -29,11 +28,11 @@ import openvino as ov
 from bisect_ov.core.errors import DeviceError, InputError, first_line, raise_if_interrupted
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
+from bisect_ov.run.bf16 import Widened, as_input, bf16_to_f32
 from bisect_ov.run.device_base import Device
 
-__all__ = ["PRECISION_SUFFIXES", "VIRTUAL_DEVICES", "SNIPPETS", "GENERATED_LAYER", "OpenVINOCompiled", "OpenVINODevice",
-           "available_devices",
-           "bf16_to_f32", "capabilities", "cpu_supports_bf16", "kept_outputs", "listed_devices", "shared_core",
+__all__ = ["PRECISION_SUFFIXES", "VIRTUAL_DEVICES", "SNIPPETS", "CACHE_PRECISION", "GENERATED_LAYER", "OpenVINOCompiled",
+           "OpenVINODevice", "available_devices", "capabilities", "cpu_supports_bf16", "listed_devices", "shared_core",
            "supports_property"]
 
 PRECISION_SUFFIXES = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
@@ -95,7 +94,7 @@ class OpenVINOCompiled:
         DeviceError
             When the plugin fails to run.
         """
-        inputs = [_as_input(a, t) for a, t in zip(inputs, self._input_types)]
+        inputs = [as_input(a, t) for a, t in zip(inputs, self._input_types)]
         try:
             if self._stateful:
                 self._request.reset_state()
@@ -107,7 +106,7 @@ class OpenVINOCompiled:
         if share_outputs and self._bf16:
             # Views: each bf16 output is widened to float32 when read, so a run with many bf16 taps does not
             # hold a float32 copy of all of them at once (they are compared one by one).
-            return _Widened(arrays, self._bf16)  # type: ignore[return-value]
+            return Widened(arrays, self._bf16)  # type: ignore[return-value]
         return [bf16_to_f32(a) if i in self._bf16 else a for i, a in enumerate(arrays)]
 
     def step(self, inputs: Sequence[np.ndarray], states: Mapping[str, np.ndarray] | None
@@ -132,7 +131,7 @@ class OpenVINOCompiled:
                     raise DeviceError(f"No value for the variable(s) {missing} of the model run on {self.info.name}.")
                 for variable in variables:
                     variable.state = ov.Tensor(np.ascontiguousarray(states[variable.name]))
-            result = self._request.infer([_as_input(a, t) for a, t in zip(inputs, self._input_types)],
+            result = self._request.infer([as_input(a, t) for a, t in zip(inputs, self._input_types)],
                                          share_outputs=False)
             after = {v.name: np.array(v.state.data) for v in self._request.query_state()}
         except DeviceError:
@@ -164,58 +163,12 @@ class OpenVINOCompiled:
             queue = ov.AsyncInferQueue(self.compiled, max(1, int(jobs)))
             queue.set_callback(done)
             for index, arrays in enumerate(inputs):
-                queue.start_async([_as_input(a, t) for a, t in zip(arrays, self._input_types)], userdata=index)
+                queue.start_async([as_input(a, t) for a, t in zip(arrays, self._input_types)], userdata=index)
             queue.wait_all()
         except Exception as err:
             raise_if_interrupted(err)
             raise DeviceError(f"Inference failed on {self.info.name}: {first_line(err)}") from err
         return results  # type: ignore[return-value]
-
-
-class _Widened(abc.Sequence):
-    """Outputs whose bf16 members (float16-labelled bits) read as float32, converted on each access."""
-
-    def __init__(self, arrays: list[np.ndarray], bf16: set[int]):
-        self._arrays, self._bf16 = arrays, bf16
-
-    def __len__(self) -> int:
-        return len(self._arrays)
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self._arrays)))]
-        index = range(len(self._arrays))[index]
-        array = self._arrays[index]
-        return bf16_to_f32(array) if index in self._bf16 else array
-
-
-def kept_outputs(outputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], frozenset[int]]:
-    """The arrays of `outputs` (as `Compiled.infer(..., share_outputs=True)` returns them), kept as they are:
-    views that keep their output tensors alive past the compile's release, so they outlive it as long as that
-    compile runs nothing more (copying them doubled a streamed segment's outputs at the peak). bf16 outputs
-    stay bf16 bits (float16-labelled, half the bytes of float32; read them with `bf16_to_f32`). Returns the
-    arrays and the positions of those bf16 ones."""
-    if isinstance(outputs, _Widened):
-        return list(outputs._arrays), frozenset(outputs._bf16)
-    return list(outputs), frozenset()
-
-
-def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
-def _as_input(array: np.ndarray, element: ov.Type):
-    """Float data for an input typed bf16 or f16 (activations handed over in the device's precision)."""
-    if element == ov.Type.f16 and array.dtype != np.float16:
-        return np.asarray(array, dtype=np.float16)
-    if element != ov.Type.bf16:
-        return array
-    x = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
-    bits = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
-    bits[np.isnan(array)] = 0x7FC0
-    tensor = ov.Tensor(ov.Type.bf16, list(array.shape))
-    tensor.data.view(np.uint16)[...] = bits
-    return tensor
 
 
 class OpenVINODevice(Device):
@@ -278,6 +231,17 @@ class OpenVINODevice(Device):
             return None
         return OpenVINODevice(self.device, {**self.config, SCALE_FACTOR_PROPERTY: _factor_text(factor)},
                               name=f"{self.name} ({SCALE_FACTOR_PROPERTY}={_factor_text(factor)})")
+
+    def with_cache_precision(self, precision: str) -> "OpenVINODevice | None":
+        """This device keeping a stateful model's KV cache in `precision` (``KV_CACHE_PRECISION``), when its plugin
+        lists the property."""
+        if self.virtual or not supports_property(self.runs_on[0], CACHE_PRECISION):
+            return None  # AUTO/HETERO/MULTI would need the setting per device; none is tried there
+        changed = copy.copy(self)
+        changed.config = {**self.config, CACHE_PRECISION: precision}
+        changed.name = f"{self.name} ({CACHE_PRECISION}={precision})"
+        changed._ran = None
+        return changed
 
     def without_generated_kernels(self) -> "OpenVINODevice | None":
         """This device with ``SNIPPETS_MODE=DISABLE`` when it is the CPU plugin (whose supported properties do not
@@ -490,6 +454,7 @@ def _factor_text(factor: float) -> str:
 # The CPU plugin's switch from the kernels it generates for fused subgraphs (snippets: runtime layers of type
 # ``Subgraph``) to its ordinary kernels, and the layer type those kernels have in the runtime graph.
 SNIPPETS = ("SNIPPETS_MODE", "DISABLE")
+CACHE_PRECISION = "KV_CACHE_PRECISION"  # the precision a plugin keeps a stateful model's KV cache in
 GENERATED_LAYER = "Subgraph"
 
 

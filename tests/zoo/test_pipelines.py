@@ -360,9 +360,10 @@ def test_a_stateful_decoder_runs_as_compiled_with_each_calls_state_set():
     # The stateless form is a stand-in: the CPU compiles the two forms differently (a T5 decoder's stateless form
     # in bf16 gave 0.2 at one call where the stateful model, as optimum runs it, gave 0.0065 at every call). On
     # an OpenVINO device each call runs the stateful compile with its variables set; an emulation keeps the form.
-    from bisect_ov.components.calls import Component, Stateful, compile_component
+    from bisect_ov.components.calls import Component, compile_component
     from bisect_ov.model.state import initial_states
     from bisect_ov.run.devices import make_device
+    from bisect_ov.run.stateful import Stateful
 
     model = _read("t5", "decoder")
     component = Component("decoder", model)
