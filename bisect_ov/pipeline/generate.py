@@ -67,8 +67,6 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
             and all(np.array_equal(a, b) for a, b in zip(arrays, engine.sample.target)))
     prefill = (None if stateful[0] or not same else untouched.ref_final,
                None if stateful[1] or not same else untouched.target_final)
-    if stateful[0]:
-        kept.pop("ref")  # the stateful model runs instead: released now
 
     def cache_retry(compiled):  # the target's cache kept as the reference keeps its own, where it is not
         try:

@@ -70,6 +70,7 @@ from bisect_ov.pipeline.sides import bind_sides
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
 from bisect_ov.run.inputs import parameter_specs, prepare_inputs_noted
+from bisect_ov.run.stateful import runs_stateful
 from bisect_ov.samples.batches import prepare_pair
 from bisect_ov.samples.prompts import PromptInputs, is_token_ids, sweep_prompts
 from bisect_ov.samples.runs import SampleRun, run_samples
@@ -302,9 +303,10 @@ def run_untouched(setup: Setup) -> Examined:
     runner, options, comparison = setup.runner, setup.options, setup.comparison
     target_run = run_target(runner, setup.sample, compiled=setup.untouched)
     fusion = plan_fusion(comparison, target_run.runtime, target_run.untappable)
-    kept: list[Any] = []  # the steps run the same model: the reference's compile is kept for them
+    kept: list[Any] = []  # the steps run the same form: the reference's compile is kept for them
+    keep = setup.runs_steps and not runs_stateful(runner.device("ref"))  # else they run the stateful model
     engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion,
-                     keep=kept.append if setup.runs_steps else None)
+                     keep=kept.append if keep else None)
     tolerance = _tolerance(options, comparison, engine.untouched.ref_info, engine.untouched.target.info)
     return Examined(engine, make_plan(tolerance, comparison.graph, fusion,
                                       plan_experiments(options, comparison, tolerance.precision),
