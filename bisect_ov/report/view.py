@@ -175,7 +175,7 @@ class View:
 
     @property
     def any_over(self) -> bool:
-        """Whether any node or final output is over its tolerance (`Report.diverges`)."""
+        """Whether any node or final output is over its tolerance (generation steps aside)."""
         return bool(self.ranked) or any(o.diverged for o in self.outputs)
 
     def fact(self, kind: str) -> Fact | None:
