@@ -233,8 +233,10 @@ def _num(x: Any) -> str:
 def _culprits(v: View, top: int) -> str:
     table = v.table(top)
     if not table.rows:
-        why = ("none is named from the per-node errors: the taps changed what the target computed"
-               if v.verdict.kind == "unfaithful" else "every compared node is within its tolerance")
+        unfaithful = v.run.fidelity is not None and v.run.fidelity.outcome
+        why = ("every compared node is within its tolerance" if v.verdict.kind != "unfaithful" else
+               "none is named from the per-node errors: the taps changed what the target computed" if unfaithful else
+               "every node measured is within its tolerance; what diverges is in the verdict")
         return f'<h2>Culprits</h2><p class="note">None: {why}.</p>'
     left = {"node", "op", "role", "shape", "target ran"}
     classes = {"node": "l node mono", "op": "l", "role": "l role", "shape": "l small", "target ran": "l small",
@@ -275,6 +277,9 @@ def _experiments(v: View) -> str:
         # listed) belong to it, as a list inside it.
         head, *rest = [line for line in block.lines if line.strip()] or [""]
         if not head:
+            continue
+        if block.kind == "steps":  # a table in columns: kept as the text aligns it
+            items.append(f"<li>{e(head)}<pre>{e(chr(10).join(rest))}</pre></li>")
             continue
         inner = "".join(f"<li>{e(line.strip())}</li>" for line in rest)
         items.append(f"<li>{e(head)}" + (f"<ul>{inner}</ul>" if inner else "") + "</li>")

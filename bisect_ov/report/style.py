@@ -15,8 +15,9 @@ ROOT = "bisect-ov-report"
 
 # The report's own rules, written without the root; `style` scopes every selector to it.
 _RULES = """
-code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
-              font-size: 0.93em; }
+code, .mono, pre { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace;
+                   font-size: 0.93em; }
+pre { margin: 4px 0; overflow-x: auto; }
 header { display: flex; align-items: baseline; flex-wrap: wrap; gap: 4px 16px; margin-bottom: 12px; }
 header h1 { font-size: 20px; margin: 0; font-weight: 600; word-break: break-all; }
 header .sub { color: var(--muted); }
