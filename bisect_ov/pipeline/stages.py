@@ -72,7 +72,7 @@ from bisect_ov.run.devices import make_device
 from bisect_ov.run.inputs import parameter_specs, prepare_inputs_noted
 from bisect_ov.run.stateful import runs_stateful
 from bisect_ov.samples.batches import prepare_pair
-from bisect_ov.samples.prompts import PromptInputs, is_token_ids, sweep_prompts
+from bisect_ov.samples.prompts import PromptInputs, is_prompt, sweep_prompts
 from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
 from bisect_ov.search.strategies import Prefetch, strategy_class
@@ -222,7 +222,7 @@ def _one_sample(loaded: _Loaded, inputs: Any, options: BisectOptions,
     as each of many samples. A stateful model's variables start from its own inputs, so random inputs, a file or
     arrays in input order are made the user's model's inputs first."""
     notes: tuple[str, ...] = ()
-    if loaded.state is not None and not (isinstance(inputs, Mapping) or is_token_ids(inputs)):
+    if loaded.state is not None and not is_prompt(inputs):
         arrays, notes = prepare_inputs_noted(loaded.user_model, inputs, seed=options.seed,
                                              prompt_length=options.prompt_length)
         inputs = {spec.name: a for spec, a in zip(parameter_specs(loaded.user_model), arrays)}

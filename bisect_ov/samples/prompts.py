@@ -29,10 +29,11 @@ import openvino as ov
 
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.state import STATE_PREFIX, Stateless, compile_initialiser, run_initialiser
-from bisect_ov.run.inputs import LLM_INPUTS, llm_companion, parameter_specs, vocabulary_size
+from bisect_ov.run.inputs import LLM_INPUTS, llm_companion, numpy_reason, parameter_specs, vocabulary_size
 from bisect_ov.samples.batches import ModelPayload
 
-__all__ = ["PromptInputs", "check_token_ids", "is_token_ids", "sequence_input", "position_range", "sweep_prompts"]
+__all__ = ["PromptInputs", "check_token_ids", "is_prompt", "is_token_ids", "sequence_input", "position_range", "read_prompt",
+           "sweep_prompts"]
 
 _COMPILED: dict[str, Any] = {}  # initialiser digest -> compiled model, once per process
 
@@ -42,6 +43,11 @@ def is_token_ids(sample: Any) -> bool:
     array = sample if isinstance(sample, np.ndarray) else None
     return (array is not None and np.issubdtype(array.dtype, np.integer)
             and (array.ndim == 1 or (array.ndim == 2 and array.shape[0] == 1)))
+
+
+def is_prompt(sample: Any) -> bool:
+    """Whether `PromptInputs.expand` takes `sample` as one prompt: token ids, a dict of inputs, or a file of either."""
+    return isinstance(sample, (Mapping, str, os.PathLike)) or is_token_ids(sample)
 
 
 def check_token_ids(tokens: Any, vocabulary: int | None, what: str = "The prompt") -> None:
@@ -115,6 +121,7 @@ class PromptInputs:
     variables: tuple[str, ...] = ()
     vocabulary: int | None = None  # rows of the embedding table input_ids index, when found
     aliases: tuple[frozenset[str], ...] = ()  # every name of each input, in `inputs`' order
+    ids_rank: int | None = None  # the rank of input_ids, when static
 
     @classmethod
     def of(cls, user_model: ov.Model, state: Stateless | None) -> "PromptInputs":
@@ -125,16 +132,25 @@ class PromptInputs:
             names.append((name, np.dtype(spec.dtype).name))
         vocabulary = vocabulary_size(user_model, "input_ids")
         aliases = tuple(frozenset(spec.names) for spec in specs)
+        ids = next((spec.pshape.rank for spec in specs if "input_ids" in spec.names), None)
+        rank = ids.get_length() if ids is not None and ids.is_static else None
         if state is None:
-            return cls(tuple(names), vocabulary=vocabulary, aliases=aliases)
-        return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables), vocabulary, aliases)
+            return cls(tuple(names), vocabulary=vocabulary, aliases=aliases, ids_rank=rank)
+        return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables), vocabulary, aliases, rank)
 
     def expand(self, sample: Any) -> Any:
         """`sample` as the compared model's inputs: token ids become the LLM inputs (a dict's LLM inputs other
         than ``input_ids``, when not given, follow from it the same way), and a stateful model's ``state:`` inputs
-        are added with the variables' initial values. Other samples are returned as given."""
+        are added with the variables' initial values; a file is read first (`read_prompt`). Other samples are
+        returned as given."""
+        if isinstance(sample, (str, os.PathLike)):
+            sample = read_prompt(sample)
+        if isinstance(sample, (list, tuple)) and len(sample) == len(self.inputs):  # arrays in input order
+            sample = {name: array for (name, _), array in zip(self.inputs, sample)}
         if isinstance(sample, Mapping) and "input_ids" in sample:
             check_token_ids(sample["input_ids"], self.vocabulary, "The prompt's input_ids")
+            if np.ndim(sample["input_ids"]) == 1 and self.ids_rank == 2:  # one prompt's ids: a batch of one
+                sample = {**sample, "input_ids": np.asarray(sample["input_ids"]).reshape(1, -1)}
             # the LLM inputs not given follow from input_ids, as for bare token ids
             shape = np.shape(sample["input_ids"])
             present = {str(k) for k in sample}
@@ -179,6 +195,33 @@ class PromptInputs:
         return run_initialiser(compiled, arrays, self.variables)
 
 
+def read_prompt(path: str | os.PathLike) -> Any:
+    """One prompt from a file: a .npy of token ids (the array), or a .npz of the model's inputs by name (a dict;
+    unnamed arrays, ``arr_0``, ``arr_1``, ..., are a list in input order, one alone that array).
+
+    Raises
+    ------
+    InputError
+        Another kind of file, or one numpy cannot read.
+    """
+    file = pathlib.Path(path)
+    if not file.is_file() or file.suffix not in (".npy", ".npz"):
+        raise InputError(f"A prompt is read from a .npy of token ids or a .npz of the model's inputs holding "
+                         f"'input_ids'; '{file}' is not such a file.")
+    try:
+        if file.suffix == ".npy":
+            return np.load(file, allow_pickle=False)
+        with np.load(file, allow_pickle=False) as loaded:
+            given = dict(loaded)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # not numpy's, or object arrays
+        raise InputError(f"Cannot read the prompt '{file}': {numpy_reason(file, err)}. Save the token ids with "
+                         "np.save(path, ids) (or np.savez(path, input_ids=ids, ...)).") from err
+    positional = [f"arr_{i}" for i in range(len(given))]
+    if sorted(given) == sorted(positional):
+        return given["arr_0"] if len(given) == 1 else [given[k] for k in positional]
+    return given
+
+
 def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int) -> tuple[list[np.ndarray], list[str]]:
     """One prompt per length of a prompt-length sweep, with notes: the given prompt's token ids cut to each
     length, or a seeded random prompt within the vocabulary as long as the longest.
@@ -208,19 +251,7 @@ def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int
                      f"within the vocabulary ({vocab:,} ids), cut to each length.")
     else:
         if isinstance(given, (str, os.PathLike)):  # a .npy of token ids, or a .npz holding 'input_ids'
-            path = pathlib.Path(given)
-            if not path.is_file() or path.suffix not in (".npy", ".npz"):
-                raise InputError(f"The prompt of a sweep is read from a .npy of token ids or a .npz holding "
-                                 f"'input_ids'; '{path}' is not such a file.")
-            try:
-                if path.suffix == ".npz":
-                    with np.load(path, allow_pickle=False) as loaded:
-                        given = dict(loaded)
-                else:
-                    given = np.load(path, allow_pickle=False)
-            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # not numpy's, or object arrays
-                raise InputError(f"Cannot read the sweep's prompt from '{path}': {err}. Save the token ids with "
-                                 "np.save(path, ids) (or np.savez(path, input_ids=ids)).") from err
+            given = read_prompt(given)
         if isinstance(given, Mapping) and "input_ids" in given:
             given = given["input_ids"]
         if not is_token_ids(given):

@@ -156,3 +156,29 @@ def test_the_command_line_cuts_a_prompt_read_from_a_file(tmp_path, capsys, suffi
                  "--prompt-lengths", "5", "10", "--width", "200", "-q", "--no-local", "--impact", "0"])
     text = capsys.readouterr().out
     assert code == 0 and "The prompt of 20 tokens was cut to each length of the sweep ([5, 10])" in text
+
+
+def test_prompts_in_files_take_every_form_an_in_memory_prompt_takes(tmp_path):
+    # A folder of prompts (token ids as .npy, a .npz of input_ids only, a .npz of every input), one such file, and
+    # one input given by file: each file is read as a prompt and the LLM inputs it leaves out follow from its ids.
+    model = zoo_model("llama_stateful")
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(10, 1000, size=n) for n in (6, 9, 12)]
+    prompts[1][2] = 7  # the prompt the twin changes
+    folder = tmp_path / "prompts"
+    folder.mkdir()
+    np.save(folder / "p0.npy", prompts[0])
+    np.savez(folder / "p1.npz", input_ids=prompts[1][None])
+    n = prompts[2].size
+    np.savez(folder / "p2.npz", input_ids=prompts[2][None], attention_mask=np.ones((1, n), np.int64),
+             position_ids=np.arange(n)[None], beam_idx=np.zeros(1, np.int32))
+    twin = _embedding_row_scaled(model, 7)
+    report = bisect(model, "CPU:f32", "CPU:f32", str(folder), target_model=twin, progress=False, impact=0, noise=False)
+    assert report.samples.count == 3 and report.samples.worst == 1, report.samples
+    assert report.first_divergence is not None and report.first_divergence.name == EMBEDDING, report.to_text()
+    for one in (folder / "p1.npz", folder / "p0.npy"):
+        alone = bisect(model, "CPU:f32", "CPU:f32", one, target_model=twin, progress=False, impact=0, noise=False)
+        assert alone.diverges == (one.name == "p1.npz"), alone.to_text()
+    given = bisect(model, "CPU:f32", "CPU:f32", {"input_ids": prompts[1]}, target_model=twin, progress=False,
+                   impact=0, noise=False)  # 1-D ids by name: one prompt
+    assert given.first_divergence is not None and given.first_divergence.name == EMBEDDING, given.to_text()
