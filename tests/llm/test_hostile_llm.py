@@ -105,7 +105,7 @@ def test_a_sweep_prompt_file_numpy_cannot_read_and_an_empty_prompt_are_refused(t
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not a zip")
     (tmp_path / "broken.npy").write_bytes(b"\x93NUMPY not an array")
     for name in ("objects.npy", "broken.npz", "broken.npy"):
-        with pytest.raises(InputError, match=f"Cannot read the sweep's prompt from .*{name}"):
+        with pytest.raises(InputError, match=f"Cannot read the prompt .*{name}"):
             bisect(model, "CPU:f32", "CPU:f32", str(tmp_path / name), prompt_lengths=(2, 3), **FAST)
     with pytest.raises(InputError, match="holds no token ids"):
         bisect(model, "CPU:f32", "CPU:f32", Samples([np.array([1, 2], np.int64), np.array([], np.int64)]), **FAST)
