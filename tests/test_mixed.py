@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -9,7 +10,9 @@ import openvino as ov
 import pytest
 
 from bisect_ov import bisect, inject_fault
+from bisect_ov.core.errors import DeviceError
 from bisect_ov.core.records import Noise
+from bisect_ov.experiments.partitioned import MixedRuns
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.partition import extract
 from bisect_ov.model.taps import Tap, tap_model
@@ -170,15 +173,19 @@ def test_a_suspect_whose_pieces_the_target_cannot_run_loses_its_impact_not_the_j
     assert report.first_divergence.name == clean.first_divergence.name
 
 
-class _Runs:
+class _Runs(MixedRuns):
     """Partitioned runs on paper: the final error is within the tolerance only when exactly one of `ok` is kept
-    on the reference (errors of mixed precision need not shrink as more is kept)."""
+    on the reference (errors of mixed precision need not shrink as more is kept); keeping exactly one of
+    `failing` makes a piece the plugin refuses."""
 
-    def __init__(self, order, ok):
+    def __init__(self, order, ok, failing=()):  # no engine: the runs are made up
         self.order, self.ok, self.cache, self.runs = list(order), {frozenset(s) for s in ok}, {}, 0
+        self.failing, self.failures = {frozenset(s) for s in failing}, []
 
     def error(self, on_target):
         key = frozenset(on_target)
+        if frozenset(self.order) - key in self.failing:
+            raise DeviceError("Compiling for EMU:f16 failed: Node image contains empty child edge for index 0")
         if key not in self.cache:
             self.runs += 1
             self.cache[key] = 1e-3 if frozenset(self.order) - key in self.ok else 1.0
@@ -194,3 +201,15 @@ def test_the_fix_is_1_minimal_pass_after_pass_within_its_run_budget():
     assert fix.on_reference == ("c",) and fix.solved and fix.minimal
     capped = find_fix(_Runs("abc", ok), [("a", "b", "c")], 1e-2, max_single=2)  # the budget ends the passes
     assert capped.on_reference == ("a", "c") and capped.solved and not capped.minimal
+
+
+def test_a_partitioned_run_the_plugin_refuses_is_no_fix_and_the_search_goes_on():
+    from bisect_ov.experiments.partitioned import find_fix
+
+    # Keeping b alone makes a piece that does not compile: that assignment is unsolved, a is found, and the fix
+    # says how many runs failed and why (it ended the whole run before).
+    runs = _Runs("abc", ok=[{"a"}, {"a", "b"}], failing=[{"b"}])
+    fix = find_fix(runs, [("b",), ("a",)], 1e-2)
+    assert fix.on_reference == ("a",) and fix.solved, fix
+    assert fix.failed is not None and fix.failed[0] == 1 and "empty child edge" in fix.failed[1], fix
+    assert runs.cache[frozenset("ac")] == math.inf  # not tried again

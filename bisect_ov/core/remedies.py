@@ -38,6 +38,9 @@ class Fix:
     # kept nodes marked to stay in f32, run on the target, and its latency against the untouched model's.
     error_on_target: float | None = None
     cost: RemedyCost | None = None
+    # Partitioned runs the plugin could not compile or run (their assignments count as unsolved): how many, and
+    # what it said the first time.
+    failed: tuple[int, str] | None = None
 
     @property
     def solved(self) -> bool:

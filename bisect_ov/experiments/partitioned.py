@@ -36,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.core.errors import DeviceError, first_line
 from bisect_ov.core.records import Cause, Clamp, CurvePoint, Delegation, Fix, KernelSetting, LayerSensitivity, ScaleFactor
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.baseline import Baseline
@@ -72,6 +73,7 @@ class MixedRuns:
     order: list[str] = field(default_factory=list)
     cache: dict[frozenset, float] = field(default_factory=dict)
     runs: int = 0
+    failures: list[str] = field(default_factory=list)  # what the plugin said where an assignment could not run
 
     def __post_init__(self) -> None:
         self.order = [n.key for n in self.engine.runner.graph.candidates()]
@@ -80,6 +82,17 @@ class MixedRuns:
 
     def close(self) -> None:
         self.bar.close()
+
+    def error_or_inf(self, on_target: set[str] | frozenset) -> float:
+        """`error`, or inf where a piece of that assignment does not compile or run on its side (the plugin refuses
+        some pieces it would run inside the whole model): such an assignment is no fix. The failure is kept
+        (`failures`) and the assignment not tried again."""
+        try:
+            return self.error(on_target)
+        except DeviceError as err:
+            self.failures.append(first_line(err))
+            self.cache[frozenset(on_target)] = math.inf
+            return math.inf
 
     def error(self, on_target: set[str] | frozenset) -> float:
         """Final-output error (worst output) when exactly `on_target` runs on the target."""
@@ -271,7 +284,7 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
     is a real partitioned run.
     """
     everything = set(runs.order)
-    before = runs.error(everything)
+    before = runs.error_or_inf(everything)
     pattern_of = dict(pattern_of or {})
     members: dict[str, list[str]] = {}
     for key in runs.order:
@@ -294,7 +307,7 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
         if set(unit) <= _union(kept):
             continue
         kept.append(unit)
-        error = runs.error(everything - _union(kept))
+        error = runs.error_or_inf(everything - _union(kept))
     keep = _union(kept)
     minimal = False
     if error <= tolerance:
@@ -302,14 +315,14 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
         # (a candidate can be a large fusion group of which one op matters).
         for unit in list(kept):
             trial = [u for u in kept if u is not unit]
-            if trial and runs.error(everything - _union(trial)) <= tolerance:
+            if trial and runs.error_or_inf(everything - _union(trial)) <= tolerance:
                 kept = trial
         keep = _union(kept)
         by_pattern: dict[str, set[str]] = {}
         for key in keep:
             by_pattern.setdefault(pattern_of.get(key, key), set()).add(key)
         for nodes in sorted(by_pattern.values(), key=len):
-            if len(nodes) > 1 and len(keep) > len(nodes) and runs.error(everything - (keep - nodes)) <= tolerance:
+            if len(nodes) > 1 and len(keep) > len(nodes) and runs.error_or_inf(everything - (keep - nodes)) <= tolerance:
                 keep = keep - nodes
         minimal, budget = False, max_single
         while budget > 0 and not minimal:
@@ -324,21 +337,22 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
                     if budget == 0:
                         break
                     budget -= 1
-                if runs.error(back) <= tolerance:
+                if runs.error_or_inf(back) <= tolerance:
                     keep, dropped = keep - {key}, True
             else:
                 minimal = not dropped
                 continue
             break
-        error = runs.error(everything - keep)
+        error = runs.error_or_inf(everything - keep)
     ordered = tuple(k for k in runs.order if k in keep)
     counts: dict[str, int] = {}
     for key in ordered:
         if key in pattern_of and len(members.get(pattern_of[key], ())) > 1:
             counts[pattern_of[key]] = counts.get(pattern_of[key], 0) + 1
     patterns = tuple(f"{p} ({n} of {len(members[p])})" for p, n in counts.items() if n > 1)
-    return Fix(ordered, before, error, tolerance, True, runs.runs, tuple(u[0] for u in candidates[:16]),
-               patterns=patterns, minimal=error <= tolerance and minimal)
+    return Fix(ordered, before, error, tolerance, True, runs.runs, tuple(dict.fromkeys(u[0] for u in candidates))[:16],
+               patterns=patterns, minimal=error <= tolerance and minimal,
+               failed=(len(runs.failures), runs.failures[0]) if runs.failures else None)
 
 
 def _union(units: Sequence[Sequence[str]]) -> set[str]:

@@ -39,7 +39,8 @@ from bisect_ov.model.taps import Tap
 
 log = logging.getLogger(__name__)
 
-__all__ = ["own_quantization_errors", "twin_tolerance", "twin_mixed_run", "twin_segment", "quantized_units", "layer_sensitivity",
+__all__ = ["own_quantization_errors", "twin_tolerance", "twin_mixed_run", "twin_segment", "quantized_units",
+           "twin_fix_candidates", "layer_sensitivity",
            "ignored_scope_names"]
 
 
@@ -175,3 +176,18 @@ def layer_sensitivity(engine: Engine, error: Callable[[set[str]], float], local:
 def ignored_scope_names(graph: ModelGraph, keys: Sequence[str]) -> list[str]:
     """Friendly names of `keys`, as ``nncf.IgnoredScope(names=...)`` takes them (the model's op names)."""
     return [graph[k].name for k in keys if k in graph]
+
+
+def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float], first: Sequence[str] = ()
+                        ) -> list[tuple[str, ...]]:
+    """A twin's fix candidates, one unit each: its first divergences that are not quantized layers (a change of
+    the twin's own beyond quantization), then its quantized layers, the most harmful first (by impact, else by
+    local error)."""
+    keys = quantized_units(engine)
+    if sensitivity:
+        by_name = {engine.runner.graph.find(s.name).key: s.impact for s in sensitivity}
+        keys.sort(key=lambda k: -by_name.get(k, 0.0))
+    else:
+        keys.sort(key=lambda k: -local.get(k, 0.0))
+    units: list[tuple[str, ...]] = [(k,) for k in first if k not in keys]
+    return units + [(k,) for k in keys]

@@ -55,7 +55,7 @@ from bisect_ov.experiments.partitioned import (
 from bisect_ov.experiments.partitioned import impact as impact_of
 from bisect_ov.experiments.remedies import remedy_costs
 from bisect_ov.experiments.scaling import find_scale_factor, least_headroom
-from bisect_ov.experiments.twin import layer_sensitivity, quantized_units, twin_tolerance
+from bisect_ov.experiments.twin import layer_sensitivity, twin_fix_candidates, twin_tolerance
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model
@@ -80,7 +80,7 @@ from bisect_ov.search.strategies import Prefetch, strategy_class
 log = logging.getLogger(__name__)
 
 __all__ = ["open_comparison", "run_untouched", "examine", "score", "experiments", "impact_suspects",
-           "diagnosis_of", "comparison_precision", "twin_fix_candidates"]
+           "diagnosis_of", "comparison_precision"]
 
 
 # ----- stages -----------------------------------------------------------------------------------------------
@@ -460,7 +460,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                     origins = overflow_origins(engine.runner.graph, [(t.key, t.port, st) for t, st in stats.items()])
                     clamp = find_clamp(engine, setup.error_of, limit, final, origins)
                 if twin and engine.runner.match.quantized:
-                    candidates = twin_fix_candidates(engine, sensitivity, local)
+                    candidates = twin_fix_candidates(engine, sensitivity, local, scores.first)
                     fix = find_fix(runs, candidates, limit)
                 else:
                     causes = {k: tuple(diagnosis_of(engine.runner.graph, stats, scores, k)) for k in scores.first}
@@ -525,17 +525,6 @@ def _origin_candidates(setup: Setup, scored: Scored, local: dict[str, float]) ->
         return []
     nodes = scored.scores.nodes
     return [k for k, e in local.items() if k in nodes and nodes[k].diverged and e > scored.tolerances.get(k, 0.0)]
-
-
-def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float]) -> list[tuple[str, ...]]:
-    """A twin's quantized layers, one unit each, the most harmful first (by impact, else by local error)."""
-    keys = quantized_units(engine)
-    if sensitivity:
-        by_name = {engine.runner.graph.find(s.name).key: s.impact for s in sensitivity}
-        keys.sort(key=lambda k: -by_name.get(k, 0.0))
-    else:
-        keys.sort(key=lambda k: -local.get(k, 0.0))
-    return [(k,) for k in keys]
 
 
 # ----- helpers shared by the stages -------------------------------------------------------------------------

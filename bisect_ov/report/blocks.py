@@ -65,6 +65,13 @@ def _fix(report: "Report") -> Block | None:
         return Block("fix", (f"Fix: none needed: the final error {fmt(fix.error_before)} is within its tolerance "
                              f"{fmt(fix.tolerance)} with everything on the target, so no node has to stay on the "
                              "reference.",))
+    failed = ([f"  {fix.failed[0]} partitioned run(s) could not run on their side (the plugin: {fix.failed[1]}): "
+               "those assignments count as unsolved"] if fix.failed else [])
+    if not keep:
+        tried = ", ".join(fix.tried[:5]) + (" ..." if len(fix.tried) > 5 else "")
+        return Block("fix", (f"Fix: none found: no node kept on the reference brings the final error {fmt(fix.error_before)} "
+                             f"within its tolerance {fmt(fix.tolerance)} ({fix.runs} partitioned runs"
+                             + (f"; tried: {tried})." if tried else "; no suspect to try)."), *failed))
     # What the fix reached comes after "to"; an unsolved fix says it reached it and that the tolerance was not met.
     reached = (f"brings the final error from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance "
                f"{fmt(fix.tolerance)})" if fix.solved else
@@ -85,7 +92,7 @@ def _fix(report: "Report") -> Block | None:
         held = "it holds" if fix.error_on_target <= fix.tolerance else "over the tolerance: the partitioned runs do not"
         lines.append(f"  on the target as a patched model (those nodes marked disable_fp16_compression, run whole): "
                      f"final error {fmt(fix.error_on_target)}, {held}")
-    return Block("fix", tuple(lines + _cost(fix.cost)))
+    return Block("fix", tuple(lines + failed + _cost(fix.cost)))
 
 
 def _sensitivity(report: "Report") -> Block | None:

@@ -152,12 +152,12 @@ def test_llm_inputs_get_their_usual_values_with_a_prompt_length():
 
 
 def test_fix_search_takes_a_pattern_for_every_layer():
-    from bisect_ov.experiments.partitioned import find_fix
+    from bisect_ov.experiments.partitioned import MixedRuns, find_fix
 
-    class Runs:
-        order = [f"layer{i}/{op}" for i in range(32) for op in ("square", "mean", "add")]
-        runs = 0
-        cache: dict = {}  # the runs already made: none kept here, each trial counts
+    class Runs(MixedRuns):
+        def __init__(self):  # no engine: the runs are made up
+            self.order = [f"layer{i}/{op}" for i in range(32) for op in ("square", "mean", "add")]
+            self.runs, self.cache, self.failures = 0, {}, []  # the runs already made: none kept, each trial counts
 
         def error(self, on_target):
             self.runs += 1

@@ -80,3 +80,20 @@ def test_fix_fed_back_to_nncf_meets_its_tolerance(twin):
     print(f"{twin}: plain {plain:.3e}, fix keeps {len(scope)} layers, partitioned {fix.error_after:.3e}, "
           f"NNCF with the scope {error:.3e}, goal {goal:.3e}")
     assert error <= fix.tolerance, (error, fix)
+
+
+def test_a_twin_s_own_fault_beyond_quantization_is_what_the_fix_keeps():
+    # A weight-compressed twin whose MLP output also carries a fault: the fix keeps the faulty node (the first
+    # divergence), not every quantized layer around it (it kept 15 layers and left the fault on the target).
+    from bisect_ov import inject_fault
+
+    model, inputs = zoo_model("llama"), zoo_inputs("llama")
+    twin = zoo_model("llama-int8w")
+    linears = [n.get_friendly_name() for n in twin.get_ordered_ops()
+               if n.get_type_name() == "MatMul" and n.get_friendly_name().startswith("linear")]
+    site = linears[len(linears) // 2]  # a projection in the middle of the model
+    goal = 2 * _final_error(model, twin, inputs)  # what the twin's quantization alone meets
+    report = bisect(model, "CPU:f32", "CPU:f32", inputs, target_model=inject_fault(twin, site, "scale", 4.0),
+                    fix=goal, noise=False, progress=False)
+    assert report.first_divergence is not None and report.first_divergence.name == site, report.to_text()
+    assert report.fix is not None and report.fix.solved and site in report.fix.on_reference, report.to_text()
