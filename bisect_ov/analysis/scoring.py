@@ -20,10 +20,13 @@ among the tensors it reads):
   ``ok``: within tolerance; ``absorbed``: over its tolerance, but its consumers come back within tolerance
   and its measured impact on the final outputs is below theirs (decided by the caller, passed as
   `absorbed`): the network takes its error out again, so it is neither blamed nor ranked, and its consumers
-  count as reading clean inputs; ``internal``: over its tolerance as tapped, but its tensor exists only inside
+  count as reading clean inputs, their growth measured against the error it really hands on (a consumer that
+  only carries that error on, a bias Add after an absorbed convolution, grows nothing and is no source);
+  ``internal``: over its tolerance as tapped, but its tensor exists only inside
   a kernel of the untouched target whose output is within tolerance (decided by the caller, passed as
   `internal`): the tap showed what a compile exposing it computed, not what the target computed, so it is
-  treated like an absorbed node (neither blamed nor ranked, its readers reading clean inputs).
+  treated like an absorbed node (neither blamed nor ranked, its readers reading clean inputs within its
+  tolerance: the tapped value was never handed on).
 * first divergence: the sources and amplifiers with no source or amplifier upstream (several when
   independent branches start diverging).
 * ranking of the diverged nodes: first divergences, then the other sources and amplifiers by growth, then
@@ -128,9 +131,10 @@ def score_graph(
         growth = _growth(error, inherited, tol)
         set_aside = "internal" if node.key in internal else "absorbed" if node.key in absorbed else None
         if error > tol and set_aside:
-            for t in node.outputs:  # what it hands on comes back within tolerance downstream
-                effective[(node.key, t.port)] = min(effective[(node.key, t.port)], tol)
+            for t in node.outputs:  # its readers read clean inputs: none of them is an amplifier for it
                 over[(node.key, t.port)] = False
+                if set_aside == "internal":  # a value the target never computed: nothing real is handed on
+                    effective[(node.key, t.port)] = min(effective[(node.key, t.port)], tol)
             blamed_upstream[node.key] = upstream
             results[node.key] = NodeScore(node.key, error, inherited, tol, growth, set_aside, False, None)
             continue

@@ -350,7 +350,7 @@ def find_fix(runs: MixedRuns, suspects: Sequence[Sequence[str]], tolerance: floa
         if key in pattern_of and len(members.get(pattern_of[key], ())) > 1:
             counts[pattern_of[key]] = counts.get(pattern_of[key], 0) + 1
     patterns = tuple(f"{p} ({n} of {len(members[p])})" for p, n in counts.items() if n > 1)
-    return Fix(ordered, before, error, tolerance, True, runs.runs, tuple(dict.fromkeys(u[0] for u in candidates))[:16],
+    return Fix(ordered, before, error, tolerance, True, runs.runs, tuple(u[0] for u in candidates[:16]),
                patterns=patterns, minimal=error <= tolerance and minimal,
                failed=(len(runs.failures), runs.failures[0]) if runs.failures else None)
 

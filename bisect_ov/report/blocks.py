@@ -68,7 +68,8 @@ def _fix(report: "Report") -> Block | None:
     failed = ([f"  {fix.failed[0]} partitioned run(s) could not run on their side (the plugin: {fix.failed[1]}): "
                "those assignments count as unsolved"] if fix.failed else [])
     if not keep:
-        tried = ", ".join(fix.tried[:5]) + (" ..." if len(fix.tried) > 5 else "")
+        names = list(dict.fromkeys(fix.tried))  # a node tried alone and as its pattern is one name
+        tried = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
         return Block("fix", (f"Fix: none found: no node kept on the reference brings the final error {fmt(fix.error_before)} "
                              f"within its tolerance {fmt(fix.tolerance)} ({fix.runs} partitioned runs"
                              + (f"; tried: {tried})." if tried else "; no suspect to try)."), *failed))

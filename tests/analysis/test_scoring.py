@@ -79,3 +79,19 @@ def test_unmeasured_nodes_pass_their_inputs_error_on():
     s = score_graph(g, errors, {"b": TOL, "d": TOL})
     assert s.nodes["d"].inherited == pytest.approx(0.1)
     assert s.nodes["d"].role == "inherits" and s.first == ("b",)
+
+
+def test_a_reader_that_only_carries_an_absorbed_node_s_error_on_is_no_source():
+    # b is absorbed (a bystander: its error, 4x its tolerance, barely moves the outputs); b2 carries that error on
+    # (an ONNX convolution's bias Add): it grows nothing, so it inherits and names nothing. Measured against b's
+    # tolerance instead of b's error, b2 had growth 4 and was named the first divergence of an MNASNet on f16.
+    keys = [n.key for n in _two_branches().candidates()]
+    g = _two_branches()
+    errors = {(k, 0): {"b": 4 * TOL, "b2": 4 * TOL, "c": 0.1, "c2": 0.1, "d": 0.1}.get(k, 0.0) for k in keys}
+    s = score_graph(g, errors, {k: TOL for k in keys}, absorbed={"b"})
+    assert s.nodes["b"].role == "absorbed" and s.nodes["b2"].role == "inherits", s.nodes["b2"]
+    assert s.nodes["b2"].inherited == pytest.approx(4 * TOL) and s.first == ("c",)
+    # Its reader growing the error it was handed is a source (the absorbed node is no amplifier's upstream).
+    errors[("b2", 0)] = 40 * TOL
+    grown = score_graph(g, errors, {k: TOL for k in keys}, absorbed={"b"})
+    assert grown.nodes["b2"].role == "source" and set(grown.first) == {"b2", "c"}
