@@ -30,7 +30,7 @@ from bisect_ov.core.numeric import F16_MAX
 # reaches them, and no lower precision can hold them.
 SENTINEL = 1e38
 
-__all__ = ["TensorStats", "compare", "METRICS", "metric_value", "F16_MAX"]
+__all__ = ["TensorStats", "compare", "METRICS", "metric_value", "F16_MAX", "SHAPES_DIFFER"]
 
 _CHUNK = 1 << 20  # elements per chunk: ~8 MB of float64 temporaries
 
@@ -307,6 +307,9 @@ def _int_limits(dtype: np.dtype) -> tuple[int, int] | None:
     return None
 
 
+SHAPES_DIFFER = "shapes differ: "  # the note of two tensors of different shapes (`compare`)
+
+
 def _shape_mismatch(ref: np.ndarray, target: np.ndarray) -> TensorStats:
     inf = math.inf
     return TensorStats(
@@ -314,5 +317,5 @@ def _shape_mismatch(ref: np.ndarray, target: np.ndarray) -> TensorStats:
         rel_l2=inf, max_rel=inf, cosine=-inf, sqnr_db=-inf, ref_absmax=0.0, target_absmax=0.0,
         mismatches=int(max(ref.size, target.size)), ref_nan=0, ref_inf=0, target_nan=0, target_inf=0,
         new_nonfinite=0, at_f16_limit=0, at_int_limit=0, integer=False,
-        note=f"shapes differ: reference {list(ref.shape)}, target {list(target.shape)}",
+        note=f"{SHAPES_DIFFER}reference {list(ref.shape)}, target {list(target.shape)}",
     )

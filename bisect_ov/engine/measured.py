@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from bisect_ov.analysis.exactness import EXACT_OPS, ExactCheck, check_node
-from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.analysis.metrics import SHAPES_DIFFER, TensorStats
 from bisect_ov.engine.comparison import Comparison, Sample
 from bisect_ov.engine.runner import FinalOutput
 from bisect_ov.model.taps import Tap
@@ -57,6 +57,9 @@ class Measured:
     stats: dict[Tap, TensorStats] = field(default_factory=dict)
     exact: dict[str, ExactCheck] = field(default_factory=dict)
     runs: tuple[TappedRun, ...] = ()
+    # Taps a side handed back with another shape than the other's (a plugin exposing the tensor it fused the tap
+    # into: the CPU's in-place Concat): not compared, their shapes kept ("reference [..], target [..]").
+    misshapen: dict[Tap, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, parts: Iterable[Part]) -> "Measured":
@@ -69,14 +72,22 @@ class Measured:
                 exact.setdefault(key, check)
             if part.run is not None:
                 runs.append(part.run)
-        return cls(stats, exact, tuple(runs))
+        compared, misshapen = _compared(stats)
+        return cls(compared, exact, tuple(runs), misshapen)
 
     def plus(self, other: "Measured") -> "Measured":
         """Both measurements: `other`'s statistics where both measured a tap, the first exact check of a node."""
         exact = dict(self.exact)
         for key, check in other.exact.items():
             exact.setdefault(key, check)
-        return Measured({**self.stats, **other.stats}, exact, self.runs + other.runs)
+        stats, misshapen = _compared({**self.stats, **other.stats})
+        return Measured(stats, exact, self.runs + other.runs, {**self.misshapen, **other.misshapen, **misshapen})
+
+
+def _compared(stats: dict[Tap, TensorStats]) -> tuple[dict[Tap, TensorStats], dict[Tap, str]]:
+    """`stats` without the taps whose two sides differ in shape, and those taps with their shapes."""
+    misshapen = {t: s.note.removeprefix(SHAPES_DIFFER) for t, s in stats.items() if s.note.startswith(SHAPES_DIFFER)}
+    return {t: s for t, s in stats.items() if t not in misshapen}, misshapen
 
 
 def exact_checks(comparison: Comparison, sample: Sample, pairs: Iterable[tuple[Tap, np.ndarray, np.ndarray]],

@@ -88,6 +88,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         openvino_version=ov.get_version(),
         notes=tuple(run_notes(setup, examined, measurement, scored))
         + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation)
+        + _misshapen_note(measurement, session.runner.graph)
         + truth_notes(truth.record if truth is not None else None, truth.nodes if truth is not None else {},
                       session.runner.graph),
         fidelity=scored.fidelity, noise=scored.noise, fix=fix, scale_factor=findings.scale_factor, clamp=findings.clamp,
@@ -174,6 +175,17 @@ def _generation_note(generation: Any) -> tuple[str, ...]:
         return ()
     examined = f"; the nodes below are measured on step {generation.examined_step}." if generation.examined_step else "."
     return (f"Generation: {generation.why}{examined}", *generation.notes)
+
+
+def _misshapen_note(measurement: Measurement, graph: Any) -> tuple[str, ...]:
+    """The taps not compared because the two sides handed back tensors of different shapes."""
+    if not measurement.misshapen:
+        return ()
+    (tap, shapes), more = next(iter(measurement.misshapen.items())), len(measurement.misshapen) - 1
+    return (f"Not compared: '{graph[tap.key].name}'" + (f" and {more} more tensor(s)" if more else "")
+            + f" came back with different shapes ({shapes}; the model gives "
+            f"{graph[tap.key].outputs[tap.port].partial_shape}): a plugin can hand back the tensor it fused one into (the CPU's "
+            "in-place Concat) when it is exposed. Those nodes carry their inputs' error on.",)
 
 
 def _local_note(setup: Setup, examined: Examined, measurement: Measurement, findings: Findings) -> tuple[str, ...]:

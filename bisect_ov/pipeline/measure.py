@@ -108,7 +108,7 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
               if setup.samples is not None and setup.summary is not None and options.node_spread else NodeSpread())
     return Measurement(dict(measured.stats), groups, name, fell_back, dict(spread.errors), dict(spread.ref_absmax),
                        search.local_runs if fusion and not fell_back else {}, faithful, reproduced, dict(measured.exact),
-                       beside, dict(spread.first_over), spread.log)
+                       beside, dict(spread.first_over), spread.log, dict(measured.misshapen))
 
 
 # A model whose weights and tensors are this small is compiled a second time beside the measurement (the noise

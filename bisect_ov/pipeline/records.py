@@ -118,6 +118,7 @@ class Measurement:
     # Each sample's first node over its tolerance (a prompt-length sweep's; "" none), from the per-node pass.
     first_over: dict[int, str] = field(default_factory=dict)
     spread_log: PassLog | None = None  # how the per-node pass over the samples ran (None: it did not)
+    misshapen: dict[Tap, str] = field(default_factory=dict)  # taps not compared: the sides' shapes differ
 
 
 @dataclass(frozen=True, eq=False)

@@ -95,3 +95,21 @@ def test_a_reader_that_only_carries_an_absorbed_node_s_error_on_is_no_source():
     errors[("b2", 0)] = 40 * TOL
     grown = score_graph(g, errors, {k: TOL for k in keys}, absorbed={"b"})
     assert grown.nodes["b2"].role == "source" and set(grown.first) == {"b2", "c"}
+
+
+def test_a_tap_whose_sides_differ_in_shape_is_not_compared():
+    # A plugin can hand back the tensor it fused a tap into (the CPU's RoPE kernel gave a partial-rotary Add the
+    # shape of the Concat after it): the two sides then differ in shape, and the tap was compared as an infinite
+    # error, its node a source of 'inf'. It is set aside with the shapes instead, and its readers carry on.
+    from bisect_ov.analysis.metrics import compare
+    from bisect_ov.engine.measured import Measured, Part
+    from bisect_ov.model.taps import Tap
+
+    rng = np.random.default_rng(0)
+    wide, narrow = rng.standard_normal((1, 4, 16, 16)), rng.standard_normal((1, 4, 16, 4))
+    first = Part({Tap("add", 0): compare(wide, narrow), Tap("cat", 0): compare(wide, wide)})
+    measured = Measured.of([first])
+    assert set(measured.stats) == {Tap("cat", 0)}
+    assert measured.misshapen == {Tap("add", 0): "reference [1, 4, 16, 16], target [1, 4, 16, 4]"}
+    again = measured.plus(Measured.of([Part({Tap("mul", 0): compare(narrow, narrow)})]))
+    assert set(again.stats) == {Tap("cat", 0), Tap("mul", 0)} and Tap("add", 0) in again.misshapen
