@@ -443,14 +443,10 @@ def _bystanders(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore], diverg
 
 
 def _arithmetic_producer(graph: Any, key: str, ev: Evidence) -> str | None:
-    """The nearest node upstream of movement op `key` that computes (walking through other movement ops along the
-    data input that carries the most error against its tolerance; one not measured counts as at its tolerance:
-    when the measured ones are within theirs, the error came through it); None when only parameters lie upstream."""
-    def pick(kp: tuple[str, int]) -> float:
-        tolerance = ev.tolerances.get(kp[0], 0.0)
-        return 1.0 if kp not in ev.errors else ev.errors[kp] / tolerance if tolerance > 0 else math.inf * ev.errors[kp]
-
-    chain = carried_from(graph, key, moves=lambda k: k in ev.movement, pick=pick)
+    """The nearest node upstream of movement op `key` that computes, walking up the input carrying most error for
+    its tolerance (an unmeasured one at its tolerance: past clean ones); None when only parameters lie upstream."""
+    chain = carried_from(graph, key, moves=lambda k: k in ev.movement, pick=lambda kp: 1.0 if kp not in ev.errors else
+                         ev.errors[kp] / max(ev.tolerances.get(kp[0], 0.0), 1e-30))
     return chain[-1] if chain and chain[-1] not in ev.movement else None
 
 
