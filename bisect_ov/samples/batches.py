@@ -134,6 +134,8 @@ def prepare_pair(index: int | None, sample: Any, ref_model: ov.Model, target_mod
     token ids into its inputs, a stateful model's variables reset. `sample` None: seeded random inputs
     (`prompt_length` tokens for an LLM)."""
     try:
+        if prompts is not None and sample is None:
+            prompts.check_length(prompt_length)
         given = prompts.expand(sample) if prompts is not None and sample is not None else sample
         ref_arrays, notes = prepare_inputs_noted(ref_model, given, seed=seed, prompt_length=prompt_length)
         target = align_inputs(ref_model, target_model, ref_arrays) if target_model is not None else ref_arrays

@@ -122,6 +122,7 @@ class PromptInputs:
     vocabulary: int | None = None  # rows of the embedding table input_ids index, when found
     aliases: tuple[frozenset[str], ...] = ()  # every name of each input, in `inputs`' order
     ids_rank: int | None = None  # the rank of input_ids, when static
+    positions: int | None = None  # rows of the model's learned position table (`position_range`), when it has one
 
     @classmethod
     def of(cls, user_model: ov.Model, state: Stateless | None) -> "PromptInputs":
@@ -134,9 +135,16 @@ class PromptInputs:
         aliases = tuple(frozenset(spec.names) for spec in specs)
         ids = next((spec.pshape.rank for spec in specs if "input_ids" in spec.names), None)
         rank = ids.get_length() if ids is not None and ids.is_static else None
-        if state is None:
-            return cls(tuple(names), vocabulary=vocabulary, aliases=aliases, ids_rank=rank)
-        return cls(tuple(names), ModelPayload.of(state.init), tuple(state.variables), vocabulary, aliases, rank)
+        init, variables = (ModelPayload.of(state.init), tuple(state.variables)) if state is not None else (None, ())
+        return cls(tuple(names), init, variables, vocabulary, aliases, rank, position_range(user_model))
+
+    def check_length(self, length: int) -> None:
+        """Refuse a prompt of `length` tokens beyond the model's position table: a Gather past its table is no
+        error on every device, so such a prompt compares values no real prompt makes."""
+        if self.positions is not None and length > self.positions:
+            raise InputError(f"A prompt of {length} tokens reaches position {length - 1}, beyond the model's position "
+                             f"range (positions 0 to {self.positions - 1}: its position table has {self.positions} "
+                             f"rows). Give a prompt of at most {self.positions} tokens.")
 
     def expand(self, sample: Any) -> Any:
         """`sample` as the compared model's inputs: token ids become the LLM inputs (a dict's LLM inputs other
@@ -157,8 +165,11 @@ class PromptInputs:
             sample = {**sample, **{name: llm_companion(name, shape[:1] if name == "beam_idx" else shape, dtype)
                                    for (name, dtype), names in zip(self.inputs, self.aliases or [{n} for n, _ in self.inputs])
                                    if name in LLM_INPUTS and name != "input_ids" and not names & present}}
+        if isinstance(sample, Mapping) and "input_ids" in sample:
+            self.check_length(int(np.shape(sample["input_ids"])[-1]))
         if is_token_ids(sample):
             check_token_ids(sample, self.vocabulary)
+            self.check_length(int(np.size(sample)))
             tokens = np.asarray(sample).reshape(1, -1)
             given: dict[str, Any] = {}
             for name, dtype in self.inputs:

@@ -66,6 +66,16 @@ def test_steps_beyond_the_position_table_are_refused_before_they_run():
     assert len(bisect(_tiny_lm(), "CPU:f32", "CPU:f32", ids, steps=28, **FAST).steps) == 29
 
 
+def test_one_prompt_beyond_the_position_table_is_refused_in_every_form():
+    # 32 positions: a prompt of 33 tokens, given or generated, one or one of many, reads past the table.
+    ids = np.arange(1, 34, dtype=np.int64)
+    for given, options in ((ids, {}), (_prompt(list(ids)), {}), (None, {"prompt_length": 33}), (Samples([ids]), {})):
+        with pytest.raises(InputError, match=r"A prompt of 33 tokens reaches position 32, beyond the model's position "
+                                             r"range \(positions 0 to 31"):
+            bisect(_tiny_lm(), "CPU:f32", "CPU:f32", given, **options, **FAST)
+    assert bisect(_tiny_lm(), "CPU:f32", "CPU:f32", None, prompt_length=32, **FAST).inputs[0].shape == (1, 32)
+
+
 def test_the_caches_steps_would_hold_are_bounded_by_the_memory():
     start = time.perf_counter()
     with pytest.raises(InputError, match=r"steps=1,000,000,000 would hold about .* GB of KV caches"):
