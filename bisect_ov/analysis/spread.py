@@ -123,15 +123,19 @@ class Distribution:
         if self.count == 0:
             return math.nan
         if self._values is not None:
+            # Non-finite samples rank highest (as `_HUGE`); a quantile that reaches into them is inf.
             values = np.sort(np.asarray(self._values + [_HUGE] * self._nonfinite, dtype=np.float64))
+            position = q * (len(values) - 1)
+            if values[math.ceil(position)] == _HUGE and (position % 1 or values[math.floor(position)] == _HUGE):
+                return math.inf
             return float(np.quantile(values, q))
         rank = int(round(q * (self.count - 1)))
         seen = 0
         for value, n in self._ordered():
             seen += n
             if rank < seen:
-                return value
-        return _HUGE
+                return math.inf if value == _HUGE else value
+        return math.inf
 
     def count_above(self, limit: float) -> int:
         """How many samples' errors exceed `limit` (a NaN or an inf is above any finite limit): exact while

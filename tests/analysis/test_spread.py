@@ -73,3 +73,16 @@ def test_samples_over_a_limit_are_counted_exactly_while_small_and_by_the_bins_be
         near = sum(1 for v in values if math.isfinite(v) and abs(v - limit) <= 2 * ALPHA * limit)
         assert abs(got - truth) <= near
     assert merged.count_above(-1.0) == n and merged.count_above(math.inf) == 0
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_a_quantile_that_reaches_the_non_finite_samples_is_inf_not_a_huge_number(many):
+    # Non-finite samples rank highest: a quantile among them, or between one and a finite sample, is inf (the
+    # report printed 'p50 1.8e+308'); below them it stays the finite samples' own.
+    finite = [(float(i), i) for i in range(3000 if many else 2)]
+    d = Distribution().extend(finite + [(math.inf, 10 ** 6 + i) for i in range(len(finite))])
+    summary = d.summary()
+    assert summary["p90"] == math.inf and summary["max"] == math.inf
+    assert d.quantile(0.25) < len(finite)
+    half = Distribution().extend([(1e-3, 0), (math.inf, 1)])
+    assert half.quantile(0.5) == math.inf and half.quantile(0.0) == 1e-3
