@@ -9,6 +9,7 @@ CPUs (f16 needs AVX512_FP16 or AMX_FP16, bf16 AVX512_BF16 or AMX): tests read it
 from __future__ import annotations
 
 import functools
+import pathlib
 import subprocess
 import sys
 
@@ -165,3 +166,20 @@ def run_without_openvino(code: str, **kwargs) -> subprocess.CompletedProcess:
              "            raise ImportError('no openvino here')\n"
              "sys.meta_path.insert(0, Block())\n")
     return subprocess.run([sys.executable, "-c", block + code], capture_output=True, text=True, **kwargs)
+
+
+def unnamed_onnx(path: pathlib.Path) -> pathlib.Path:
+    """An ONNX file whose nodes have no names: OpenVINO makes them up from a counter, other ones at each load."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("w", (8, 8)), ("g", (8,)), ("b", (8,)))]
+    # A LayerNormalization becomes several ops, and only the last keeps the node's name.
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("LayerNormalization", ["h", "g", "b"], ["n"]),
+             helper.make_node("Tanh", ["n"], ["y"])]
+    graph = helper.make_graph(nodes, "unnamed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path

@@ -163,8 +163,7 @@ class RecordedDevice(Device):
             elif key in graph and graph[key].kind == "parameter":
                 position = graph.parameter_position[key]
                 sources.append(("input", f"input/{position}", tuple(cap.header["model"]["inputs"][position]["shape"])))
-            elif cap.has(key, port):
-                index = cap.index_of(key, port)
+            elif key in graph and (index := cap.locate(graph[key], port)) is not None:
                 sources.append(("tap", cap.member(index), tuple(cap.header["taps"][index]["shape"])))
             elif i not in added:
                 j = original.index(i)

@@ -71,6 +71,8 @@ class Capture:
         self.current = current
         self._lock = _lock or threading.Lock()
         self._tap_index = {Tap(t["key"], int(t["port"])): i for i, t in enumerate(header["taps"])}
+        # A node whose name OpenVINO made up is found by its place in the graph: the name changes with each load.
+        self._made_up = {(int(t["at"]), int(t["port"])): i for i, t in enumerate(header["taps"]) if t.get("made_up")}
 
     # ----- what it holds ----------------------------------------------------------------------------
     @property
@@ -136,6 +138,17 @@ class Capture:
 
     def has(self, key: str, port: int = 0) -> bool:
         return Tap(key, port) in self._tap_index
+
+    def locate(self, node: Any, port: int = 0) -> int | None:
+        """Position among the recorded taps of output `port` of `node` (a `ModelGraph` node of the model played
+        back, whose structure is the recorded one): by its key, or by its place for a name OpenVINO made up."""
+        found = self._tap_index.get(Tap(node.key, int(port)))
+        return found if found is not None or not node.auto_named else self._made_up.get((node.index, int(port)))
+
+    @property
+    def tap_signature(self) -> list[tuple[Any, int]]:
+        """The recorded tensors as (key, port), a made-up name as its place: equal for two loads of one model."""
+        return [(f"#{t['at']}" if t.get("made_up") else t["key"], t["port"]) for t in self.header["taps"]]
 
     def tap_info(self, key: str, port: int = 0) -> dict[str, Any]:
         return self.header["taps"][self.index_of(key, port)]
@@ -320,7 +333,7 @@ def merge_captures(paths: Iterable[str | os.PathLike | Capture], out: str | os.P
         "mode": lambda c: c.mode,
         "sample size": lambda c: c.sample_size if c.mode == "stats" else None,
         "seed": lambda c: c.seed if c.mode == "stats" else None,
-        "recorded tensors": lambda c: [(t["key"], t["port"]) for t in c.header["taps"]],
+        "recorded tensors": lambda c: c.tap_signature,
     }
     for other in captures[1:]:
         for what, get in checks.items():

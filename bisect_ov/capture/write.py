@@ -80,8 +80,10 @@ __all__ = ["record"]
 def _tensor_entry(graph: ModelGraph, tap: Tap, array: np.ndarray) -> dict[str, Any]:
     node = graph[tap.key]
     info = node.outputs[tap.port]
+    # "at" and "made_up": where a node with a name OpenVINO made up sits (that name changes from load to load).
     return {"key": tap.key, "port": tap.port, "name": node.name, "op_type": node.op_type, "names": list(info.names),
-            "shape": [int(d) for d in array.shape], "dtype": info.dtype, "stored_dtype": str(array.dtype)}
+            "shape": [int(d) for d in array.shape], "dtype": info.dtype, "stored_dtype": str(array.dtype),
+            "at": node.index, "made_up": node.auto_named}
 
 
 # ------------------------------------------------------------------------------------------------------------

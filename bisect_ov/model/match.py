@@ -82,7 +82,8 @@ def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
             if found:
                 break
         if not found:
-            unmatched_ref.append(node.name)
+            unmatched_ref.append(node.key)
+    unmatched_ref = [ref[k].name for k in _by_structure(ref, target, unmatched_ref, op_pairs, used)]
     quantized_out = activation_quantizers(target)
     by_target = find_quantization(target)
     pairs: list[tuple[Tap, Tap]] = []
@@ -107,12 +108,53 @@ def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
     unmatched_target = [n.name for n in target.candidates() if n.key not in used and n.key not in quantizers]
     # Ops on constants only (FakeQuantize or Convert of weights) change values too: list those the model lacks
     # and that are no recognised quantization.
+    ref_of = {t: r for r, t in op_pairs}
     unmatched_target += [n.name for n in target if n.kind == "static" and n.key not in ref and n.key not in quantizers
-                         and n.op_type not in LAYOUT_OPS and any(t.is_float for t in n.outputs)]
+                         and n.op_type not in LAYOUT_OPS and any(t.is_float for t in n.outputs)
+                         and not _static_in_ref(ref, target, n.key, ref_of)]
     unmatched_target += _extra_outputs(ref, target, dict(pairs))
     twin_ops = tuple(op_pairs) if target is not ref else ()
     return Match(tuple(pairs), tuple(unmatched_ref), tuple(unmatched_target), twin_ops, quantized,
                  tuple(sorted(quantizers, key=lambda k: target[k].index)))
+
+
+def _by_structure(ref: ModelGraph, target: ModelGraph, unmatched: list[str], op_pairs: list[tuple[str, str]],
+                  used: set[str]) -> list[str]:
+    """Pair the `unmatched` nodes of `ref` (keys) with the one unused node of `target` of the same op type that
+    reads the counterparts of what they read, in graph order (so a chain pairs node after node); returns those
+    left unmatched. Names a frontend makes up for unnamed ONNX nodes come from a process-wide counter
+    (``MVN_528`` in one load, ``MVN_2259`` in the next): the same file loaded twice matched by name only partly."""
+    if not unmatched:
+        return unmatched
+    mapped = dict(op_pairs) | {p.key: p.key for p in ref.parameters() if p.key in target}
+    free: dict[tuple, list[str]] = {}
+    for node in target.candidates():
+        if node.key not in used:
+            free.setdefault((node.op_type, tuple(target.data_inputs(node.key))), []).append(node.key)
+    left = []
+    for key in unmatched:
+        reads = ref.data_inputs(key)
+        hits = (free.get((ref[key].op_type, tuple((mapped[k], p) for k, p in reads)), [])
+                if reads and all(k in mapped for k, _ in reads) else [])
+        if len(hits) != 1:
+            left.append(key)
+            continue
+        mapped[key] = hits.pop()
+        used.add(mapped[key])
+        op_pairs.append((key, mapped[key]))
+    return left
+
+
+def _static_in_ref(ref: ModelGraph, target: ModelGraph, key: str, ref_of: dict[str, str]) -> bool:
+    """Whether the model has the twin's op on constants `key` where the twin has it: an op of the same type at the
+    same input of a matched reader (an unnamed one's made-up name differs from load to load)."""
+    for reader in target.consumers(key):
+        if reader in ref_of:
+            ports = [i for i, (k, _) in enumerate(target[reader].inputs) if k == key]
+            inputs = ref[ref_of[reader]].inputs
+            if any(i < len(inputs) and ref[inputs[i][0]].op_type == target[key].op_type for i in ports):
+                return True
+    return False
 
 
 def _extra_outputs(ref: ModelGraph, target: ModelGraph, target_of: dict[Tap, Tap]) -> list[str]:
