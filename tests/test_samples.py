@@ -181,3 +181,18 @@ def test_the_examined_samples_nan_inputs_are_noted():
     report = bisect(synthetic.demo(), "CPU:f32", "EMU:f16", Samples(samples), progress=False, budget="fast")
     assert report.samples.worst == 1  # the NaN sample is the worst: the search runs on it
     assert any("Input 'input' holds 1 NaN and 0 Inf value(s)" in n for n in report.notes)
+
+
+def test_a_folder_s_files_run_in_natural_order_and_the_worst_is_named_by_its_file(tmp_path):
+    # img_2 before img_10, as a person numbers files (they sorted as text: sample #5 was img_3.npy), and the
+    # samples line names the worst sample's file.
+    model = tiny_chain()
+    x = np.random.default_rng(0).standard_normal((1, 8)).astype(np.float32)
+    names = ["img_0.npy", "img_1.npy", "img_2.npy", "img_10.npy", "img_11.npy"]
+    for scale, name in enumerate(names):
+        np.save(tmp_path / name, x * (1 + scale) if name != "img_2.npy" else x * 1e6)  # past f16: the worst
+    samples = as_samples(str(tmp_path))
+    assert [samples.file_of(i) for i in range(len(names))] == names
+    report = bisect(model, "CPU:f32", "EMU:f16", str(tmp_path), progress=False)
+    assert report.samples.worst == 2 and report.samples.worst_file == "img_2.npy", report.samples
+    assert "(sample #2, 'img_2.npy', on which the search ran)" in report.to_text()

@@ -201,6 +201,7 @@ class SamplesSummary:
     batch_seconds: tuple[float, ...] = ()
     spread_batch_seconds: tuple[float, ...] = ()
     examined: int | None = None  # the sample examined node by node when not the worst (a prompt-length sweep)
+    worst_file: str | None = None  # the worst sample's file name, when the samples are files
 
     @property
     def partial(self) -> bool:

@@ -84,7 +84,9 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
         options=record_of(RunOptions, options.to_dict()), strategy=measurement.strategy,
         inputs=tuple(InputInfo(p.get_friendly_name(), tuple(int(d) for d in a.shape), str(a.dtype))
                      for p, a in zip(setup.model.get_parameters(), session.sample.ref)),
-        samples=setup.summary.to_record(measurement.spread_log) if setup.summary is not None else None,
+        samples=(replace(setup.summary.to_record(measurement.spread_log), worst_file=setup.samples.samples.file_of(
+            setup.summary.ranking[0]) if setup.samples is not None and setup.summary.ranking else None)
+                 if setup.summary is not None else None),
         openvino_version=ov.get_version(),
         notes=tuple(run_notes(setup, examined, measurement, scored))
         + _local_note(setup, examined, measurement, findings) + _baseline_note(findings) + _generation_note(generation)

@@ -285,7 +285,8 @@ def _samples(report: "Report") -> Block | None:
     if samples is None:
         return None
     line = (f"Samples: {samples.count} run on both sides; final error mean {fmt(samples.error_mean)}, "
-            f"max {fmt(samples.error_max)} (sample #{samples.worst}, " + (
+            f"max {fmt(samples.error_max)} (sample #{samples.worst}"
+            + (f", '{samples.worst_file}'" if samples.worst_file else "") + ", " + (
                 "on which the search ran)" if samples.examined in (None, samples.worst)
                 else f"the search ran on sample #{samples.examined})"))
     if samples.classifier:

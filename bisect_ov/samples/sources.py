@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import pathlib
+import re
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -171,6 +172,12 @@ class Samples:
             return [arrays[k] for k in positional] if sorted(arrays) == sorted(positional) else arrays
         return sample
 
+    def file_of(self, index: int) -> str | None:
+        """The name of sample `index`'s file when the user gave it as one (a folder's, a list of paths), else None."""
+        items = self._items
+        item = items[index] if items is not None and 0 <= index < len(items) else None
+        return pathlib.Path(item).name if item is not None and self.names_file(index, item) else None
+
     def names_file(self, index: int, sample: Any) -> bool:
         """True when `sample` is a file the user gave (error messages then name it)."""
         return isinstance(sample, (str, os.PathLike)) and not self._is_spill(sample)
@@ -210,7 +217,9 @@ class Samples:
 
 def load_folder(folder: pathlib.Path) -> Samples:
     """Every ``.npz`` (one sample: one array per input name) and ``.npy`` (one single-input sample) in a folder."""
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".npz", ".npy") and p.is_file())
+    # In natural order of their names: img_2 before img_10, as a person numbers them.
+    files = sorted((p for p in folder.iterdir() if p.suffix in (".npz", ".npy") and p.is_file()),
+                   key=lambda p: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", p.name)])
     if not files:
         raise InputError(f"The input folder '{folder}' holds no .npz or .npy files.")
     return Samples(files)
