@@ -3,12 +3,13 @@
 The script makes a second environment with another OpenVINO release from the package registry (``pip install
 openvino==OTHER numpy networkx onnx tqdm``; bisect_ov itself comes from this checkout through PYTHONPATH), and:
 
-1. there, records the model on the CPU in f32 (``bisect-ov capture``), once as it is and once with an injected
-   difference: the weights of one node scaled by ``1 + --scale``, the structure unchanged, as a release whose
-   kernel for that node computes differently would give;
-2. here, with this environment's OpenVINO, replays each recording as the reference against the live CPU in
-   f32 (``bisect(model, ref="capture:...", target="CPU:f32")``), and prints what the report says: both sides'
-   versions and builds, the note that they differ, the verdict, the final-output error;
+1. there, records the model on the CPU in f32 (``bisect-ov capture``);
+2. here, with this environment's OpenVINO, replays the recording as the reference against the live CPU in
+   f32 (``bisect(model, ref="capture:...", target="CPU:f32")``), once as it is and once with an injected
+   difference on the live side: a twin whose node has its weights scaled by ``1 + --scale`` (``target_model=``,
+   the structure unchanged), as a release whose kernel for that node computes differently would give (the
+   recording itself is of the model: a capture refuses a model with other weights); it prints what the report
+   says: both sides' versions and builds, the note that they differ, the verdict, the final-output error;
 3. writes the reproducer of the injected difference (`Report.repro`) and runs its ``run.py`` here.
 
 Usage::
@@ -34,23 +35,32 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-# Run in the other environment: the model (the demo, or a node's weights scaled), saved, then recorded.
+# Run in the other environment: the demo, recorded.
 RECORD = r"""
-import sys, numpy as np, openvino as ov
+import sys, openvino as ov
 from bisect_ov.zoo.synthetic import demo, sample_inputs
 from bisect_ov.capture import record
-out, node, scale = sys.argv[1], sys.argv[2], float(sys.argv[3])
 model = demo()
-if scale:
+record(model, "CPU:f32", sample_inputs(model, seed=0), sys.argv[1])
+print(ov.get_version())
+"""
+
+
+def scaled(node: str, scale: float):
+    """The demo with `node`'s weights times ``1 + scale`` (the structure unchanged)."""
+    import numpy as np
+    import openvino as ov
+
+    from bisect_ov.zoo.synthetic import demo
+
+    model = demo()
     for op in model.get_ordered_ops():
         if op.get_friendly_name() == node:
             weight = op.input_value(1).get_node()
-            scaled = ov.opset13.constant((weight.get_data() * np.float32(1 + scale)).astype(np.float32))
-            scaled.set_friendly_name(weight.get_friendly_name())
-            op.input(1).replace_source_output(scaled.output(0))
-record(model, "CPU:f32", sample_inputs(model, seed=0), out)
-print(ov.get_version())
-"""
+            changed = ov.opset13.constant((weight.get_data() * np.float32(1 + scale)).astype(np.float32))
+            changed.set_friendly_name(weight.get_friendly_name())
+            op.input(1).replace_source_output(changed.output(0))
+    return model
 
 
 def ensure_venv(venv: pathlib.Path, version: str) -> pathlib.Path:
@@ -87,13 +97,13 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     work = pathlib.Path(tempfile.mkdtemp(prefix="version_regression_"))
     results: dict = {"here": ov.get_version(), "setup_seconds": round(setup, 1), "runs": {}}
-    for label, scale in (("as is", 0.0), (f"'{args.node}' weights x{1 + args.scale:g}", args.scale)):
-        capture = work / f"other_{'scaled' if scale else 'plain'}.npz"
-        done = subprocess.run([str(python), "-c", RECORD, str(capture), args.node, str(scale)], env=env,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"recording in the other environment failed:\n{done.stderr[-3000:]}")
-        report = bisect(demo(), f"capture:{capture}", "CPU:f32", progress=False)
+    capture = work / "other.npz"
+    done = subprocess.run([str(python), "-c", RECORD, str(capture)], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"recording in the other environment failed:\n{done.stderr[-3000:]}")
+    for label, scale in (("as is", 0.0), (f"'{args.node}' weights x{1 + args.scale:g} on the live side", args.scale)):
+        report = bisect(demo(), f"capture:{capture}", "CPU:f32", target_model=scaled(args.node, scale) if scale else None,
+                        progress=False)
         first = report.first_divergence
         note = next((n for n in report.notes if "different OpenVINO releases" in n), "")
         out = max(report.outputs, key=lambda o: o.error)

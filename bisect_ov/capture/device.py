@@ -305,7 +305,7 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
     """Adapt a comparison to recorded devices: the one integration point `bisect()` needs.
 
     * `inputs` None: the capture's recorded inputs (the reference's capture first; a recorded target's by
-      input name when it ran a `target_model` twin).
+      input name when it ran a `target_model` twin); every input set of a merged capture, as many samples.
     * A ``stats`` capture on either side: the other side is wrapped in `SampledDevice` with the capture's
       sample size and seed (two stats captures must agree on both); exact integer checks are off.
     * A recorded device cannot run pieces of the model: local errors are off when the target is recorded or
@@ -337,11 +337,14 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
     if inputs is None and recorded:
         key = "ref" if "ref" in recorded else "target"
         cap = recorded[key].capture
-        arrays = cap.inputs
         names = cap.input_names
         by_name = key == "target" and twin and not any(n.startswith("#") for n in names)
-        inputs = dict(zip(names, arrays)) if by_name else arrays
-        notes.append(f"Inputs: the ones recorded in '{cap.path.name}' (a seed given does not change them).")
+        # Every input set a merged capture holds: many samples (a list of samples), else the one.
+        sets = [cap.select(n).inputs for n in range(len(cap.samples))]
+        given = [dict(zip(names, arrays)) if by_name else list(arrays) for arrays in sets]
+        inputs = given if len(given) > 1 else (given[0] if by_name else sets[0])
+        notes.append(f"Inputs: the {f'{len(sets)} input sets' if len(sets) > 1 else 'ones'} recorded in "
+                     f"'{cap.path.name}' (a seed given does not change them).")
     sampled = any(d.sampled for d in sides.values())
     plan = RecordedPlan(sides["ref"], sides["target"], inputs, local="target" not in recorded and not sampled,
                         pieces=not recorded and not sampled, exact=not sampled, notes=notes)

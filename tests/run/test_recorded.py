@@ -697,3 +697,15 @@ def test_a_sample_the_capture_did_not_record_is_named(tmp_path):
     with pytest.raises(CaptureError, match=r"^Sample #1: The capture 'c.npz' was captured with different inputs"):
         bisect(model, f"capture:{tmp_path / 'c.npz'}", "EMU:f16", bisect_ov.Samples(samples), progress=False,
                budget="fast")
+
+
+def test_a_merged_capture_given_no_inputs_compares_every_input_set_it_holds(tmp_path):
+    # It compared the first set only while the note said "the ones recorded".
+    model = tiny_chain()
+    sets = [record(model, "CPU:f32", None, tmp_path / f"{i}.npz", seed=i) for i in range(3)]
+    merged = merge_captures(sets, tmp_path / "all.npz")
+    report = bisect(model, "CPU:f32", f"capture:{merged}", progress=False)
+    assert report.samples is not None and report.samples.count == 3, report.to_text()
+    assert any("the 3 input sets recorded in 'all.npz'" in n for n in report.notes), report.notes
+    one = bisect(model, "CPU:f32", f"capture:{sets[1]}", progress=False)
+    assert one.samples is None and any("Inputs: the ones recorded in '1.npz'" in n for n in one.notes), one.notes
