@@ -204,9 +204,9 @@ class Report:
         return [self.node(k) for k in self.ranking]
 
     def node(self, name: str | int) -> NodeResult:
-        """A compared node by key, friendly name, output tensor name, topological index, or a name prefix as
-        `nodes_in` takes it (``model.layers.3.self_attn``, ``block1``: the node under it furthest over its
-        tolerance)."""
+        """A compared node by key, friendly name, the label the report prints, output tensor name, topological
+        index, or a name prefix as `nodes_in` takes it (``model.layers.3.self_attn``, ``block1``: the node under
+        it furthest over its tolerance)."""
         index = self._index()
         if isinstance(name, int):
             for n in self.nodes:
@@ -239,12 +239,15 @@ class Report:
         return [n for n in self.nodes if under(n.name, prefix)]
 
     def by_layer(self) -> dict[str, list[NodeResult]]:
-        """Culprits grouped by the repeated block (``model.layers.3``) or, without one, their name's pattern."""
-        from bisect_ov.analysis.names import layer_of, pattern
+        """Culprits grouped by the repeated block (``model.layers.3``), else their PyTorch module path (``model.norm``),
+        else their name's pattern."""
+        from bisect_ov.analysis.names import layer_of, parse_name, pattern
 
         groups: dict[str, list[NodeResult]] = {}
         for n in self.culprits:
-            groups.setdefault(layer_of(n.name) or pattern(n.name), []).append(n)
+            parsed = parse_name(n.name)  # outside the repeated blocks, a PyTorch module by its path (model.norm)
+            groups.setdefault(layer_of(n.name) or (parsed.module if parsed is not None and parsed.module else None)
+                              or pattern(n.name), []).append(n)
         return groups
 
     def __iter__(self) -> Iterator[NodeResult]:
@@ -262,6 +265,8 @@ class Report:
         index = {n.key: n for n in self.nodes}
         for n in self.nodes:
             index.setdefault(n.name, n)
+        for n in self.nodes:  # the name as the report prints it (module path and operation)
+            index.setdefault(n.label, n)
         return index
 
     # ----- rendering ----------------------------------------------------------------------------------

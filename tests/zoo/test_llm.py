@@ -52,6 +52,9 @@ def test_fault_after_the_first_attention_block_is_named(name, target):
     if name == "llama_stateful":  # traced names: the module path is shown and found
         assert "model.layers.0.self_attn.o_proj (aten::linear -> MatMul)" in report.to_text()
         assert report.node("model.layers.0.self_attn.o_proj").name == site
+        # The label as printed finds it too; culprits outside the repeated blocks group by their module path.
+        assert report.node("model.layers.0.self_attn.o_proj (aten::linear -> MatMul)").name == site
+        assert not [k for k in report.by_layer() if k.startswith("__module")], list(report.by_layer())
 
 
 @pytest.mark.parametrize("steps", [1, 3])
