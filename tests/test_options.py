@@ -87,7 +87,7 @@ def test_bisect_passes_each_keyword_to_the_record(monkeypatch):
               "noise": False, "baseline": False, "impact": 1, "fix": 0.25, "max_fix_slowdown": 1.5,
               "delegation": True, "curve": 2, "sensitivity": True,
               "keep": ("a",), "patched_model": "out.xml", "seed": 7, "executor": "threads:2", "samples_per_batch": 3,
-              "batch_retries": 1, "classifier_outputs": ("logits",), "prompt_length": 5, "prompt_lengths": (8, 64),
+              "batch_retries": 1, "classifier_outputs": ("logits",), "prompt_length": 5, "prompt_lengths": (),
               "steps": 2, "progress": False,
               "truth": "f64"}
     assert set(values) == set(KEYWORDS)
@@ -96,6 +96,8 @@ def test_bisect_passes_each_keyword_to_the_record(monkeypatch):
     options = seen["options"]
     expected = {**values, "fix": True}
     assert {k: getattr(options, k) for k in KEYWORDS} == expected and options.fix_tolerance == 0.25
+    bisect("model.xml", prompt_lengths=(8, 64))  # a sweep's lengths (a prompt_length beside them is refused)
+    assert seen["options"].prompt_lengths == (8, 64)
 
 
 def _documented_parameters() -> dict[str, str]:

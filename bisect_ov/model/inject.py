@@ -61,7 +61,9 @@ def inject_fault(
         One of `FAULT_KINDS`: ``scale``, ``offset``, ``noise``, ``saturate``, ``zero``, ``nan``, ``mnoise``,
         ``roffset``, ``sparse``, ``signflip``.
     magnitude
-        Strength of the kinds that take one; their defaults when None.
+        Strength of the kinds that take one; their defaults when None. ``scale`` multiplies by
+        ``1 + magnitude`` (0.5: x1.5; 0.0 changes nothing), ``sparse`` its elements likewise; ``offset`` adds
+        it; the others as `FAULT_KINDS` says.
     port
         Which output of the node to perturb.
     seed

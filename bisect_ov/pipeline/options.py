@@ -30,6 +30,8 @@ from bisect_ov.search.strategies import STRATEGIES, strategy_names
 __all__ = ["BisectOptions", "ResolvedOptions", "Flag", "GROUPS", "KEYWORDS", "STRATEGIES", "BUDGETS",
            "DEFAULT_MAX_TAP_BYTES", "AUTO_MIN_TAP_BYTES", "MAX_CURVE_POINTS", "auto_tap_bytes", "key_value"]
 
+PROMPT_LENGTH = 16  # the generated prompt's tokens by default
+
 BUDGETS = ("default", "fast")
 MAX_CURVE_POINTS = 1000  # each point is a partitioned run: more is a typo, not a curve
 DEFAULT_MAX_TAP_BYTES = "auto"
@@ -361,7 +363,7 @@ class BisectOptions:
                  lambda names: tuple(names) if names else None))
     # ----- LLM prompts and generation
     prompt_length: int = _opt(
-        16, "generation", "Tokens of the generated prompt when `inputs` is None and the model takes LLM inputs "
+        PROMPT_LENGTH, "generation", "Tokens of the generated prompt when `inputs` is None and the model takes LLM inputs "
         "(``input_ids``, ``attention_mask``, ``position_ids``, ``beam_idx``) with a dynamic sequence length.",
         _at_least(1, " (tokens of the generated prompt)"), kind=int, metavar="N",
         help="tokens of the generated prompt for LLM inputs with a dynamic sequence length")
@@ -390,6 +392,10 @@ class BisectOptions:
         if self.patched_model is not None and not self.fix:
             raise InputError("patched_model (--patched-model) saves the model with the fix's nodes marked: add fix=True "
                              "(--fix), or leave it out.")
+        if self.prompt_lengths and self.prompt_length != PROMPT_LENGTH:
+            raise InputError(f"prompt_length={self.prompt_length} (--prompt-length) sets the generated prompt's tokens, "
+                             f"and a sweep runs the lengths {list(self.prompt_lengths)} (--prompt-lengths): give one "
+                             "of the two.")
 
     @classmethod
     def from_keywords(cls, **keywords: Any) -> "BisectOptions":

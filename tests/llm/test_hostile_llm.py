@@ -182,3 +182,10 @@ def test_an_input_given_under_another_of_its_names_is_not_filled_from_the_token_
     assert set(prompts.expand(given)) == set(given)
     filled = prompts.expand({"input_ids": np.array([[4, 2]], np.int64)})
     assert filled["attention_mask"].shape == (1, 2) and filled["attention_mask"].all()
+
+
+def test_a_prompt_length_beside_a_sweep_is_refused():
+    # It was silently ignored: the sweep's lengths are the prompts.
+    with pytest.raises(InputError, match=r"prompt_length=32 \(--prompt-length\) sets the generated prompt's tokens, and "
+                                         r"a sweep runs the lengths \[2, 3\]"):
+        bisect(_tiny_lm(), "CPU:f32", "CPU:f32", None, prompt_length=32, prompt_lengths=(2, 3), **FAST)
