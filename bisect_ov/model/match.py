@@ -18,7 +18,7 @@ int8 kernel really produces (tapping the raw output instead would split the kern
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bisect_ov.model.graph import LAYOUT_OPS, ModelGraph
 from bisect_ov.model.quantized import Quantization, activation_quantizers, find_quantization, is_weight_quantizer
@@ -99,7 +99,9 @@ def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
                 quantizers.add(at)
         if target_key in by_target:
             quantizers.update(by_target[target_key].ops)
-    quantized = {r: by_target[t] for r, t in op_pairs if t in by_target}
+    # A quantization the model has too (both stored their weights in f16, say) is no difference between them.
+    by_ref = find_quantization(ref) if by_target else {}
+    quantized = {r: by_target[t] for r, t in op_pairs if t in by_target and not _same(by_ref.get(r), by_target[t])}
     # Quantizers of model inputs are the quantization of the ops that read them.
     for q in by_target.values():
         quantizers.update(q.ops)
@@ -143,6 +145,11 @@ def _by_structure(ref: ModelGraph, target: ModelGraph, unmatched: list[str], op_
         used.add(mapped[key])
         op_pairs.append((key, mapped[key]))
     return left
+
+
+def _same(mine, theirs) -> bool:
+    """Whether two ops' quantizations are the same (their ops aside)."""
+    return mine is not None and replace(mine, ops=()) == replace(theirs, ops=())
 
 
 def _static_in_ref(ref: ModelGraph, target: ModelGraph, key: str, ref_of: dict[str, str]) -> bool:

@@ -386,8 +386,8 @@ def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
     noise_note = ""
     emulated = engine.untouched.target.info is not None and engine.untouched.target.info.emulated
     if options.noise and options.noise_runs and not needed and not emulated and "compile_to_compile" not in measured_noise:
-        noise_note = ("The untouched target was not compiled or run a second time for the noise check: no node or "
-                      "output is over its tolerance, so a noise floor could not change the verdict.")
+        noise_note = ("The untouched target was not compiled or run a second time for the noise check: no node's "
+                      "error and no output is over its tolerance, which is all a noise floor raises.")
     noise = Noise(**measured_noise) if measured_noise else None
     floor = 2 * noise.floor if noise is not None else 0.0
     with setup.clock("score"):

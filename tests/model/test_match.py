@@ -53,3 +53,15 @@ def test_one_file_loaded_twice_matches_whole_though_its_made_up_names_differ(tmp
     assert match.coverage(ref) == 1.0
     pairs = dict(match.ops)
     assert all(ref[k].op_type == twin[pairs[k]].op_type and ref[k].index == twin[pairs[k]].index for k in made_up)
+
+
+def test_a_quantization_the_model_shares_with_its_twin_is_no_difference(tmp_path):
+    # An IR saved with f16 weights given as model and as twin: both decompress the same weights, so the twin's
+    # tolerance is not widened for a quantization (the verdict said "bf16 rounding and the twin's quantization").
+    path = tmp_path / "chain.xml"
+    ov.save_model(tiny_chain(), path)  # compress_to_fp16 by default
+    model, twin = ov.Core().read_model(path), ov.Core().read_model(path)
+    match = match_nodes(ModelGraph(model), ModelGraph(twin))
+    assert match.quantized == {} and match.unmatched_target == (), match
+    f32 = match_nodes(ModelGraph(tiny_chain()), ModelGraph(twin))  # an f32 model against the f16-weight twin
+    assert f32.quantized and all(q.weight_type == "f16" for q in f32.quantized.values()), f32.quantized
