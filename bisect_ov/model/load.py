@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import pathlib
+import re
 import sys
 import tempfile
 from typing import Any, Iterator
@@ -69,7 +70,9 @@ def model_label(model: Any) -> str:
     if isinstance(model, (str, os.PathLike)):
         return pathlib.Path(model).name
     if isinstance(model, ov.Model):
-        return model.get_friendly_name() or "ov.Model"
+        name = model.get_friendly_name()
+        frontend = re.fullmatch(r"([A-Za-z]+)_Frontend_IR", name)  # a frontend's name for any model it read
+        return f"ov.Model from {frontend.group(1).upper()}" if frontend else name or "ov.Model"
     return type(model).__name__
 
 

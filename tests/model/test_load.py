@@ -6,7 +6,7 @@ from onnx import TensorProto, helper
 
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import ModelGraph
-from bisect_ov.model.load import load_model
+from bisect_ov.model.load import load_model, model_label
 from tests.conftest import tiny_chain
 
 
@@ -56,3 +56,13 @@ def test_errors_say_what_is_wrong(tmp_path):
         load_model(tmp_path / "w.bin")
     with pytest.raises(InputError, match="Cannot convert"):
         load_model(12345)
+
+
+def test_a_model_a_frontend_read_is_labelled_by_its_format_not_the_frontend_s_name(tmp_path):
+    # An ONNX file read into an ov.Model is named 'onnx_Frontend_IR' by the frontend, whatever the file: the
+    # report header read "mobilevit.onnx vs onnx_Frontend_IR".
+    from tests.conftest import unnamed_onnx
+
+    model = ov.Core().read_model(unnamed_onnx(tmp_path / "m.onnx"))
+    assert model.get_friendly_name() == "onnx_Frontend_IR" and model_label(model) == "ov.Model from ONNX"
+    assert model_label(str(tmp_path / "m.onnx")) == "m.onnx"
