@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
 import openvino as ov
 import pytest
 
@@ -158,3 +159,12 @@ def test_an_unrelated_target_model_is_refused_not_judged(user_files, capsys):
     code = main(["demo.xml", "--target", "EMU:f16", "--target-model", "other.xml", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and "Nothing to compare: none of the model's 35 compute nodes has a counterpart in target_model" in err
+
+
+def test_a_folder_where_one_input_set_is_read_says_so(tmp_path, capsys):
+    # capture --inputs FOLDER said "Input file not found" for a folder that exists.
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    np.save(folder / "a.npy", np.zeros((1, 8), np.float32))
+    assert main(["capture", "demo", "--inputs", str(folder), "-o", str(tmp_path / "c.npz")]) == 2
+    assert "is a folder: here one input set is read" in capsys.readouterr().err

@@ -254,6 +254,10 @@ def numpy_reason(path: str | os.PathLike, err: BaseException) -> str:
 
 
 def _read_file(path: pathlib.Path, specs: list[ParameterSpec]) -> Any:
+    if path.is_dir():
+        raise InputError(f"'{path}' is a folder: here one input set is read, from a .npz (one array per input) or a "
+                         ".npy (one input). A folder of samples goes to bisect (--inputs FOLDER); a capture records one "
+                         "sample: record each and merge them (bisect_ov.capture.merge_captures).")
     if not path.is_file():
         raise InputError(f"Input file not found: '{path}'.")
     try:
