@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from bisect_ov.analysis.headroom import NEAR
+from bisect_ov.analysis.names import module_label
 from bisect_ov.core.records import Cause, Fidelity, StageCost
 from bisect_ov.report.blocks import Block, experiment_blocks
 from bisect_ov.report.numbers import fmt, fmt_cosine, fmt_growth
@@ -275,8 +276,13 @@ def _first(n: "NodeResult", metric: str, report: "Report | None" = None) -> Firs
     why = f"; {'; '.join(c.text for c in n.diagnosis)}" if n.diagnosis else ""
     inside = inside_kernel_text(n, report)
     within = n.error <= n.tolerance  # named for what the error is, not its size (an overflow, a few elements wrong)
+    members = [m for m in n.group if m != n.name]
+    fused = (f" It stands for {', '.join(repr(module_label(m)) for m in members[:3])}"
+             + (f" and {len(members) - 3} more" if len(members) > 3 else "") + " too (fused with it, not measured on "
+             "their own): the error may start in any of them (strategy='full' measures each)."
+             if members and not inside else "")
     text = (f"'{n.label}': {metric} {fmt(n.error)} {'within' if within else '>'} tolerance {fmt(n.tolerance)}, its inputs carry "
-            f"{fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}." + (f" {inside}" if inside else ""))
+            f"{fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}." + (f" {inside}" if inside else "") + fused)
     ratio = n.error / n.tolerance if n.tolerance and math.isfinite(n.error) else math.inf
     return FirstDivergence(n, n.diagnosis, ratio, _samples(n, metric), text, inside)
 
