@@ -175,12 +175,23 @@ def fit_table(header: Sequence[str], rows: Sequence[tuple[str, ...]], width: int
 
     def cell(text: str, w: int, i: int) -> str:
         if len(text) > w:
-            text = text[: max(1, w - 1)] + "~"
+            text = _middle(text, w) if header[i] == "node" else text[: max(1, w - 1)] + "~"
             if cut is not None:
                 cut.add(header[i])
         return text.ljust(w) if i in left else text.rjust(w)
 
     return ["  ".join(cell(c, w, i) for i, (c, w) in enumerate(zip(row, widths))).rstrip() for row in [header, *rows]]
+
+
+def _middle(name: str, w: int) -> str:
+    """A node name cut to `w`: its operation left out first (the op column shows it), then its middle, so that
+    the start and the distinctive end stay (``model.layers.1.mlp.up_proj`` and ``...down_proj`` both ended
+    ``model.layers.1.mlp.~``)."""
+    base = name.split(" (", 1)[0]
+    if len(base) < w:
+        return base + "~"
+    head = max(1, (w - 1) // 2)
+    return base[:head] + "~" + base[len(base) - max(0, w - 1 - head):] if w > 2 else base[: max(1, w - 1)] + "~"
 
 
 def _span(widths: Sequence[int]) -> int:

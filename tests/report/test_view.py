@@ -215,3 +215,14 @@ def test_the_renderers_read_the_view_not_the_report():
                     for a in ast.walk(fn)):
                 reading.add(f"{module.__name__.rsplit('.', 1)[1]}.{fn.name}")
     assert reading == {"html._plots"}, reading
+
+
+def test_a_cut_node_name_keeps_its_start_and_its_distinctive_end():
+    # Cut at the end, an MLP's up_proj, down_proj and gate_proj all read "model.layers.1.mlp.~".
+    from bisect_ov.report.text import fit_table
+
+    names = [f"model.layers.1.mlp.{p}_proj (aten::linear -> MatMul)" for p in ("up", "down", "gate")]
+    lines = fit_table(("node", "op"), [(n, "MatMul") for n in names], 30)
+    cells = [line.split("  ")[0] for line in lines[1:]]
+    assert len(set(cells)) == 3 and all(c.startswith("model.") and "~" in c for c in cells), cells
+    assert [c.rstrip().endswith(("up_proj", "down_proj", "gate_proj")) for c in cells] == [True] * 3, cells
