@@ -168,3 +168,16 @@ def test_a_folder_where_one_input_set_is_read_says_so(tmp_path, capsys):
     np.save(folder / "a.npy", np.zeros((1, 8), np.float32))
     assert main(["capture", "demo", "--inputs", str(folder), "-o", str(tmp_path / "c.npz")]) == 2
     assert "is a folder: here one input set is read" in capsys.readouterr().err
+
+
+def test_an_error_message_keeps_the_sentence_a_user_can_act_on():
+    # OpenVINO's: the last line after the C++ location; Python's wrapped prose (the advice to guard the main
+    # module of a script that starts processes): its start, not "section in https://docs.python.org/...".
+    from bisect_ov.core.errors import first_line
+
+    openvino = RuntimeError("Exception from src/plugin.cpp:12:\nCheck 'x' failed at y:\nNode image contains empty child edge")
+    assert first_line(openvino) == "Node image contains empty child edge"
+    python = RuntimeError("\n    An attempt has been made to start a new process before the\n    current process has "
+                          "finished its bootstrapping phase.\n\n    ... see the 'Safe importing of main module'\n"
+                          "    section in https://docs.python.org/3/library/multiprocessing.html\n")
+    assert first_line(python).startswith("An attempt has been made to start a new process before the current process")

@@ -55,10 +55,13 @@ def first_line(err: BaseException) -> str:
     """The informative sentence of an exception's text, for one-line messages.
 
     OpenVINO errors start with a C++ source location ("Exception from src/...", "Check '...'"); the sentence
-    a user can act on is usually the last remaining line.
+    a user can act on is usually the last remaining line. Other text wrapped over several lines (Python's own
+    multiprocessing advice ends "...section in https://docs.python.org/...") is one sentence, its start kept.
     """
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))]
+    if useful and len(useful) == len(lines):
+        return " ".join(useful)[:300]
     return ((useful or lines or [type(err).__name__])[-1])[:300]
 
 
