@@ -104,8 +104,9 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
 def _forms(generation: Generation, examined: Examined, setup: Setup, stateful: tuple[bool, bool]) -> Generation:
     """`generation` with a note when the examined step's error as the steps ran it (the stateful model) and as
     its stateless form ran it (the untouched run whose nodes are measured) disagree: one over the tolerance and
-    the other not, or one 2x the other with the larger over half the tolerance."""
-    if not any(stateful):
+    the other not, or one 2x the other with the larger over half the tolerance; only where the target runs the
+    stateful model (an emulated target runs the stateless form in the steps too)."""
+    if not stateful[1]:
         return generation
     record = generation.steps[generation.examined_step]
     untouched, n = examined.engine.untouched, setup.state.n_outputs if setup.state is not None else 1
