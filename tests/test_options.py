@@ -274,6 +274,9 @@ def test_a_patched_model_without_fix_is_refused():
     with pytest.raises(InputError, match="patched_model .* add fix=True"):
         BisectOptions(patched_model="patched.xml")
     assert BisectOptions(fix=True, patched_model="patched.xml").patched_model == "patched.xml"
+    with pytest.raises(InputError, match=r"max_fix_slowdown \(--max-fix-slowdown\) bounds .* add fix=True"):
+        BisectOptions(max_fix_slowdown=2.0)  # ignored without a word as well
+    assert BisectOptions(fix=True, max_fix_slowdown=2.0).max_fix_slowdown == 2.0
 
 
 def test_classifier_outputs_are_checked_with_one_sample_too():

@@ -117,6 +117,31 @@ class RecordedDevice(Device):
         version = recorded.openvino_version or str(header.get("openvino_version", ""))
         return replace(recorded, name=self.name, note=note, openvino_version=version, recorded=True)
 
+    def check_model(self, model: ov.Model, *, label: str | None = None) -> ModelGraph:
+        """`model`'s graph, when it is the model the capture was recorded on (its structure and weights).
+
+        Raises
+        ------
+        CaptureError
+            Another structure, or the same with other weights (another checkpoint).
+        """
+        cap, label = self.capture, label or model_label(model)
+        graph = ModelGraph(model)
+        digest = playback_hash(graph)
+        if digest != cap.playback_hash:
+            raise CaptureError(
+                f"The capture '{cap.path.name}' was recorded on model '{cap.model_label}' (structure hash "
+                f"{cap.playback_hash}), but the model given is '{label}' (structure hash {digest}): they differ. "
+                "Compare the model the capture was made with, or record this model."
+            )
+        recorded = cap.header["model"].get("weights_hash")  # captures from before it was recorded: not checked
+        if recorded is not None and weights_hash(model) != recorded:
+            raise CaptureError(
+                f"The capture '{cap.path.name}' was recorded on model '{cap.model_label}' with other weights than "
+                f"those of '{label}': the same structure, different values (another checkpoint?). "
+                "Compare the model the capture was made with, or record this model.")
+        return graph
+
     def _compile(self, model: ov.Model, taps: tuple[int, ...], fed: tuple[int, ...] = ()) -> "RecordedCompiled":
         cap = self.capture
         if fed:
@@ -134,20 +159,7 @@ class RecordedDevice(Device):
                     else ov.Model(keep, model.get_parameters(), model.get_friendly_name()))
         else:
             view = model
-        graph = ModelGraph(view)
-        digest = playback_hash(graph)
-        if digest != cap.playback_hash:
-            raise CaptureError(
-                f"The capture '{cap.path.name}' was recorded on model '{cap.model_label}' (structure hash "
-                f"{cap.playback_hash}), but the model given is '{model_label(model)}' (structure hash {digest}): "
-                "they differ. Compare the model the capture was made with, or record this model."
-            )
-        recorded = cap.header["model"].get("weights_hash")  # captures from before it was recorded: not checked
-        if recorded is not None and weights_hash(view) != recorded:
-            raise CaptureError(
-                f"The capture '{cap.path.name}' was recorded on model '{cap.model_label}' with other weights than "
-                f"those of '{model_label(model)}': the same structure, different values (another checkpoint?). "
-                "Compare the model the capture was made with, or record this model.")
+        graph = self.check_model(view, label=model_label(model))
         key_of = {op.get_name(): key for key, op in zip(graph.order, view.get_ordered_ops())}
         original = [i for i in range(len(results)) if i not in added]
         sources: list[tuple[str, str, tuple[int, ...]]] = []  # (kind, member, full shape)
@@ -301,7 +313,8 @@ class RecordedPlan:
     notes: list[str] = field(default_factory=list)
 
 
-def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool = False) -> RecordedPlan:
+def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool = False,
+                  models: tuple[Any, Any] | None = None) -> RecordedPlan:
     """Adapt a comparison to recorded devices: the one integration point `bisect()` needs.
 
     * `inputs` None: the capture's recorded inputs (the reference's capture first; a recorded target's by
@@ -310,6 +323,8 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
       sample size and seed (two stats captures must agree on both); exact integer checks are off.
     * A recorded device cannot run pieces of the model: local errors are off when the target is recorded or
       a side is sampled, partitioned runs (impact, fix, delegation, curve) whenever a side is recorded.
+    * `models` (the compared model, the twin or None): each capture is checked against the model its side runs
+      before its inputs are used (a capture of another model said "got 1 input array(s) for 2 inputs").
 
     Raises
     ------
@@ -320,6 +335,10 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
     recorded = {k: d for k, d in sides.items() if isinstance(d, RecordedDevice)}
     if not recorded and not any(d.sampled for d in sides.values()):
         return RecordedPlan(ref, target, inputs)
+    for key, device in recorded.items():
+        model = models and (models[1] if key == "target" and models[1] is not None else models[0])
+        if model is not None:
+            device.check_model(model)
     notes: list[str] = []
     stats = {k: d.capture for k, d in recorded.items() if d.capture.mode == "stats"}
     if stats:

@@ -392,6 +392,9 @@ class BisectOptions:
         if self.patched_model is not None and not self.fix:
             raise InputError("patched_model (--patched-model) saves the model with the fix's nodes marked: add fix=True "
                              "(--fix), or leave it out.")
+        if self.max_fix_slowdown is not None and not self.fix:
+            raise InputError("max_fix_slowdown (--max-fix-slowdown) bounds what a remedy may cost: add fix=True (--fix), "
+                             "or leave it out.")
         if self.prompt_lengths and self.prompt_length != PROMPT_LENGTH:
             raise InputError(f"prompt_length={self.prompt_length} (--prompt-length) sets the generated prompt's tokens, "
                              f"and a sweep runs the lengths {list(self.prompt_lengths)} (--prompt-lengths): give one "

@@ -107,7 +107,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
     plan = plan_recorded(make_device(ref, dict(options.ref_config), role="ref"),
                          make_device(target, dict(options.target_config), role="target"), inputs,
-                         twin=ov_target is not None)
+                         twin=ov_target is not None, models=(graph.model, ov_target))
     # What can run is decided here, once (local errors: the target runs pieces fed with the reference's values;
     # the tap budget in bytes from the weights); later stages read the resolved values.
     resolved = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,

@@ -709,3 +709,13 @@ def test_a_merged_capture_given_no_inputs_compares_every_input_set_it_holds(tmp_
     assert any("the 3 input sets recorded in 'all.npz'" in n for n in report.notes), report.notes
     one = bisect(model, "CPU:f32", f"capture:{sets[1]}", progress=False)
     assert one.samples is None and any("Inputs: the ones recorded in '1.npz'" in n for n in one.notes), one.notes
+
+
+def test_a_capture_of_another_model_is_refused_before_its_inputs_are_used(tmp_path):
+    # Its recorded inputs were applied first: "Got 1 input array(s) but the model has 2 input(s)".
+    capture = record(tiny_chain(), "CPU:f32", None, tmp_path / "chain.npz")
+    other = synthetic.demo()
+    with pytest.raises(CaptureError, match=r"was recorded on model .* but the model given is .*: they differ"):
+        bisect(other, f"capture:{capture}", "CPU:f32", progress=False)
+    with pytest.raises(CaptureError, match="they differ"):
+        bisect(other, "CPU:f32", f"capture:{capture}", progress=False)
