@@ -122,22 +122,23 @@ def match_nodes(ref: ModelGraph, target: ModelGraph) -> Match:
 
 def _by_structure(ref: ModelGraph, target: ModelGraph, unmatched: list[str], op_pairs: list[tuple[str, str]],
                   used: set[str]) -> list[str]:
-    """Pair the `unmatched` nodes of `ref` (keys) with the one unused node of `target` of the same op type that
-    reads the counterparts of what they read, in graph order (so a chain pairs node after node); returns those
-    left unmatched. Names a frontend makes up for unnamed ONNX nodes come from a process-wide counter
-    (``MVN_528`` in one load, ``MVN_2259`` in the next): the same file loaded twice matched by name only partly."""
+    """Pair the `unmatched` nodes of `ref` (keys) whose names OpenVINO made up with the one unused node of
+    `target` of the same op type, its name made up too, that reads the counterparts of what they read, in graph
+    order (so a chain pairs node after node); returns those left unmatched. Made-up names come from a
+    process-wide counter (``MVN_528`` in one load, ``MVN_2259`` in the next): the same file loaded twice matched
+    by name only partly. Names someone gave are not second-guessed: a node renamed in the twin stays unmatched."""
     if not unmatched:
         return unmatched
     mapped = dict(op_pairs) | {p.key: p.key for p in ref.parameters() if p.key in target}
     free: dict[tuple, list[str]] = {}
     for node in target.candidates():
-        if node.key not in used:
+        if node.key not in used and node.auto_named:
             free.setdefault((node.op_type, tuple(target.data_inputs(node.key))), []).append(node.key)
     left = []
     for key in unmatched:
         reads = ref.data_inputs(key)
         hits = (free.get((ref[key].op_type, tuple((mapped[k], p) for k, p in reads)), [])
-                if reads and all(k in mapped for k, _ in reads) else [])
+                if ref[key].auto_named and reads and all(k in mapped for k, _ in reads) else [])
         if len(hits) != 1:
             left.append(key)
             continue
