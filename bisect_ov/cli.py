@@ -372,7 +372,8 @@ def _options(args) -> "BisectOptions":
     return options_from_args(args)
 
 
-def _check_display(args) -> None:
+def _check_display(args, console: Console) -> None:
+    """Refuse display options that cannot be honoured; with a file on stdout, the text goes to stderr."""
     from bisect_ov.core.fileio import check_writable
 
     if args.top < 0:
@@ -387,6 +388,8 @@ def _check_display(args) -> None:
             check_writable(path, what=f"{flag} ", error=InputError)
     if getattr(args, "ignored_scope", None) is not None and not args.fix:
         raise InputError("--ignored-scope writes the nodes a fix keeps: add --fix (or --fix TOL).")
+    if _stdout(args.json) or _stdout(args.html):
+        console.text = sys.stderr  # stdout carries the file: the text must not mix with it
 
 
 def _stdout(path: pathlib.Path | None) -> bool:
@@ -397,39 +400,48 @@ def _run(args, console: Console, model, target_model=None, inputs=None) -> Repor
     """Run the comparison and write what was asked; returns the report."""
     from bisect_ov.pipeline.api import run
 
-    _check_display(args)
+    _check_display(args, console)
     report = run(model, args.ref, args.target, inputs, _options(args), target_model=target_model)
-    if _stdout(args.json) or _stdout(args.html):
-        console.text = sys.stderr  # stdout carries the file: the text must not mix with it
     console.say(report.to_text(top=args.top, width=args.width, costs=args.verbose > 0))
+    _write(args, console, report, report)
+    return report
+
+
+def _write(args, console: Console, report: Any, examined: Report | None) -> None:
+    """Write --json (`report`), --html and --ignored-scope (`examined`'s: a pipeline's component, None if none was)."""
+    import json
+
+    from bisect_ov.core.fileio import write_text_atomic
+    from bisect_ov.report.html import render_page
+
+    none = "no component diverged, so none was examined node by node (the text above is the whole report)"
     try:
         if args.json:
             if _stdout(args.json):
-                console.data(report.to_json())
+                console.data(report.to_json() if hasattr(report, "to_json") else json.dumps(report.to_dict(), indent=1))
             else:
                 report.save(args.json)
                 console.say(f"\nReport written to {printable(str(args.json))}")
         if args.html:
-            if _stdout(args.html):
-                from bisect_ov.report.html import render_page
-
-                console.data(render_page(report))
+            if examined is None:
+                console.say(f"No HTML page written: {none}.")
+            elif _stdout(args.html):
+                console.data(render_page(examined))
             else:
-                report.save_html(args.html)
-                console.say(f"HTML report written to {printable(str(args.html))}")
+                examined.save_html(args.html)
+                console.say(f"HTML report{'' if examined is report else ' of the examined component'} written to "
+                            f"{printable(str(args.html))}")
         if getattr(args, "ignored_scope", None) is not None:
-            import json
-
-            from bisect_ov.core.fileio import write_text_atomic
-
-            write_text_atomic(args.ignored_scope, json.dumps({"names": report.ignored_scope()}, indent=1) + "\n")
-            console.say(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "
-                        "nncf.IgnoredScope(**json.load(open(path)))")
+            if examined is None:
+                console.say(f"No ignored scope written: {none}.")
+            else:
+                write_text_atomic(args.ignored_scope, json.dumps({"names": examined.ignored_scope()}, indent=1) + "\n")
+                console.say(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "
+                            "nncf.IgnoredScope(**json.load(open(path)))")
     except OSError as err:
         if isinstance(err, BisectError):
             raise
         raise InputError(f"Writing the report failed: {err.strerror or err} ('{err.filename or ''}').") from err
-    return report
 
 
 def _compare(args, console: Console) -> int:
@@ -512,9 +524,7 @@ def _demo(args, console: Console) -> int:
 
     if args.target is None:
         args.target = "EMU:f16"
-    _check_display(args)
-    if _stdout(args.json) or _stdout(args.html):
-        console.text = sys.stderr
+    _check_display(args, console)
     import textwrap
 
     # The devices first: an unknown name or precision is the one line printed, not after a header naming it.
@@ -529,7 +539,7 @@ def _demo(args, console: Console) -> int:
 def _pipeline(args, console: Console) -> int:
     from bisect_ov.components.api import run_pipeline
 
-    _check_display(args)
+    _check_display(args, console)
     try:
         tokens: Any = [int(t) for t in args.tokens.split(",")] if args.tokens else None
     except ValueError:
@@ -542,12 +552,7 @@ def _pipeline(args, console: Console) -> int:
                           target_models=dict(args.target_component), max_new_tokens=args.max_new_tokens,
                           denoising_steps=args.denoising_steps)
     console.say(report.to_text(top=args.top, width=args.width))
-    if args.json:
-        report.save(args.json)
-        console.say(f"\nReport written to {printable(str(args.json))}")
-    if args.html and report.report is not None:
-        report.report.save_html(args.html)
-        console.say(f"HTML report of component '{report.examined}' written to {printable(str(args.html))}")
+    _write(args, console, report, report.report)
     return EXIT_DIVERGES if report.diverges else EXIT_OK
 
 

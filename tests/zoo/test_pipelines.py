@@ -162,6 +162,23 @@ def test_the_command_line_names_the_overflow_and_exits_1(tmp_path, capsys):
                  "5,9", "--max-new-tokens", "2", "-q"]) == 0
 
 
+def test_the_command_line_writes_every_output_a_pipeline_is_asked_for(tmp_path, capsys, monkeypatch):
+    # --json - wrote a file named '-', --ignored-scope was never written, --html was skipped without a word
+    # when no component diverged.
+    monkeypatch.chdir(tmp_path)
+    scope, page = tmp_path / "scope.json", tmp_path / "p.html"
+    code = main(["pipeline", str(pipelines.folder("t5-overflow")), "--ref", "CPU:f32", "--target", "EMU:f16",
+                 "--tokens", "5,9,12,3", "--max-new-tokens", "3", "--fix", "--ignored-scope", str(scope),
+                 "--html", str(page), "--json", "-", "-q"])
+    out, err = capsys.readouterr()
+    assert code == 1 and json.loads(out)["components"] and not (tmp_path / "-").exists(), err
+    assert json.loads(scope.read_text())["names"] and page.read_text().startswith("<!DOCTYPE html>"), err
+    assert main(["pipeline", str(pipelines.folder("t5")), "--ref", "CPU:f32", "--target", "CPU:f32", "--tokens",
+                 "5,9", "--max-new-tokens", "2", "--html", str(tmp_path / "none.html"), "-q"]) == 0
+    assert "No HTML page written: no component diverged" in capsys.readouterr().out
+    assert not (tmp_path / "none.html").exists()
+
+
 def test_folders_that_are_not_a_supported_pipeline_say_what_they_hold(tmp_path):
     with pytest.raises(InputError, match="not found"):
         bisect_pipeline(tmp_path / "absent", "CPU:f32", "CPU:f32")
