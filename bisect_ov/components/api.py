@@ -19,6 +19,7 @@ import os
 import pathlib
 import time
 from dataclasses import replace
+from functools import partial
 from typing import Any, Mapping
 
 import numpy as np
@@ -27,7 +28,7 @@ from bisect_ov.analysis.metrics import compare
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.components.calls import Component, ComponentRequest, compile_component
 from bisect_ov.components.folder import Pipeline, offline, open_pipeline, quiet
-from bisect_ov.core.errors import InputError
+from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.pipeline.api import run
@@ -146,15 +147,23 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         request = shadowed[examined]
         start = time.perf_counter()
         shapes = {name: list(np.shape(value)) for name, value in request.worst.inputs.items()}
-        model = _static(components[examined].run_model, shapes)
-        model.set_friendly_name(examined)  # named after its component in the report's header
-        report = run(model, ref_device, target_device, request.worst.inputs, options,
-                     target_model=_static(replaced[examined].run_model, shapes) if examined in replaced else None)
+        for form in (partial(_static, shapes=shapes), _clone):  # its call's shapes; failing those (a cache of
+            model = form(components[examined].run_model)         # length 0), as exported
+            model.set_friendly_name(examined)  # named after its component in the report's header
+            try:
+                report = run(model, ref_device, target_device, request.worst.inputs, options,
+                             target_model=form(replaced[examined].run_model) if examined in replaced else None)
+                break
+            except DeviceError as err:
+                failed = err
+        else:
+            notes.append(f"bisect() of '{examined}' on its call {request.worst.index} could not run ({failed}): no "
+                         "node is named; the component figures above stand.")
         seconds["bisect"] = time.perf_counter() - start
-        if components[examined].stateless is not None:
+        if report is not None and components[examined].stateless is not None:
             notes.append(f"'{examined}' is stateful: it is bisected in its stateless form, fed the reference's "
                          f"cache of call {request.worst.index} as its state:* inputs.")
-        if not report.diverges:  # the two judgements differ: say why where each is read (text and page)
+        if report is not None and not report.diverges:  # the judgements differ: say why where each is read
             worst = max((o.error for o in report.outputs), default=0.0)
             said = (f"'{examined}' diverges on its own inputs (call {request.worst.index}: {request.worst.ratio:.1f}x "
                     f"its component tolerance {tolerances[examined]:.1e}), but bisect() of that call finds no "
@@ -166,6 +175,10 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
     return PipelineReport(pipe.family.name, pipe.source, ref_device.name, target_device.name, results,
                           ref_tokens, target_tokens, examined, report, tuple(notes), seconds,
                           output_error=output_error, output_tolerance=output_tolerance)
+
+
+def _clone(model: Any) -> Any:
+    return model.clone()
 
 
 def _static(model: Any, shapes: Mapping[str, list[int]]) -> Any:

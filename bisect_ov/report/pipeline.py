@@ -151,8 +151,8 @@ class PipelineReport:
                 "the denoising steps." if self.output_differs else ""))
         else:
             c = self.component(self.examined)
-            lines.append(f"First diverging component: '{self.examined}' (call {c.worst}, its worst); "
-                         "its node-level report:")
+            lines.append(f"First diverging component: '{self.examined}' (call {c.worst}, its worst)"
+                         + ("; its node-level report:" if self.report is not None else "; no node-level report (see the notes)."))
         for name, found in self.remedies().items():
             usable = [r.title for r in found if r.usable]
             lines.append(f"Remedies for '{name}' alone (set on that component, e.g. in optimum-intel's ov_config for it): "

@@ -411,3 +411,30 @@ def test_the_pipeline_tests_share_one_worker(request):
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not run by pytest-xdist with --dist loadgroup")
     assert request.node.nodeid.endswith("@pipelines"), request.node.nodeid
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_component_bisection_the_target_cannot_compile_keeps_the_pipeline_s_report(failures, monkeypatch):
+    # A BART decoder whose worst call is its first (a KV cache of length 0) failed to compile at that call's static
+    # shapes against EMU:f16, and the run ended with no report. The component is bisected as exported then;
+    # failing that too, the pipeline's report stands with a note.
+    from bisect_ov.components import api
+    from bisect_ov.core.errors import DeviceError
+
+    calls, real = [], api.run
+
+    def flaky(model, *args, **kwargs):
+        calls.append(model.get_parameters()[0].get_partial_shape().is_static)
+        if len(calls) <= failures:
+            raise DeviceError("Compiling for EMU:f16 failed: Node state:x contains empty child edge for index 0")
+        return real(model, *args, **kwargs)
+
+    monkeypatch.setattr(api, "run", flaky)
+    report = bisect_pipeline(pipelines.folder("t5-overflow"), "CPU:f32", "EMU:f16", TOKENS, max_new_tokens=3,
+                             progress=False)
+    assert report.examined == "encoder" and report.diverges, report.to_text()
+    if failures == 1:
+        assert calls == [True, False] and report.report is not None and report.report.diverges, calls
+    else:
+        assert report.report is None and any("could not run" in n and "empty child edge" in n for n in report.notes)
+        assert "no node-level report (see the notes)" in report.to_text()
