@@ -105,6 +105,13 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
     for name, value in (("max_new_tokens", max_new_tokens), ("denoising_steps", denoising_steps)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"{name} must be a positive integer; got {value!r}.")
+    # Options of one model's run that a pipeline's run has no place for: refused, not silently dropped.
+    foreign = [flag for flag, given in (("steps (--steps)", options.steps), ("prompt_lengths (--prompt-lengths)",
+               options.prompt_lengths), ("executor (--executor)", options.executor), ("classifier_outputs "
+               "(--classifier-output)", options.classifier_outputs)) if given]
+    if foreign:
+        raise InputError(f"{', '.join(foreign)} apply to bisect() of one model, not to a pipeline, which generates "
+                         "with its own loop (max_new_tokens, --max-new-tokens) on one input: leave them out.")
     pipe = open_pipeline(pipeline)
     unknown = sorted(set(target_models or ()) - set(pipe.models))
     if unknown:

@@ -438,3 +438,10 @@ def test_a_component_bisection_the_target_cannot_compile_keeps_the_pipeline_s_re
     else:
         assert report.report is None and any("could not run" in n and "empty child edge" in n for n in report.notes)
         assert "no node-level report (see the notes)" in report.to_text()
+
+
+def test_options_of_one_model_s_run_are_refused_for_a_pipeline(tmp_path):
+    # --steps was silently ignored; --prompt-lengths failed on the encoder's static input_ids.
+    for options in ({"steps": 3}, {"prompt_lengths": (2, 4)}, {"executor": "processes:2"}):
+        with pytest.raises(InputError, match=r"apply to bisect\(\) of one model, not to a pipeline"):
+            bisect_pipeline(tmp_path, "CPU:f32", "EMU:f16", TOKENS, progress=False, **options)
