@@ -119,7 +119,7 @@ def _common(parser: argparse.ArgumentParser, *, compare: bool) -> None:
         samples.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz|FOLDER",
                              help="values of all inputs: an .npz with one array per input name (or an .npy for a "
                                   "single input), or a folder of such files, one sample each")
-    output.add_argument("--top", type=int, default=10, help="culprits to print (default 10)")
+    output.add_argument("--top", type=int, default=10, help="culprits to print (default 10; the HTML page: at least 25)")
     output.add_argument("--width", type=int, default=120, help="text width of the printed report (default 120)")
     output.add_argument("--json", type=pathlib.Path, metavar="FILE",
                         help="write the report as JSON to FILE ('-': to stdout, the text then going to stderr)")
@@ -426,9 +426,9 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
             if examined is None:
                 console.say(f"No HTML page written: {none}.")
             elif _stdout(args.html):
-                console.data(render_page(examined))
+                console.data(render_page(examined, top=max(args.top, 25)))
             else:
-                examined.save_html(args.html)
+                examined.save_html(args.html, top=max(args.top, 25))
                 console.say(f"HTML report{'' if examined is report else ' of the examined component'} written to "
                             f"{printable(str(args.html))}")
         if getattr(args, "ignored_scope", None) is not None:

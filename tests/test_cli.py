@@ -204,3 +204,19 @@ def test_demo_header_says_a_precision_only_where_the_name_does_not(ref, label, m
     assert main(["demo", "--ref", ref, "-q"]) == 0
     out = capsys.readouterr().out
     assert label in out and "EMU:f16 (" not in out
+
+
+def test_top_sets_the_html_page_s_culprits_too(tmp_path, monkeypatch):
+    # The page always listed 25 while telling the reader to raise top; it lists at least 25, more when asked.
+    from bisect_ov.report.report import Report
+
+    asked, real = [], Report.save_html
+
+    def save_html(self, path, **kwargs):
+        asked.append(kwargs.get("top"))
+        return real(self, path, **kwargs)
+
+    monkeypatch.setattr(Report, "save_html", save_html)
+    for top in (3, 40):
+        assert main(["demo", "--top", str(top), "--html", str(tmp_path / f"{top}.html"), "-q"]) == 0
+    assert asked == [25, 40]
