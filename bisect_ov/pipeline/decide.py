@@ -205,7 +205,7 @@ def verdict_notes(graph: ModelGraph, verdict: Verdict, scored: Scored, findings:
         names = ", ".join(f"'{graph[k].name}'" for k in again[:3]) + (f" and {len(again) - 3} more" if len(again) > 3 else "")
         notes.append(f"{len(again)} more node(s) overflow on their own, from finite inputs (an earlier overflow was "
                      f"taken out again, e.g. by a norm: the square root of inf divides to 0): {names}. Each is a "
-                     "source whatever its impact alone; a fix must cover them too.")
+                     "source whatever its impact alone; which of them a fix must keep, the fix search says (--fix).")
     return tuple(notes)
 
 
