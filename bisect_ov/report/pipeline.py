@@ -139,7 +139,8 @@ class PipelineReport:
                 lines.append(f"  the images differ by rel_l2 {fmt(self.output_error)} (tolerance "
                              f"{fmt(self.output_tolerance)}, the last component's)")
             elif first is None:
-                lines.append(f"  the {len(self.ref_tokens)} generated token(s) are the same on both sides")
+                lines.append(f"  the {len(self.ref_tokens)} token(s) generate() returned are the same on both sides "
+                             "(with a decoder-only model's prompt, or a seq2seq decoder's start token)")
             else:
                 lines.append(f"  generated tokens differ from position {first}: reference "
                              f"{list(self.ref_tokens[first:first + 5])}, target {list(self.target_tokens[first:first + 5])}")
