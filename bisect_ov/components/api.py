@@ -32,6 +32,7 @@ from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.pipeline.api import run
+from bisect_ov.pipeline.assemble import save_marked
 from bisect_ov.pipeline.options import BisectOptions
 from bisect_ov.pipeline.plan import make_plan
 from bisect_ov.report.pipeline import ComponentResult, PipelineReport
@@ -166,6 +167,10 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         else:
             notes.append(f"bisect() of '{examined}' on its call {request.worst.index} could not run ({failed}): no "
                          "node is named; the component figures above stand.")
+        if report is not None and report.fix is not None and report.fix.patched_model:
+            # Saved again from the component as exported: the bisected copy had its call's static shapes, and the
+            # patched model goes back into the pipeline for any input.
+            save_marked(components[examined].model, report.ignored_scope(), report.fix.patched_model)
         seconds["bisect"] = time.perf_counter() - start
         if report is not None and components[examined].stateless is not None:
             notes.append(f"'{examined}' is stateful: it is bisected in its stateless form, fed the reference's "

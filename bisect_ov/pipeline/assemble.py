@@ -42,7 +42,7 @@ from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report
 from bisect_ov.repro import ReproSource
 
-__all__ = ["assemble", "run_notes", "record_of"]
+__all__ = ["assemble", "run_notes", "record_of", "save_marked", "save_patched"]
 
 
 def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored: Scored, findings: Findings,
@@ -295,10 +295,15 @@ def save_patched(model: ov.Model, graph: ModelGraph, keep: Sequence[str], path) 
     both are complete (`atomic_paths`): a failed write (a full disk) leaves no partial model and raises a
     `WriteError`.
     """
+    return save_marked(model, [graph[k].name for k in keep], path)
+
+
+def save_marked(model: ov.Model, names: Sequence[str], path) -> pathlib.Path:
+    """`model` with the ops `names` marked to stay in f32 (`patch_model`), saved atomically to `path`."""
     path = pathlib.Path(path)
-    patched = patch_model(model, [graph[k].name for k in keep])
     with atomic_paths(path, (".xml", ".bin"), what="the patched model ") as tmp:
-        ov.save_model(patched, str(tmp), compress_to_fp16=False)  # the model's weights as they are (save's default halves f32 ones)
+        # The model's weights as they are (save's default halves f32 ones).
+        ov.save_model(patch_model(model, names), str(tmp), compress_to_fp16=False)
     return path
 
 

@@ -166,13 +166,19 @@ def test_the_command_line_writes_every_output_a_pipeline_is_asked_for(tmp_path, 
     # --json - wrote a file named '-', --ignored-scope was never written, --html was skipped without a word
     # when no component diverged.
     monkeypatch.chdir(tmp_path)
-    scope, page = tmp_path / "scope.json", tmp_path / "p.html"
+    scope, page, patched = tmp_path / "scope.json", tmp_path / "p.html", tmp_path / "encoder_fixed.xml"
     code = main(["pipeline", str(pipelines.folder("t5-overflow")), "--ref", "CPU:f32", "--target", "EMU:f16",
                  "--tokens", "5,9,12,3", "--max-new-tokens", "3", "--fix", "--ignored-scope", str(scope),
-                 "--html", str(page), "--json", "-", "-q"])
+                 "--patched-model", str(patched), "--html", str(page), "--json", "-", "-q"])
     out, err = capsys.readouterr()
     assert code == 1 and json.loads(out)["components"] and not (tmp_path / "-").exists(), err
     assert json.loads(scope.read_text())["names"] and page.read_text().startswith("<!DOCTYPE html>"), err
+    # The patched encoder keeps the export's dynamic shapes: it goes back into the pipeline for another prompt
+    # (it had the bisected call's [1, 4] and refused 6 tokens) and fixes it there.
+    assert not ov.Core().read_model(patched).inputs[0].get_partial_shape().is_static
+    assert main(["pipeline", str(pipelines.folder("t5-overflow")), "--ref", "CPU:f32", "--target", "EMU:f16",
+                 "--tokens", "5,9,12,3,7,1", "--max-new-tokens", "3", "--target-component", f"encoder={patched}",
+                 "-q"]) == 0, capsys.readouterr().out
     assert main(["pipeline", str(pipelines.folder("t5")), "--ref", "CPU:f32", "--target", "CPU:f32", "--tokens",
                  "5,9", "--max-new-tokens", "2", "--html", str(tmp_path / "none.html"), "-q"]) == 0
     assert "No HTML page written: no component diverged" in capsys.readouterr().out
