@@ -414,7 +414,6 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
     from bisect_ov.core.fileio import write_text_atomic
     from bisect_ov.report.html import render_page
 
-    none = "no component diverged, so none was examined node by node (the text above is the whole report)"
     try:
         if args.json:
             if _stdout(args.json):
@@ -422,18 +421,16 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
             else:
                 report.save(args.json)
                 console.say(f"\nReport written to {printable(str(args.json))}")
-        if args.html:
-            if examined is None:
-                console.say(f"No HTML page written: {none}.")
-            elif _stdout(args.html):
-                console.data(render_page(examined, top=max(args.top, 25)))
+        if args.html:  # a pipeline's page: its components, then the examined one's node-level page
+            if _stdout(args.html):
+                console.data(report.page(top=max(args.top, 25)) if hasattr(report, "page") else
+                             render_page(report, top=max(args.top, 25)))
             else:
-                examined.save_html(args.html, top=max(args.top, 25))
-                console.say(f"HTML report{'' if examined is report else ' of the examined component'} written to "
-                            f"{printable(str(args.html))}")
+                report.save_html(args.html, top=max(args.top, 25))
+                console.say(f"HTML report written to {printable(str(args.html))}")
         if getattr(args, "ignored_scope", None) is not None:
             if examined is None:
-                console.say(f"No ignored scope written: {none}.")
+                console.say("No ignored scope written: no component diverged, so none was examined node by node.")
             else:
                 write_text_atomic(args.ignored_scope, json.dumps({"names": examined.ignored_scope()}, indent=1) + "\n")
                 console.say(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "

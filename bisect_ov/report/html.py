@@ -82,6 +82,17 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
     ])
 
 
+def render_pipeline_page(overview: str, title: str, report: "Report | None", *, top: int = 25) -> str:
+    """A pipeline's page: its `overview` (components, tokens or images, as the text gives them) above the page of
+    the component examined node by node (`report`; None: none was, and the page is the overview)."""
+    section = f'<section class="pipeline"><h2>Pipeline</h2><pre>{e(overview)}</pre></section>'
+    if report is not None:
+        return render_page(report, top=top).replace(f'<main class="{ROOT} page">', f'<main class="{ROOT} page">{section}', 1)
+    return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
+                      f"<style>{PAGE_STYLE}\n{style()}</style></head><body>", f'<main class="{ROOT} page">',
+                      f"<header><h1>{e(title)}</h1></header>", section, "</main></body></html>"])
+
+
 def render_fragment(report: "Report", *, top: int = 25) -> str:
     """The page's body as an HTML fragment for Jupyter (``Report._repr_html_``): the same sections but the
     plots, which the notebook draws itself (``report.plot_errors()``), under a style scoped to the fragment."""

@@ -117,7 +117,8 @@ class PipelineReport:
                 return c
         raise KeyError(f"No component '{name}'; the pipeline has {[c.name for c in self.components]}.")
 
-    def to_text(self, top: int = 10, width: int = 120) -> str:
+    def overview(self) -> str:
+        """The pipeline's part of the report: each component's figures, the tokens or images, remedies, notes."""
         lines = [f"Pipeline ({self.family}, {self.source}): {self.ref} -> {self.target}", "",
                  "Each component on the reference's inputs (teacher-forced):"]
         for c in self.components:
@@ -161,20 +162,34 @@ class PipelineReport:
                             else "none of those tried solves") + " (details below).")
         for note in self.notes:
             lines.append(f"Note: {note}")
-        text = "\n".join(lines)
-        if self.report is not None:
-            text += "\n\n" + self.report.to_text(top=top, width=width)
-        return text
+        return "\n".join(lines)
+
+    def to_text(self, top: int = 10, width: int = 120) -> str:
+        """The components, tokens or images, remedies and notes, then the examined component's report."""
+        text = self.overview()
+        return text + ("\n\n" + self.report.to_text(top=top, width=width) if self.report is not None else "")
+
+    def page(self, top: int = 25) -> str:
+        """The HTML page: the overview above the examined component's page (`render_pipeline_page`)."""
+        from bisect_ov.report.html import render_pipeline_page
+
+        return render_pipeline_page(self.overview(), f"bisect_ov pipeline: {self.family}, {self.ref} -> {self.target}",
+                                    self.report, top=top)
+
+    def save_html(self, path: str | os.PathLike, *, top: int = 25) -> pathlib.Path:
+        """Write `page()` to `path` atomically."""
+        return write_text_atomic(path, self.page(top))
 
     def __repr__(self) -> str:
         where = f", first diverging component '{self.examined}'" if self.examined else ", no component diverges"
         return f"PipelineReport({self.family}: {self.ref} -> {self.target}{where})"
 
     def _repr_html_(self) -> str:
+        """In a notebook: the overview, then the examined component's report as Jupyter shows any report."""
         import html
 
-        body = html.escape(self.to_text(width=110))
-        return f'<pre style="white-space: pre-wrap">{body}</pre>'
+        below = self.report._repr_html_() if self.report is not None else ""
+        return f'<pre style="white-space: pre-wrap">{html.escape(self.overview())}</pre>{below}'
 
     def to_dict(self) -> dict[str, Any]:
         return codec.to_dict(self)
