@@ -81,7 +81,8 @@ class Measured:
         for key, check in other.exact.items():
             exact.setdefault(key, check)
         stats, misshapen = _compared({**self.stats, **other.stats})
-        return Measured(stats, exact, self.runs + other.runs, {**self.misshapen, **other.misshapen, **misshapen})
+        misshapen = {t: s for t, s in {**self.misshapen, **other.misshapen, **misshapen}.items() if t not in stats}
+        return Measured(stats, exact, self.runs + other.runs, misshapen)
 
 
 def _compared(stats: dict[Tap, TensorStats]) -> tuple[dict[Tap, TensorStats], dict[Tap, str]]:
