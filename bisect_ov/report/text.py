@@ -77,11 +77,14 @@ def experiment_lines(report: "Report", v: View | None = None) -> list[str]:
     return lines
 
 
-def output_lines(v: View) -> list[str]:
-    """One line per final output: its error against its tolerance, max abs, SQNR, mismatches."""
+def output_lines(v: View, limit: int | None = None) -> list[str]:
+    """One line per final output: its error against its tolerance, max abs, SQNR, mismatches. With `limit`, the
+    first `limit` and every one over its tolerance, then how many more (a stateful LLM has one per KV state)."""
+    shown = [o for i, o in enumerate(v.outputs) if limit is None or i < limit or o.diverged]
+    more = len(v.outputs) - len(shown)
     return [f"{o.name}: {v.run.metric} {fmt(o.error)} (tol {fmt(o.tolerance)}), max abs {fmt(o.stats.max_abs)}, "
             f"SQNR {o.stats.sqnr_db:.1f} dB, mismatches {o.stats.mismatches}/{o.stats.numel}"
-            for o in v.outputs]
+            for o in shown] + ([f"... and {more} more within their tolerance (report.outputs)"] if more else [])
 
 
 def unmatched_lines(v: View) -> list[str]:
@@ -124,7 +127,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120, costs: boo
     else:
         lines.append("Culprits: none.")
     if len(v.outputs) > 1 or (v.outputs and v.any_over):
-        lines += ["", "Final outputs:"] + ["  " + line for line in output_lines(v)]
+        lines += ["", "Final outputs:"] + ["  " + line for line in output_lines(v, limit=8)]
     if v.coverage is not None:
         lines += ["", v.coverage.text]
     unmatched = unmatched_lines(v)

@@ -226,3 +226,17 @@ def test_a_cut_node_name_keeps_its_start_and_its_distinctive_end():
     cells = [line.split("  ")[0] for line in lines[1:]]
     assert len(set(cells)) == 3 and all(c.startswith("model.") and "~" in c for c in cells), cells
     assert [c.rstrip().endswith(("up_proj", "down_proj", "gate_proj")) for c in cells] == [True] * 3, cells
+
+
+def test_many_final_outputs_are_listed_up_to_eight_and_every_one_over_its_tolerance():
+    # A stateful LLM has one output per KV state: 49 of them took 98 lines of every report.
+    from dataclasses import replace
+
+    from bisect_ov.report.text import output_lines
+    from bisect_ov.report.view import view
+
+    one = V2.outputs[0]
+    outputs = tuple(replace(one, name=f"state:{i}", error=one.tolerance * (3 if i == 20 else 0.1)) for i in range(30))
+    lines = output_lines(view(replace(V2, outputs=outputs)), limit=8)
+    assert [line.split(":")[1] for line in lines[:-1]] == [str(i) for i in range(8)] + ["20"], lines
+    assert lines[-1] == "... and 21 more within their tolerance (report.outputs)"
