@@ -186,13 +186,17 @@ def plot_errors(report: "Report", ax: "Axes | None" = None) -> "Figure":
     # below the point, so neighbouring labels do not sit on each other.
     labelled = firsts + [i for i, n in enumerate(nodes) if n.role == "source" and not n.first]
     labelled = sorted(labelled[:6], key=lambda i: -err[i])
+    middle = (float(x.min()) + float(x.max())) / 2 if len(x) else 0.0
     for k, i in enumerate(labelled):
         n = nodes[i]
-        offset = (10, 12 + 5 * k) if k % 2 == 0 else (10, -20 - 5 * k)
+        # Toward the plot's middle, so that no label runs past the frame on the right.
+        right = x[i] <= middle
+        offset = (10 if right else -10, 12 + 5 * k) if k % 2 == 0 else (10 if right else -10, -20 - 5 * k)
         ax.annotate(
-            _short(n.name), (x[i], err[i]), xytext=offset, textcoords="offset points",
-            fontsize=8, color=ROLE_COLORS.get(n.role, "#333333"), fontweight="bold" if n.first else "normal",
-            parse_math=False, arrowprops={"arrowstyle": "-", "color": "#9e9e9e", "linewidth": 0.6},
+            _short(n.name, n.op_type), (x[i], err[i]), xytext=offset, textcoords="offset points",
+            ha="left" if right else "right", fontsize=8, color=ROLE_COLORS.get(n.role, "#333333"),
+            fontweight="bold" if n.first else "normal", parse_math=False,
+            arrowprops={"arrowstyle": "-", "color": "#9e9e9e", "linewidth": 0.6},
         )
     ax.set_ylim(floor / 2, ceiling * 4)
     ax.set_xlabel("topological index of the node")
@@ -200,7 +204,8 @@ def plot_errors(report: "Report", ax: "Axes | None" = None) -> "Figure":
     ax.grid(True, which="major", axis="y", color="#eeeeee")
     ax.set_title(f"Error along depth: {report.ref.label} \u2192 {report.target.label}", fontsize=10, loc="left",
                  parse_math=False)
-    ax.legend(fontsize=7, loc="upper left", ncols=4, frameon=False)
+    # Below the axes: the labels of the highest points (where NaN/Inf are drawn) sit where a legend inside would.
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=4, frameon=False)
     return fig
 
 
@@ -235,21 +240,33 @@ def plot_headroom(report: "Report", ax: "Axes | None" = None) -> "Figure":
                    label=f"within 2x of 65,504 or over ({len(near)})", zorder=4)
     ax.axhline(0.0, color="#b71c1c", linewidth=1.0, label="f16 limit (65,504)", zorder=2)
     ax.axhline(NEAR, color="#b71c1c", linewidth=0.8, linestyle=":", zorder=2)
+    middle = (float(x.min()) + float(x.max())) / 2
     for k, i in enumerate(sorted(near, key=lambda i: y[i])[:4]):
-        ax.annotate(_short(nodes[i].name), (x[i], y[i]), xytext=(10, -14 - 6 * k), textcoords="offset points",
-                    fontsize=8, color=ROLE_COLORS["source"], parse_math=False,
+        right = x[i] <= middle
+        ax.annotate(_short(nodes[i].name, nodes[i].op_type), (x[i], y[i]), xytext=(10 if right else -10, -14 - 6 * k),
+                    textcoords="offset points", ha="left" if right else "right", fontsize=8,
+                    color=ROLE_COLORS["source"], parse_math=False,
                     arrowprops={"arrowstyle": "-", "color": "#9e9e9e", "linewidth": 0.6})
     ax.set_ylim(bottom, top)
     ax.set_xlabel("topological index of the node")
     ax.set_ylabel("log2(65,504 / max |x|)")
     ax.grid(True, which="major", axis="y", color="#eeeeee")
     ax.set_title(f"f16 headroom on the reference ({report.ref.label})", fontsize=10, loc="left", parse_math=False)
-    ax.legend(fontsize=7, loc="upper right", ncols=3, frameon=False)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=3, frameon=False)
     return fig
 
 
-def _short(name: str, width: int = 32) -> str:
-    return name if len(name) <= width else "\u2026" + name[-(width - 1):]
+def _short(name: str, op_type: str = "", width: int = 36) -> str:
+    """A node's name for a plot label: its module path and op type for PyTorch names (``block.1.layer.0.layer_norm
+    Power``), cut in the middle so that its start and its distinctive end stay."""
+    from bisect_ov.analysis.names import parse_name
+
+    parsed = parse_name(name)
+    label = f"{parsed.module} {op_type}".strip() if parsed is not None and parsed.module else name
+    if len(label) <= width:
+        return label
+    head = (width - 1) // 2
+    return label[:head] + "\u2026" + label[len(label) - (width - 1 - head):]
 
 
 def plot_values(ref: np.ndarray, target: np.ndarray, *, title: str = "") -> "Figure":
@@ -405,8 +422,8 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
         res: NodeResult | None = sub.nodes[key].get("result")
         if res is None:
             within = sub.nodes[key].get("holder")
-            note = f"(measured within\n{_short(within, 28)})" if within else "(not compared)"
-            face, label, edge, lw = "#ffffff", f"{_short(key, 28)}\n{note}", "#b0bec5", 1.0
+            note = f"(measured within\n{_short(within, width=28)})" if within else "(not compared)"
+            face, label, edge, lw = "#ffffff", f"{_short(key, width=28)}\n{note}", "#b0bec5", 1.0
         else:
             e = res.error
             if not math.isfinite(e):
@@ -414,7 +431,7 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
             else:
                 face, etext = cmap(norm(max(e, vmin))), f"{e:.1e}"
             over = "" if not res.diverged else f" [{res.role}{'*' if res.first else ''}]"
-            label = f"{_short(res.name, 28)}\n{res.op_type}  #{res.index}\nerr {etext}  tol {res.tolerance:.0e}{over}"
+            label = f"{_short(res.name, width=28)}\n{res.op_type}  #{res.index}\nerr {etext}  tol {res.tolerance:.0e}{over}"
             edge = "#000000" if key == centre.key else ROLE_COLORS.get(res.role, "#607d8b")
             lw = 2.4 if key == centre.key else 1.0
         lum = 0.0
@@ -428,7 +445,7 @@ def plot_neighbourhood(report: "Report", name: str, *, radius: int = 1) -> "Figu
     ax.set_ylim(-(len(layers) - 1) - 0.6, 0.6)
     ax.set_axis_off()
     shown = "" if reach == len(xy) else f"; {len(xy)} of the {reach:,} nodes within it, the closest and worst"
-    ax.set_title(f"Around '{_short(centre.name, 48)}' (radius {radius}{shown})", fontsize=10, loc="left",
+    ax.set_title(f"Around '{_short(centre.name, centre.op_type, width=56)}' (radius {radius}{shown})", fontsize=10, loc="left",
                  parse_math=False)
     sm = ScalarMappable(norm=norm, cmap=cmap)
     fig.colorbar(sm, ax=ax, fraction=0.035, aspect=25, pad=0.01, label=f"{report.metric} (log)")
