@@ -155,8 +155,10 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         request = shadowed[examined]
         start = time.perf_counter()
         shapes = {name: list(np.shape(value)) for name, value in request.worst.inputs.items()}
-        for form in (partial(_static, shapes=shapes), _clone):  # its call's shapes; failing those (a cache of
-            model = form(components[examined].run_model)         # length 0), as exported
+        # At its call's static shapes, as the pipeline ran it; failing those (a cache of length 0), as exported.
+        failed: DeviceError | None = None
+        for form in (partial(_static, shapes=shapes), _clone):
+            model = form(components[examined].run_model)
             model.set_friendly_name(examined)  # named after its component in the report's header
             try:
                 report = run(model, ref_device, target_device, request.worst.inputs, options,
@@ -167,6 +169,9 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         else:
             notes.append(f"bisect() of '{examined}' on its call {request.worst.index} could not run ({failed}): no "
                          "node is named; the component figures above stand.")
+        if report is not None and failed is not None:
+            notes.append(f"'{examined}' is bisected with the shapes it was exported with: at call "
+                         f"{request.worst.index}'s own shapes the target did not compile ({failed}).")
         if report is not None and report.fix is not None and report.fix.patched_model:
             # Saved again from the component as exported: the bisected copy had its call's static shapes, and the
             # patched model goes back into the pipeline for any input.

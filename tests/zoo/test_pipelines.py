@@ -442,6 +442,7 @@ def test_a_component_bisection_the_target_cannot_compile_keeps_the_pipeline_s_re
     assert report.examined == "encoder" and report.diverges, report.to_text()
     if failures == 1:
         assert calls == [True, False] and report.report is not None and report.report.diverges, calls
+        assert any("bisected with the shapes it was exported with" in n for n in report.notes), report.notes
     else:
         assert report.report is None and any("could not run" in n and "empty child edge" in n for n in report.notes)
         assert "no node-level report (see the notes)" in report.to_text()
