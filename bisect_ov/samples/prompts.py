@@ -216,6 +216,8 @@ def read_prompt(path: str | os.PathLike) -> Any:
         Another kind of file, or one numpy cannot read.
     """
     file = pathlib.Path(path)
+    if not file.exists():
+        raise InputError(f"Input file not found: '{file}'.")
     if not file.is_file() or file.suffix not in (".npy", ".npz"):
         raise InputError(f"A prompt is read from a .npy of token ids or a .npz of the model's inputs holding "
                          f"'input_ids'; '{file}' is not such a file.")
