@@ -236,7 +236,7 @@ def compile_component(device: Device, component: Component) -> Any:
     plugins); otherwise its run model (the stateless form: the plugin compiles the two forms differently, so
     figures from it are a stand-in)."""
     if component.stateless is not None:
-        stateful = compile_stateful(device, component.stateless, component.model)
+        stateful = compile_stateful(device, component.stateless)
         if stateful is not None:
             return stateful
     return device.compile(component.run_model)

@@ -52,7 +52,7 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
 
     def compile_side(side: str, stateless, model):
         if stateful[side == "target"]:
-            compiled = compile_stateful(runner.device(side), stateless, stateless.source)
+            compiled = compile_stateful(runner.device(side), stateless)
             if compiled is not None:
                 runner.count_compile(side)
                 if side == "ref":
@@ -70,7 +70,7 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
 
     def cache_retry(compiled):  # the target's cache kept as the reference keeps its own, where it is not
         try:
-            again = with_cache_like(runner.device("target"), target_state, target_state.source, compiled, caches["ref"])
+            again = with_cache_like(runner.device("target"), target_state, compiled, caches["ref"])
         except DeviceError as err:
             said.append(f"the target with its KV cache kept as the reference's ({caches['ref']}) did not compile: {err}")
             return None
@@ -83,7 +83,7 @@ def generate(setup: Setup, examined: Examined) -> tuple[Generation | None, Exami
                                lambda: compile_side("target", target_state, runner.target_graph.model),
                                arrays[: state.n_inputs], arrays[state.n_inputs:], options.steps, setup.error_of,
                                tolerance, prefill=prefill, ran=runner.ran, positions=position_range(runner.graph.model),
-                               retry=cache_retry if stateful[1] and target_state.source is not None else None)
+                               retry=cache_retry if stateful[1] else None)
     generation = replace(generation, notes=generation.notes + _retried(generation) + tuple(
         f"Generation: {t}." for t in said))
     if generation.examine is not None:

@@ -237,11 +237,7 @@ class OpenVINODevice(Device):
         lists the property."""
         if self.virtual or not supports_property(self.runs_on[0], CACHE_PRECISION):
             return None  # AUTO/HETERO/MULTI would need the setting per device; none is tried there
-        changed = copy.copy(self)
-        changed.config = {**self.config, CACHE_PRECISION: precision}
-        changed.name = f"{self.name} ({CACHE_PRECISION}={precision})"
-        changed._ran = None
-        return changed
+        return self._with_setting(CACHE_PRECISION, precision)
 
     def without_generated_kernels(self) -> "OpenVINODevice | None":
         """This device with ``SNIPPETS_MODE=DISABLE`` when it is the CPU plugin (whose supported properties do not
@@ -250,10 +246,14 @@ class OpenVINODevice(Device):
         device, config = self.runs_on
         if self.virtual or device.split(".")[0].upper() != "CPU" or config.get(SNIPPETS[0]) == SNIPPETS[1]:
             return None  # AUTO/HETERO/MULTI would need the setting per device; none is tried there
-        # A copy, so that a subclass (a device that wraps the plugin) stays itself with the setting.
+        return self._with_setting(*SNIPPETS)
+
+    def _with_setting(self, key: str, value: str) -> "OpenVINODevice":
+        """This device with the compile property `key` set to `value`, named so. A copy, so that a subclass (a
+        device that wraps the plugin) stays itself with the setting."""
         changed = copy.copy(self)
-        changed.config = {**self.config, SNIPPETS[0]: SNIPPETS[1]}
-        changed.name = f"{self.name} ({SNIPPETS[0]}={SNIPPETS[1]})"
+        changed.config = {**self.config, key: value}
+        changed.name = f"{self.name} ({key}={value})"
         changed._ran = None
         return changed
 

@@ -54,13 +54,13 @@ def runs_stateful(device: Device) -> bool:
     return not (device.emulated or device.recorded or device.sampled or device.other_implementation)
 
 
-def compile_stateful(device: Device, stateless: Stateless, model: Any) -> Stateful | None:
-    """`model` (the stateful model `stateless` was made from) compiled on `device` as it is and driven as
-    `stateless` (`Stateful`); None where the device runs no stateful model that way (an emulation, a recorded
+def compile_stateful(device: Device, stateless: Stateless) -> Stateful | None:
+    """The stateful model `stateless` was made from (`Stateless.source`) compiled on `device` as it is and driven
+    as `stateless` (`Stateful`); None where the device runs no stateful model that way (an emulation, a recorded
     run, a framework): those run the stateless form."""
-    if not runs_stateful(device):
+    if stateless.source is None or not runs_stateful(device):
         return None
-    compiled = device.compile(model)
+    compiled = device.compile(stateless.source)
     return Stateful(compiled, stateless) if hasattr(compiled, "step") else None
 
 
@@ -78,12 +78,12 @@ def cache_precision(compiled: Any) -> str | None:
     return str(value.get_type_name() if hasattr(value, "get_type_name") else value)
 
 
-def with_cache_like(device: Device, stateless: Stateless, model: Any, compiled: Any, reference: str | None
+def with_cache_like(device: Device, stateless: Stateless, compiled: Any, reference: str | None
                     ) -> tuple[str, Stateful] | None:
-    """`model` compiled again on `device` with its KV cache kept in the `reference`'s precision (the precision its
-    cache is kept in, or its activations' where it keeps none), when `compiled` (its `Stateful` compile there)
-    keeps the cache in another and the device has the setting: the setting's text (with the precision it
-    replaces) and the compile; None otherwise.
+    """`stateless`'s stateful model compiled again on `device` with its KV cache kept in the `reference`'s
+    precision (the precision its cache is kept in, or its activations' where it keeps none), when `compiled` (its
+    `Stateful` compile there) keeps the cache in another and the device has the setting: the setting's text (with
+    the precision it replaces) and the compile; None otherwise.
 
     Raises
     ------
@@ -94,5 +94,5 @@ def with_cache_like(device: Device, stateless: Stateless, model: Any, compiled: 
     if have is None or reference is None or have == reference:
         return None
     changed = device.with_cache_precision(reference)
-    again = compile_stateful(changed, stateless, model) if changed is not None else None
+    again = compile_stateful(changed, stateless) if changed is not None else None
     return (f"{CACHE_PRECISION}={reference} (the reference's; the target's was {have})", again) if again is not None else None
