@@ -417,7 +417,7 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
     try:
         if args.json:
             if _stdout(args.json):
-                console.data(report.to_json() if hasattr(report, "to_json") else json.dumps(report.to_dict(), indent=1))
+                console.data(report.to_json())
             else:
                 report.save(args.json)
                 console.say(f"\nReport written to {printable(str(args.json))}")

@@ -48,7 +48,7 @@ def e(value: Any) -> str:
 
 
 
-def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
+def render_page(report: "Report", *, top: int = 25, plots: bool = True, preface: str = "") -> str:
     """The report as a complete, self-contained HTML document (one string, no external resources).
 
     Parameters
@@ -60,6 +60,8 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
     plots
         Embed the error-along-depth plot and the graph around the first divergence as PNG ``data:`` URIs.
         Without matplotlib the page says that its plots need it.
+    preface
+        HTML put before the report's sections (a pipeline's overview).
 
     Returns
     -------
@@ -71,15 +73,8 @@ def render_page(report: "Report", *, top: int = 25, plots: bool = True) -> str:
 
     footer = (f"<footer>Written by bisect_ov {e(__version__)}; schema version {e(v.run.schema_version)}. "
               "The JSON report (<code>report.save(path)</code>) holds every number on this page.</footer>")
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{e(v.title)} | {e(v.run.ref_label)} \u2192 {e(v.run.target_label)}</title>",
-        f"<style>{PAGE_STYLE}\n{style()}</style></head><body>",
-        f'<main class="{ROOT} page">', *_sections(v, top, _plots(report) if plots else ""), footer,
-        "</main></body></html>",
-    ])
+    return _document(f"{v.title} | {v.run.ref_label} \u2192 {v.run.target_label}",
+                     [preface, *_sections(v, top, _plots(report) if plots else ""), footer])
 
 
 def render_pipeline_page(overview: str, title: str, report: "Report | None", *, top: int = 25) -> str:
@@ -87,10 +82,20 @@ def render_pipeline_page(overview: str, title: str, report: "Report | None", *, 
     the component examined node by node (`report`; None: none was, and the page is the overview)."""
     section = f'<section class="pipeline"><h2>Pipeline</h2><pre>{e(overview)}</pre></section>'
     if report is not None:
-        return render_page(report, top=top).replace(f'<main class="{ROOT} page">', f'<main class="{ROOT} page">{section}', 1)
-    return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
-                      f"<style>{PAGE_STYLE}\n{style()}</style></head><body>", f'<main class="{ROOT} page">',
-                      f"<header><h1>{e(title)}</h1></header>", section, "</main></body></html>"])
+        return render_page(report, top=top, preface=section)
+    return _document(title, [f"<header><h1>{e(title)}</h1></header>", section])
+
+
+def _document(title: str, parts: Iterable[str]) -> str:
+    """A complete, self-contained HTML document of `parts` (HTML) under `title` (text), with the page's style."""
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{e(title)}</title>",
+        f"<style>{PAGE_STYLE}\n{style()}</style></head><body>",
+        f'<main class="{ROOT} page">', *(p for p in parts if p), "</main></body></html>",
+    ])
 
 
 def render_fragment(report: "Report", *, top: int = 25) -> str:

@@ -208,9 +208,13 @@ class PipelineReport:
 
         return replace(loaded, report=Report.from_dict(report))
 
+    def to_json(self) -> str:
+        """The text `save` writes: strict JSON (as `Report.to_json`)."""
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False)
+
     def save(self, path: str | os.PathLike) -> pathlib.Path:
         """Write as JSON (atomically, as `Report.save`)."""
-        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False))
+        return write_text_atomic(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "PipelineReport":

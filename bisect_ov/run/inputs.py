@@ -22,7 +22,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
 __all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs", "LLM_INPUTS",
-           "vocabulary_size", "llm_companion", "llm_role", "decode_value", "numpy_reason"]
+           "vocabulary_size", "llm_companion", "llm_role", "decode_value", "numpy_reason", "load_arrays"]
 
 # The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers. What each
 # holds at the prefill (`llm_companion`) and at a decode step (`decode_value`), and which one a parameter is
@@ -260,22 +260,25 @@ def _read_file(path: pathlib.Path, specs: list[ParameterSpec]) -> Any:
                          "sample: record each and merge them (bisect_ov.capture.merge_captures).")
     if not path.is_file():
         raise InputError(f"Input file not found: '{path}'.")
+    if path.suffix not in (".npy", ".npz"):
+        raise InputError(f"Input file '{path}' must be .npz (one array per input) or .npy (one input).")
     try:
-        if path.suffix == ".npy":
-            return [np.load(path, allow_pickle=False)]
-        if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as data:
-                loaded = {k: data[k] for k in data.files}
-        else:
-            raise InputError(f"Input file '{path}' must be .npz (one array per input) or .npy (one input).")
-    except InputError:
-        raise
+        loaded = load_arrays(path)
     except Exception as err:
         raise InputError(f"Cannot read input file '{path}': {numpy_reason(path, err)}.") from err
+    return [loaded] if path.suffix == ".npy" else loaded
+
+
+def load_arrays(path: str | os.PathLike) -> Any:
+    """A .npy's array, or a .npz's arrays: by name (a dict), or in order (a list) when saved unnamed (``arr_0``,
+    ``arr_1``, ...). What numpy raises on a file it cannot read, this raises."""
+    path = pathlib.Path(path)
+    if path.suffix == ".npy":
+        return np.load(path, allow_pickle=False)
+    with np.load(path, allow_pickle=False) as data:
+        loaded = {k: data[k] for k in data.files}
     positional = [f"arr_{i}" for i in range(len(loaded))]
-    if sorted(loaded) == sorted(positional):
-        return [loaded[k] for k in positional]
-    return loaded
+    return [loaded[k] for k in positional] if sorted(loaded) == sorted(positional) else loaded
 
 
 def _check(array: np.ndarray, spec: ParameterSpec) -> np.ndarray:

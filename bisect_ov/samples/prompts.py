@@ -29,7 +29,7 @@ import openvino as ov
 
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.state import STATE_PREFIX, Stateless, compile_initialiser, run_initialiser
-from bisect_ov.run.inputs import LLM_INPUTS, llm_companion, numpy_reason, parameter_specs, vocabulary_size
+from bisect_ov.run.inputs import LLM_INPUTS, llm_companion, load_arrays, numpy_reason, parameter_specs, vocabulary_size
 from bisect_ov.samples.batches import ModelPayload
 
 __all__ = ["PromptInputs", "check_token_ids", "is_prompt", "is_token_ids", "sequence_input", "position_range", "read_prompt",
@@ -222,17 +222,11 @@ def read_prompt(path: str | os.PathLike) -> Any:
         raise InputError(f"A prompt is read from a .npy of token ids or a .npz of the model's inputs holding "
                          f"'input_ids'; '{file}' is not such a file.")
     try:
-        if file.suffix == ".npy":
-            return np.load(file, allow_pickle=False)
-        with np.load(file, allow_pickle=False) as loaded:
-            given = dict(loaded)
+        given = load_arrays(file)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:  # not numpy's, or object arrays
         raise InputError(f"Cannot read the prompt '{file}': {numpy_reason(file, err)}. Save the token ids with "
                          "np.save(path, ids) (or np.savez(path, input_ids=ids, ...)).") from err
-    positional = [f"arr_{i}" for i in range(len(given))]
-    if sorted(given) == sorted(positional):
-        return given["arr_0"] if len(given) == 1 else [given[k] for k in positional]
-    return given
+    return given[0] if isinstance(given, list) and len(given) == 1 else given
 
 
 def sweep_prompts(model: ov.Model, lengths: Sequence[int], given: Any, seed: int) -> tuple[list[np.ndarray], list[str]]:

@@ -31,6 +31,7 @@ import numpy as np
 from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import SamplesSummary
+from bisect_ov.run.inputs import load_arrays
 
 __all__ = ["Samples", "as_samples", "load_folder", "SampleSummary", "PassLog", "sample_result", "classifier_outputs",
            "flips"]
@@ -165,12 +166,7 @@ class Samples:
         it itself (`loader`), the arrays when only this machine can read them (a generator's spill file)."""
         if self.loader is not None:
             return None
-        if self._is_spill(sample):
-            with np.load(sample, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-            positional = [f"arr_{i}" for i in range(len(arrays))]
-            return [arrays[k] for k in positional] if sorted(arrays) == sorted(positional) else arrays
-        return sample
+        return load_arrays(sample) if self._is_spill(sample) else sample
 
     def file_of(self, index: int) -> str | None:
         """The name of sample `index`'s file when the user gave it as one (a folder's, a list of paths), else None."""
