@@ -182,7 +182,9 @@ def foreign_inputs(match: Match, target: ModelGraph, target_key: str) -> list[st
 
     The twin's recognised quantizers (FakeQuantize, weight decompression) are its quantization, not listed here.
     """
-    matched = {t.key for _, t in match.pairs} | set(match.quantizers)
+    # A matched op counts by its own key as well as its tap's: a twin compares a quantized output after its
+    # FakeQuantize, and the op itself (and readers of its unquantized output) is not foreign for that.
+    matched = {t.key for _, t in match.pairs} | {t for _, t in match.ops} | set(match.quantizers)
     between = target.upstream(target_key, data_only=False, include_self=False,
                               stop=lambda k: k in matched or target[k].kind in ("parameter", "constant"))
     # Nearest first: the op right in front of the node is what a reader looks for.

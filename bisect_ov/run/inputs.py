@@ -21,7 +21,7 @@ import openvino as ov
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
-__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs", "LLM_INPUTS",
+__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs", "pair_inputs", "LLM_INPUTS",
            "vocabulary_size", "llm_companion", "llm_role", "decode_value", "numpy_reason", "load_arrays"]
 
 # The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers. What each
@@ -202,19 +202,56 @@ def prepare_inputs_noted(model: ov.Model, inputs: Any = None, *, seed: int = 0,
     return checked, tuple(notes)
 
 
-def align_inputs(ref_model: ov.Model, target_model: ov.Model, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Reorder `arrays` (for `ref_model`'s parameters) to `target_model`'s parameters, matching by name."""
+def align_inputs(ref_model: ov.Model, target_model: ov.Model, arrays: Sequence[np.ndarray]
+                 ) -> tuple[list[np.ndarray], tuple[str, ...]]:
+    """`arrays` (for `ref_model`'s parameters) reordered to `target_model`'s parameters as `pair_inputs` pairs
+    them, and its note when some were paired otherwise than by name."""
     ref_specs, target_specs = parameter_specs(ref_model), parameter_specs(target_model)
+    source, notes = pair_inputs(ref_specs, target_specs)
+    return [_check(np.asarray(arrays[i]), spec) for i, spec in zip(source, target_specs)], notes
+
+
+def pair_inputs(ref_specs: list[ParameterSpec], target_specs: list[ParameterSpec]) -> tuple[list[int], tuple[str, ...]]:
+    """The model's input index feeding each of the target model's inputs, and a note for inputs paired otherwise
+    than by a shared name: by name first; then a lone input left on each side; then by shape and type where
+    exactly one input left on each side has them. Inputs that neither tells apart are refused (`InputError`): fed
+    by position, a twin's token ids could go into its mask unseen."""
+    def listing(specs: list[ParameterSpec]) -> str:
+        return ", ".join(s.describe() for s in specs)
+
     if len(ref_specs) != len(target_specs):
-        raise InputError(
-            f"The target model has {len(target_specs)} input(s) and the model {len(ref_specs)}; they must match."
-        )
-    out = []
+        raise InputError(f"The target model has {len(target_specs)} input(s) ({listing(target_specs)}) and the model "
+                         f"{len(ref_specs)} ({listing(ref_specs)}); they must match.")
+    source: dict[int, int] = {}
     for spec in target_specs:
-        match = [r for r in ref_specs if r.names & spec.names]
-        source = match[0] if match else ref_specs[spec.index]
-        out.append(_check(np.asarray(arrays[source.index]), spec))
-    return out
+        hit = next((r.index for r in ref_specs if r.names & spec.names and r.index not in source.values()), None)
+        if hit is not None:
+            source[spec.index] = hit
+    left_ref = [r for r in ref_specs if r.index not in source.values()]
+    left_target = [t for t in target_specs if t.index not in source]
+    paired: list[str] = []
+    if len(left_target) == 1:
+        source[left_target[0].index] = left_ref[0].index
+        paired.append(f"{left_ref[0].describe()} -> {left_target[0].describe()} (the one input left)")
+    elif left_target:
+        def key(s: ParameterSpec) -> tuple[str, str]:
+            return str(s.pshape), s.type_name
+
+        for t in left_target:
+            same = [r for r in left_ref if key(r) == key(t)]
+            if len(same) == 1 and sum(key(o) == key(t) for o in left_target) == 1:
+                source[t.index] = same[0].index
+                paired.append(f"{same[0].describe()} -> {t.describe()} (the one input of its shape and type)")
+        unpaired = [t for t in left_target if t.index not in source]
+        if unpaired:
+            free = [r for r in left_ref if r.index not in source.values()]
+            raise InputError(
+                f"The target model's input(s) {listing(unpaired)} share no name with the model's ({listing(free)}), "
+                "and their shapes and types do not tell them apart. Give them the model's names before the run, e.g. "
+                "twin.inputs[i].get_tensor().set_names({'name'}), or save the twin with the model's input names.")
+    notes = (f"The target model's inputs were paired with the model's otherwise than by name: {'; '.join(paired)}.",) \
+        if paired else ()
+    return [source[t.index] for t in target_specs], notes
 
 
 def _by_name(mapping: Mapping, specs: list[ParameterSpec]) -> list[np.ndarray]:

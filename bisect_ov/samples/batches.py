@@ -126,7 +126,8 @@ class BatchResult:
 def prepare_pair(index: int | None, sample: Any, ref_model: ov.Model, target_model: ov.Model | None, seed: int,
                  named: bool, prompts: Any = None, *,
                  prompt_length: int = 16) -> tuple[list[np.ndarray], list[np.ndarray], tuple[str, ...]]:
-    """One sample's checked arrays for both sides, and a note per input whose values were cast; the one way a
+    """One sample's checked arrays for both sides, and a note per input whose values were cast (and one when the
+    target model's inputs were paired otherwise than by name); the one way a
     sample becomes arrays, for one sample (`index` None) and for each of many (a bad one named by its number, and
     its file if any).
 
@@ -138,8 +139,10 @@ def prepare_pair(index: int | None, sample: Any, ref_model: ov.Model, target_mod
             prompts.check_length(prompt_length)
         given = prompts.expand(sample) if prompts is not None and sample is not None else sample
         ref_arrays, notes = prepare_inputs_noted(ref_model, given, seed=seed, prompt_length=prompt_length)
-        target = align_inputs(ref_model, target_model, ref_arrays) if target_model is not None else ref_arrays
-        return ref_arrays, target, notes
+        if target_model is None:
+            return ref_arrays, ref_arrays, notes
+        target, paired = align_inputs(ref_model, target_model, ref_arrays)
+        return ref_arrays, target, notes + paired
     except InputError as err:
         if index is None:
             raise

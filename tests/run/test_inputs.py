@@ -68,8 +68,44 @@ def test_align_by_name_when_order_differs():
     twin = ov.Model([ops.concat([a, b], 0).output(0)], [b, a])
     orig = ov.Model([ops.concat([a, b], 0).output(0)], [a, b])
     arrays = [np.ones(1, np.float32), np.zeros(2, np.float32)]
-    aligned = align_inputs(orig, twin, arrays)
-    assert aligned[0].shape == (2,) and aligned[1].shape == (1,)
+    aligned, notes = align_inputs(orig, twin, arrays)
+    assert aligned[0].shape == (2,) and aligned[1].shape == (1,) and notes == ()
+
+
+def _renamed(model: ov.Model, names: list[str], order: list[int]) -> ov.Model:
+    """`model` with its inputs renamed to `names` and listed in `order` (a twin re-exported by another tool)."""
+    clone = model.clone()
+    params = clone.get_parameters()
+    for p, name in zip(params, names):
+        p.set_friendly_name(name)
+        p.output(0).get_tensor().set_names({name})
+    return ov.Model(clone.get_results(), [params[i] for i in order])
+
+
+def test_twin_inputs_without_shared_names_are_paired_by_shape_or_refused():
+    from bisect_ov import InputError
+
+    a = ops.parameter([1, 4], np.int64, name="input_ids")
+    b = ops.parameter([1, 4], np.int64, name="attention_mask")
+    same = ov.Model([ops.add(a, b).output(0)], [a, b])
+    arrays = [np.arange(4, dtype=np.int64)[None], np.ones((1, 4), np.int64)]
+    # Token ids and a mask of one shape and type, named otherwise and listed the other way round: feeding them by
+    # position would send the ids into the mask unseen.
+    with pytest.raises(InputError, match="share no name.*do not tell them apart"):
+        align_inputs(same, _renamed(same, ["ids", "mask"], [1, 0]), arrays)
+    # One name shared: the other input is the one left, said in a note.
+    aligned, notes = align_inputs(same, _renamed(same, ["input_ids", "mask"], [1, 0]), arrays)
+    assert np.array_equal(aligned[1], arrays[0]) and np.array_equal(aligned[0], arrays[1])
+    assert "attention_mask" in notes[0] and "'mask'" in notes[0] and "one input left" in notes[0]
+    # Shapes that tell them apart pair them, with a note.
+    c = ops.parameter([1, 3], np.float32, name="x")
+    d = ops.parameter([2], np.float32, name="y")
+    two = ov.Model([ops.concat([ops.reshape(c, [3], False), d], 0).output(0)], [c, d])
+    aligned, notes = align_inputs(two, _renamed(two, ["image", "scale"], [1, 0]),
+                                  [np.ones((1, 3), np.float32), np.zeros(2, np.float32)])
+    assert aligned[0].shape == (2,) and aligned[1].shape == (1, 3) and "shape and type" in notes[0]
+    with pytest.raises(InputError, match=r"has 1 input\(s\) \('x'.*and the model 2 \('input_ids'"):
+        align_inputs(same, ov.Model([ops.relu(c).output(0)], [c]), arrays)
 
 
 @pytest.mark.parametrize("value, fragment", [
