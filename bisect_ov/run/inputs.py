@@ -21,8 +21,8 @@ import openvino as ov
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
-__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs", "pair_inputs", "LLM_INPUTS",
-           "vocabulary_size", "llm_companion", "llm_role", "decode_value", "numpy_reason", "load_arrays"]
+__all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs",
+           "pair_inputs", "LLM_INPUTS", "vocabulary_size", "llm_companion", "llm_role", "decode_value", "numpy_reason", "load_arrays"]
 
 # The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers. What each
 # holds at the prefill (`llm_companion`) and at a decode step (`decode_value`), and which one a parameter is
