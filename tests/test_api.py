@@ -160,3 +160,24 @@ def test_tensors_kept_on_request_and_explained_otherwise(tmp_path):
     loaded = Report.load(report.save(tmp_path / "r.json"))
     with pytest.raises(InputError, match="statistics only"):
         loaded.tensors("mm1")
+
+
+def test_a_report_is_never_written_over_a_file_its_run_read(tmp_path):
+    """`Report.save`, `save_html` and `to_model_explorer` refuse the model, its weights and the inputs, as the
+    command line does; the files stay as they were."""
+    import openvino as ov
+
+    model = tmp_path / "m.xml"
+    ov.save_model(tiny_chain(), model)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones(tuple(tiny_chain().inputs[0].shape), np.float32))
+    before = {p: p.read_bytes() for p in (model, model.with_suffix(".bin"), x)}
+    report = bisect(str(model), "CPU", F32, str(x), progress=False)
+    for write in (report.save, report.save_html, report.to_model_explorer):
+        for path in before:
+            with pytest.raises(InputError, match="which this run reads: writing it would destroy it"):
+                write(path)
+    assert {p: p.read_bytes() for p in before} == before
+    assert report.save(tmp_path / "r.json").exists()  # elsewhere, as before
+    # A report loaded from JSON read no file: it writes where it is told.
+    assert Report.load(tmp_path / "r.json").save(tmp_path / "again.json").exists()

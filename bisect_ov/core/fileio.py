@@ -29,12 +29,13 @@ import signal
 import stat
 import tempfile
 import threading
+from collections.abc import Mapping
 from typing import IO, Iterator, Sequence
 
 from bisect_ov.core.errors import BisectError, InputError, WriteError
 
 __all__ = ["write_text_atomic", "atomic_file", "atomic_paths", "removed_on_sigterm", "new_file_mode", "check_writable",
-           "destination", "ir_files", "labelled_files", "refuse_overlaps"]
+           "destination", "ir_files", "labelled_files", "files_read", "refuse_overlaps"]
 
 # A process's own descriptors, named as files: writing them reaches whatever the descriptor is open on.
 _DESCRIPTOR = re.compile(r"/(proc/(self|thread-self|\d+)/fd|dev/fd)/\d+|/dev/std(in|out|err)")
@@ -299,6 +300,32 @@ def labelled_files(what: str, path: object) -> list[tuple[str, pathlib.Path]]:
     if not isinstance(path, (str, os.PathLike)):
         return []
     return [(what if i == 0 else f"{what}'s weights", f) for i, f in enumerate(ir_files(path))]
+
+
+def files_read(model: object, target_model: object, inputs: object, *sides: object) -> tuple[tuple[str, str], ...]:
+    """(what, path) of each existing file a comparison reads, for `refuse_overlaps` when its report is written
+    later: the model and its weights, a twin's, the inputs (a file, a folder, files named in a dict, a list or a
+    `Samples` list) and each recording a side replays (``capture:PATH``, or a recorded device)."""
+    pairs = [*labelled_files("the model", model), *labelled_files("the target model", target_model)]
+
+    def given(what: str, value: object) -> None:
+        if isinstance(value, (str, os.PathLike)):
+            pairs.append((what, pathlib.Path(value)))
+
+    given("the inputs", inputs)
+    items = getattr(inputs, "_items", inputs)  # a `Samples` list keeps its items as given
+    if isinstance(items, Mapping):
+        for name, value in items.items():
+            given(f"input '{name}'", value)
+    elif isinstance(items, (list, tuple)):
+        for i, value in enumerate(items):
+            given(f"sample #{i}", value)
+    for side in sides:
+        if isinstance(side, str) and side.startswith("capture:"):
+            given("the recording a side replays", side.split(":", 1)[1])
+        else:
+            given("the recording a side replays", getattr(getattr(side, "capture", None), "path", None))
+    return tuple((what, str(path)) for what, path in pairs if path.exists())
 
 
 def refuse_overlaps(outputs: Sequence[tuple[str, str | os.PathLike | None]],

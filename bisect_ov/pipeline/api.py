@@ -7,6 +7,7 @@ See ARCHITECTURE.md for the data flow and the record each stage hands on.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import textwrap
@@ -15,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
+from bisect_ov.core.fileio import files_read
 from bisect_ov.engine.ledger import Clock
 from bisect_ov.pipeline.assemble import assemble
 from bisect_ov.pipeline.decide import decide
@@ -153,6 +155,7 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
 
         refuse_overlaps(labelled_files("patched_model", options.patched_model),
                         [*labelled_files("the model", model), *labelled_files("target_model", target_model)])
+    reads = files_read(model, target_model, inputs, ref, target)
     clock = Clock()
     with clock.stage("open"):
         sides = resolve_sides(model, ref, target, options.truth, inputs)
@@ -174,8 +177,9 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
             scored = decide(setup, examined, measurement, scored, findings)
             truth = judge_truth(setup, examined, measurement, scored)
         with clock.stage("assemble"):
-            return assemble(setup, examined, measurement, scored, findings, model_source=model,
-                            target_source=target_model, generation=generation, truth=truth)
+            report = assemble(setup, examined, measurement, scored, findings, model_source=model,
+                              target_source=target_model, generation=generation, truth=truth)
+            return dataclasses.replace(report, reads=reads)
     finally:
         if setup.samples is not None:  # an executor setup from a name, a generator's spill folder
             setup.samples.close()

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from bisect_ov.core import codec
 from bisect_ov.core.errors import InputError
-from bisect_ov.core.fileio import write_text_atomic
+from bisect_ov.core.fileio import refuse_overlaps, write_text_atomic
 from bisect_ov.report.numbers import fmt
 from bisect_ov.report.report import Report
 
@@ -177,8 +177,14 @@ class PipelineReport:
                                     self.report, top=top)
 
     def save_html(self, path: str | os.PathLike, *, top: int = 25) -> pathlib.Path:
-        """Write `page()` to `path` atomically."""
+        """Write `page()` to `path` atomically (never inside the export folder compared, as `save`)."""
+        self._refuse_folder("the HTML page", path)
         return write_text_atomic(path, self.page(top))
+
+    def _refuse_folder(self, what: str, path: str | os.PathLike) -> None:
+        """Refuse to write `what` inside the export folder the comparison read, when it is on this machine."""
+        if pathlib.Path(self.source).is_dir():
+            refuse_overlaps([(what, path)], [("the export folder", self.source)])
 
     def __repr__(self) -> str:
         where = f", first diverging component '{self.examined}'" if self.examined else ", no component diverges"
@@ -213,7 +219,8 @@ class PipelineReport:
         return json.dumps(self.to_dict(), indent=1, allow_nan=False)
 
     def save(self, path: str | os.PathLike) -> pathlib.Path:
-        """Write as JSON (atomically, as `Report.save`)."""
+        """Write as JSON (atomically, as `Report.save`; never inside the export folder compared)."""
+        self._refuse_folder("the report", path)
         return write_text_atomic(path, self.to_json())
 
     @classmethod

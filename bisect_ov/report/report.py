@@ -29,7 +29,7 @@ from typing import Any, Iterator, Mapping
 from bisect_ov.analysis.diagnosis import kernel_difference
 from bisect_ov.core import codec
 from bisect_ov.core.errors import InputError
-from bisect_ov.core.fileio import write_text_atomic
+from bisect_ov.core.fileio import refuse_overlaps, write_text_atomic
 from bisect_ov.core.records import (
     Clamp,
     CurvePoint,
@@ -126,6 +126,9 @@ class Report:
                                                          metadata={"json": False})
     # What `repro` needs of the run (a `bisect_ov.repro.ReproSource`): in memory only; None when loaded from JSON.
     repro_source: Any = field(default=None, compare=False, repr=False, metadata={"json": False})
+    # The files the run read, as (what, path) (the model, its weights, the inputs, a replayed capture): in memory
+    # only; `save`, `save_html` and `to_model_explorer` refuse to write over them, as the command line does.
+    reads: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False, metadata={"json": False})
 
     # ----- questions a user asks ----------------------------------------------------------------------
     @property
@@ -299,6 +302,7 @@ class Report:
         """Write a standalone HTML page (one file, no network, plots embedded when matplotlib is installed)."""
         from bisect_ov.report.html import save_html
 
+        self._refuse_reads("the HTML page", path)
         return save_html(self, path, **kwargs)
 
     def to_dataframe(self):
@@ -311,6 +315,7 @@ class Report:
         """Node data for Google Model Explorer: per-node errors keyed by node id (pass model= for an ONNX file)."""
         from bisect_ov.report.export import to_model_explorer
 
+        self._refuse_reads("the node data", path)
         return to_model_explorer(self, path, **kwargs)
 
     def plot_errors(self, ax=None):
@@ -435,10 +440,16 @@ class Report:
         Raises
         ------
         InputError
-            The folder is missing or not writable, the path is a folder, or the disk is full; an existing
-            file is then left as it was.
+            The path is a file the run read (the model, its weights, an input), the folder is missing or not
+            writable, the path is a folder, or the disk is full; an existing file is then left as it was.
         """
+        self._refuse_reads("the report", path)
         return write_text_atomic(path, self.to_json())
+
+    def _refuse_reads(self, what: str, path: str | os.PathLike | None) -> None:
+        """Refuse to write `what` over a file the run read (`reads`)."""
+        if path is not None:
+            refuse_overlaps([(what, path)], self.reads)
 
     def to_json(self) -> str:
         """The text `save` writes: strict JSON (non-finite numbers as strings, see `to_dict`)."""

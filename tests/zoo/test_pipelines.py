@@ -146,6 +146,9 @@ def test_the_report_is_saved_and_loaded_with_its_node_level_report(tmp_path):
     assert loaded.components == report.components and loaded.examined == "decoder"
     assert loaded.report.first_divergence.name == DECODER_SITES[0]
     json.loads((tmp_path / "p.json").read_text())  # strict JSON
+    for write in (report.save, report.save_html):  # never inside the folder the comparison read
+        with pytest.raises(InputError, match="is inside the export folder"):
+            write(pathlib.Path(report.source) / "p.json")
     with pytest.raises(InputError, match="Not a pipeline report"):
         PipelineReport.from_dict({"schema_version": 9})
 
