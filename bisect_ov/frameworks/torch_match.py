@@ -59,6 +59,19 @@ class Event:
     op: str  # the torch function's name (``linear``, ``__add__``, ``view``)
     inputs: tuple[Ref, ...]  # the recorded values its tensor arguments are
     shapes: tuple[tuple[int, ...], ...]  # of its tensor outputs
+    bias: bool = False  # a convolution or linear call given a nonzero bias: its value holds the bias
+
+
+# OpenVINO ops that a biased torch call becomes without its bias (the Add after them is the bias): when the
+# conversion merged that Add into a later one (``conv(x) + 1000``) or folded a BatchNorm in, such an op alone is
+# not the torch call's value.
+UNBIASED = frozenset({"Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData",
+                      "MatMul"})
+
+
+def _bias_lost(graph: ModelGraph, keys: Sequence[str], event: Event | None) -> bool:
+    """`event` has a bias and none of the ops `keys` adds it."""
+    return event is not None and event.bias and not any(graph[k].op_type not in UNBIASED for k in keys)
 
 
 @dataclass(frozen=True)
@@ -234,7 +247,7 @@ def match_events(graph: ModelGraph, events: Sequence[Event], shapes: Mapping[Tap
             if have != wanted:
                 continue
             pairs = _pair_outputs(call, event, shapes)
-            if pairs is None:
+            if pairs is None or _bias_lost(graph, call.members, event):
                 continue
             paired_call[i] = event.index
             paired_event[event.index] = i
@@ -266,9 +279,11 @@ def _pair_outputs(call: OVCall, event: Event, shapes: Mapping[Tap, tuple[int, ..
 
 
 def match_modules(graph: ModelGraph, outputs: Sequence[ModuleOutput], taken: Mapping[Tap, Ref],
-                  shapes: Mapping[Tap, tuple[int, ...]]) -> dict[Tap, Ref]:
+                  shapes: Mapping[Tap, tuple[int, ...]], events: Sequence[Event] = ()) -> dict[Tap, Ref]:
     """Module outputs whose value no paired call holds, paired with the one value leaving the module's ops
-    (nodes whose label's module path is the module or inside it) that has the output's shape."""
+    (nodes whose label's module path is the module or inside it) that has the output's shape; not a
+    convolution or MatMul alone for a biased call of `events` (`_bias_lost`)."""
+    event_at = {e.index: e for e in events}
     labels = {n.key: ov_label(n.name) for n in graph.candidates()}
     readers: dict[str, list[str]] = {}
     for node in graph:
@@ -289,7 +304,8 @@ def match_modules(graph: ModelGraph, outputs: Sequence[ModuleOutput], taken: Map
                  if any(r not in inside for r in readers.get(k, ()))
                  and _shape_fits(shapes.get(Tap(k, t.port)), out.shape) and shapes.get(Tap(k, t.port)) is not None]
         exits = [t for t in exits if t not in taken and t not in found]
-        if len(exits) == 1:
+        event = event_at.get(out.value[1]) if out.value[0] == "event" else None
+        if len(exits) == 1 and not _bias_lost(graph, [exits[0].key], event):
             found[exits[0]] = out.value
     return found
 
@@ -338,6 +354,8 @@ def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[
         shape = shape_of(ref)
         if shape is None or shapes.get(tap) is None or not _shape_fits(shapes.get(tap), shape):
             return False
+        if _bias_lost(graph, [tap.key], event_at.get(ref[1])):
+            return False
         held[tap] = found[tap] = ref
         refs_held.add(ref)
         if tap.key not in call_of:
@@ -349,7 +367,9 @@ def match_neighbours(graph: ModelGraph, events: Sequence[Event], taken: Mapping[
         changed = False
         for sources, index in list(consumers):
             event = event_at.get(index)
-            if event is None:
+            # A folded call's input is not what its paired op reads: the BatchNorm's scale went into the
+            # convolution before it (``Multiply_<n>`` is conv(x, W * scale), not conv(x, W) + b).
+            if event is None or normalize_op(event.op) in FOLDED:
                 continue
             left = [Tap(s, p) for s, p in sources if Tap(s, p) not in held and s not in covered
                     and graph[s].kind == "compute"]

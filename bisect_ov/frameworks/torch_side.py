@@ -55,6 +55,8 @@ __all__ = ["Torch", "import_torch", "is_torch_module"]
 _RUNNING = threading.RLock()  # one eager or graph run at a time: hooks on a shared module fire for every caller
 _SKIP = frozenset({"size", "dim", "numel", "__len__", "__bool__", "item", "tolist", "__format__", "__repr__",
                    "__hash__", "is_floating_point", "is_contiguous", "data_ptr", "stride"})
+# Torch functions whose third argument (or ``bias=``) is a bias added to their value (`Event.bias`).
+_BIASED = frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "linear"})
 
 
 def import_torch():
@@ -135,7 +137,10 @@ class _Recorder:
         if self.track:
             found = _tensors(self.torch, list(args) + list(kwargs.values()))
             reads = tuple(dict.fromkeys(self.ids[id(t)] for t in found if id(t) in self.ids))
-            self.events.append(Event(index, self.stack[-1], name, reads, tuple(tuple(t.shape) for t in outs)))
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            self.events.append(Event(index, self.stack[-1], name, reads, tuple(tuple(t.shape) for t in outs),
+                                     bias=name in _BIASED and isinstance(bias, self.torch.Tensor)
+                                     and bool(bias.detach().abs().max() > 0)))  # a zero bias is folded away
             self.alive += outs
         for j, t in enumerate(outs):
             self.ids[id(t)] = ("event", index, j)
@@ -335,7 +340,7 @@ class Torch(FrameworkSide):
         recorder, outputs = self._eager(arrays, names, None, True)
         check_outputs(graph, "PyTorch", [tuple(t.shape) for t in outputs], shapes, f"module's forward ({type(self.module).__name__})")
         taps, covered = match_events(graph, recorder.events, shapes)
-        modules = match_modules(graph, recorder.modules, taps, shapes)
+        modules = match_modules(graph, recorder.modules, taps, shapes, recorder.events)
         neighbours = match_neighbours(graph, recorder.events, {**taps, **modules}, covered, shapes)
         sources: dict[Tap, Hashable] = {**taps, **modules, **neighbours}
         kinds = {**{t: "aten" for t in taps}, **{t: "module" for t in modules}, **{t: "aten" for t in neighbours}}

@@ -202,6 +202,43 @@ def test_a_convolution_renamed_by_batchnorm_folding_is_paired_and_named_when_it_
     assert report.coverage >= 0.8  # the folded convolutions are compared (58% of the compute nodes without them)
 
 
+class _ShiftedBatchNorm(torch.nn.Module):
+    """A convolution with a bias and a BatchNorm of real statistics (its shift survives the fold as an Add), then a
+    biased convolution whose bias the conversion merges into the ``+ 1000`` after it, then a cancellation."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.conv2, self.fc = torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.Linear(16, 10)
+        with torch.no_grad():
+            self.bn1.weight.uniform_(0.5, 1.5)
+            self.bn1.bias.uniform_(0.5, 1.5)
+            self.bn1.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        y = self.conv2(torch.relu(self.bn1(self.conv1(x)))) + 1000.0
+        y = y - y.mean(dim=(2, 3), keepdim=True)
+        return torch.softmax(self.fc(y.mean(dim=(2, 3))), -1)
+
+
+def test_a_convolution_whose_bias_went_elsewhere_is_not_paired_with_its_torch_call():
+    """The fold leaves conv(x, W * scale) named ``Multiply_<n>`` and an Add for the BatchNorm's shift and the
+    convolution's bias; the second convolution's bias joins the ``+ 1000``. Neither convolution alone is its torch
+    call's value (0.45 and 0.1 apart in f32): paired, they were named as the first divergence, not the cancellation."""
+    torch.manual_seed(0)
+    module = _ShiftedBatchNorm().eval()
+    x = torch.randn(1, 3, 16, 16)
+    model = ov.convert_model(module, example_input=x)
+    convs = [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() == "Convolution"]
+    same = bisect(model, ref=module, target="CPU:f32", inputs=[x.numpy()], **FAST)
+    # f32 against f32: the layers up to the cancellation agree to f32 rounding (its 1000 offset amplifies the
+    # summation orders' last bits after it); the convolutions alone are not compared.
+    assert set(convs) <= set(same.frameworks[0].unmatched) and same.first_divergence is None
+    assert all(n.error < 1e-5 for n in same.nodes if n.index < same.node("aten::sub/Subtract").index), same.to_text()
+    f16 = bisect(model, ref=module, target="EMU:f16", inputs=[x.numpy()], **FAST)
+    assert f16.first_divergence is not None and f16.first_divergence.name == "aten::sub/Subtract", f16.to_text()
+
+
 def test_inputs_the_module_rejects_surface_its_error():
     module = torch.nn.Linear(4, 3).eval()
     model = ov.convert_model(torch.nn.Tanh(), example_input=torch.ones(2, 5))
