@@ -83,7 +83,7 @@ def test_samples_recorded_on_several_machines_merge_and_replay(tmp_path):
     assert report.target.name == "capture:all.npz"
 
 
-def test_feature_maps_are_not_classifiers_and_ties_are_agreement():
+def test_feature_maps_are_not_classifiers_ties_are_agreement_and_no_answer_differs():
     from bisect_ov.samples.sources import classifier_outputs, flips
 
     f32 = np.dtype(np.float32)
@@ -91,8 +91,11 @@ def test_feature_maps_are_not_classifiers_and_ties_are_agreement():
                               ["features", "probs", "hidden", "logits"]) == [1, 3]
     assert classifier_outputs([(1, 10)], [np.dtype(np.int64)], ["ids"]) == []
     ref = np.array([[0.1, 0.7, 0.2, 0.0, 0.0, 0.0]], np.float32)
-    tied = np.array([[0.3, 0.3, 0.3, 0.3, 0.3, 0.3]], np.float32)  # every class ties: nothing flipped
-    assert flips(ref, tied, 5) == (False, False)
+    tied = np.array([[0.3, 0.7, 0.7, 0.3, 0.3, 0.3]], np.float32)  # the top ties: either side may break it
+    assert flips(ref, tied, 1) == (False, False)
+    # No answer: every class equal (logits all zero), or a NaN or infinite score anywhere in the row.
+    for none in ([[0.3] * 6], [[0.1, np.nan, 0.2, 0, 0, 0]], [[np.nan, 0.7, 0.2, 0, 0, 0]], [[0, np.inf, 0, 0, 0, 0]]):
+        assert flips(ref, np.array(none, np.float32), 5) == (True, True), none
     assert flips(ref, np.array([[0.9, 0.1, 0.0, 0.0, 0.0, 0.0]], np.float32), 1) == (True, True)
     assert flips(ref, np.array([[0.9, 0.1, 0.0, 0.0, 0.0, 0.0]], np.float32), 2) == (True, False)
 
@@ -195,4 +198,22 @@ def test_a_folder_s_files_run_in_natural_order_and_the_worst_is_named_by_its_fil
     assert [samples.file_of(i) for i in range(len(names))] == names
     report = bisect(model, "CPU:f32", "EMU:f16", str(tmp_path), progress=False)
     assert report.samples.worst == 2 and report.samples.worst_file == "img_2.npy", report.samples
-    assert "(sample #2, 'img_2.npy', on which the search ran)" in report.to_text()
+    assert "(sample #2, 'img_2.npy', on which the search ran)" in " ".join(report.to_text().split())
+
+
+def test_the_samples_line_says_how_many_errors_are_not_finite():
+    """A mean over the finite errors says so; with none finite it is not a dash."""
+    from types import SimpleNamespace
+
+    from bisect_ov.core.records import SamplesSummary
+    from bisect_ov.report.blocks import _samples
+
+    def line(errors):
+        finite = [e for e in errors if np.isfinite(e)]
+        summary = SamplesSummary(count=len(errors), errors=tuple(errors), ranking=(0,), worst=0,
+                                 error_mean=float(np.mean(finite)) if finite else None, error_max=max(errors))
+        return " ".join(_samples(SimpleNamespace(samples=summary)).lines)
+
+    assert "final error mean 2.0e-01," in line([0.1, 0.3])
+    assert "final error mean 2.0e-01 over the 2 finite (1 not finite)," in line([0.1, float("inf"), 0.3])
+    assert "final error not finite on any sample," in line([float("inf"), float("inf")])

@@ -8,6 +8,7 @@ finished `Report`; reads its records only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -284,7 +285,11 @@ def _samples(report: "Report") -> Block | None:
     samples = report.samples
     if samples is None:
         return None
-    line = (f"Samples: {samples.count} run on both sides; final error mean {fmt(samples.error_mean)}, "
+    measured = [e for i, e in enumerate(samples.errors) if i not in set(samples.missing)]
+    nonfinite = sum(not math.isfinite(e) for e in measured)
+    mean = (f"mean {fmt(samples.error_mean)}" if not nonfinite else "not finite on any sample" if nonfinite == len(measured)
+            else f"mean {fmt(samples.error_mean)} over the {len(measured) - nonfinite} finite ({nonfinite} not finite)")
+    line = (f"Samples: {samples.count} run on both sides; final error {mean}, "
             f"max {fmt(samples.error_max)} (sample #{samples.worst}"
             + (f", '{samples.worst_file}'" if samples.worst_file else "") + ", " + (
                 "on which the search ran)" if samples.examined in (None, samples.worst)

@@ -327,6 +327,10 @@ def _check(array: np.ndarray, spec: ParameterSpec) -> np.ndarray:
         raise InputError(
             f"Input {spec.describe()} got an array of shape {list(array.shape)}. Pass an array of shape {spec.pshape}."
         )
+    if array.dtype.kind == "f" and array.size and not np.isfinite(array).any():
+        raise InputError(f"Input {spec.describe()} holds no finite value ({int(np.isnan(array).sum()):,} NaN, "
+                         f"{int(np.isinf(array).sum()):,} Inf of {array.size:,}): both sides would carry them to "
+                         "every output and agree on nothing that can be measured. Pass real values.")
     want = spec.dtype
     if array.dtype == want:
         return np.ascontiguousarray(array)

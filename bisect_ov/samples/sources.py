@@ -378,7 +378,8 @@ def flips(ref: np.ndarray, target: np.ndarray, k: int) -> tuple[bool, bool]:
 
     Ties count as agreement, as either side would break them either way: the target agrees on top-1 when its
     score for the reference's class equals its own maximum, and keeps it in its top-k when that score is at
-    least its k-th largest.
+    least its k-th largest. A target row with no answer (a NaN or infinite score, or every score equal: logits
+    all zero) differs on both.
 
     Examples
     --------
@@ -386,13 +387,17 @@ def flips(ref: np.ndarray, target: np.ndarray, k: int) -> tuple[bool, bool]:
     (False, False)
     >>> flips(np.array([[0.1, 0.9, 0.0]]), np.array([[0.6, 0.4, 0.0]]), 1)
     (True, True)
+    >>> flips(np.array([[0.1, 0.9, 0.0]]), np.array([[0.0, np.nan, 0.0]]), 2), flips(np.zeros((1, 3)) + [[0, 1, 0]], np.zeros((1, 3)), 3)
+    ((True, True), (True, True))
     """
     if ref.shape != target.shape:
         return True, True
     r2, t2 = ref.reshape(-1, ref.shape[-1]), target.reshape(-1, target.shape[-1]).astype(np.float64)
     rows = np.arange(len(r2))
     chosen = t2[rows, r2.argmax(axis=1)]
-    top1 = bool(np.any(chosen < t2.max(axis=1)))
-    kk = min(k, t2.shape[1])
-    kth = -np.partition(-t2, kk - 1, axis=1)[:, kk - 1]
-    return bool(top1), bool(np.any(chosen < kth))
+    with np.errstate(invalid="ignore"):
+        none = ~np.isfinite(t2).all(axis=1) | ((t2.max(axis=1) == t2.min(axis=1)) & (t2.shape[1] > 1))
+        top1 = np.any(none | (chosen < t2.max(axis=1)))
+        kk = min(k, t2.shape[1])
+        kth = -np.partition(-t2, kk - 1, axis=1)[:, kk - 1]
+        return bool(top1), bool(np.any(none | (chosen < kth)))

@@ -110,6 +110,7 @@ def test_twin_inputs_without_shared_names_are_paired_by_shape_or_refused():
 
 @pytest.mark.parametrize("value, fragment", [
     (np.array([["a"] * 8]), "got text"),
+    (np.full((1, 8), np.nan, np.float32), "holds no finite value"),
     (np.full((1, 8), 1e39, np.float64), "exceed the f32 range"),
 ])
 def test_inputs_that_cannot_be_fed_are_refused_clearly(value, fragment):
