@@ -23,7 +23,7 @@ Assumptions: a weight is an input reached only through constant-only ops; scales
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bisect_ov.model.graph import ModelGraph
 
@@ -43,6 +43,8 @@ class Quantization:
     symmetric: bool = True  # no zero point
     activation_bits: int | None = None  # bits of the FakeQuantize on its data inputs (None: not quantized)
     ops: tuple[str, ...] = ()  # the twin's ops that make up this quantization (keys)
+    # One scale per output channel (True), one for the whole tensor (False), or groups of `group_size` (None)
+    per_channel: bool | None = None
 
     def describe(self) -> str:
         """``int4 weights (group 16, symmetric)``, ``int8 activations``, ``f16 weights``."""
@@ -51,7 +53,8 @@ class Quantization:
             parts.append(f"{self.weight_type} weights")
         elif self.weight_bits is not None:
             kind = "symmetric" if self.symmetric else "asymmetric"
-            group = f"group {self.group_size}" if self.group_size else "per channel"
+            group = ("per channel" if self.per_channel else "per tensor" if self.per_channel is False
+                     else f"group {self.group_size}" if self.group_size else "per channel")
             parts.append(f"int{self.weight_bits} weights ({self.weight_type}, {group}, {kind})")
         if self.activation_bits is not None:
             parts.append(f"int{self.activation_bits} activations")
@@ -130,8 +133,10 @@ def _weights(graph: ModelGraph, node_key: str) -> Quantization | None:
         types = {graph[k].op_type for k in chain}
         fq = [k for k in chain if graph[k].op_type == "FakeQuantize"]
         if fq:
+            bounds = graph[fq[0]].inputs[1][0] if len(graph[fq[0]].inputs) > 1 else None
+            scales = math.prod(graph[bounds].outputs[0].shape or (1,)) if bounds is not None else 1
             return Quantization("fq", _levels_bits(graph, fq[0]), node.reduction_length or None,
-                                True, None, tuple(chain))
+                                True, None, tuple(chain), per_channel=scales > 1)
         if origin is None:
             continue
         dtype = graph[origin].outputs[0].dtype
@@ -141,11 +146,13 @@ def _weights(graph: ModelGraph, node_key: str) -> Quantization | None:
             continue
         shape = graph[origin].outputs[0].shape
         group: int | None
-        if "Reshape" in types and shape is not None and len(shape) >= 3:  # grouped: [out, groups, group size]
+        grouped = "Reshape" in types and shape is not None and len(shape) >= 3  # [out, groups, group size]
+        if grouped and shape is not None:
             group = shape[-1]
         else:
             group = node.reduction_length if node.reduction_length > 1 else (shape[-1] if shape else None)
-        return Quantization(dtype, WEIGHT_BITS[dtype], group, "Subtract" not in types, None, tuple(chain))
+        return Quantization(dtype, WEIGHT_BITS[dtype], group, "Subtract" not in types, None, tuple(chain),
+                            per_channel=None if grouped else True)
     return None
 
 
@@ -167,6 +174,5 @@ def find_quantization(graph: ModelGraph) -> dict[str, Quantization]:
         if weights is None and bits is None:
             continue
         base = weights or Quantization()
-        found[node.key] = Quantization(base.weight_type, base.weight_bits, base.group_size, base.symmetric, bits,
-                                       base.ops + tuple(fq_inputs))
+        found[node.key] = replace(base, activation_bits=bits, ops=base.ops + tuple(fq_inputs))
     return found

@@ -57,14 +57,23 @@ def _steps(report: "Report") -> Block | None:
     return Block("steps", tuple(lines))
 
 
+def _fix_tolerance(report: "Report") -> str:
+    """The tolerance a fix is held to: the final output's, or with several the tightest of them (the fix's error
+    is the largest over the outputs)."""
+    assert report.fix is not None
+    if len(report.outputs) > 1:
+        return f"{fmt(report.fix.tolerance)}, the tightest of the final outputs' tolerances,"
+    return f"its tolerance {fmt(report.fix.tolerance)}"
+
+
 def _fix(report: "Report") -> Block | None:
     fix = report.fix
     if fix is None:
         return None
     keep = fix.on_reference
     if not keep and fix.error_before <= fix.tolerance:
-        return Block("fix", (f"Fix: none needed: the final error {fmt(fix.error_before)} is within its tolerance "
-                             f"{fmt(fix.tolerance)} with everything on the target, so no node has to stay on the "
+        return Block("fix", (f"Fix: none needed: the final error {fmt(fix.error_before)} is within {_fix_tolerance(report)} "
+                             f"with everything on the target, so no node has to stay on the "
                              "reference.",))
     failed = ([f"  {fix.failed[0]} partitioned run(s) could not run on their side (the plugin: {fix.failed[1]}): "
                "those assignments count as unsolved"] if fix.failed else [])
@@ -72,7 +81,7 @@ def _fix(report: "Report") -> Block | None:
         names = list(dict.fromkeys(fix.tried))  # a node tried alone and as its pattern is one name
         tried = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
         return Block("fix", (f"Fix: none found: no node kept on the reference brings the final error {fmt(fix.error_before)} "
-                             f"within its tolerance {fmt(fix.tolerance)} ({fix.runs} partitioned runs"
+                             f"within {_fix_tolerance(report)} ({fix.runs} partitioned runs"
                              + (f"; tried: {tried})." if tried else "; no suspect to try)."), *failed))
     # What the fix reached comes after "to"; an unsolved fix says it reached it and that the tolerance was not met.
     reached = (f"brings the final error from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance "

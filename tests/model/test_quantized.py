@@ -70,6 +70,8 @@ def test_nncf_ops_are_the_twins_quantization_not_unmatched():
     assert (q2.weight_type, q2.weight_bits, q2.group_size, q2.symmetric) == ("u8", 8, 32, False)
     assert q2.activation_bits == 8 and "act/fq_output_0" in q2.ops
     assert q1.describe() == "int4 weights (i4, group 16, symmetric)"
+    # Per channel, as NNCF says it (its group was printed as the reduction length, "group 32")
+    assert q2.describe() == "int8 weights (u8, per channel, asymmetric), int8 activations"
     # 'act' is compared after its quantizer, the tensor the twin's readers see.
     compared = {r.key: t.key for r, t in match.pairs}
     assert compared["act"] == "act/fq_output_0" and compared["mm1"] == "mm1"
