@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import pickle
+import re
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -190,6 +191,12 @@ class SampleRun:
                                  first_line(error))
                         retried += 1
                         self._submit(submit, replace(batch, attempt=attempt + 1), attempt + 1, pending, lost, failures)
+                    elif (bad := _loader_failure(error, batch)) is not None and len(batch.indices) > 1:
+                        # The user's loader failed on one sample every time: that sample is lost, not the batch's
+                        # others, which run again without it (a batch of 16 in-process lost all 16).
+                        keep = [j for j, i in enumerate(batch.indices) if i != bad]
+                        self._fail(_only(batch, [batch.indices.index(bad)]), error, lost, failures)
+                        self._submit(submit, replace(_only(batch, keep), attempt=0), 0, pending, lost, failures)
                     else:
                         self._fail(batch, error, lost, failures)
                         bar.update(1)
@@ -209,6 +216,20 @@ class SampleRun:
         log.warning("%s", message)
         failures.append(message)
         lost.extend(batch.indices)
+
+
+def _loader_failure(error: BaseException, batch: Batch) -> int | None:
+    """The sample of `batch` whose loader raised `error` (`batches._load`'s message, kept by every executor's
+    wrapping of it), or None."""
+    found = re.search(r"loader\((\d+)\) raised", str(error))
+    return int(found[1]) if found and int(found[1]) in batch.indices else None
+
+
+def _only(batch: Batch, positions: Sequence[int]) -> Batch:
+    """`batch` with only the samples at `positions`."""
+    return replace(batch, indices=tuple(batch.indices[j] for j in positions),
+                   items=tuple(batch.items[j] for j in positions),
+                   named=tuple(batch.named[j] for j in positions) if batch.named else ())
 
 
 # A pass whose batches stop coming back: after STALL_FACTOR times the slowest batch so far (at least STALL_FLOOR
