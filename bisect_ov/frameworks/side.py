@@ -213,6 +213,7 @@ class BoundSide(Device):
 
     recorded = False
     other_implementation = True
+    travels = False  # its session or module lives in this process
 
     def __init__(self, side: FrameworkSide, graph: ModelGraph, binding: Binding):
         self.side, self.graph, self.binding = side, graph, binding

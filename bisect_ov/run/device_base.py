@@ -87,6 +87,8 @@ class Device:
     recorded: bool = False
     sampled: bool = False
     other_implementation: bool = False
+    # Whether an executor's workers can rebuild it (a framework side holds a live session or module: it stays)
+    travels: bool = True
 
     @property
     def activation_precision(self) -> str:

@@ -75,8 +75,10 @@ class SampleRun:
         self.per_unit, self.retries, self.progress, self.owned = samples_per_batch, batch_retries, progress, owned
 
     def remote(self, runner: Runner) -> bool:
-        """True when batches go to the executor: recorded sides replay from a file here, so they stay."""
-        return self.executor is not None and not (runner.ref.recorded or runner.target.recorded)
+        """True when batches go to the executor: recorded sides replay from a file here, and framework sides
+        (ONNX Runtime, PyTorch) hold a session or module here, so they stay."""
+        sides = (runner.ref, runner.target)
+        return self.executor is not None and not any(d.recorded or not d.travels for d in sides)
 
     def where(self, runner: Runner) -> tuple[str, tuple[str, ...]]:
         """Where the batches run for `runner` (the executor's label, or "in-process"), and the note that says
@@ -85,8 +87,11 @@ class SampleRun:
             return self.label, ()
         if self.executor is None:
             return "in-process", ()
-        return "in-process", ("The samples ran in this process, not on the executor: a recorded side (capture) "
-                              "replays from a file on this machine.",)
+        why = ("a recorded side (capture) replays from a file on this machine" if
+               any(d.recorded for d in (runner.ref, runner.target)) else
+               f"the {' and '.join(d.name for d in (runner.ref, runner.target) if not d.travels)} side runs in this "
+               "process (an ONNX Runtime session or a PyTorch module does not travel to workers)")
+        return "in-process", (f"The samples ran in this process, not on the executor: {why}.",)
 
     def share(self, plan: Plan) -> Any:
         """What the batches refer to for `plan`: on Dask, the plan sent once to every worker (a future the

@@ -154,3 +154,22 @@ def test_a_module_that_mutates_its_inputs_runs_on_copies():
     report = bisect(model, ref=module, target="CPU:f32", inputs=[given], **FAST)
     np.testing.assert_array_equal(given, X)
     assert not report.diverges and report.outputs[0].error < 1e-6
+
+
+def test_a_framework_side_with_an_executor_runs_its_samples_here_and_says_so(tmp_path):
+    """An ONNX Runtime session cannot travel to the executor's workers: the samples run in this process, as a
+    recorded side's do, with a note (it was refused as "BoundSide('onnxruntime') cannot travel ... use a device
+    name", a name the user had given)."""
+    import onnx
+
+    from bisect_ov import bisect
+    from bisect_ov.samples.sources import Samples
+    from tests.model.test_load import _onnx_model
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_onnx_model(), path)
+    samples = [np.random.default_rng(i).standard_normal((1, 4)).astype(np.float32) for i in range(4)]
+    there = bisect(str(path), ref="ORT", target="EMU:f16", inputs=Samples(samples), executor="processes:2", **FAST)
+    here = bisect(str(path), ref="ORT", target="EMU:f16", inputs=Samples(samples), **FAST)
+    assert there.samples.errors == here.samples.errors and there.samples.executor == "in-process"
+    assert any("not on the executor: the onnxruntime side runs in this process" in " ".join(n.split()) for n in there.notes)
