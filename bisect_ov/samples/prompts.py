@@ -59,6 +59,9 @@ def check_token_ids(tokens: Any, vocabulary: int | None, what: str = "The prompt
     InputError
         Naming the first id outside, its position and the vocabulary.
     """
+    if np.ndim(tokens) == 0:
+        raise InputError(f"{what} must be a list or array of token ids; got {type(tokens).__name__} "
+                         f"{str(tokens)[:60]!r}.")
     ids = np.asarray(tokens).reshape(-1)
     if not ids.size and np.issubdtype(ids.dtype, np.integer):
         raise InputError(f"{what} holds no token ids: a prompt needs at least one token.")

@@ -109,6 +109,14 @@ def test_token_ids_outside_the_vocabulary_are_refused():
                 bisect(model, "CPU:f32", "CPU:f32", Samples(prompts), **FAST)
 
 
+def test_token_ids_that_are_no_array_are_refused_not_a_crash():
+    # A dict of input specs (or a lone number) where the ids go was an IndexError from deep inside
+    model = _tiny_lm()
+    for bad in ({"shape": [1, 4]}, 7):
+        with pytest.raises(InputError, match="input_ids must be a list or array of token ids; got"):
+            bisect(model, "CPU:f32", "CPU:f32", {"input_ids": bad}, **FAST)
+
+
 def test_a_sweep_prompt_file_numpy_cannot_read_and_an_empty_prompt_are_refused(tmp_path):
     model = _tiny_lm()
     np.save(tmp_path / "objects.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
