@@ -70,6 +70,7 @@ from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model, model_label
 from bisect_ov.model.match import identity_match
 from bisect_ov.model.runtime import RuntimeGraph
+from bisect_ov.model.state import is_stateful
 from bisect_ov.model.taps import Tap, default_taps, plan_chunks, tap_model, tensor_sizes
 from bisect_ov.run.devices import Device, OpenVINODevice, capabilities, make_device
 from bisect_ov.run.inputs import prepare_inputs
@@ -165,6 +166,10 @@ def record(
     clock: dict[str, float] = {}
     start = time.perf_counter()
     ov_model = load_model(model)
+    if is_stateful(ov_model):
+        raise InputError(f"'{model_label(model)}' is stateful (its KV cache lives in variables): a capture records "
+                         "models without variables only. Compare it live (bisect-ov MODEL --ref ... --target ...), "
+                         "or record the stateless export (optimum-intel: export with stateful=False).")
     graph = ModelGraph(ov_model)
     dev = make_device(device, dict(config or {}), role="target")
     arrays = prepare_inputs(ov_model, plain_inputs(inputs), seed=seed)

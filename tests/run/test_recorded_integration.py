@@ -47,3 +47,26 @@ def test_cli(tmp_path, capsys):
     assert main([str(xml), "--ref", str(out), "--target", "EMU:f16", "-q", "--tolerance", "1e-5"]) == 1
     assert main([str(xml), "--ref", str(tmp_path / "missing.npz"), "--target", "CPU:f32", "-q"]) == 2
     assert "Capture file not found" in capsys.readouterr().err
+
+
+def test_a_stateful_model_is_refused_by_name_not_a_compile_failure(tmp_path):
+    """Recording compiled the stateful model with taps, which the plugin refuses ("Incorrect output port number
+    for node Assign_..."), and said so as a device failure."""
+    import numpy as np
+    import openvino as ov
+    import openvino.opset13 as ops
+    import pytest
+    from openvino.op.util import Variable, VariableInfo
+
+    from bisect_ov import InputError
+
+    x = ops.parameter([1, 4], np.float32, name="x")
+    info = VariableInfo()
+    info.data_shape, info.data_type, info.variable_id = ov.PartialShape([1, 4]), ov.Type.f32, "cache"
+    var = Variable(info)
+    read = ops.read_value(ops.constant(np.zeros((1, 4), np.float32)), var)
+    total = ops.add(read, x)
+    model = ov.Model([ops.result(total)], [ops.assign(total, var)], [x], "stateful")
+    with pytest.raises(InputError, match="is stateful.*records models without variables only"):
+        record(model, "CPU:f32", None, tmp_path / "c.npz")
+    assert not (tmp_path / "c.npz").exists()
