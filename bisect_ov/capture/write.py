@@ -63,7 +63,7 @@ from bisect_ov.core import codec
 from bisect_ov.core.checks import check_config, check_flag, check_tap_bytes
 from bisect_ov.core.errors import CaptureError, InputError
 from bisect_ov.core.fileio import labelled_files, refuse_overlaps
-from bisect_ov.frameworks.resolve import plain_inputs
+from bisect_ov.frameworks.resolve import framework_side, plain_inputs
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.fusion import fusion_boundaries
 from bisect_ov.model.graph import ModelGraph
@@ -171,7 +171,8 @@ def record(
                          "models without variables only. Compare it live (bisect-ov MODEL --ref ... --target ...), "
                          "or record the stateless export (optimum-intel: export with stateful=False).")
     graph = ModelGraph(ov_model)
-    dev = make_device(device, dict(config or {}), role="target")
+    side = framework_side(device, model)  # "ORT" names ONNX Runtime on an ONNX file, as in bisect()
+    dev = side if side is not None else make_device(device, dict(config or {}), role="target")
     arrays = prepare_inputs(ov_model, plain_inputs(inputs), seed=seed)
     if isinstance(dev, FrameworkSide):  # PyTorch or ONNX Runtime: matched to the model, its matched tensors recorded
         dev = dev.bind(graph, arrays)

@@ -70,3 +70,19 @@ def test_a_stateful_model_is_refused_by_name_not_a_compile_failure(tmp_path):
     with pytest.raises(InputError, match="is stateful.*records models without variables only"):
         record(model, "CPU:f32", None, tmp_path / "c.npz")
     assert not (tmp_path / "c.npz").exists()
+
+
+def test_onnx_runtime_is_recorded_by_its_name_as_bisect_takes_it(tmp_path):
+    """record(model, "ORT") said "Unknown device 'ORT'" though bisect() takes the name (ORT(path) worked)."""
+    import onnx
+    import pytest
+
+    pytest.importorskip("onnxruntime")
+    from tests.model.test_load import _onnx_model
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_onnx_model(), path)
+    capture = record(str(path), "ORT", None, tmp_path / "ort.npz")
+    replayed = bisect(str(path), f"capture:{capture}", "CPU:f32", progress=False)
+    live = bisect(str(path), "ORT", "CPU:f32", progress=False)
+    assert replayed.ref.name.startswith("capture:") and [n.error for n in replayed.nodes] == [n.error for n in live.nodes]
