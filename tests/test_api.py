@@ -39,6 +39,8 @@ def test_fault_is_named_with_its_contract_fields():
     downstream = [n for n in report.culprits if n.index > first.index]
     assert downstream and all(n.role in ("inherits", "amplifier") for n in downstream)
     assert "first divergence 'mm2'" in repr(report)
+    # No rows asked for is not "none": the count stays (it read "Culprits: none." under a DIVERGES verdict)
+    assert f"Culprits: {len(report.culprits)} (not listed: top 0)." in report.to_text(top=0)
 
 
 def test_nan_produced_in_the_middle_names_its_producer():

@@ -124,6 +124,8 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120, costs: boo
         lines.append(f"Culprits (top {len(table.rows)} of {table.total}; * = first divergence{inside}; "
                      f"error = {run.metric}{shortened}):")
         lines += fitted
+    elif table.total:
+        lines.append(f"Culprits: {table.total} (not listed: top {top}).")
     else:
         lines.append("Culprits: none.")
     if len(v.outputs) > 1 or (v.outputs and v.any_over):

@@ -198,7 +198,7 @@ class RunFacts:
     metric: str
     strategy: str
     inputs: tuple[tuple[str, tuple[int, ...], str], ...]  # (name, shape, dtype)
-    seconds: float | None  # the sum of the timings (None without any)
+    seconds: float | None  # the sum of the stages' costs, which do not overlap (None without them)
     fidelity: Fidelity | None
     openvino_version: str
     openvino_versions: tuple[tuple[str, str], ...]  # `Report.openvino_versions`: by side when they differ
@@ -211,7 +211,8 @@ def run_facts(report: "Report") -> RunFacts:
                     ref_label=report.ref.label, target_label=report.target.label, compared=len(report.nodes),
                     metric=report.metric, strategy=report.strategy,
                     inputs=tuple((i.name, tuple(i.shape), i.dtype) for i in report.inputs),
-                    seconds=sum(report.timings.values()) if report.timings else None, fidelity=report.fidelity,
+                    seconds=sum(float(c.seconds) for c in report.costs.values()) if report.costs else None,
+                    fidelity=report.fidelity,
                     openvino_version=report.openvino_version,
                     openvino_versions=tuple(report.openvino_versions.items()), schema_version=report.schema_version)
 

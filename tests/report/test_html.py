@@ -86,6 +86,9 @@ def test_page_answers_where_how_bad_why_first(fault_report):
     assert order == sorted(order)
     assert "block1/conv1/before_fault" in page  # the unmatched node
     assert "OpenVINO" in page and "unit roundoff of f32" in page
+    # One total for the run, the text's: the stages' (the timers overlap; their sum counted a compile twice)
+    total = sum(c.seconds for c in fault_report.costs.values())
+    assert f"(total {total:.2f}s over the stages)" in page and f"Cost: {total:.1f}s" in fault_report.to_text()
 
 
 def test_default_strategy_page(fault_report):
