@@ -38,7 +38,9 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    **Dominant origins**: a node whose local error is over its tolerance and whose impact alone takes the outputs
    over their tolerance with `MOST` of the final error is a first divergence, also below a source by growth
    (unless an origin with evidence of its own is named upstream of it); a first divergence whose local error is
-   within its tolerance is then not one (it amplified what it was handed). Where no impact can be measured (a
+   within its tolerance is then not one (it amplified what it was handed), unless alone on the target it takes
+   the outputs over their tolerance with `MOST` of the final error (a twin's unit runs alone without the
+   quantizers on its inputs, which its impact run holds). Where no impact can be measured (a
    side that cannot run pieces of the model: another framework, a recording), a local error over its tolerance
    and `EXCESS` times its rounding-only one stands in for the impact.
 6. **Data movement never originates**: a Reshape, Transpose, Split, Slice, Concat, Gather ... adds no error. A
@@ -254,8 +256,11 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
     # does not, so its growth is what it amplified of what it inherited, a Softmax turning logits' absolute
     # differences into relative ones; a cancellation, which magnifies the rounding of its own inputs, shows that in
     # its local error and stays. With no first divergence left, the outputs' divergence has no single source.)
+    # Not one that alone on the target takes the outputs over their tolerance with most of the final error: its
+    # local run did not hold all that made its value after all (a twin's unit alone is fed the reference's values
+    # where the twin quantizes its inputs, and its impact run holds those quantizers, as NNCF's ignored scope does).
     demoted = [f for f in first if f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance
-               and (named or f in ev.whole_units)]
+               and (named or f in ev.whole_units) and not _explains(ev, f, final, limit)]
     for key in demoted:
         first.remove(key)
         nodes[key] = _with(nodes[key], first=False)
@@ -404,6 +409,12 @@ def _absorbed_by_consumers(graph: Any, ev: Evidence, nodes: Mapping[str, NodeSco
     return found
 
 
+def _explains(ev: Evidence, key: str, final: float, limit: float) -> bool:
+    """Alone on the target, `key` takes the outputs over their tolerance (`limit`) with `MOST` of the final error."""
+    impact = ev.impacts.get(key)
+    return impact is not None and impact >= MOST * final and impact > limit
+
+
 def _dominant(diverged: list[str], ev: Evidence, nodes: Mapping[str, NodeScore], final: float,
               limit: float) -> set[str]:
     """Rule 5, dominant origins (outputs over their tolerance): local error over its tolerance, and alone on the
@@ -411,10 +422,10 @@ def _dominant(diverged: list[str], ev: Evidence, nodes: Mapping[str, NodeScore],
     local error `EXCESS` times its rounding-only one instead."""
     found = set()
     for key in diverged:
-        local, impact = ev.local.get(key), ev.impacts.get(key)
+        local = ev.local.get(key)
         if local is None or local <= nodes[key].tolerance:
             continue
-        if impact is not None and impact >= MOST * final and impact > limit:
+        if _explains(ev, key, final, limit):
             found.add(key)
         elif not ev.impacts_possible and (ratio := excess(local, ev.expected.get(key))) is not None and ratio >= EXCESS:
             found.add(key)

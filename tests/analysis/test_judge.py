@@ -250,6 +250,22 @@ CASES = {
         {"fc": 1.2e-6, "add": 1.3e-6, "softmax": 1.1e-5}, ("softmax",), tolerances={"fc": 1.7e-6, "add": 1e-6, "softmax": 1.7e-6},
         outputs=((1.1e-5, 1e-5),), local={"add": 4.3e-7, "softmax": 0.0}, expected={"add": 1e-6, "softmax": 1.7e-6},
         impacts_possible=False, whole_units=frozenset({"add"})),
+    # ... nor when alone on the target it takes the outputs over their tolerance with most of the final error: an
+    # int8 twin's residual block whose convolution reads an activation quantized over a range an outlier channel
+    # widened (the relu's quantized output 7.1e-2 off, within its tolerance; the block 0.52, 7.3x that). Run alone
+    # its unit is fed the reference's unquantized values (2.1e-2); its impact run holds the input quantizer, as
+    # NNCF's ignored scope removes it with the block, and gives 0.29 of the final 0.35 (a ResNet through NNCF;
+    # "no single source" before, with a one-node verified fix beside it).
+    "a twin's amplifier whose impact explains the outputs": Case(
+        _chain(("relu", "Relu"), ("block", "Add"), ("fc", "MatMul")),
+        {"relu": 7.1e-2, "block": 0.52, "fc": 0.35}, ("block",), tolerances={"relu": 0.13, "block": 0.12, "fc": 0.18},
+        outputs=((0.35, 0.18),), local={"block": 2.1e-2, "fc": 4e-3}, impacts={"block": 0.29},
+        whole_units=frozenset({"block", "fc"})),
+    "the same amplifier whose impact is small": Case(
+        _chain(("relu", "Relu"), ("block", "Add"), ("fc", "MatMul")),
+        {"relu": 7.1e-2, "block": 0.52, "fc": 0.35}, (), tolerances={"relu": 0.13, "block": 0.12, "fc": 0.18},
+        outputs=((0.35, 0.18),), local={"block": 2.1e-2, "fc": 4e-3}, impacts={"block": 0.05},
+        whole_units=frozenset({"block", "fc"})),
     # A cancellation magnifies the rounding of its own inputs: alone, in the target's precision, it is far over its
     # tolerance, and stays named (the demo's instance norm against f16).
     "growth with error of its own": Case(
@@ -407,9 +423,12 @@ def _invariants(case: Case, verdict) -> None:
         assert key not in verdict.bystanders and nodes[key].role in ("source", "amplifier")
     for key in verdict.demoted:  # not a first divergence: no error of its own, while a dominant origin is named
         assert key not in verdict.first and ev.local[key] <= nodes[key].tolerance  # (or two implementations)
-    for key in verdict.first:  # makes error of its own, as far as a local error that ran all that made it can tell
+    for key in verdict.first:  # makes error of its own, as far as a local error that ran all that made it can tell,
+        # or alone on the target takes the outputs over their tolerance with most of the final error
+        impact = ev.impacts.get(key)
         assert (key in verdict.overflow or key in verdict.spikes or key in verdict.dominant or key not in ev.whole_units
-                or ev.local.get(key, math.inf) > nodes[key].tolerance)
+                or ev.local.get(key, math.inf) > nodes[key].tolerance
+                or impact is not None and impact > limit and impact >= 0.5 * final)
     for key, s in nodes.items():
         assert s.first == (key in verdict.first)
         assert (s.rank is not None) == (key in verdict.ranking)
