@@ -412,6 +412,7 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
     import json
 
     from bisect_ov.core.fileio import write_text_atomic
+    from bisect_ov.report.blocks import made_up_names
     from bisect_ov.report.html import render_page
 
     try:
@@ -435,6 +436,8 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
                 write_text_atomic(args.ignored_scope, json.dumps({"names": examined.ignored_scope()}, indent=1) + "\n")
                 console.say(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "
                             "nncf.IgnoredScope(**json.load(open(path)))")
+                if made_up := made_up_names(examined.ignored_scope()):
+                    console.say(f"  {', '.join(made_up)}: made up by the converter from a counter: quantize this IR")
     except OSError as err:
         if isinstance(err, BisectError):
             raise

@@ -183,3 +183,20 @@ def test_a_report_is_never_written_over_a_file_its_run_read(tmp_path):
     assert report.save(tmp_path / "r.json").exists()  # elsewhere, as before
     # A report loaded from JSON read no file: it writes where it is told.
     assert Report.load(tmp_path / "r.json").save(tmp_path / "again.json").exists()
+
+
+def test_a_fix_that_keeps_a_made_up_name_says_it_holds_for_this_file_only():
+    """A converter names a convolution its BatchNorm was folded into ``Multiply_<n>`` from a counter: the ignored
+    scope holds for this IR as saved; another conversion of the model names it otherwise (NNCF refuses it)."""
+    from bisect_ov.report.blocks import made_up_names
+
+    model = tiny_chain()
+    for op in model.get_ordered_ops():
+        if op.get_friendly_name() == "mm2":
+            op.set_friendly_name("MatMul_4330")
+    report = bisect(model, "CPU", F32, target_model=inject_fault(model, "MatMul_4330", "scale", 0.3), fix=True,
+                    progress=False)
+    assert report.ignored_scope() == ["MatMul_4330"]
+    text = " ".join(report.to_text().split())
+    assert "'MatMul_4330': named by the converter from a counter" in text and "quantize this IR file as saved" in text
+    assert made_up_names(["layer2.0.conv2", "Multiply_12", "__module.fc/aten::linear/MatMul"]) == ["'Multiply_12'"]

@@ -1,10 +1,8 @@
 """The verdict, decided once: every measured node's role, the first divergences and the ranking.
 
 `judge(graph, evidence)` is a pure function of records: the walked graph's topology and an `Evidence` record
-(each measured tensor's error and each node's tolerance, the final outputs, local errors, rounding-only expected
-errors, impacts, which nodes gained NaN/Inf, which only move values, which tensors exist only inside a kernel the
-target fused, and what the fidelity check found). No other code decides a role, a first divergence or the order
-of the culprits; the renderers and the report only read the `Verdict`.
+(all the run measured and found). No other code decides a role, a first divergence or the order of the culprits;
+the renderers and the report only read the `Verdict`.
 
 The rules, in the order they are applied (each reads the evidence, none edits another's answer):
 
@@ -38,9 +36,8 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    **Dominant origins**: a node whose local error is over its tolerance and whose impact alone takes the outputs
    over their tolerance with `MOST` of the final error is a first divergence, also below a source by growth
    (unless an origin with evidence of its own is named upstream of it); a first divergence whose local error is
-   within its tolerance is then not one (it amplified what it was handed), unless alone on the target it takes
-   the outputs over their tolerance with `MOST` of the final error (a twin's unit runs alone without the
-   quantizers on its inputs, which its impact run holds). Where no impact can be measured (a
+   within its tolerance is then not one (it amplified what it was handed), unless its impact so explains the
+   outputs (a twin's unit runs alone without its input quantizers, which its impact run holds). Where no impact can be measured (a
    side that cannot run pieces of the model: another framework, a recording), a local error over its tolerance
    and `EXCESS` times its rounding-only one stands in for the impact.
 6. **Data movement never originates**: a Reshape, Transpose, Split, Slice, Concat, Gather ... adds no error. A
@@ -104,21 +101,18 @@ class Evidence:
         Error of each measured tensor under the run's metric, by (node key, port); NaN counts as infinite.
     tolerances
         Tolerance of each measured node, by key (a movement op carries its producer's).
-    outputs
-        (error, tolerance) of each final output.
-    flips
-        Top-1 answers that flipped over many samples (outputs disagreeing whatever the examined error).
+    outputs, flips
+        (error, tolerance) of each final output; top-1 answers that flipped over many samples.
     local, expected, impacts
         By node key: local error (alone on the target, fed the reference's inputs), the rounding-only local error
         (the emulated device of the target's precision), the final error with only that node on the target.
     nonfinite
         Keys of nodes whose target output gained NaN/Inf where the reference's is finite.
-    movement
-        Keys of nodes that only move values (`MOVEMENT`).
-    inside_kernel
-        Key -> kernel name, for tensors that exist only inside a kernel of the untouched target.
-    kernel_outputs
-        Kernel name -> keys of its nodes whose tensors the target stored (the kernel's outputs).
+    movement, steps
+        Keys of nodes that only move values (`MOVEMENT`); of nodes whose output steps (`STEPS`).
+    inside_kernel, kernel_outputs
+        Key -> kernel name, for tensors that exist only inside a kernel of the untouched target; kernel name ->
+        keys of its nodes whose tensors the target stored (the kernel's outputs).
     peaks
         By node key: (largest element error / the reference's largest magnitude, relative L2 error) of its worst
         floating output, when the run's metric is relative L2 (empty otherwise: no concentrated-error rule).
@@ -126,8 +120,6 @@ class Evidence:
         The same with the worst element's error against its own size plus the rms (`TensorStats.max_elem_rel`).
     max_abs
         By node key: the largest absolute element error of its floating outputs (rule 2's bounded slopes).
-    steps
-        Keys of nodes whose output steps (`STEPS`).
     rejected, localized
         The fidelity check rejected the taps; the node partitioned runs localized instead (or None).
     impacts_possible
@@ -251,14 +243,11 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         if s.role not in ("source", "amplifier"):
             nodes[key] = _with(s, role="amplifier" if s.inherited > s.tolerance else "source")
         first.append(key)
-    # (That holds without a dominant origin too when the local error ran all that made the node's value: fed the
-    # reference's inputs, in the target's precision, within its tolerance, the node adds nothing its precision
-    # does not, so its growth is what it amplified of what it inherited, a Softmax turning logits' absolute
-    # differences into relative ones; a cancellation, which magnifies the rounding of its own inputs, shows that in
-    # its local error and stays. With no first divergence left, the outputs' divergence has no single source.)
-    # Not one that alone on the target takes the outputs over their tolerance with most of the final error: its
-    # local run did not hold all that made its value after all (a twin's unit alone is fed the reference's values
-    # where the twin quantizes its inputs, and its impact run holds those quantizers, as NNCF's ignored scope does).
+    # (Also without a dominant origin when the local error ran all that made the node's value: within its tolerance,
+    # its growth is what it amplified of what it inherited, a Softmax turning logits' absolute differences into
+    # relative ones; a cancellation shows its own error in its local error and stays. Not one whose impact explains
+    # the outputs: its local run lacked what made its value, a twin's input quantizers. With no first divergence
+    # left, the outputs' divergence has no single source.)
     demoted = [f for f in first if f not in protected and f in ev.local and ev.local[f] <= nodes[f].tolerance
                and (named or f in ev.whole_units) and not _explains(ev, f, final, limit)]
     for key in demoted:
@@ -411,8 +400,7 @@ def _absorbed_by_consumers(graph: Any, ev: Evidence, nodes: Mapping[str, NodeSco
 
 def _explains(ev: Evidence, key: str, final: float, limit: float) -> bool:
     """Alone on the target, `key` takes the outputs over their tolerance (`limit`) with `MOST` of the final error."""
-    impact = ev.impacts.get(key)
-    return impact is not None and impact >= MOST * final and impact > limit
+    return (impact := ev.impacts.get(key)) is not None and impact >= MOST * final and impact > limit
 
 
 def _dominant(diverged: list[str], ev: Evidence, nodes: Mapping[str, NodeScore], final: float,

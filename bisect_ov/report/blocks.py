@@ -9,6 +9,7 @@ finished `Report`; reads its records only.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,16 @@ def _fix_tolerance(report: "Report") -> str:
     return f"its tolerance {fmt(report.fix.tolerance)}"
 
 
+# A name OpenVINO or a converter made up from a process-wide counter (``Multiply_4330``: a convolution its
+# BatchNorm was folded into): it changes with every conversion.
+MADE_UP = re.compile(r"[A-Z][A-Za-z]*_\d+")
+
+
+def made_up_names(names: list[str]) -> list[str]:
+    """The `names` that look made up from a counter (`MADE_UP`), each quoted."""
+    return [f"'{n}'" for n in names if MADE_UP.fullmatch(n)]
+
+
 def _fix(report: "Report") -> Block | None:
     fix = report.fix
     if fix is None:
@@ -99,6 +110,11 @@ def _fix(report: "Report") -> Block | None:
         lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")
     if report.target_model and keep:
         lines.append(f"  NNCF: ignored_scope=nncf.IgnoredScope(names={report.ignored_scope()!r})")
+        made_up = made_up_names(report.ignored_scope())
+        if made_up:
+            lines.append(f"  {', '.join(made_up)}: named by the converter from a counter, so another conversion of "
+                         "the same model names it otherwise (NNCF then refuses the scope): quantize this IR file as "
+                         "saved (ov.Core().read_model) for these names to hold")
     if fix.error_on_target is not None:
         held = "it holds" if fix.error_on_target <= fix.tolerance else "over the tolerance: the partitioned runs do not"
         lines.append(f"  on the target as a patched model (those nodes marked disable_fp16_compression, run whole): "
