@@ -124,7 +124,33 @@ def run_side(core: ov.Core, folder: pathlib.Path, spec: dict, side: str, inputs,
         else:
             feed[name] = value
     result = compiled.create_infer_request().infer(feed)
+    RAN[side] = _ran(compiled)
     return [_as_float32(result[port], port.get_element_type()) for port in compiled.outputs]
+
+
+def _text(value) -> str:
+    """An rt_info entry as text (OpenVINO hands an `OVAny`)."""
+    return str(value.astype(str)) if hasattr(value, "astype") else str(value)
+
+
+RAN: dict = {}  # side -> the precisions its compute ops ran in, read back from the compiled model's runtime graph
+
+
+def _ran(compiled) -> list:
+    """The precisions the compiled piece's compute ops ran in (its runtime graph's ``runtimePrecision``), sorted;
+    empty where the device does not say."""
+    try:
+        ops = compiled.get_runtime_model().get_ordered_ops()
+    except Exception:
+        return []
+    found = set()
+    for op in ops:
+        info = op.get_rt_info()
+        kind = _text(info["layerType"]) if "layerType" in info else op.get_type_name()
+        if "runtimePrecision" in info and kind not in ("Input", "Output", "Parameter", "Result", "Const", "Reorder",
+                                                         "Convert"):
+            found.add(_text(info["runtimePrecision"]).lower())
+    return sorted(p for p in found if p not in ("undefined", "dynamic"))
 
 
 def _device(own: dict, name: str | None, flag: str) -> tuple[bool, str, dict]:
@@ -158,7 +184,7 @@ def run(folder: str | pathlib.Path = HERE, *, ref: str | None = None, target: st
     core = ov.Core()
     target_out = run_side(core, folder, spec, "target", inputs, target)
     result = {"openvino": ov.get_version(), "metric": spec["metric"], "target": target or spec["target"]["label"],
-              "outputs": []}
+              "outputs": [], "target_ran": RAN.get("target", [])}
     ref_out = None
     if not skip_ref and (ref is not None or spec["reference"].get("runnable", True)):
         ref_out = run_side(core, folder, spec, "reference", inputs, ref)
@@ -216,6 +242,11 @@ def main(argv=None) -> int:
         if "reference_error" in out:
             line += f"; reference {result['reference']} {_fmt(out['reference_error'])}"
         print(line)
+    asked = args.target.partition(":")[2].lower() if args.target else ""
+    ran = result["target_ran"]
+    if asked in ("f16", "bf16") and ran and asked not in ran:
+        print(f"  note: asked {asked}, the piece's ops ran in {', '.join(ran)} (the device's runtime graph): alone, "
+              "a piece may not run as its op did inside the whole model (a lone op fed f32 stays in f32)")
     print("REPRODUCED: the target diverges from the reference's values." if result["reproduced"]
           else "Not reproduced: the target stays within the tolerance.")
     return 1 if result["reproduced"] else 0

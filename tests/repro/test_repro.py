@@ -60,6 +60,26 @@ def test_the_demo_s_first_divergence_reproduces_in_a_fresh_process(demo_f16, tmp
         assert sorted(inputs.files) == ["in0", "in1"]
 
 
+def test_run_py_says_when_the_piece_did_not_run_in_the_precision_asked(demo_f16, tmp_path):
+    """Asked for another device's bf16, a lone op fed f32 may stay in f32 (the CPU keeps it so): run.py reads the
+    precisions back from the runtime graph and says so beside "Not reproduced" (it said nothing)."""
+    import contextlib
+    import importlib.util
+    import io
+
+    demo_f16.repro(tmp_path / "repro")
+    spec = importlib.util.spec_from_file_location("repro_run", tmp_path / "repro" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        module.main(["--target", "CPU:bf16"])
+    ran = module.run(tmp_path / "repro", target="CPU:bf16")["target_ran"]
+    assert ran, "the CPU's runtime graph names each op's precision"
+    noted = "note: asked bf16, the piece's ops ran in" in out.getvalue()
+    assert noted == ("bf16" not in ran), out.getvalue()
+
+
 def _case(name: str):
     """(report, the culprit's name) of a case: 1 (a long softmax with one f16 accumulator), 2 (an instance norm
     behind an offset, in f16), 3 (an int8 twin on the CPU), 4 (an integer convolution saturating f16)."""
