@@ -376,10 +376,9 @@ def _check_display(args, console: Console) -> None:
     """Refuse display options that cannot be honoured; with a file on stdout, the text goes to stderr."""
     from bisect_ov.core.fileio import check_writable
 
-    if args.top < 0:
-        raise InputError(f"--top must be 0 or more; got {args.top}.")
-    if args.width < 40:
-        raise InputError(f"--width must be at least 40 columns; got {args.width}.")
+    for flag, value, low, what in (("--top", args.top, 0, "0 or more"), ("--width", args.width, 40, "at least 40 columns")):
+        if value < low:
+            raise InputError(f"{flag} must be {what}; got {value}.")
     if _stdout(args.json) and _stdout(args.html):
         raise InputError("--json - and --html - both ask for stdout: write one of them to a file.")
     for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model),
@@ -458,7 +457,6 @@ def _capture(args, console: Console) -> int:
     if _stdout(args.out):
         raise InputError("-o - would write the capture to stdout; a capture is an .npz file written whole. Pass a file "
                          "name, such as capture.npz (or ./- for a file of that name).")
-
     path = record(
         _model(args.model), args.device, _inputs(args), args.out, config=dict(args.config), mode=args.mode,
         sample=args.sample, seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
@@ -475,6 +473,7 @@ def _capture(args, console: Console) -> int:
 
 
 def _repro(args, console: Console) -> int:
+    from bisect_ov.capture.device import refuse_recorded_target
     from bisect_ov.repro.folder import check_folder, inside
 
     if args.target is None:
@@ -482,6 +481,7 @@ def _repro(args, console: Console) -> int:
     if args.max_nodes < 1:
         raise InputError(f"--max-nodes must be at least 1; got {args.max_nodes}.")
     folder = check_folder(args.out, args.overwrite)  # refused before the run, not after it
+    refuse_recorded_target(args.target)  # a recording runs no piece: said before the run, not after it
     for flag, path in (("--json", args.json), ("--html", args.html), ("--patched-model", args.patched_model),
                        ("--ignored-scope", args.ignored_scope)):
         if path is not None and not _stdout(path) and inside(path, folder):

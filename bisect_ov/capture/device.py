@@ -38,7 +38,7 @@ from bisect_ov.model.taps import Tap
 from bisect_ov.run.devices import Compiled, Device, infer_each, make_device, register_device
 
 __all__ = ["RecordedDevice", "RecordedCompiled", "SampledDevice", "SampledCompiled", "sampled_like", "RecordedPlan",
-           "plan_recorded"]
+           "plan_recorded", "refuse_recorded_target"]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -313,8 +313,17 @@ class RecordedPlan:
     notes: list[str] = field(default_factory=list)
 
 
+def refuse_recorded_target(name: Any) -> None:
+    """Refuse a reproducer whose target is a recording (``capture:FILE``), before anything runs."""
+    if isinstance(name, str) and name.startswith("capture:"):
+        device = make_device(name, role="target")
+        if isinstance(device, RecordedDevice):
+            device.repro_side(device.device_info(), "target")
+
+
 def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool = False,
-                  models: tuple[Any, Any] | None = None) -> RecordedPlan:
+                  models: tuple[Any, Any] | None = None, labels: tuple[str | None, str | None] = (None, None)
+                  ) -> RecordedPlan:
     """Adapt a comparison to recorded devices: the one integration point `bisect()` needs.
 
     * `inputs` None: the capture's recorded inputs (the reference's capture first; a recorded target's by
@@ -324,7 +333,8 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
     * A recorded device cannot run pieces of the model: local errors are off when the target is recorded or
       a side is sampled, partitioned runs (impact, fix, delegation, curve) whenever a side is recorded.
     * `models` (the compared model, the twin or None): each capture is checked against the model its side runs
-      before its inputs are used (a capture of another model said "got 1 input array(s) for 2 inputs").
+      before its inputs are used (a capture of another model said "got 1 input array(s) for 2 inputs"); `labels`
+      name them as the user gave them (a file, where the loaded model read as "ov.Model from ONNX").
 
     Raises
     ------
@@ -336,9 +346,10 @@ def plan_recorded(ref: Device, target: Device, inputs: Any = None, *, twin: bool
     if not recorded and not any(d.sampled for d in sides.values()):
         return RecordedPlan(ref, target, inputs)
     for key, device in recorded.items():
-        model = models and (models[1] if key == "target" and models[1] is not None else models[0])
+        side = 1 if key == "target" and models is not None and models[1] is not None else 0
+        model = models and models[side]
         if model is not None:
-            device.check_model(model)
+            device.check_model(model, label=labels[side])
     notes: list[str] = []
     stats = {k: d.capture for k, d in recorded.items() if d.capture.mode == "stats"}
     if stats:

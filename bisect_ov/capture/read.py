@@ -30,6 +30,7 @@ from bisect_ov.capture.format import FORMAT, HEADER, MODES, SCHEMA_VERSION, NpzW
 from bisect_ov.capture.schema import check_header, check_members
 from bisect_ov.core import codec
 from bisect_ov.core.errors import CaptureError
+from bisect_ov.core.fileio import refuse_overlaps
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
@@ -341,7 +342,8 @@ def merge_captures(paths: Iterable[str | os.PathLike | Capture], out: str | os.P
             if a != b:
                 shown = (f"{len(a)} vs {len(b)} tensors" if what == "recorded tensors" else f"{a!r} vs {b!r}")
                 raise CaptureError(
-                    f"Cannot merge '{first.path.name}' and '{other.path.name}': their {what} differ ({shown}). "
+                    f"Cannot merge '{first.path.name}' and '{other.path.name}': their {what} "
+                    f"{'differ' if what.endswith('s') else 'differs'} ({shown}). "
                     "Only captures of the same model on the same device, OpenVINO version and mode merge."
                 )
     seen: dict[str, str] = {}
@@ -354,6 +356,8 @@ def merge_captures(paths: Iterable[str | os.PathLike | Capture], out: str | os.P
             seen[s["inputs_hash"]] = where
             entries.append((cap, n, s))
     out = pathlib.Path(out)
+    refuse_overlaps([("the merged capture", out)], [(f"the capture '{c.path.name}'", c.path) for c in captures],
+                    error=CaptureError)
     header = json.loads(json.dumps(first.header))
     header["samples"] = []
     header["merged_from"] = [c.path.name for c in captures]

@@ -58,7 +58,7 @@ from bisect_ov.experiments.scaling import find_scale_factor, least_headroom
 from bisect_ov.experiments.twin import layer_sensitivity, twin_fix_candidates, twin_tolerance
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph, weight_bytes
-from bisect_ov.model.load import load_model
+from bisect_ov.model.load import load_model, model_label
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import Stateless, is_stateful, make_stateless
 from bisect_ov.model.taps import Tap, tensor_sizes
@@ -107,7 +107,8 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     # Recorded runs (captures) replay what another machine ran: they supply inputs, and cannot run pieces.
     plan = plan_recorded(make_device(ref, dict(options.ref_config), role="ref"),
                          make_device(target, dict(options.target_config), role="target"), inputs,
-                         twin=ov_target is not None, models=(graph.model, ov_target))
+                         twin=ov_target is not None, models=(graph.model, ov_target),
+                         labels=(model_label(model), model_label(target_model) if target_model is not None else None))
     # What can run is decided here, once (local errors: the target runs pieces fed with the reference's values;
     # the tap budget in bytes from the weights); later stages read the resolved values.
     resolved = options.resolve(local_possible=plan.local and plan.target.can_run_pieces,

@@ -143,6 +143,9 @@ def _emulated_device(spec: str, config: dict[str, Any], role: str) -> Device:
             f"Unknown emulated device '{spec}'. Use EMU:f16, EMU:bf16, EMU:f16-acc, EMU:bf16-acc, "
             "or EMU:f16-accN for N parallel partial sums (EMU:f16-acc1: one sequential accumulator)."
         )
+    if lanes and int(lanes) < 1:
+        raise InputError(f"Unknown emulated device '{spec}': EMU:{precision}-accN takes N >= 1 parallel partial sums "
+                         f"(EMU:{precision}-acc1: one sequential accumulator).")
     return EmulatedDevice(precision, reductions=bool(acc), lanes=int(lanes) if lanes else 16, name=spec)
 
 

@@ -202,7 +202,7 @@ def test_bad_requests_are_refused_and_say_what_to_do(demo_f16, tmp_path):
     assert not (tmp_path / "from_json").exists() and not (tmp_path / "ok").exists()
 
 
-def test_a_recorded_target_is_refused(tmp_path):
+def test_a_recorded_target_is_refused(tmp_path, monkeypatch):
     from bisect_ov.capture import record
 
     model = synthetic.demo()
@@ -220,6 +220,19 @@ def test_a_recorded_target_is_refused(tmp_path):
     assert Report.load(tmp_path / "r.json").target.recorded
     del saved["target"]["recorded"]
     assert Report.from_dict(saved).target.recorded and not Report.from_dict(saved).ref.recorded
+    # The command line says so before the comparison runs (it ran it whole first)
+    import openvino as ov
+
+    from bisect_ov.cli import main
+
+    ov.save_model(model, tmp_path / "demo.xml")
+    ran = []
+    import bisect_ov.cli as cli
+
+    monkeypatch.setattr(cli, "_run", lambda *a, **k: ran.append(1))
+    assert main(["repro", str(tmp_path / "demo.xml"), "--target", f"capture:{tmp_path / 't.npz'}", "-o",
+                 str(tmp_path / "cli"), "-q"]) == 2
+    assert not ran and not (tmp_path / "cli").exists()
 
 
 def test_a_piece_that_does_not_reproduce_grows_upstream_or_nothing_is_written(demo_f16, tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import textwrap
 import zipfile
 
 import numpy as np
+import onnx
 import pytest
 
 import bisect_ov
@@ -520,15 +521,21 @@ def test_captures_of_one_file_loaded_again_merge_and_play_back(tmp_path):
 def test_merge_refuses_different_models_and_devices(tmp_path):
     a = record(tiny_chain(), "CPU:f32", None, tmp_path / "a.npz", seed=0)
     other = record(tiny_chain(depth=3), "CPU:f32", None, tmp_path / "other.npz", seed=1)
-    with pytest.raises(CaptureError, match="Cannot merge 'a.npz' and 'other.npz': their model structure hash differ"):
+    with pytest.raises(CaptureError, match="Cannot merge 'a.npz' and 'other.npz': their model structure hash differs"):
         merge_captures([a, other], tmp_path / "m.npz")
     emulated = record(tiny_chain(), "EMU:f16", None, tmp_path / "emu.npz", seed=1)
-    with pytest.raises(CaptureError, match="their device differ \\('CPU:f32' vs 'EMU:f16'\\)"):
+    with pytest.raises(CaptureError, match="their device differs \\('CPU:f32' vs 'EMU:f16'\\)"):
         merge_captures([a, emulated], tmp_path / "m.npz")
     stats = record(tiny_chain(), "CPU:f32", None, tmp_path / "s.npz", seed=1, mode="stats")
-    with pytest.raises(CaptureError, match="their mode differ"):
+    with pytest.raises(CaptureError, match="their mode differs"):
         merge_captures([a, stats], tmp_path / "m.npz")
     assert not (tmp_path / "m.npz").exists()
+    # Nor over one of the captures it reads (its sample would live on in the merge, the file would not)
+    b = record(tiny_chain(), "CPU:f32", None, tmp_path / "b.npz", seed=1)
+    before = a.read_bytes()
+    with pytest.raises(CaptureError, match="the merged capture .*a.npz.* is the capture 'a.npz'.*which this run reads"):
+        merge_captures([a, b], a)
+    assert a.read_bytes() == before
 
 
 # ----- across processes, through bisect() ---------------------------------------------------------------------
@@ -719,3 +726,12 @@ def test_a_capture_of_another_model_is_refused_before_its_inputs_are_used(tmp_pa
         bisect(other, f"capture:{capture}", "CPU:f32", progress=False)
     with pytest.raises(CaptureError, match="they differ"):
         bisect(other, "CPU:f32", f"capture:{capture}", progress=False)
+    # A file is named as the user gave it (an ONNX file read as "ov.Model from ONNX")
+    onnx_path = tmp_path / "other.onnx"
+    onnx.save(onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])]),
+        opset_imports=[onnx.helper.make_opsetid("", 13)]), onnx_path)
+    with pytest.raises(CaptureError, match="but the model given is 'other.onnx'"):
+        bisect(str(onnx_path), f"capture:{capture}", "CPU:f32", progress=False)
