@@ -200,3 +200,17 @@ def test_a_fix_that_keeps_a_made_up_name_says_it_holds_for_this_file_only():
     text = " ".join(report.to_text().split())
     assert "'MatMul_4330': named by the converter from a counter" in text and "quantize this IR file as saved" in text
     assert made_up_names(["layer2.0.conv2", "Multiply_12", "__module.fc/aten::linear/MatMul"]) == ["'Multiply_12'"]
+
+
+def test_every_quantized_layer_gets_a_local_error_its_own_or_its_fused_group_s():
+    """With the default strategy a layer the target fused into a group is measured with that group: its sensitivity
+    row gives the group's local error and names the group (every row read "- local")."""
+    from bisect_ov.zoo import synthetic
+
+    fp32, int8 = synthetic.fp32_and_int8()
+    report = bisect(fp32, "CPU:f32", "CPU:f32", target_model=int8, sensitivity=True, progress=False)
+    assert report.sensitivity and all(s.local_error is not None for s in report.sensitivity)
+    for s in report.sensitivity:
+        if s.local_unit is not None:
+            assert report.node(s.local_unit).local_error == s.local_error
+    assert "local of its fused group" in report.to_text()

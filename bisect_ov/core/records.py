@@ -93,6 +93,7 @@ class LayerSensitivity:
     quantization: str  # "int4 weights (i4, group 64, symmetric)", "int8 activations", ...
     local_error: float | None
     impact: float
+    local_unit: str | None = None  # the fused group whose local error `local_error` is, when not the layer's own
 
 
 @dataclass(frozen=True)

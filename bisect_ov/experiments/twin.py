@@ -159,17 +159,23 @@ def quantized_units(engine: Engine) -> list[str]:
 
 
 def layer_sensitivity(engine: Engine, error: Callable[[set[str]], float], local: Mapping[str, float],
-                      limit: int | None = None) -> tuple[LayerSensitivity, ...]:
+                      limit: int | None = None, units: Mapping[str, Sequence[str]] | None = None
+                      ) -> tuple[LayerSensitivity, ...]:
     """Each quantized node's local error and the final-output error when it alone runs quantized, worst first.
 
     `error(keys)` is the final-output error of a partitioned run with `keys` on the twin (`mixed.MixedRuns.error`).
+    A layer measured only inside a fused group of `units` (unit key -> members) gets that group's local error,
+    named (`LayerSensitivity.local_unit`).
     """
     graph, quantized = engine.runner.graph, engine.runner.match.quantized
+    group_of = {m: u for u, members in (units or {}).items() if u in local for m in members}
     rows = []
     for key in quantized_units(engine)[:limit]:
+        unit = group_of.get(key) if key not in local else None
         rows.append(LayerSensitivity(name=graph[key].name, op_type=graph[key].op_type,
-                                     quantization=quantized[key].describe(), local_error=local.get(key),
-                                     impact=error({key})))
+                                     quantization=quantized[key].describe(),
+                                     local_error=local.get(key, local.get(unit) if unit else None), impact=error({key}),
+                                     local_unit=graph[unit].name if unit else None))
     return tuple(sorted(rows, key=lambda r: -r.impact))
 
 

@@ -444,7 +444,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             if planned.impact:
                 impact = _impacts(runs, impact_suspects(scores, local, scored.tolerances), units, planned.impact,
                                   scored)
-            sensitivity = layer_sensitivity(engine, runs.error, local) if planned.sensitivity else ()
+            sensitivity = layer_sensitivity(engine, runs.error, local, units=units_run) if planned.sensitivity else ()
             fix, scale_factor, clamp, kernel_setting = None, None, None, None
             limit = (planned.fix_limit if planned.fix_limit is not None
                      else min((o.tolerance for o in scored.outputs), default=0.0))

@@ -128,6 +128,7 @@ def _sensitivity(report: "Report") -> Block | None:
     lines = [f"Layer sensitivity ({len(report.sensitivity)} quantized layers; impact = final error when only that "
              "layer is quantized; local = its own error fed with reference inputs):"]
     lines += [f"  {fmt(s.impact)} impact, {fmt(s.local_error)} local  {s.name} ({s.op_type}): {s.quantization}"
+              + (f"; local of its fused group '{s.local_unit}'" if s.local_unit else "")
               for s in report.sensitivity[:10]]
     return Block("sensitivity", tuple(lines))
 
