@@ -189,12 +189,23 @@ def fit_table(header: Sequence[str], rows: Sequence[tuple[str, ...]], width: int
 
 
 def _middle(name: str, w: int) -> str:
-    """A node name cut to `w`: its operation left out first (the op column shows it), then its middle, so that
-    the start and the distinctive end stay (``model.layers.1.mlp.up_proj`` and ``...down_proj`` both ended
-    ``model.layers.1.mlp.~``)."""
+    """A node name cut to `w`: its operation left out first (the op column shows it); then a dotted module path's
+    words shortened to their first letter, the middle ones first, and the start of its last word cut
+    (``b.1.l.0.~yer_norm``: the layer numbers stay, where ``block.1.layer.0.layer_norm`` and
+    ``block.1.layer.1...`` both read ``block.1.~yer_norm``); any other name loses its middle, so that the start and
+    the distinctive end stay (``...up_proj`` and ``...down_proj`` both ended ``model.layers.1.mlp.~``)."""
     base = name.split(" (", 1)[0]
     if len(base) < w:
         return base + "~"
+    words = base.split(".")
+    if len(words) > 2:
+        for span in (range(1, len(words) - 1), range(1)):  # the middle words (alike in every row), then the first
+            words = [x[0] if i in span and not x.isdigit() else x for i, x in enumerate(words)]
+            if len(".".join(words)) <= w:
+                return ".".join(words)
+        prefix = ".".join(words[:-1]) + "."
+        if w - len(prefix) - 1 >= 4:
+            return prefix + "~" + words[-1][len(words[-1]) - (w - len(prefix) - 1):]
     head = max(1, (w - 1) // 2)
     return base[:head] + "~" + base[len(base) - max(0, w - 1 - head):] if w > 2 else base[: max(1, w - 1)] + "~"
 
