@@ -214,3 +214,16 @@ def test_every_quantized_layer_gets_a_local_error_its_own_or_its_fused_group_s()
         if s.local_unit is not None:
             assert report.node(s.local_unit).local_error == s.local_error
     assert "local of its fused group" in report.to_text()
+
+
+def test_a_twin_of_another_checkpoint_is_said_to_be_no_quantization_of_the_model():
+    """Its error was reported as a badly quantized first layer ("19.9x the tolerance of quantization rounding")."""
+    from bisect_ov.zoo import synthetic
+
+    fp32, int8 = synthetic.fp32_and_int8(seed=0)
+    _, other = synthetic.fp32_and_int8(seed=1)  # the same architecture, other weights
+    wrong = bisect(fp32, "CPU:f32", "CPU:f32", target_model=other, budget="fast", progress=False)
+    said = [n for n in wrong.notes if n.startswith("The target model's weights are not the model's quantized")]
+    assert said and "of the 6 layers compared differ" in said[0], wrong.notes
+    right = bisect(fp32, "CPU:f32", "CPU:f32", target_model=int8, budget="fast", progress=False)
+    assert not [n for n in right.notes if "weights are not the model's" in n]

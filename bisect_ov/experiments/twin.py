@@ -197,3 +197,46 @@ def twin_fix_candidates(engine: Engine, sensitivity, local: dict[str, float], fi
         keys.sort(key=lambda k: -local.get(k, 0.0))
     units: list[tuple[str, ...]] = [(k,) for k in first if k not in keys]
     return units + [(k,) for k in keys]
+
+
+WEIGHTED = frozenset({"Convolution", "GroupConvolution", "MatMul", "ConvolutionBackpropData"})
+FOREIGN_WEIGHTS = 0.5  # a twin's weights this far from the model's (relative L2) are no quantization of them
+
+
+def foreign_weights_note(graph: ModelGraph, target: ModelGraph, match: Match, *, layers: int = 6) -> tuple[str, ...]:
+    """A note when the twin's weights, as its ops read them (dequantized, decompressed), are not the model's
+    quantized: at most of the `layers` smallest weighted layers they differ by `FOREIGN_WEIGHTS` or more (relative
+    L2; int4 changes them by a few percent, int8 by less). A twin of another checkpoint or seed was reported as a
+    badly quantized first layer."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    def weight(g: ModelGraph, key: str) -> str | None:
+        node = g[key]
+        if node.op_type not in WEIGHTED or len(node.inputs) < 2 or g[node.inputs[1][0]].kind not in ("constant", "static"):
+            return None
+        return node.inputs[1][0]
+
+    pairs = [(r, t) for r, t in match.target_op().items() if r in graph and t in target
+             and weight(graph, r) is not None and weight(target, t) is not None]
+    size = lambda k: math.prod(graph[k].outputs[0].shape or (0,))  # noqa: E731
+    pairs = sorted(pairs, key=lambda p: size(p[0]))[:layers]
+    if len(pairs) < 2:
+        return ()
+    try:
+        values = []
+        for g, keys in ((graph, [r for r, _ in pairs]), (target, [t for _, t in pairs])):
+            inputs = [op.input_value(1) for op in g.ops_of(g.model, keys)]
+            compiled = ov.Core().compile_model(ov.Model([ops.result(v) for v in inputs], []), "CPU",
+                                               {"INFERENCE_PRECISION_HINT": "f32"})
+            values.append([np.asarray(a, np.float64) for a in compiled.create_infer_request().infer({}).values()])
+    except Exception as err:  # a weight the CPU cannot evaluate alone: no claim either way
+        log.info("The twin's weights were not compared: %s", err)
+        return ()
+    apart = [float(np.linalg.norm(t - m) / max(np.linalg.norm(m), 1e-30)) for m, t in zip(*values) if m.shape == t.shape]
+    if len(apart) < 2 or sorted(apart)[len(apart) // 2] < FOREIGN_WEIGHTS:
+        return ()
+    return (f"The target model's weights are not the model's quantized: {sum(a >= FOREIGN_WEIGHTS for a in apart)} of "
+            f"the {len(apart)} layers compared differ by {min(apart):.2g} to {max(apart):.2g} (relative L2, as the "
+            "ops read them; int8 or int4 quantization changes them by a few percent at most). Is it the twin of this "
+            "model, and not of another checkpoint or seed? Its error is then no quantization error.",)

@@ -55,7 +55,7 @@ from bisect_ov.experiments.partitioned import (
 from bisect_ov.experiments.partitioned import impact as impact_of
 from bisect_ov.experiments.remedies import remedy_costs
 from bisect_ov.experiments.scaling import find_scale_factor, least_headroom
-from bisect_ov.experiments.twin import layer_sensitivity, twin_fix_candidates, twin_tolerance
+from bisect_ov.experiments.twin import foreign_weights_note, layer_sensitivity, twin_fix_candidates, twin_tolerance
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model, model_label
@@ -150,7 +150,8 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     # the cast notes are the examined sample's
     notes = (tuple(plan.notes) + bound.notes + (_one_sample_classes(graph, options) if run is None else ())
              + (summary.notes if summary is not None else ()) + sweep_notes + cast
-             + _input_notes(graph, examined.ref) + _state_notes(loaded, options))
+             + _input_notes(graph, examined.ref) + _state_notes(loaded, options)
+             + (foreign_weights_note(graph, target_graph, runner.match) if ov_target is not None else ()))
     return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock,
                  loaded.state, loaded.target_state, frameworks=bound.frameworks, truth=bound.truth,
                  untouched=untouched)
