@@ -267,6 +267,30 @@ def test_case5_every_square_that_overflows_from_finite_inputs_is_a_source_whatev
     assert f"f16 headroom: {len(over)} node(s) whose reference values exceed 65,504" in " ".join(report.to_text().split())
 
 
+def test_case5_the_patched_model_is_the_stateful_export_marked(tmp_path):
+    """The marks go on the model as exported (its variables kept): the stateless form the comparison runs, with
+    the KV cache as state:* inputs, was written, which optimum-intel's generate() could not run."""
+    import openvino as ov
+
+    from bisect_ov.model.state import is_stateful
+    from bisect_ov.zoo import cache
+
+    if cache.missing_packages():
+        pytest.skip(f"building the LLM needs the zoo extra (missing {cache.missing_packages()})")
+    from bisect_ov.zoo.llm_cases import massive_llama
+    from examples.case5_llm_overflow import PEAK
+
+    model = massive_llama(layers=1, peak=PEAK)
+    report = bisect(model, "CPU:f32", "EMU:f16", prompt_length=8, noise=False, impact=0, fix=True,
+                    patched_model=tmp_path / "patched.xml", progress=False)
+    assert report.fix is not None and report.fix.on_reference and report.fix.patched_model
+    patched = ov.Core().read_model(tmp_path / "patched.xml")
+    assert is_stateful(patched) and [p.get_any_name() for p in patched.inputs] == [p.get_any_name() for p in model.inputs]
+    marked = {op.get_friendly_name() for op in patched.get_ordered_ops()
+              if any("disable_fp16" in k.lower() or "precisionconversion" in k.lower() for k in op.get_rt_info())}
+    assert marked == set(report.ignored_scope() or [report.node(k).name for k in report.fix.on_reference]), marked
+
+
 def test_case5_fix_covers_every_layer_as_a_pattern_and_is_verified(case5):
     from examples.case5_llm_overflow import LAYERS
 

@@ -68,7 +68,11 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
     fix = findings.fix
     if fix is not None and options.patched_model is not None:
         fix = dataclasses.replace(
-            fix, patched_model=str(save_patched(setup.model, session.runner.graph, fix.on_reference, options.patched_model)))
+            # a stateful model's marks go on it as given (its stateless form, with the variables as inputs, is
+            # no model a generate() loop runs)
+            fix, patched_model=str(save_patched(setup.state.source if setup.state is not None and setup.state.source
+                                                is not None else setup.model, session.runner.graph, fix.on_reference,
+                                                options.patched_model)))
     match = session.runner.match
     twin = setup.target_model is not None
     report = Report(
