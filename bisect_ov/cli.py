@@ -73,14 +73,11 @@ def versions() -> str:
     """``bisect_ov <version>``, and OpenVINO's version on a second line when it can be imported."""
     from bisect_ov import __version__
 
-    lines = [f"bisect_ov {__version__}"]
     try:
         import openvino
     except ImportError:
-        lines.append("OpenVINO: not installed")
-    else:
-        lines.append(f"OpenVINO {openvino.get_version()}")
-    return "\n".join(lines)
+        return f"bisect_ov {__version__}\nOpenVINO: not installed"
+    return f"bisect_ov {__version__}\nOpenVINO {openvino.get_version()}"
 
 
 class _Version(argparse.Action):
@@ -429,8 +426,9 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
                 report.save_html(args.html, top=max(args.top, 25))
                 console.say(f"HTML report written to {printable(str(args.html))}")
         if getattr(args, "ignored_scope", None) is not None:
-            if examined is None:
-                console.say("No ignored scope written: no component diverged, so none was examined node by node.")
+            if examined is None or examined.fix is None or not examined.fix.solved:
+                console.say("No ignored scope written: " + ("no component diverged, so none was examined node by node."
+                            if examined is None else "no fix brings the outputs within their tolerance."))
             else:
                 write_text_atomic(args.ignored_scope, json.dumps({"names": examined.ignored_scope()}, indent=1) + "\n")
                 console.say(f"NNCF ignored scope written to {printable(str(args.ignored_scope))}: "

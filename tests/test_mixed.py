@@ -213,3 +213,22 @@ def test_a_partitioned_run_the_plugin_refuses_is_no_fix_and_the_search_goes_on()
     assert fix.on_reference == ("a",) and fix.solved, fix
     assert fix.failed is not None and fix.failed[0] == 1 and "empty child edge" in fix.failed[1], fix
     assert runs.cache[frozenset("ac")] == math.inf  # not tried again
+
+
+def test_an_unsolved_fix_writes_no_patched_model_or_ignored_scope(tmp_path, capsys):
+    """A fix that does not bring the outputs within their tolerance (here: an int8 twin on f16, whose rounding no
+    kept quantized layer removes) is no model to ship: its patched model and ignored scope were written all the same
+    (the scope undoing every layer's quantization)."""
+    from bisect_ov.cli import main
+
+    fp32, int8 = synthetic.fp32_and_int8()
+    report = bisect(fp32, "CPU:f32", "EMU:f16", target_model=int8, fix=1e-9, patched_model=tmp_path / "p.xml",
+                    impact=0, progress=False)
+    assert report.fix is not None and not report.fix.solved and report.fix.patched_model is None
+    assert not (tmp_path / "p.xml").exists() and "patched model not written to" in " ".join(report.to_text().split())
+    ov.save_model(fp32, tmp_path / "m.xml")
+    ov.save_model(int8, tmp_path / "q.xml")
+    main([str(tmp_path / "m.xml"), "--ref", "CPU:f32", "--target", "EMU:f16", "--target-model", str(tmp_path / "q.xml"),
+          "--fix", "1e-9", "--ignored-scope", str(tmp_path / "s.json"), "--impact", "0", "-q"])
+    assert not (tmp_path / "s.json").exists()
+    assert "No ignored scope written: no fix brings the outputs within their tolerance." in capsys.readouterr().out

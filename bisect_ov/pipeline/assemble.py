@@ -66,7 +66,7 @@ def assemble(setup: Setup, examined: Examined, measurement: Measurement, scored:
             nodes = tuple(replace(n, truth_errors=truth.nodes.get(n.key)) for n in nodes)
     kept = keep_tensors(session, options.keep, ranking)
     fix = findings.fix
-    if fix is not None and options.patched_model is not None:
+    if fix is not None and options.patched_model is not None and fix.solved:  # an unsolved fix is no model to use
         fix = dataclasses.replace(
             # a stateful model's marks go on it as given (its stateless form, with the variables as inputs, is
             # no model a generate() loop runs)

@@ -108,6 +108,8 @@ def _fix(report: "Report") -> Block | None:
     lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))
     if fix.patched_model:
         lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")
+    elif report.options is not None and report.options.patched_model and not fix.solved:
+        lines.append(f"  patched model not written to {report.options.patched_model}: the fix is not solved")
     if report.target_model and keep:
         lines.append(f"  NNCF: ignored_scope=nncf.IgnoredScope(names={report.ignored_scope()!r})")
         made_up = made_up_names(report.ignored_scope())
