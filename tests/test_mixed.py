@@ -232,3 +232,42 @@ def test_an_unsolved_fix_writes_no_patched_model_or_ignored_scope(tmp_path, caps
           "--fix", "1e-9", "--ignored-scope", str(tmp_path / "s.json"), "--impact", "0", "-q"])
     assert not (tmp_path / "s.json").exists()
     assert "No ignored scope written: no fix brings the outputs within their tolerance." in capsys.readouterr().out
+
+
+def test_a_fix_the_plugin_kept_from_running_is_not_said_to_fail(monkeypatch):
+    """Partitioned runs that fail in the plugin ("... contains dead weak ptr" on a Phi-3 piece) leave the fix not
+    found, which the remedies say, rather than "does not solve it ... None solves it"; the failure is logged."""
+    import logging
+
+    from bisect_ov.core.errors import DeviceError
+    from bisect_ov.experiments.partitioned import MixedRuns
+
+    original = MixedRuns.error
+
+    def error(self, on_target):
+        if on_target:
+            raise DeviceError("Inference failed on EMU:f16: Node state:x contains dead weak ptr")
+        return original(self, on_target)
+
+    monkeypatch.setattr(MixedRuns, "error", error)
+    model = synthetic.demo()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("bisect_ov").addHandler(handler)
+    try:
+        report = bisect(model, "CPU:f32", "EMU:f16", synthetic.sample_inputs(model, seed=1), fix=True, impact=0,
+                        progress=False)
+    finally:
+        logging.getLogger("bisect_ov").removeHandler(handler)
+    assert report.fix is not None and not report.fix.solved and report.fix.failed
+    assert any("dead weak ptr" in r.getMessage() for r in records)
+    # Beside another remedy tried (an activation scale factor that did not solve it), the remedies say so
+    from dataclasses import replace
+
+    from bisect_ov.core.remedies import ScaleFactor
+
+    tried = replace(report, scale_factor=ScaleFactor(None, 0.1, None, 7.2e-3, ((2.0, 0.1),), "EMU:f16", emulated=True))
+    text = " ".join(tried.to_text().split())
+    assert "kept in f32: not found: partitioned runs failed in the plugin" in text and "None was found." in text, text
+    assert "an activation scale factor: does not solve it" in text

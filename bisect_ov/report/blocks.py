@@ -188,12 +188,14 @@ def _remedies(report: "Report") -> Block | None:
     for i, r in enumerate(ranked, 1):
         cost = f"{r.slowdown:.2f}x the untouched latency" if r.slowdown is not None else "cost not measured"
         cost += f" and {r.memory_ratio:.2f}x its peak memory" if r.memory_ratio is not None else ""
-        state = ("too slow (over max_fix_slowdown " + f"{bound:g}x)" if r.too_slow
-                 else cost if r.solves else "does not solve it")
+        failed = r.kind == "fix" and report.fix is not None and report.fix.failed
+        state = ("too slow (over max_fix_slowdown " + f"{bound:g}x)" if r.too_slow else cost if r.solves
+                 else "not found: partitioned runs failed in the plugin (below)" if failed else "does not solve it")
         parts.append(f"{i}. {r.title}: " + (f"{cost}, {state}" if r.too_slow else state))
     use = next((r for r in ranked if r.usable), None)
     tail = (f" Use {use.title} (below)." if use is not None
-            else " None solves it within the bound." if any(r.solves for r in ranked) else " None solves it.")
+            else " None solves it within the bound." if any(r.solves for r in ranked) else " None solves it."
+            if not (report.fix is not None and report.fix.failed) else " None was found.")
     return Block("remedies", ("Remedies tried, those that solve first, then by measured latency: " + "; ".join(parts)
                               + "." + tail,))
 
