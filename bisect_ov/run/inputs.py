@@ -22,7 +22,8 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.model.graph import element_dtype
 
 __all__ = ["ParameterSpec", "parameter_specs", "prepare_inputs", "prepare_inputs_noted", "random_inputs", "align_inputs",
-           "pair_inputs", "LLM_INPUTS", "vocabulary_size", "llm_companion", "llm_role", "decode_value", "numpy_reason", "load_arrays"]
+           "pair_inputs", "LLM_INPUTS", "vocabulary_size", "empty_cache_shape", "llm_companion", "llm_role", "decode_value",
+           "numpy_reason", "load_arrays"]
 
 # The inputs LLM exports take (transformers, optimum-intel): generated with meaning, not as random numbers. What each
 # holds at the prefill (`llm_companion`) and at a decode step (`decode_value`), and which one a parameter is
@@ -88,6 +89,16 @@ def _llm_input(spec: ParameterSpec, model: ov.Model, prompt_length: int, rng: np
     return llm_companion(name, shape, spec.dtype)
 
 
+def empty_cache_shape(spec: ParameterSpec) -> tuple[int, ...] | None:
+    """The shape of an empty KV cache for a stateless LLM export's ``past_key_values.*`` input of dynamic shape
+    (batch 1, a past of length 0: the prefill of a prompt), or None for any other input."""
+    if not any(n.startswith("past_key_values") for n in spec.names) or not spec.pshape.rank.is_static \
+            or spec.pshape.is_static or not np.issubdtype(spec.dtype, np.floating):
+        return None
+    dynamic = [i for i, d in enumerate(spec.pshape) if not d.is_static]
+    return tuple(int(d.get_length()) if d.is_static else 1 if i == dynamic[0] else 0 for i, d in enumerate(spec.pshape))
+
+
 def llm_role(names: set[str], fallback: str) -> str:
     """The LLM input a parameter plays (`LLM_INPUTS`), from its tensor and friendly names; else `fallback`."""
     return next((n for n in LLM_INPUTS if n in names), fallback)
@@ -124,7 +135,8 @@ def random_inputs(model: ov.Model, seed: int = 0, *, prompt_length: int = 16) ->
 
     LLM inputs (`LLM_INPUTS`, by name) get their usual values instead: token ids drawn within the vocabulary
     (the embedding table's rows), a full attention mask, consecutive positions from 0, a zero beam index; a
-    dynamic batch dimension is 1 and a dynamic sequence dimension `prompt_length`.
+    dynamic batch dimension is 1 and a dynamic sequence dimension `prompt_length`; a stateless export's KV cache
+    (``past_key_values.*``) is empty (`empty_cache_shape`).
 
     Raises
     ------
@@ -137,6 +149,9 @@ def random_inputs(model: ov.Model, seed: int = 0, *, prompt_length: int = 16) ->
         llm = _llm_input(spec, model, prompt_length, rng)
         if llm is not None:
             arrays.append(llm)
+            continue
+        if (cache := empty_cache_shape(spec)) is not None:
+            arrays.append(np.zeros(cache, spec.dtype))
             continue
         if not spec.pshape.is_static:
             raise InputError(

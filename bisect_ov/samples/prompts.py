@@ -29,7 +29,7 @@ import openvino as ov
 
 from bisect_ov.core.errors import InputError
 from bisect_ov.model.state import STATE_PREFIX, Stateless, compile_initialiser, run_initialiser
-from bisect_ov.run.inputs import LLM_INPUTS, llm_companion, load_arrays, numpy_reason, parameter_specs, vocabulary_size
+from bisect_ov.run.inputs import LLM_INPUTS, empty_cache_shape, llm_companion, load_arrays, numpy_reason, parameter_specs, vocabulary_size
 from bisect_ov.samples.batches import ModelPayload
 
 __all__ = ["PromptInputs", "check_token_ids", "is_prompt", "is_token_ids", "sequence_input", "position_range", "read_prompt",
@@ -126,6 +126,7 @@ class PromptInputs:
     aliases: tuple[frozenset[str], ...] = ()  # every name of each input, in `inputs`' order
     ids_rank: int | None = None  # the rank of input_ids, when static
     positions: int | None = None  # rows of the model's learned position table (`position_range`), when it has one
+    caches: tuple[tuple[str, tuple[int, ...]], ...] = ()  # a stateless export's KV-cache inputs: their empty shapes
 
     @classmethod
     def of(cls, user_model: ov.Model, state: Stateless | None) -> "PromptInputs":
@@ -139,7 +140,9 @@ class PromptInputs:
         ids = next((spec.pshape.rank for spec in specs if "input_ids" in spec.names), None)
         rank = ids.get_length() if ids is not None and ids.is_static else None
         init, variables = (ModelPayload.of(state.init), tuple(state.variables)) if state is not None else (None, ())
-        return cls(tuple(names), init, variables, vocabulary, aliases, rank, position_range(user_model))
+        caches = tuple((name, shape) for (name, _), spec in zip(names, specs)
+                       if (shape := empty_cache_shape(spec)) is not None)
+        return cls(tuple(names), init, variables, vocabulary, aliases, rank, position_range(user_model), caches)
 
     def check_length(self, length: int) -> None:
         """Refuse a prompt of `length` tokens beyond the model's position table: a Gather past its table is no
@@ -180,6 +183,8 @@ class PromptInputs:
                     given[name] = tokens.astype(dtype)
                 elif name in LLM_INPUTS:
                     given[name] = llm_companion(name, (1,) if name == "beam_idx" else tokens.shape, dtype)
+                elif name in dict(self.caches):  # a stateless export's KV cache: empty, the prompt's prefill
+                    given[name] = np.zeros(dict(self.caches)[name], dtype)
                 else:
                     raise InputError(f"A prompt given as token ids fills the inputs {list(LLM_INPUTS)}; the model also "
                                      f"takes '{name}'. Give each prompt as a dict of the model's inputs.")

@@ -169,3 +169,24 @@ def test_a_file_numpy_cannot_read_says_what_it_is(tmp_path):
     (tmp_path / "p.npy").write_bytes(pickle.dumps([1, 2]))
     with pytest.raises(InputError, match="it holds pickled Python data, which is not read"):
         prepare_inputs(_two_inputs(), tmp_path / "p.npy")
+
+
+def test_a_stateless_llm_export_s_kv_cache_is_made_empty():
+    """optimum-intel's stateful=False export takes past_key_values.* of dynamic shape: random inputs were refused
+    ("has a dynamic shape") and so was a token-id prompt; an empty cache (batch 1, past length 0) is a prefill."""
+    from bisect_ov.run.inputs import random_inputs
+    from bisect_ov.samples.prompts import PromptInputs
+
+    ids = ops.parameter(ov.PartialShape([-1, -1]), np.int64, name="input_ids")
+    mask = ops.parameter(ov.PartialShape([-1, -1]), np.int64, name="attention_mask")
+    past = ops.parameter(ov.PartialShape([-1, 2, -1, 4]), np.float32, name="past_key_values.0.key")
+    for p, n in ((ids, "input_ids"), (mask, "attention_mask"), (past, "past_key_values.0.key")):
+        p.output(0).get_tensor().set_names({n})
+    table = ops.constant(np.ones((10, 4), np.float32))
+    emb = ops.gather(table, ids, 0)  # [b, s, 4]
+    key = ops.concat([ops.reduce_sum(past, [1], False), emb], 1)  # [b, past + s, 4]
+    model = ov.Model([key.output(0), ops.convert(mask, "f32").output(0)], [ids, mask, past])
+    arrays = random_inputs(model, prompt_length=5)
+    assert [a.shape for a in arrays] == [(1, 5), (1, 5), (1, 2, 0, 4)] and not arrays[2].size
+    given = PromptInputs.of(model, None).expand(np.array([1, 2, 3]))
+    assert given["past_key_values.0.key"].shape == (1, 2, 0, 4) and given["input_ids"].shape == (1, 3)
