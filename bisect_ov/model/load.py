@@ -80,6 +80,10 @@ def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
     if not path.exists():
         raise InputError(f"Model file not found: '{path}'. Check the path; the current directory is '{os.getcwd()}'.")
     if path.is_dir():
+        irs = sorted(p.name for p in path.glob("openvino*.xml"))
+        if irs and not (path / "saved_model.pb").exists():  # an optimum-intel export: its IRs, not a SavedModel
+            raise InputError(f"'{path}' is a folder of OpenVINO IRs ({', '.join(irs)}): pass one of them, e.g. "
+                             f"'{path / irs[0]}', or compare the whole pipeline with bisect-ov pipeline '{path}'.")
         # A TensorFlow SavedModel is a folder; convert_model reads it.
         try:
             return ov.convert_model(str(path))

@@ -66,3 +66,10 @@ def test_a_model_a_frontend_read_is_labelled_by_its_format_not_the_frontend_s_na
     model = ov.Core().read_model(unnamed_onnx(tmp_path / "m.onnx"))
     assert model.get_friendly_name() == "onnx_Frontend_IR" and model_label(model) == "ov.Model from ONNX"
     assert model_label(str(tmp_path / "m.onnx")) == "m.onnx"
+
+
+def test_a_folder_of_irs_names_them_not_a_savedmodel(tmp_path):
+    # An optimum-intel export folder was read as a TensorFlow SavedModel: "Could not open the file saved_model.pb"
+    ov.save_model(tiny_chain(), tmp_path / "openvino_model.xml")
+    with pytest.raises(InputError, match=r"is a folder of OpenVINO IRs \(openvino_model.xml\): pass one of them"):
+        load_model(str(tmp_path))
