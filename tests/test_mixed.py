@@ -271,3 +271,32 @@ def test_a_fix_the_plugin_kept_from_running_is_not_said_to_fail(monkeypatch):
     text = " ".join(tried.to_text().split())
     assert "kept in f32: not found: partitioned runs failed in the plugin" in text and "None was found." in text, text
     assert "an activation scale factor: does not solve it" in text
+
+
+def test_a_dynamic_piece_gets_its_shapes_fixed_and_an_empty_input_folded():
+    """The CPU plugin failed at run time on pieces of a Phi-3's stateless form ("... contains dead weak ptr", then
+    "... contains empty child edge" with static shapes): an input read only by shape computations, and the
+    prefill's KV cache of length 0. `static_piece` fixes the shapes, folds the empty input and drops both."""
+    from types import SimpleNamespace
+
+    import openvino.opset13 as ops
+
+    from bisect_ov.engine.pieces import static_piece
+    from bisect_ov.model.partition import Extracted
+    from bisect_ov.model.taps import Tap
+
+    past = ops.parameter(ov.PartialShape([-1, 2, -1, 4]), np.float32, name="past")
+    new = ops.parameter(ov.PartialShape([-1, 2, -1, 4]), np.float32, name="new")
+    other = ops.parameter(ov.PartialShape([-1, 2, -1, 4]), np.float32, name="other")  # its shape only is read
+    length = ops.gather(ops.shape_of(other), ops.constant(np.int64([2])), ops.constant(np.int64(0)))
+    both = ops.concat([past, new], 2)
+    out = ops.multiply(both, ops.convert(length, "f32"))
+    piece = Extracted(ov.Model([ops.result(out)], [past, new, other]), (Tap("past", 0), Tap("new", 0), Tap("other", 0)),
+                      (), (Tap("out", 0),))
+    values = {Tap("past", 0): np.zeros((1, 2, 0, 4), np.float32), Tap("new", 0): np.ones((1, 2, 3, 4), np.float32),
+              Tap("other", 0): np.ones((1, 2, 5, 4), np.float32)}
+    fixed = static_piece(piece, SimpleNamespace(target=[], ref=[]), "target", values)
+    assert fixed is not None and fixed.fed == (Tap("new", 0),) and len(fixed.model.get_parameters()) == 1
+    got = ov.Core().compile_model(fixed.model, "CPU").create_infer_request().infer([values[Tap("new", 0)]])
+    assert np.array_equal(list(got.values())[0], np.full((1, 2, 3, 4), 5.0, np.float32))
+    assert static_piece(fixed, SimpleNamespace(target=[], ref=[]), "target", values) is None  # static already

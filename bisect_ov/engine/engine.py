@@ -21,9 +21,10 @@ from tqdm import tqdm
 
 from bisect_ov.analysis.exactness import exact_candidates
 from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.core.errors import DeviceError
 from bisect_ov.engine.comparison import Sample
 from bisect_ov.engine.measured import Measured, Part, TappedRun, exact_checks
-from bisect_ov.engine.pieces import compile_piece, run_compiled_piece
+from bisect_ov.engine.pieces import compile_piece, run_compiled_piece, static_piece
 from bisect_ov.engine.runner import Runner, run_both, same_bits
 from bisect_ov.engine.streamed import can_stream, stream
 from bisect_ov.engine.untouched import Untouched
@@ -254,7 +255,17 @@ class Engine:
                 if len(self._pieces) >= PIECE_CACHE:
                     self._pieces.pop(next(iter(self._pieces)))
                 self._pieces[key] = found
-        return run_compiled_piece(self.runner, self.sample, side, *found, values)
+        try:
+            return run_compiled_piece(self.runner, self.sample, side, *found, values)
+        except DeviceError:  # a dynamic piece the plugin cannot run: again with its shapes fixed, once
+            static = static_piece(found[0], self.sample, side, values)
+            if static is None:
+                raise
+            with self.runner.clock("compile"):
+                found = (static, compile_piece(self.runner, side, static, final, self.untouched.target_runtime))
+            if key in self._pieces:
+                self._pieces[key] = found
+            return run_compiled_piece(self.runner, self.sample, side, *found, values)
 
     # ----- the target against itself -----------------------------------------------------------------
     def start_recompile(self) -> Future:

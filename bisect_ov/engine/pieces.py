@@ -16,7 +16,7 @@ from bisect_ov.engine.runner import Runner
 from bisect_ov.model.runtime import RuntimeGraph
 from bisect_ov.model.taps import Tap
 
-__all__ = ["compile_piece", "run_compiled_piece", "stored_low"]
+__all__ = ["compile_piece", "run_compiled_piece", "stored_low", "static_piece"]
 
 
 def stored_low(target_runtime: RuntimeGraph, tap: Tap) -> bool:
@@ -60,3 +60,45 @@ def run_compiled_piece(runner: Runner, sample: Sample, side: str, piece, compile
     runner.ran(side)
     with runner.clock("infer"):
         return compiled.infer(feed, share_outputs=share)
+
+
+def static_piece(piece, sample: Sample, side: str, values: Mapping[Tap, np.ndarray]):
+    """`piece` with every input's shape fixed to the value it is fed, or None when none is dynamic or the model
+    does not take them. The CPU plugin fails at run time on some pieces of dynamic shape whose inputs reach the
+    outputs only through shape computations (a Phi-3 piece holding the first layer's KV-cache input: "Node
+    state:... contains dead weak ptr"), or an input that is empty (a prefill's KV cache of length 0: "... contains
+    empty child edge"); with static shapes those computations fold away, and an empty input is a constant."""
+    import dataclasses
+
+    import openvino as ov
+    import openvino.opset13 as ops
+    from openvino import passes
+
+    params = piece.model.get_parameters()
+    if all(p.get_partial_shape().is_static for p in params):
+        return None
+    arrays = sample.target if side == "target" else sample.ref
+    feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
+    model = piece.model.clone()
+    try:
+        model.reshape({i: ov.PartialShape(list(np.shape(a))) for i, a in enumerate(feed)})
+        for param, value in zip(model.get_parameters(), feed):
+            if not np.size(value):  # an empty input (a prefill's KV cache of length 0) is a constant: it folds away
+                empty = ops.constant(np.zeros(np.shape(value), param.get_element_type().to_dtype()))
+                for target in list(param.output(0).get_target_inputs()):
+                    target.replace_source_output(empty.output(0))
+        manager = passes.Manager()
+        manager.register_pass(passes.ConstantFolding())
+        manager.run_passes(model)
+    except Exception:  # the model's shape inference refuses them: the piece stays as it is
+        return None
+    # An input read only by shape computations, folded away, is dropped (the plugin fails on one nothing reads)
+    live = {op.get_name() for op in model.get_ordered_ops()}  # what the results still read
+    used = [i for i, p in enumerate(model.get_parameters())
+            if any(t.get_node().get_name() in live for t in p.output(0).get_target_inputs())]
+    if len(used) < len(params):
+        kept = [model.get_parameters()[i] for i in used]
+        model = ov.Model(model.get_results(), kept, "piece")
+    n = len(piece.fed)
+    return dataclasses.replace(piece, model=model, fed=tuple(piece.fed[i] for i in used if i < n),
+                               model_inputs=tuple(piece.model_inputs[i - n] for i in used if i >= n))
