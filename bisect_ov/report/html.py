@@ -122,7 +122,7 @@ def save_html(report: "Report", path: str | os.PathLike, **kw: Any) -> pathlib.P
 
 def _header(v: View) -> str:
     run = v.run
-    sub = (f"{e(run.ref_label)} \u2192 {e(run.target_label)} \u00b7 {run.compared} nodes compared "
+    sub = (f"{e(run.ref_label)} \u2192 {e(run.target_label)} \u00b7 {run.compared} node{'s' * (run.compared != 1)} compared "
            f"\u00b7 error = {e(run.metric)}")
     return f'<header><h1>{e(v.title)}</h1><div class="sub">{sub}</div></header>'
 

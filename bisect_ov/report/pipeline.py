@@ -143,8 +143,12 @@ class PipelineReport:
                 lines.append(f"  the {len(self.ref_tokens)} token(s) generate() returned are the same on both sides "
                              "(with a decoder-only model's prompt, or a seq2seq decoder's start token)")
             else:
-                lines.append(f"  generated tokens differ from position {first}: reference "
-                             f"{list(self.ref_tokens[first:first + 5])}, target {list(self.target_tokens[first:first + 5])}")
+                def shown(tokens: tuple[int, ...]) -> str:  # five, and how many more
+                    rest = tokens[first:]
+                    return str(list(rest[:5]))[:-1] + (f", ... {len(rest) - 5} more]" if len(rest) > 5 else "]")
+
+                lines.append(f"  generated tokens differ from position {first}: reference {shown(self.ref_tokens)}, "
+                             f"target {shown(self.target_tokens)}")
         lines.append("")
         if self.examined is None:
             lines.append("No component diverges on its own inputs." + (

@@ -276,7 +276,7 @@ class Report:
     def __repr__(self) -> str:
         from bisect_ov.report.text import printable  # names from the model may hold terminal escapes
 
-        head = f"Report({self.ref.label} -> {self.target.label}, {len(self.nodes)} nodes, "
+        head = f"Report({self.ref.label} -> {self.target.label}, {len(self.nodes)} node{'s' * (len(self.nodes) != 1)}, "
         first = self.first_divergence
         if first is not None:
             return printable(head + f"first divergence '{first.name}' {self.metric}={_fmt(first.error)})")

@@ -110,7 +110,7 @@ def render_text(report: "Report", *, top: int = 10, width: int = 120, costs: boo
     line, or (`costs`) its timings, compiles and cost per stage."""
     v = view(report)
     run = v.run
-    title = printable(f"{v.title} | {run.ref_label} -> {run.target_label} | {run.compared} nodes compared")
+    title = printable(f"{v.title} | {run.ref_label} -> {run.target_label} | {run.compared} node{'s' * (run.compared != 1)} compared")
     lines = [title, "=" * min(width, len(title))]
     lines += verdict_lines(report, v)
     lines.append("")

@@ -323,3 +323,13 @@ def test_loading_a_folder_says_it_is_a_folder(tmp_path):
         Report.load(tmp_path)
     with pytest.raises(InputError, match="Report file not found"):
         Report.load(tmp_path / "missing.json")
+
+
+def test_a_pipeline_s_differing_tokens_say_how_many_more_there_are():
+    # Five were shown and the rest dropped with no sign of it
+    from bisect_ov.report.pipeline import PipelineReport
+
+    report = PipelineReport("t5", "folder", "CPU:f32", "EMU:f16", (), ref_tokens=(0, 27, 27, 27, 27, 27, 27, 27),
+                            target_tokens=(0, 80, 80, 80, 80, 80, 80, 80))
+    line = next(line for line in report.overview().splitlines() if "generated tokens differ" in line)
+    assert "reference [27, 27, 27, 27, 27, ... 2 more], target [80, 80, 80, 80, 80, ... 2 more]" in line, line
