@@ -144,7 +144,7 @@ def _verdict(v: View) -> str:
         out.append('<ul class="facts">' + "".join(f"<li>{e(f.text)}</li>" for f in verdict.facts) + "</ul>")
     out.append('<div class="sides">' + "".join(_side(s) for s in v.sides) + "</div>")
     out.append(_fidelity(v.run.fidelity))
-    out += [f'<div class="warn">\u26a0 {e(note)}</div>' for note in v.notes]
+    out += [f'<div class="runnote">Note: {e(note)}</div>' for note in v.notes]  # as the text's; a warning is amber
     out.append("</section>")
     return "\n".join(o for o in out if o)
 

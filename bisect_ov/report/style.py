@@ -55,6 +55,7 @@ h2 small { color: var(--muted); font-weight: normal; font-size: 13px; }
 .sides b { font-weight: 600; }
 .warn { margin-top: 8px; padding: 6px 10px; border-radius: 4px; background: var(--warn-bg); border: 1px solid var(--amplifier);
         color: var(--ink); font-size: 13px; }
+.runnote { margin-top: 6px; padding: 2px 10px; border-left: 3px solid var(--line); color: var(--ink); font-size: 13px; }
 .small { font-size: 12px; color: var(--muted); }
 .okline { margin-top: 6px; color: var(--muted); font-size: 13px; }
 

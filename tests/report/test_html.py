@@ -168,7 +168,7 @@ def test_every_other_report_string_is_escaped(fault_report):
     assert "<img" not in page and "onerror=\"" not in page
     assert page.count("&lt;img src=x onerror=&quot;alert(2)&quot;&gt;") >= 10
     assert 'class="pill emulated"' in page
-    assert 'class="warn"' in page  # the note, shown as a warning
+    assert 'class="runnote">Note: ' in page  # the note, as the text gives it (an amber warning box said "no divergence" too)
 
 
 def test_fidelity_outside_range_is_a_warning(fault_report):
