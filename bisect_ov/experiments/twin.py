@@ -211,6 +211,8 @@ def foreign_weights_note(graph: ModelGraph, target: ModelGraph, match: Match, *,
     import openvino as ov
     import openvino.opset13 as ops
 
+    from bisect_ov.run.openvino_device import shared_core
+
     def weight(g: ModelGraph, key: str) -> str | None:
         node = g[key]
         if node.op_type not in WEIGHTED or len(node.inputs) < 2 or g[node.inputs[1][0]].kind not in ("constant", "static"):
@@ -226,9 +228,10 @@ def foreign_weights_note(graph: ModelGraph, target: ModelGraph, match: Match, *,
     try:
         values = []
         for g, keys in ((graph, [r for r, _ in pairs]), (target, [t for _, t in pairs])):
-            inputs = [op.input_value(1) for op in g.ops_of(g.model, keys)]
-            compiled = ov.Core().compile_model(ov.Model([ops.result(v) for v in inputs], []), "CPU",
-                                               {"INFERENCE_PRECISION_HINT": "f32"})
+            # On a clone: a Result attached to the walked model's own weights would stay among their readers
+            inputs = [op.input_value(1) for op in g.ops_of(g.model.clone(), keys)]
+            compiled = shared_core().compile_model(ov.Model([ops.result(v) for v in inputs], []), "CPU",
+                                                   {"INFERENCE_PRECISION_HINT": "f32"})
             values.append([np.asarray(a, np.float64) for a in compiled.create_infer_request().infer({}).values()])
     except Exception as err:  # a weight the CPU cannot evaluate alone: no claim either way
         log.info("The twin's weights were not compared: %s", err)
