@@ -252,14 +252,20 @@ def test_a_fix_the_plugin_kept_from_running_is_not_said_to_fail(monkeypatch):
     monkeypatch.setattr(MixedRuns, "error", error)
     model = synthetic.demo()
     records: list[logging.LogRecord] = []
-    handler = logging.Handler()
+    handler = logging.Handler(logging.INFO)  # -v shows it, --log-file keeps it
     handler.emit = records.append  # type: ignore[method-assign]
-    logging.getLogger("bisect_ov").addHandler(handler)
+    logger = logging.getLogger("bisect_ov")  # heard here whatever an earlier test left its level or propagation at
+    level, disabled = logger.level, logging.root.manager.disable
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logging.disable(logging.NOTSET)
     try:
         report = bisect(model, "CPU:f32", "EMU:f16", synthetic.sample_inputs(model, seed=1), fix=True, impact=0,
                         progress=False)
     finally:
-        logging.getLogger("bisect_ov").removeHandler(handler)
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logging.disable(disabled)
     assert report.fix is not None and not report.fix.solved and report.fix.failed
     assert any("dead weak ptr" in r.getMessage() for r in records)
     # Beside another remedy tried (an activation scale factor that did not solve it), the remedies say so
