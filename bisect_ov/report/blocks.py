@@ -315,7 +315,8 @@ def _samples(report: "Report") -> Block | None:
     samples = report.samples
     if samples is None:
         return None
-    measured = [e for i, e in enumerate(samples.errors) if i not in set(samples.missing)]
+    missing = set(samples.missing)
+    measured = [e for i, e in enumerate(samples.errors) if i not in missing]
     nonfinite = sum(not math.isfinite(e) for e in measured)
     mean = (f"mean {fmt(samples.error_mean)}" if not nonfinite else "not finite on any sample" if nonfinite == len(measured)
             else f"mean {fmt(samples.error_mean)} over the {len(measured) - nonfinite} finite ({nonfinite} not finite)")
