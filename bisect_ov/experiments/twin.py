@@ -228,8 +228,8 @@ def foreign_weights_note(graph: ModelGraph, target: ModelGraph, match: Match, *,
     try:
         values = []
         for g, keys in ((graph, [r for r, _ in pairs]), (target, [t for _, t in pairs])):
-            # On a clone: a Result attached to the walked model's own weights would stay among their readers
-            inputs = [op.input_value(1) for op in g.ops_of(g.model.clone(), keys)]
+            # (the Results leave the weights' readers as they were once this model is dropped: no clone needed)
+            inputs = [op.input_value(1) for op in g.ops_of(g.model, keys)]
             compiled = shared_core().compile_model(ov.Model([ops.result(v) for v in inputs], []), "CPU",
                                                    {"INFERENCE_PRECISION_HINT": "f32"})
             values.append([np.asarray(a, np.float64) for a in compiled.create_infer_request().infer({}).values()])
