@@ -178,13 +178,14 @@ class PromptInputs:
             self.check_length(int(np.size(sample)))
             tokens = np.asarray(sample).reshape(1, -1)
             given: dict[str, Any] = {}
+            caches = dict(self.caches)
             for name, dtype in self.inputs:
                 if name == "input_ids":
                     given[name] = tokens.astype(dtype)
                 elif name in LLM_INPUTS:
                     given[name] = llm_companion(name, (1,) if name == "beam_idx" else tokens.shape, dtype)
-                elif name in dict(self.caches):  # a stateless export's KV cache: empty, the prompt's prefill
-                    given[name] = np.zeros(dict(self.caches)[name], dtype)
+                elif name in caches:  # a stateless export's KV cache: empty, the prompt's prefill
+                    given[name] = np.zeros(caches[name], dtype)
                 else:
                     raise InputError(f"A prompt given as token ids fills the inputs {list(LLM_INPUTS)}; the model also "
                                      f"takes '{name}'. Give each prompt as a dict of the model's inputs.")
