@@ -410,6 +410,7 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
     from bisect_ov.core.fileio import write_text_atomic
     from bisect_ov.report.blocks import made_up_names
     from bisect_ov.report.html import render_page
+    from bisect_ov.report.pipeline import PipelineReport
 
     try:
         if args.json:
@@ -420,7 +421,7 @@ def _write(args, console: Console, report: Any, examined: Report | None) -> None
                 console.say(f"\nReport written to {printable(str(args.json))}")
         if args.html:  # a pipeline's page: its components, then the examined one's node-level page
             if _stdout(args.html):
-                console.data(report.page(top=max(args.top, 25)) if hasattr(report, "page") else
+                console.data(report.page(top=max(args.top, 25)) if isinstance(report, PipelineReport) else
                              render_page(report, top=max(args.top, 25)))
             else:
                 report.save_html(args.html, top=max(args.top, 25))

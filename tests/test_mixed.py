@@ -306,3 +306,43 @@ def test_a_dynamic_piece_gets_its_shapes_fixed_and_an_empty_input_folded():
     got = ov.Core().compile_model(fixed.model, "CPU").create_infer_request().infer([values[Tap("new", 0)]])
     assert np.array_equal(list(got.values())[0], np.full((1, 2, 3, 4), 5.0, np.float32))
     assert static_piece(fixed, SimpleNamespace(target=[], ref=[]), "target", values) is None  # static already
+
+
+def test_a_local_error_piece_the_plugin_cannot_run_dynamic_runs_again_with_fixed_shapes(monkeypatch):
+    """The local-error runs go through `Engine.run_piece`, which had no second try: a dynamic piece the plugin
+    refuses at run time (as on a Phi-3's pieces) runs again with its shapes fixed, and gives the same local errors."""
+    import openvino.opset13 as ops
+
+    from bisect_ov.core.errors import DeviceError
+    from bisect_ov.engine import engine as engine_module
+
+    x = ops.parameter(ov.PartialShape([-1, 16]), np.float32, name="x")
+    w = ops.constant(np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32))
+    h = ops.matmul(x, w, False, False)
+    h.set_friendly_name("mm")
+    big = ops.add(h, ops.constant(np.float32(3000.0)))
+    big.set_friendly_name("offset")
+    sq = ops.multiply(big, big)
+    sq.set_friendly_name("square")
+    out = ops.reduce_mean(sq, ops.constant(np.int64([1])), True)
+    out.set_friendly_name("mean")
+    model = ov.Model([ops.result(out)], [x])
+    inputs = {"x": np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)}
+
+    def local_errors():
+        report = bisect(model, "CPU:f32", "EMU:f16", inputs, impact=0, progress=False)
+        return {n.name: n.local_error for n in report.nodes if n.local_error is not None}
+
+    expected = local_errors()
+    assert expected, "no local error was measured"
+    original, refused = engine_module.run_compiled_piece, []
+
+    def run_compiled_piece(runner, sample, side, piece, compiled, values):
+        if any(p.get_partial_shape().is_dynamic for p in piece.model.get_parameters()):
+            refused.append(side)
+            raise DeviceError("Inference failed on EMU:f16: Node x contains dead weak ptr")
+        return original(runner, sample, side, piece, compiled, values)
+
+    monkeypatch.setattr(engine_module, "run_compiled_piece", run_compiled_piece)
+    assert local_errors() == expected
+    assert refused, "no dynamic piece was run: the test does not reach the retry"

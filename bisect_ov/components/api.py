@@ -161,7 +161,8 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
             model = form(components[examined].run_model)
             model.set_friendly_name(examined)  # named after its component in the report's header
             try:
-                report = run(model, ref_device, target_device, request.worst.inputs, options,
+                # The patched model is saved below, from the component as exported, not from this static copy.
+                report = run(model, ref_device, target_device, request.worst.inputs, replace(options, patched_model=None),
                              target_model=form(replaced[examined].run_model) if examined in replaced else None)
                 break
             except DeviceError as err:
@@ -172,10 +173,11 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         if report is not None and failed is not None:
             notes.append(f"'{examined}' is bisected with the shapes it was exported with: at call "
                          f"{request.worst.index}'s own shapes the target did not compile ({failed}).")
-        if report is not None and report.fix is not None and report.fix.patched_model:
-            # Saved again from the component as exported: the bisected copy had its call's static shapes, and the
-            # patched model goes back into the pipeline for any input.
-            save_marked(components[examined].model, report.ignored_scope(), report.fix.patched_model)
+        if report is not None and report.fix is not None and report.fix.solved and options.patched_model is not None:
+            # From the component as exported: the bisected copy had its call's static shapes, and the patched model
+            # goes back into the pipeline for any input.
+            saved_to = save_marked(components[examined].model, report.ignored_scope(), options.patched_model)
+            report = replace(report, fix=replace(report.fix, patched_model=str(saved_to)))
         seconds["bisect"] = time.perf_counter() - start
         if report is not None and components[examined].stateless is not None:
             notes.append(f"'{examined}' is stateful: it is bisected in its stateless form, fed the reference's "

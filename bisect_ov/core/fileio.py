@@ -313,7 +313,7 @@ def files_read(model: object, target_model: object, inputs: object, *sides: obje
             pairs.append((what, pathlib.Path(value)))
 
     given("the inputs", inputs)
-    items = getattr(inputs, "_items", inputs)  # a `Samples` list keeps its items as given
+    items = getattr(inputs, "listed", inputs)  # a `Samples` list keeps its items as given
     if isinstance(items, Mapping):
         for name, value in items.items():
             given(f"input '{name}'", value)

@@ -233,7 +233,7 @@ class Engine:
         """
         with self.runner.clock("compile"):
             compiled = compile_piece(self.runner, side, piece, final, self.untouched.target_runtime)
-        return run_compiled_piece(self.runner, self.sample, side, piece, compiled, values)
+        return self._run_compiled(side, (piece, compiled), values, final)[0]
 
     def run_segment(self, side: str, segment: Sequence[str], outputs: Sequence[Tap], make_piece: Callable[[], Any],
                     values: Mapping[Tap, np.ndarray], final: frozenset[Tap] = frozenset(), *, keep: bool = True
@@ -255,17 +255,24 @@ class Engine:
                 if len(self._pieces) >= PIECE_CACHE:
                     self._pieces.pop(next(iter(self._pieces)))
                 self._pieces[key] = found
+        out, again = self._run_compiled(side, found, values, final)
+        if again is not found and key in self._pieces:
+            self._pieces[key] = again
+        return out
+
+    def _run_compiled(self, side: str, found: tuple[Any, Any], values: Mapping[Tap, np.ndarray], final: frozenset[Tap]
+                      ) -> tuple[list[np.ndarray], tuple[Any, Any]]:
+        """Run a compiled (piece, compile); a dynamic piece the plugin cannot run runs again with its shapes fixed
+        (`static_piece`), once. Its outputs and the (piece, compile) that gave them."""
         try:
-            return run_compiled_piece(self.runner, self.sample, side, *found, values)
-        except DeviceError:  # a dynamic piece the plugin cannot run: again with its shapes fixed, once
+            return run_compiled_piece(self.runner, self.sample, side, *found, values), found
+        except DeviceError:
             static = static_piece(found[0], self.sample, side, values)
             if static is None:
                 raise
             with self.runner.clock("compile"):
                 found = (static, compile_piece(self.runner, side, static, final, self.untouched.target_runtime))
-            if key in self._pieces:
-                self._pieces[key] = found
-            return run_compiled_piece(self.runner, self.sample, side, *found, values)
+            return run_compiled_piece(self.runner, self.sample, side, *found, values), found
 
     # ----- the target against itself -----------------------------------------------------------------
     def start_recompile(self) -> Future:

@@ -95,6 +95,11 @@ class Samples:
 
     # ----- reading ----------------------------------------------------------------------------------
     @property
+    def listed(self) -> Sequence[Any] | None:
+        """The samples as given in a list, or None for a loader or a generator."""
+        return self._items
+
+    @property
     def kind(self) -> str:
         """``list``, ``loader`` or ``generator``."""
         return "loader" if self.loader is not None else "list" if self._items is not None else "generator"
