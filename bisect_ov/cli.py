@@ -26,7 +26,7 @@ import pathlib
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
-from bisect_ov.core.console import Console, LogFile, to_null
+from bisect_ov.core.console import Console, LogFile, to_null, usable_streams
 from bisect_ov.core.errors import BisectError, InputError, interrupted
 
 if TYPE_CHECKING:
@@ -233,15 +233,20 @@ def build_repro_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    console = Console()
-    try:
-        code = _main(argv, console)
-    except KeyboardInterrupt:
-        code = _interrupted(console)
-    except BrokenPipeError:  # a write outside the console (a library printing): the reader is gone all the same
-        to_null(sys.stdout)
-        console.reader_gone = True
-        code = EXIT_READER_GONE
+    with usable_streams():
+        console = Console()
+        try:
+            code = _main(argv, console)
+        except KeyboardInterrupt:
+            code = _interrupted(console)
+        except BrokenPipeError:  # a write outside the console (a library printing): the reader is gone all the same
+            to_null(sys.stdout)
+            console.reader_gone = True
+            code = EXIT_READER_GONE
+        if console.lost is not None and not console.reader_gone:  # the files are written; the text is not
+            console.error(f"bisect-ov: error: the report's text could not be written to stdout "
+                          f"({console.lost.strerror or console.lost}); the files asked for are written.")
+            code = EXIT_USER_ERROR
     return EXIT_READER_GONE if console.reader_gone else code
 
 

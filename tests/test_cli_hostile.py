@@ -133,6 +133,32 @@ def test_no_output_is_written_over_a_file_the_run_reads(argv, said, user_files, 
     assert not any(os.path.exists(p) for p in ("same", "p.xml", "p.bin", "samples/r.html"))
 
 
+def test_an_onnx_models_external_data_is_not_written_over(tmp_path, monkeypatch, capsys):
+    # `--json w.data` replaced the weights an ONNX model keeps outside it (in a file its graph names), and the
+    # model could not be read again: refused like an IR's .bin, by the CLI and by Report.save.
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from bisect_ov import Report, bisect
+    from bisect_ov.core.errors import InputError
+
+    monkeypatch.chdir(tmp_path)
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w])
+    onnx.save(helper.make_model(graph), "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="w.data", size_threshold=0)
+    weights = open("w.data", "rb").read()
+    assert main(["m.onnx", "--target", "EMU:f16", "--json", "w.data", "-q"]) == 2
+    assert "--json 'w.data' is the model's external data ('w.data')" in capsys.readouterr().err
+    report: Report = bisect("m.onnx", "CPU:f32", "EMU:f16", progress=False)
+    with pytest.raises(InputError, match="is the model's external data"):
+        report.save("w.data")
+    assert open("w.data", "rb").read() == weights
+
+
 def test_the_api_refuses_a_patched_model_or_capture_over_its_model(user_files):
     from bisect_ov import bisect
     from bisect_ov.capture import record

@@ -90,6 +90,44 @@ def test_a_stdout_closed_before_anything_is_written_gives_141_and_the_report_fil
     assert json.loads((tmp_path / "r.json").read_text())["schema_version"] >= 4
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+def test_a_stdout_that_takes_nothing_still_gets_the_files_written_and_says_so(tmp_path):
+    # ``>/dev/full`` gave an OSError traceback, exit 1 (which reads "diverges") and no report file.
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "bisect_ov", "demo", *QUICK, "--json", "r.json"], cwd=tmp_path,
+                              env=ENV, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "the report's text could not be written to stdout (No space left on device)" in proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["first_divergence"] == ["inorm/sub", "inorm/sqdiff"]
+
+
+@pytest.mark.parametrize("closed", [">&-", "2>&-", ">&- 2>&-"])
+def test_closed_standard_streams_still_get_the_files_written(tmp_path, closed):
+    # A closed stdout (Python makes it None) gave "'NoneType' object has no attribute 'write'"; a closed stderr
+    # failed silently, exit 1, nothing written (`sys.stderr.isatty()` on None).
+    quick = [flag for flag in QUICK if flag != "-q"]  # without -q: the progress bars ask stderr whether it is a tty
+    command = f"{sys.executable} -m bisect_ov demo {' '.join(quick)} --json r.json {closed}"
+    proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert json.loads((tmp_path / "r.json").read_text())["first_divergence"] == ["inorm/sub", "inorm/sqdiff"]
+
+
+def test_a_stream_that_cannot_encode_a_name_gets_it_escaped(tmp_path):
+    # PYTHONIOENCODING=ascii (or latin-1 with a snowman in a node's name): UnicodeEncodeError, exit 1, no file.
+    import openvino as ov
+
+    from bisect_ov.zoo.synthetic import demo
+
+    model = demo()
+    next(op for op in model.get_ordered_ops() if op.get_friendly_name() == "inorm/sub").set_friendly_name("inorm/süb☃")
+    ov.save_model(model, str(tmp_path / "m.xml"), compress_to_fp16=False)
+    proc = subprocess.run([sys.executable, "-m", "bisect_ov", "m.xml", "--target", "EMU:f16", *QUICK, "--json", "r.json"],
+                          cwd=tmp_path, env={**ENV, "PYTHONIOENCODING": "ascii"}, capture_output=True, timeout=120)
+    assert proc.returncode == 1 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"inorm/s\\xfcb\\u2603" in proc.stdout, proc.stdout
+    assert json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["first_divergence"][0] == "inorm/süb☃"
+
+
 def _interrupt_when(tmp_path: pathlib.Path, marker: str, *extra: str) -> tuple[int, str]:
     """Run the demo with -vv, send SIGINT once stderr shows `marker`; (exit code, stderr)."""
     out = tmp_path / "out"

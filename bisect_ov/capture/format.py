@@ -133,7 +133,7 @@ def _positions(size: int, sample: int, seed: int) -> np.ndarray:
 def sample_array(array: np.ndarray, sample: int, seed: int = 0) -> np.ndarray:
     """The values of `array` at `sample_positions(array.shape, sample, seed)`, as a flat array."""
     array = np.asarray(array)
-    return np.ascontiguousarray(array).reshape(-1)[sample_positions(array.shape, sample, seed)]
+    return np.asarray(array, order="C").reshape(-1)[sample_positions(array.shape, sample, seed)]
 
 
 def inputs_hash(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
@@ -142,7 +142,7 @@ def inputs_hash(names: Sequence[str], arrays: Sequence[np.ndarray]) -> str:
         raise InputError(f"inputs_hash: {len(names)} names for {len(arrays)} arrays.")
     h = hashlib.sha256()
     for name, array in zip(names, arrays):
-        a = np.ascontiguousarray(array)
+        a = np.asarray(array, order="C")
         h.update(f"{name}|{list(a.shape)}|{a.dtype.str}|".encode())
         h.update(memoryview(a).cast("B") if a.size else b"")  # type: ignore[arg-type]  # numpy: __buffer__ in 3.12+
     return h.hexdigest()
@@ -253,7 +253,7 @@ def weights_hash(model: Any) -> str:
         except Exception:  # noqa: BLE001 - a type numpy cannot view: its type and shape stand for it
             continue
         step = max(1, flat.size // _WEIGHT_SAMPLE)
-        h.update(np.ascontiguousarray(flat[::step][:_WEIGHT_SAMPLE]).tobytes())
+        h.update(np.asarray(flat[::step][:_WEIGHT_SAMPLE], order="C").tobytes())
     return h.hexdigest()[:16]
 
 

@@ -98,7 +98,7 @@ class Component:
         for name, dtype in zip(self.own_inputs, self.dtypes):
             value = given[name]
             array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
-            out.append(np.ascontiguousarray(array.astype(dtype, copy=False)))
+            out.append(np.asarray(array.astype(dtype, copy=False), order="C"))
         return out
 
 

@@ -11,14 +11,15 @@ written is an error before the command runs, and one that fails later says so on
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from typing import IO, Any
+from typing import IO, Any, Iterator
 
 from bisect_ov.core.errors import InputError
 
-__all__ = ["Console", "LogFile", "to_null"]
+__all__ = ["Console", "LogFile", "to_null", "usable_streams"]
 
 
 class Console:
@@ -33,6 +34,7 @@ class Console:
     def __init__(self) -> None:
         self.text: IO[str] = sys.stdout
         self.reader_gone = False
+        self.lost: OSError | None = None  # the first failed write of the report's text to stdout (a full disk)
 
     def say(self, text: str = "") -> None:
         """One block of the report's text."""
@@ -55,6 +57,41 @@ class Console:
             to_null(stream)
             if stream is sys.stdout:
                 self.reader_gone = True
+        except OSError as err:  # a stream that takes nothing (``>/dev/full``): the files asked for are still written
+            to_null(stream)
+            if stream is sys.stdout and self.lost is None:
+                self.lost = err
+
+
+@contextlib.contextmanager
+def usable_streams() -> Iterator[None]:
+    """While a command runs, stdout and stderr take any text: a closed one (``2>&-``: Python makes it None) writes
+    to the null device, and characters its encoding lacks (``PYTHONIOENCODING=ascii``) are escaped, not raised;
+    both as they were after."""
+    saved = sys.stdout, sys.stderr
+    opened: list[IO[str]] = []
+    modes: list[tuple[Any, str]] = []
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            stream = open(os.devnull, "w", encoding="utf-8")
+            opened.append(stream)
+            setattr(sys, name, stream)
+        elif getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+                modes.append((stream, "strict"))
+            except (ValueError, OSError):  # a stream that cannot change it: left as it is
+                pass
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        for stream, errors in modes:
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors=errors)
+        for stream in opened:
+            stream.close()
 
 
 def to_null(stream: IO[str]) -> None:

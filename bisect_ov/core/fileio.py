@@ -35,7 +35,7 @@ from typing import IO, Iterator, Sequence
 from bisect_ov.core.errors import BisectError, InputError, WriteError
 
 __all__ = ["write_text_atomic", "atomic_file", "atomic_paths", "removed_on_sigterm", "new_file_mode", "check_writable",
-           "destination", "ir_files", "labelled_files", "files_read", "refuse_overlaps"]
+           "destination", "ir_files", "labelled_files", "onnx_external_files", "files_read", "refuse_overlaps"]
 
 # A process's own descriptors, named as files: writing them reaches whatever the descriptor is open on.
 _DESCRIPTOR = re.compile(r"/(proc/(self|thread-self|\d+)/fd|dev/fd)/\d+|/dev/std(in|out|err)")
@@ -295,11 +295,50 @@ def ir_files(path: str | os.PathLike) -> tuple[pathlib.Path, ...]:
 
 
 def labelled_files(what: str, path: object) -> list[tuple[str, pathlib.Path]]:
-    """(what, file) for each file of `path` (`ir_files`: an IR's ``.bin`` is "`what`'s weights"); nothing when
-    `path` is no path (a model object, None)."""
+    """(what, file) for each file of `path` (`ir_files`: an IR's ``.bin`` is "`what`'s weights"; an existing ONNX
+    file's external data files, `onnx_external_files`, are "`what`'s external data"); nothing when `path` is no
+    path (a model object, None)."""
     if not isinstance(path, (str, os.PathLike)):
         return []
-    return [(what if i == 0 else f"{what}'s weights", f) for i, f in enumerate(ir_files(path))]
+    return [*((what if i == 0 else f"{what}'s weights", f) for i, f in enumerate(ir_files(path))),
+            *((f"{what}'s external data", f) for f in onnx_external_files(path))]
+
+
+def onnx_external_files(path: str | os.PathLike) -> tuple[pathlib.Path, ...]:
+    """The files an existing ``.onnx`` file keeps tensors in (external data, named relative to its folder), in
+    the main graph, its subgraphs and constants; none for other paths, or for a file ONNX cannot parse (its
+    reader says why when the model is read)."""
+    path = pathlib.Path(path)
+    if path.suffix.lower() != ".onnx" or not path.is_file():
+        return ()
+    import onnx  # only for an ONNX path
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - not parsable here: nothing more to protect than the file itself
+        return ()
+    found: dict[pathlib.Path, None] = {}
+
+    def tensors(graph) -> Iterator:
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield from (sparse.values, sparse.indices)
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.HasField("t"):
+                    yield attribute.t
+                yield from attribute.tensors
+                if attribute.HasField("g"):
+                    yield from tensors(attribute.g)
+                for sub in attribute.graphs:
+                    yield from tensors(sub)
+
+    for tensor in tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+            if location:
+                found[path.parent / location] = None
+    return tuple(found)
 
 
 def files_read(model: object, target_model: object, inputs: object, *sides: object) -> tuple[tuple[str, str], ...]:

@@ -166,4 +166,4 @@ def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
     if x.dtype.itemsize not in (1, 2, 4, 8) or x.dtype.hasobject:
         return bool(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"))
     bits = np.dtype(f"u{x.dtype.itemsize}")
-    return bool(np.array_equal(np.ascontiguousarray(x).view(bits), np.ascontiguousarray(y).view(bits)))
+    return bool(np.array_equal(np.asarray(x, order="C").view(bits), np.asarray(y, order="C").view(bits)))

@@ -202,7 +202,7 @@ def inputs_key(arrays: Sequence[np.ndarray]) -> str:
     """A digest of input arrays (values, shapes, dtypes): which run a cached value belongs to."""
     h = hashlib.sha1()
     for a in arrays:
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a, order="C")
         h.update(f"{a.shape}|{a.dtype}|".encode())
         h.update(a.tobytes())
     return h.hexdigest()

@@ -80,7 +80,7 @@ def _pair(ref: np.ndarray, got: np.ndarray):
 
 def _bf16_tensor(array: np.ndarray) -> ov.Tensor:
     """float32 values as a bf16 tensor, rounded to nearest even (numpy has no bfloat16)."""
-    x = np.ascontiguousarray(array, dtype=np.float32)
+    x = np.asarray(array, dtype=np.float32, order="C")
     bits = x.view(np.uint32)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     rounded[np.isnan(x)] = 0x7FC0

@@ -51,7 +51,7 @@ def as_input(array: np.ndarray, element: ov.Type):
         return np.asarray(array, dtype=np.float16)
     if element != ov.Type.bf16:
         return array
-    x = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32)
+    x = np.asarray(array, dtype=np.float32, order="C").view(np.uint32)
     bits = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
     bits[np.isnan(array)] = 0x7FC0
     tensor = ov.Tensor(ov.Type.bf16, list(array.shape))

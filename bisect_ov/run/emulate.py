@@ -113,7 +113,7 @@ class _F16Rounding:
             out.data[...] = round_array(x.data, "f16")  # not expected: the CPU build has these kernels
 
     def __call__(self, a: np.ndarray) -> np.ndarray:
-        a = np.ascontiguousarray(a, np.float32)
+        a = np.asarray(a, np.float32, order="C")
         if not a.flags.writeable:  # ov.Tensor shares only writeable memory (a Constant's data is not)
             a = a.copy()
         out = np.empty_like(a)

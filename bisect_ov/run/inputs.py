@@ -85,7 +85,7 @@ def _llm_input(spec: ParameterSpec, model: ov.Model, prompt_length: int, rng: np
     shape = tuple(int(d) for d in dims)
     if name == "input_ids":
         vocab = vocabulary_size(model, next(iter(spec.names & {"input_ids"}))) or 10
-        return np.ascontiguousarray(rng.integers(0, vocab, size=shape), dtype=spec.dtype)
+        return np.asarray(rng.integers(0, vocab, size=shape), dtype=spec.dtype, order="C")
     return llm_companion(name, shape, spec.dtype)
 
 
@@ -127,7 +127,7 @@ def llm_companion(name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         value = np.broadcast_to(np.arange(shape[-1]), shape) if shape else np.zeros(shape)
     else:  # beam_idx, token_type_ids
         value = np.zeros(shape)
-    return np.ascontiguousarray(value, dtype=dtype)
+    return np.asarray(value, dtype=dtype, order="C")
 
 
 def random_inputs(model: ov.Model, seed: int = 0, *, prompt_length: int = 16) -> list[np.ndarray]:
@@ -348,7 +348,7 @@ def _check(array: np.ndarray, spec: ParameterSpec) -> np.ndarray:
                          "every output and agree on nothing that can be measured. Pass real values.")
     want = spec.dtype
     if array.dtype == want:
-        return np.ascontiguousarray(array)
+        return np.asarray(array, order="C")
     same_kind = (np.issubdtype(array.dtype, np.floating) and np.issubdtype(want, np.floating)) or (
         np.issubdtype(array.dtype, np.integer) and np.issubdtype(want, np.integer)
     )
@@ -365,7 +365,7 @@ def _check(array: np.ndarray, spec: ParameterSpec) -> np.ndarray:
                     "clip them first.")
         if np.issubdtype(want, np.integer) and not np.array_equal(cast, array):
             raise InputError(f"Input {spec.describe()}: values do not fit {spec.type_name} (got {array.dtype}).")
-        return np.ascontiguousarray(cast)
+        return np.asarray(cast, order="C")
     raise InputError(
         f"Input {spec.describe()} got dtype {array.dtype}. Pass {np.dtype(want).name} values, e.g. array.astype(np.{np.dtype(want).name})."
     )

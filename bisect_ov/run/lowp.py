@@ -199,7 +199,7 @@ def matmul(a: np.ndarray, b: np.ndarray, transpose_a: bool, transpose_b: bool, l
     if transpose_b:
         b = np.swapaxes(b, -1, -2)
     # Contiguous [..., M, K] and [..., K, N]: the lane chunks below then read whole cache lines.
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    a, b = np.asarray(a, order="C"), np.asarray(b, order="C")
     (m, k), n = a.shape[-2:], b.shape[-1]
     width, steps = min(k, lanes), -(-k // lanes)
     if k > lanes:  # pad the reduced axis with zeros to whole lane chunks (adding zeros is exact)

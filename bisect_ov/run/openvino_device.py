@@ -130,7 +130,7 @@ class OpenVINOCompiled:
                 if missing:
                     raise DeviceError(f"No value for the variable(s) {missing} of the model run on {self.info.name}.")
                 for variable in variables:
-                    variable.state = ov.Tensor(np.ascontiguousarray(states[variable.name]))
+                    variable.state = ov.Tensor(np.asarray(states[variable.name], order="C"))
             result = self._request.infer([as_input(a, t) for a, t in zip(inputs, self._input_types)],
                                          share_outputs=False)
             after = {v.name: np.array(v.state.data) for v in self._request.query_state()}

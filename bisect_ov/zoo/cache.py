@@ -263,5 +263,5 @@ def _inputs_from(meta: dict, model: ov.Model, seed: int) -> dict[str, np.ndarray
             value = np.zeros(shape)
         else:
             value = rng.standard_normal(shape)
-        arrays[name] = np.ascontiguousarray(value, dtype=dtype)
+        arrays[name] = np.asarray(value, dtype=dtype, order="C")
     return arrays

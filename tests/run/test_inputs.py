@@ -190,3 +190,18 @@ def test_a_stateless_llm_export_s_kv_cache_is_made_empty():
     assert [a.shape for a in arrays] == [(1, 5), (1, 5), (1, 2, 0, 4)] and not arrays[2].size
     given = PromptInputs.of(model, None).expand(np.array([1, 2, 3]))
     assert given["past_key_values.0.key"].shape == (1, 2, 0, 4) and given["input_ids"].shape == (1, 3)
+
+
+@pytest.mark.parametrize("scale", [np.array(2.0, np.float32), np.float32(2.0), 2.0, np.array(2.0)])
+def test_a_scalar_input_keeps_rank_0(scale):
+    # `np.ascontiguousarray` gives 0-d arrays a dimension: a rank-0 input ("s", shape []) was refused by the plugin
+    # ("got [1] expecting []") whatever form it was given in, and blamed on the device.
+    from bisect_ov import bisect
+
+    x = ops.parameter([2, 3], np.float32, name="x")
+    s = ops.parameter([], np.float32, name="s")
+    model = ov.Model([ops.multiply(x, s).output(0)], [x, s])
+    got = prepare_inputs(model, {"x": np.ones((2, 3), np.float32), "s": scale}, seed=0)
+    assert got[1].shape == () and got[1].dtype == np.float32 and float(got[1]) == 2.0
+    report = bisect(model, "CPU:f32", "EMU:f16", {"x": np.ones((2, 3), np.float32), "s": scale}, progress=False)
+    assert report.outputs[0].error == 0.0
