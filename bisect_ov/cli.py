@@ -243,11 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             to_null(sys.stdout)
             console.reader_gone = True
             code = EXIT_READER_GONE
-        if console.lost is not None and not console.reader_gone:  # the files are written; the text is not
-            console.error(f"bisect-ov: error: the report's text could not be written to stdout "
-                          f"({console.lost.strerror or console.lost}); the files asked for are written.")
-            code = EXIT_USER_ERROR
-    return EXIT_READER_GONE if console.reader_gone else code
+        return console.exit_code(code, lost=EXIT_USER_ERROR, gone=EXIT_READER_GONE)
 
 
 def _main(argv: list[str], console: Console) -> int:

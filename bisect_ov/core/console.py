@@ -47,6 +47,17 @@ class Console:
     def error(self, text: str) -> None:
         self._write(sys.stderr, text + "\n")
 
+    def exit_code(self, code: int, *, lost: int, gone: int) -> int:
+        """The command's exit code: `gone` when the reader went away, `lost` (said on stderr) when stdout took none
+        of the report's text (the files asked for are written all the same), else `code`."""
+        if self.reader_gone:
+            return gone
+        if self.lost is not None:
+            self.error(f"bisect-ov: error: the report's text could not be written to stdout "
+                       f"({self.lost.strerror or self.lost}); the files asked for are written.")
+            return lost
+        return code
+
     def _write(self, stream: IO[str], text: str) -> None:
         if stream is sys.stdout and self.reader_gone:
             return
