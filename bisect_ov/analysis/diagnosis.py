@@ -25,6 +25,7 @@ import math
 import re
 from typing import Sequence
 
+from bisect_ov.analysis.bodies import WITH_BODIES
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.numeric import BF16_MAX, F16_MAX, F16_MIN_NORMAL
 from bisect_ov.core.records import Cause
@@ -215,6 +216,8 @@ def is_concentrated_own(own: float, rel_l2: float, tolerance: float) -> bool:
 def concentrated(output: TensorStats, tolerance: float, op_type: str = "", factors: int = 1) -> list[Cause]:
     """A few elements wrong (`is_concentrated`, or `is_concentrated_own` for an op not in `REDUCING`, nor a
     product of `factors` >= 2 measured tensors), as a cause."""
+    if op_type in WITH_BODIES:  # many ops in one node: no kernel's mark
+        return []
     rel = max(output.rel_l2, 1e-30)
     own_scale = op_type not in REDUCING and not (op_type in PRODUCTS and factors >= 2)
     peak, own = peak_error(output), own_peak_error(output) if own_scale else None

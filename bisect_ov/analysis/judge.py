@@ -66,6 +66,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
+from bisect_ov.analysis.bodies import WITH_BODIES
 from bisect_ov.analysis.diagnosis import (
     CONCENTRATED,
     LIPSCHITZ,
@@ -81,9 +82,8 @@ from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
 
-__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs",
-           "MOVEMENT", "RESCALING", "REDUCING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED",
-           "OWN_CONCENTRATED"]
+__all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs", "MOVEMENT",
+           "RESCALING", "REDUCING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED"]
 
 # Ops whose output steps as its input crosses a threshold: a value within rounding of a step gives a whole step
 # of difference at a few elements, which is their nature, not a fault.
@@ -315,7 +315,8 @@ def _concentrated(graph: Any, ev: Evidence, nodes: Mapping[str, NodeScore]) -> s
     for peaks, holds in ((ev.peaks, is_concentrated), (ev.own_peaks, is_concentrated_own)):
         for key, (peak, rel) in peaks.items():
             s = nodes.get(key)
-            if s is None or key in ev.steps or key in ev.nonfinite or not holds(peak, rel, s.tolerance):
+            if (s is None or key in ev.steps or key in ev.nonfinite or not holds(peak, rel, s.tolerance)
+                    or key in graph and graph[key].op_type in WITH_BODIES):  # many ops in one node: no kernel's mark
                 continue
             passed: set[str] = set()
             inputs = measured_inputs(graph, key, nodes, passed)

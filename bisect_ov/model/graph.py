@@ -393,3 +393,4 @@ def _reduction_length(op) -> int:
     except (KeyError, IndexError, TypeError, ValueError):
         return 1
     return 1
+

@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from bisect_ov.analysis.bodies import bodies_note
 from bisect_ov.analysis.diagnosis import Cause, diagnose
 from bisect_ov.analysis.exactness import exact_candidates
 from bisect_ov.analysis.judge import NOTABLE
@@ -150,7 +151,7 @@ def open_comparison(model: Any, ref: Any, target: Any, inputs: Any, target_model
     # the cast notes are the examined sample's
     notes = (tuple(plan.notes) + bound.notes + (_one_sample_classes(graph, options) if run is None else ())
              + (summary.notes if summary is not None else ()) + sweep_notes + cast
-             + _input_notes(graph, examined.ref) + _state_notes(loaded, options)
+             + _input_notes(graph, examined.ref) + _state_notes(loaded, options) + bodies_note(graph)
              + (foreign_weights_note(graph, target_graph, runner.match) if ov_target is not None else ()))
     return Setup(comparison, runner, examined, resolved, ov_model, ov_target, run, summary, notes, clock,
                  loaded.state, loaded.target_state, frameworks=bound.frameworks, truth=bound.truth,

@@ -216,7 +216,15 @@ class Report:
                 if n.index == name:
                     return n
             raise InputError(f"No compared node has topological index {name}.")
+        if isinstance(name, str) and name.startswith("#") and name[1:].isdigit():  # an index as the text prints it
+            return self.node(int(name[1:]))
         if name in index:
+            shared = [n for n in self.nodes if n.name == name] if index[name].name == name else []
+            if len(shared) > 1:  # the model gives several ops this name: which one is not for us to guess
+                listed = ", ".join(f"'{n.label}' ({n.op_type}, #{n.index})" for n in shared[:6])
+                raise InputError(f"{len(shared)} compared nodes are named '{name}': {listed}"
+                                 f"{f' and {len(shared) - 6} more' if len(shared) > 6 else ''}. Give one's label with its number "
+                                 f"('{shared[1].label}') or its index ('#{shared[0].index}').")
             return index[name]
         for n in self.nodes:
             if name in n.tensor_names:

@@ -74,10 +74,12 @@ class NodeResult:
 
     @property
     def label(self) -> str:
-        """The name as the user knows it: module path and operation for PyTorch-frontend names, else the name."""
+        """The name as the user knows it: module path and operation for PyTorch-frontend names, else the name;
+        an op whose name an earlier op has too carries its key's ``#2``, ``#3`` (what `Report.node` takes)."""
         from bisect_ov.analysis.names import module_label
 
-        return module_label(self.name, self.op_type)
+        repeat = self.key[len(self.name):] if self.key != self.name and self.key.startswith(self.name + "#") else ""
+        return module_label(self.name, self.op_type) + repeat
 
     @property
     def absorbed(self) -> bool:

@@ -33,7 +33,8 @@ Real GPU/NPU kernels differ: they fuse ops (keeping intermediates in registers, 
 own ``exp``/``sqrt``/``tanh`` approximations, tile reductions and matrix products in other orders, may
 accumulate in f32 (tensor cores), flush subnormals, or keep some tensors in f32. Ops not listed above
 (Convolution, pooling, ReduceMax/L2, LogSoftmax, ...) accumulate in f32 here even with ``reductions``.
-Bodies of Loop/If/TensorIterator are not rewritten (their outputs are rounded). Reduction emulation needs
+The bodies of If, Loop and TensorIterator ops are emulated alike (each body's values rounded, every
+iteration's); inside them nothing is tapped. Reduction emulation needs
 constant ``axes`` inputs, f32 tensors and (MatMul) inputs of static rank >= 2; other instances of those ops
 are left alone (per-op rounding still applies), as are MVN-1 ops (no ``axes`` input) and
 ScaledDotProductAttention with a ``sink`` input. Emulated models must be compiled with
@@ -66,12 +67,13 @@ except for emulated reductions, whose op takes over the original's friendly name
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
+from bisect_ov.analysis.bodies import WITH_BODIES
 from bisect_ov.core.errors import InputError
 from bisect_ov.run import lowp
 from bisect_ov.run.lowp import PRECISIONS, round_array
@@ -364,6 +366,16 @@ _EMULATORS = {"Softmax": _softmax_params, "ReduceSum": _reduce_params, "ReduceMe
               "MVN": _mvn_params, "MatMul": _matmul_params, "ScaledDotProductAttention": _attention_params}
 
 # ------------------------------------------------------------------------------- model rewriting
+def _bodies(node: ov.Node) -> list[tuple[Callable[[], ov.Model], Callable[[ov.Model], None]]]:
+    """(get, set) of each body (sub-model) `node` runs: If's two branches, Loop's and TensorIterator's body."""
+    kind = node.get_type_name()
+    if kind == "If" and hasattr(node, "get_then_body"):
+        return [(node.get_then_body, node.set_then_body), (node.get_else_body, node.set_else_body)]
+    if kind in WITH_BODIES and hasattr(node, "get_function"):  # Loop, TensorIterator
+        return [(node.get_function, node.set_function)]
+    return []
+
+
 def _check_reductions(reductions: bool | Iterable[str]) -> frozenset[str]:
     if reductions is True:
         return REDUCTION_OPS
@@ -498,6 +510,9 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
     clone = model.clone()
     nodes = list(clone.get_ordered_ops())
     data = _data_path(nodes)
+    for node in nodes:  # the bodies of If, Loop and TensorIterator, as a device runs them: each one emulated alike
+        for get, put in _bodies(node):
+            put(emulate_precision(get(), precision, reductions=selected, lanes=lanes))
     tag = f"emulated_{precision}"
     rounded: dict[tuple[int, int], ov.Output] = {}  # (op id, port) -> rounded data-path output
     for node in nodes:

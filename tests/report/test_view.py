@@ -247,3 +247,16 @@ def test_many_final_outputs_are_listed_up_to_eight_and_every_one_over_its_tolera
     lines = output_lines(view(replace(V2, outputs=outputs)), limit=8)
     assert [line.split(":")[1] for line in lines[:-1]] == [str(i) for i in range(8)] + ["20"], lines
     assert lines[-1] == "... and 21 more within their tolerance (report.outputs)"
+
+
+def test_ops_sharing_a_name_are_told_apart_in_the_text_and_a_shared_name_is_refused():
+    # Every op of a model named 'same': the table printed 'same' 21 times, and report.node('same') (so
+    # `repro --node same`) silently took the first, a Multiply within its tolerance.
+    nodes = tuple(dataclasses.replace(n, name="same", key="same" if i == 0 else f"same#{i + 1}")
+                  for i, n in enumerate(V2.nodes))
+    report = dataclasses.replace(V2, nodes=nodes)
+    assert [n.label for n in nodes[:3]] == ["same", "same#2", "same#3"]
+    with pytest.raises(Exception, match=r"compared nodes are named 'same': 'same' \(.*'same#2' .*its index"):
+        report.node("same")
+    assert report.node("same#2") is nodes[1] and report.node(f"#{nodes[2].index}") is nodes[2]
+    assert "same#2" in report.to_text(top=len(nodes))

@@ -551,3 +551,62 @@ def test_bf16_weights_past_the_range_saturate_too():
     compiled = ov.Core().compile_model(emulate_precision(model, "bf16"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     out = np.array(compiled([np.array([0.0, 1.0, 2.0], np.float32)])[compiled.outputs[0]])
     assert out[0] == 0.0 and out[1] == np.float32(3.3895313892515355e38) and out[2] == 3.0
+
+
+def _cancel_onnx(kind: str):
+    """tanh((x + 1000) - 1000) as plain ops, inside both branches of an If, or as the body of a two-trip Loop that
+    carries x through (an ONNX model, read by OpenVINO)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = numpy_helper.from_array(np.array(1000.0, np.float32), "c")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])
+    flat = [helper.make_node("Add", ["x", "c"], ["a"]), helper.make_node("Sub", ["a", "c"], ["s"]),
+            helper.make_node("Tanh", ["s"], ["t"])]
+    out = helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 64])
+    inputs, nodes = [x], flat
+    if kind == "if":
+        branch = [helper.make_graph(flat, name, [], [out]) for name in ("then", "else")]
+        inputs = [x, helper.make_tensor_value_info("cond", TensorProto.BOOL, [])]
+        nodes = [helper.make_node("If", ["cond"], ["t"], then_branch=branch[0], else_branch=branch[1])]
+    elif kind == "loop":
+        body = helper.make_graph(
+            [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("Add", ["x_in", "c"], ["a"]), helper.make_node("Sub", ["a", "c"], ["s"]),
+             helper.make_node("Tanh", ["s"], ["x_out"])], "body",
+            [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [1, 64])],
+            [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+             helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [1, 64])])
+        trips = numpy_helper.from_array(np.array(2, np.int64), "trips")
+        yes = numpy_helper.from_array(np.array(True), "yes")
+        nodes = [helper.make_node("Loop", ["trips", "yes", "x"], ["t"], body=body)]
+    constants = [c, trips, yes] if kind == "loop" else [c]
+    model = helper.make_model(helper.make_graph(nodes, "g", inputs, [out], constants),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    return ov.Core().read_model(model.SerializeToString(), b"")
+
+
+def test_the_bodies_of_if_and_loop_are_emulated_as_the_ops_outside():
+    # Only an If's or a Loop's outputs were rounded: a cancellation inside the body, 1.7e-1 off in f16 as plain ops,
+    # read 2.6e-4 ("no divergence") inside an If.
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    flat = run(emulate_precision(_cancel_onnx("flat")), x)[0]
+    assert not same_bits(flat, run(_cancel_onnx("flat"), x)[0]).all()  # the cancellation shows in f16
+    branch = run(emulate_precision(_cancel_onnx("if")), x, np.array(True))[0]
+    assert same_bits(branch, flat).all()
+    twice = run(emulate_precision(_cancel_onnx("flat")), flat)[0]  # the body's second trip, on the first's output
+    assert same_bits(run(emulate_precision(_cancel_onnx("loop")), x)[0], twice).all()
+
+
+def test_a_loop_is_compared_as_one_node_and_the_report_says_its_body_is_not_tapped():
+    # A Loop's error (rounding carried over its trips) read "concentrated ... look for a wrong index, a bad lane or a
+    # race in its kernel": a body is many ops, no kernel's mark; the report says what it cannot see inside.
+    from bisect_ov import bisect
+
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    report = bisect(_cancel_onnx("loop"), "CPU:f32", "EMU:f16", {"x": x}, progress=False)
+    looped = next(n for n in report.nodes if n.op_type == "Loop")
+    assert looped.error > looped.tolerance and report.first_divergence is looped
+    assert not any(c.kind == "concentrated" for c in looped.diagnosis)
+    assert any("runs a body of ops inside it: those ops are not tapped" in note for note in report.notes)
