@@ -109,15 +109,14 @@ def _common(parser: argparse.ArgumentParser, *, compare: bool) -> None:
     devices.add_argument("--target", default=None,
                          help="target device: GPU (default), NPU, CPU:bf16, EMU:f16 (demo default), ...")
     if compare:
-        devices.add_argument("--target-model",
-                             help="a second model (e.g. the int8 twin) run on the target, matched by name")
+        devices.add_argument("--target-model", help="a second model (e.g. the int8 twin) run on the target, matched by name")
         samples.add_argument("--input", action="append", type=_key_value, default=[], metavar="NAME=FILE.npy",
                              help="value of one input (repeatable)")
         samples.add_argument("--inputs", type=pathlib.Path, metavar="FILE.npz|FOLDER",
                              help="values of all inputs: an .npz with one array per input name (or an .npy for a "
                                   "single input), or a folder of such files, one sample each")
     output.add_argument("--top", type=int, default=10, help="culprits to print (default 10; the HTML page: at least 25)")
-    output.add_argument("--width", type=int, default=120, help="text width of the printed report (default 120)")
+    output.add_argument("--width", type=int, help="text width of the printed report (default: the terminal's, at most 120)")
     output.add_argument("--json", type=pathlib.Path, metavar="FILE",
                         help="write the report as JSON to FILE ('-': to stdout, the text then going to stderr)")
     output.add_argument("--html", type=pathlib.Path, metavar="FILE",
@@ -374,6 +373,7 @@ def _check_display(args, console: Console) -> None:
     """Refuse display options that cannot be honoured; with a file on stdout, the text goes to stderr."""
     from bisect_ov.core.fileio import check_writable
 
+    args.width = console.columns() if args.width is None else args.width
     for flag, value, low, what in (("--top", args.top, 0, "0 or more"), ("--width", args.width, 40, "at least 40 columns")):
         if value < low:
             raise InputError(f"{flag} must be {what}; got {value}.")

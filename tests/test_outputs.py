@@ -106,3 +106,17 @@ def test_the_coverage_of_a_renamed_twin_counts_only_matched_nodes(strategy):
                     strategy=strategy, progress=False)
     assert sorted(report.unmatched["model"]) == ["mm0", "mm1", "tanh0", "tanh1"]
     assert report.coverage == pytest.approx(1 / 5)
+
+
+def test_outputs_with_nothing_finite_on_the_reference_are_said_not_compared():
+    # One NaN and one Inf in the input made every output NaN: "no divergence ... cosine 1.000000, mismatches 0/8"
+    # with nothing compared, and "headroom inf powers of two".
+    x = np.zeros((1, 8), np.float32)
+    x[0, 0], x[0, 1] = np.nan, np.inf
+    h = ops.parameter([1, 8], np.float32, name="x")
+    mixed = ops.matmul(h, ops.constant(np.ones((8, 8), np.float32)), False, False, name="mixed")
+    model = ov.Model([ops.result(ops.tanh(mixed, name="t"), name="out")], [h], "all_nan")
+    report = bisect(model, "CPU:f32", "EMU:f16", {"x": x}, progress=False)
+    assert any("1 of 1 final output(s) (e.g. 'out', 8 NaN and 0 Inf of 8) hold no finite value on the reference"
+               in note for note in report.notes), report.notes
+    assert "f16 headroom: no compared node holds a finite nonzero value on the reference." in report.to_text()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
 from typing import IO, Any, Iterator
 
@@ -46,6 +47,12 @@ class Console:
 
     def error(self, text: str) -> None:
         self._write(sys.stderr, text + "\n")
+
+    def columns(self) -> int:
+        """The report's default width: a terminal's own, from 40 to 120 columns; 120 into a file or a pipe."""
+        if not self.text.isatty():
+            return 120
+        return min(120, max(40, shutil.get_terminal_size((120, 24)).columns))
 
     def exit_code(self, code: int, *, lost: int, gone: int) -> int:
         """The command's exit code: `gone` when the reader went away, `lost` (said on stderr) when stdout took none

@@ -235,6 +235,12 @@ def run_notes(setup: Setup, examined: Examined, measurement: Measurement, scored
         notes.append(left_out)
     if scored.absorbed_why:
         notes.append(scored.absorbed_why)
+    blank = [o for o in scored.outputs if o.stats.numel and o.stats.ref_nan + o.stats.ref_inf == o.stats.numel]
+    if blank:  # NaN and Inf in the inputs can leave nothing finite to compare: an agreement on NaN is no verdict
+        notes.append(f"{len(blank)} of {len(scored.outputs)} final output(s) (e.g. '{blank[0].name}', "
+                     f"{blank[0].stats.ref_nan:,} NaN and {blank[0].stats.ref_inf:,} Inf of {blank[0].stats.numel:,}) hold "
+                     "no finite value on the reference: where both sides agree on NaN or Inf they count as equal, so "
+                     "nothing of them was compared. Check the inputs.")
     saturated = [(t, s.saturated) for t, s in measurement.stats.items() if s.saturated]
     if saturated:
         notes.append(f"{sum(n for _, n in saturated):,} values in {len(saturated)} tensor(s) (e.g. "

@@ -163,6 +163,8 @@ def _headroom(report: "Report") -> Block | None:
     near = [n for n in ranked if n.f16_headroom < NEAR]
     if not near:
         closest = ranked[0]
+        if not math.isfinite(closest.f16_headroom):  # nothing finite and nonzero on the reference
+            return Block("headroom", ("f16 headroom: no compared node holds a finite nonzero value on the reference.",))
         return Block("headroom", (f"f16 headroom: every compared node's reference values stay at least 2x below "
                                   f"65,504; the closest, '{closest.label}' ({closest.op_type}), reaches "
                                   f"{_absmax(closest)} (headroom {closest.f16_headroom:.1f} powers of two).",))

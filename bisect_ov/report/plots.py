@@ -260,9 +260,10 @@ def _short(name: str, op_type: str = "", width: int = 36) -> str:
     """A node's name for a plot label: its module path and op type for PyTorch names (``block.1.layer.0.layer_norm
     Power``), cut in the middle so that its start and its distinctive end stay."""
     from bisect_ov.analysis.names import parse_name
+    from bisect_ov.report.text import printable  # a control character in a name has no glyph: its escape has
 
     parsed = parse_name(name)
-    label = f"{parsed.module} {op_type}".strip() if parsed is not None and parsed.module else name
+    label = printable(f"{parsed.module} {op_type}".strip() if parsed is not None and parsed.module else name)
     if len(label) <= width:
         return label
     head = (width - 1) // 2

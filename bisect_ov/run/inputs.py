@@ -159,12 +159,18 @@ def random_inputs(model: ov.Model, seed: int = 0, *, prompt_length: int = 16) ->
                 "Pass inputs={name: array} (or --input NAME=FILE.npy) with concrete shapes."
             )
         shape = tuple(int(d.get_length()) for d in spec.pshape)
-        if spec.dtype == np.bool_:
-            arrays.append(rng.random(shape) < 0.5)
-        elif np.issubdtype(spec.dtype, np.integer):
-            arrays.append(rng.integers(0, 10, size=shape).astype(spec.dtype))
-        else:
-            arrays.append(rng.standard_normal(shape).astype(spec.dtype))
+        try:
+            if spec.dtype == np.bool_:
+                arrays.append(rng.random(shape) < 0.5)
+            elif np.issubdtype(spec.dtype, np.integer):
+                arrays.append(rng.integers(0, 10, size=shape).astype(spec.dtype))
+            else:
+                arrays.append(rng.standard_normal(shape).astype(spec.dtype))
+        except MemoryError:
+            size = int(np.prod(shape, dtype=np.float64))
+            raise InputError(f"Input {spec.describe()} holds {size:,} values ({size * spec.dtype.itemsize / 2**30:,.1f} GiB): "
+                             "too many to make random values for in this machine's memory. Pass inputs={name: array} "
+                             "(or --input NAME=FILE.npy) of the size you run it at.") from None
     return arrays
 
 
@@ -184,6 +190,10 @@ def prepare_inputs_noted(model: ov.Model, inputs: Any = None, *, seed: int = 0,
     """`prepare_inputs`, and one note per input whose values were cast to the parameter's element type (a float64
     array for an f32 input), saying whether the cast changed them."""
     specs = parameter_specs(model)
+    text = [s.describe() for s in specs if s.type_name == "string"]
+    if text:
+        raise InputError(f"Input {', '.join(text)} holds text (a string tensor): bisect_ov compares models on numeric "
+                         "tensors. Compare the model that reads the tokenizer's output (its token ids) instead.")
     if inputs is None:
         return random_inputs(model, seed, prompt_length=prompt_length), ()
     if isinstance(inputs, (str, os.PathLike)):
@@ -282,9 +292,9 @@ def _by_name(mapping: Mapping, specs: list[ParameterSpec]) -> list[np.ndarray]:
         raise InputError(f"Unknown input name(s) {unknown}. The model's inputs: {', '.join(s.describe() for s in specs)}.")
     missing = [s.describe() for s, a in zip(specs, arrays) if a is None]
     if missing:
-        given = "an empty dict names none of them" if not mapping else "pass every input"
-        raise InputError(f"Missing value(s) for input(s) {', '.join(missing)}: {given}. Pass every input, or "
-                         "inputs=None for seeded random values.")
+        given = "an empty dict names none of them. " if not mapping else ""
+        raise InputError(f"Missing value(s) for input(s) {', '.join(missing)}: {given}Give a value for every input "
+                         "(--input NAME=FILE.npy each), or none for seeded random values.")
     return arrays
 
 

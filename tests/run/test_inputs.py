@@ -39,8 +39,8 @@ def test_forms_dict_list_npz_npy(tmp_path):
 @pytest.mark.parametrize(
     "given, message",
     [
-        ({"a": np.ones((2, 3))}, "Missing value.*: pass every input"),
-        ({}, "an empty dict names none of them.*inputs=None for seeded random values"),
+        ({"a": np.ones((2, 3))}, "Missing value.*: Give a value for every input"),
+        ({}, "an empty dict names none of them.*or none for seeded random values"),
         ({"a": np.ones((2, 3)), "b": np.ones(1, np.int32), "c": 1}, "Unknown input name"),
         ([np.ones((2, 4)), np.ones(1, np.int32)], "shape"),
         ([np.ones((2, 3)), np.ones(1, np.float32)], "dtype float32"),
@@ -205,3 +205,21 @@ def test_a_scalar_input_keeps_rank_0(scale):
     assert got[1].shape == () and got[1].dtype == np.float32 and float(got[1]) == 2.0
     report = bisect(model, "CPU:f32", "EMU:f16", {"x": np.ones((2, 3), np.float32), "s": scale}, progress=False)
     assert report.outputs[0].error == 0.0
+
+
+def test_an_input_too_large_for_random_values_is_an_input_error_not_a_traceback():
+    # A declared [100000, 100000] input ended in numpy's _ArrayMemoryError traceback, exit 1 ("diverges").
+    x = ops.parameter([1 << 20, 1 << 20, 1 << 10], np.float32, name="hx")
+    with pytest.raises(InputError, match=r"Input 'hx' .* too many to make random values for .* Pass inputs="):
+        prepare_inputs(ov.Model([ops.relu(x).output(0)], [x]), None)
+
+
+def test_a_text_input_is_refused_as_text():
+    # It read "Inference failed on EMU:f16: Unknown string kind" (random values), or "pass a numeric array of dtype
+    # float32" for an array of text.
+    s = ops.parameter([2], ov.Type.string, name="st")
+    x = ops.parameter([2], np.float32, name="x")
+    model = ov.Model([ops.relu(x).output(0)], [x, s])
+    for given in (None, {"x": np.ones(2, np.float32), "st": np.array(["a", "b"])}):
+        with pytest.raises(InputError, match=r"Input 'st' \[2\] string holds text"):
+            prepare_inputs(model, given)
