@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Callable, Mapping
+from typing import Callable, Collection, Mapping
 
-from bisect_ov.analysis.diagnosis import is_concentrated, own_peak_error, peak_error
+from bisect_ov.analysis.diagnosis import CANCELLATION_RATIO, CANCELLING_OPS, is_concentrated, own_peak_error, peak_error
 from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge, whole_unit
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import CALIBRATED_METRICS, unit_roundoff
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
 from bisect_ov.model.graph import ModelGraph
+from bisect_ov.model.taps import Tap
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 
 __all__ = ["decide", "evidence", "expected", "verdict_notes"]
@@ -49,6 +50,7 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
     if fidelity is not None and fidelity.rejected and fidelity.outcome == "localized_by_partitions" and fidelity.node:
         localized = graph.find(fidelity.node).key
     concentrating = setup.options.metric == "rel_l2" and not examined.plan.tolerance.quantization
+    cancels = cancelling(graph, measurement) if concentrating else frozenset()
     return Evidence(
         errors=scored.errors, tolerances=scored.tolerances, min_growth=examined.plan.tolerance.min_growth,
         outputs=tuple((o.error, o.tolerance) for o in scored.outputs),
@@ -58,8 +60,8 @@ def evidence(setup: Setup, examined: Examined, measurement: Measurement, scored:
         inside_kernel=inside, kernel_outputs={k: tuple(v) for k, v in kernels.outputs.items()},
         rejected=bool(fidelity is not None and fidelity.rejected), localized=localized,
         # A few elements far off is a fault under rounding; a quantized twin clips and steps by design.
-        peaks=peaks(measurement) if concentrating else {},
-        own_peaks=peaks(measurement, own_peak_error) if concentrating else {},
+        peaks=peaks(measurement, skip=cancels) if concentrating else {},
+        own_peaks=peaks(measurement, own_peak_error, skip=cancels) if concentrating else {},
         max_abs=largest_errors(measurement) if concentrating else {},
         steps=frozenset(k for k in measured if k in graph and graph[k].op_type in STEPS),
         impacts_possible=setup.comparison.ref.can_run_pieces and setup.comparison.target.can_run_pieces,
@@ -97,6 +99,21 @@ def expected(examined: Examined, measurement: Measurement, findings: Findings, m
     return found
 
 
+def cancelling(graph: ModelGraph, measurement: Measurement) -> frozenset[str]:
+    """Keys of measured nodes that cancel (`CANCELLING_OPS`) values `CANCELLATION_RATIO` times larger than their
+    output, as measured on the reference: rounding of the inputs is magnified most in the output's smallest
+    elements, so a few elements far off is cancellation's mark there, not a fault's (the diagnosis says so)."""
+    found = set()
+    for tap, s in measurement.stats.items():
+        if tap.key not in graph or graph[tap.key].op_type not in CANCELLING_OPS or s.integer or s.ref_absmax <= 0:
+            continue
+        scale_in = max((i.ref_absmax for k, port in graph.data_inputs(tap.key)
+                        if (i := measurement.stats.get(Tap(k, port))) is not None), default=0.0)
+        if scale_in > CANCELLATION_RATIO * s.ref_absmax:
+            found.add(tap.key)
+    return frozenset(found)
+
+
 def largest_errors(measurement: Measurement) -> dict[str, float]:
     """By node key: the largest absolute element error among its floating outputs (finite ones)."""
     found: dict[str, float] = {}
@@ -106,13 +123,15 @@ def largest_errors(measurement: Measurement) -> dict[str, float]:
     return found
 
 
-def peaks(measurement: Measurement, measure: Callable[[TensorStats], float | None] = peak_error
-          ) -> dict[str, tuple[float, float]]:
+def peaks(measurement: Measurement, measure: Callable[[TensorStats], float | None] = peak_error,
+          skip: Collection[str] = ()) -> dict[str, tuple[float, float]]:
     """By node key: (largest element error / the reference's largest magnitude, or another `measure` of the worst
     element, relative L2 error) of its floating output whose worst element is worst (the judge's
-    concentrated-error rule)."""
+    concentrated-error rule); none for the nodes in `skip`."""
     found: dict[str, tuple[float, float]] = {}
     for tap, s in measurement.stats.items():
+        if tap.key in skip:
+            continue
         peak = measure(s)
         if peak is not None and peak > found.get(tap.key, (-1.0, 0.0))[0]:
             found[tap.key] = (peak, s.rel_l2)
