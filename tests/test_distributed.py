@@ -412,3 +412,44 @@ def test_executor_options_are_checked():
     with pytest.raises(InputError, match="samples_per_batch"):
         BisectOptions(samples_per_batch=0)
     assert BisectOptions(executor=ThreadPoolExecutor(1)).to_dict()["executor"] == "ThreadPoolExecutor"
+
+
+def test_a_closed_executor_is_refused_up_front_not_read_as_the_devices_failure():
+    # A pool shut down (or a closed Dask client) had every batch retried three times, then "DeviceError: No sample
+    # could be measured ... cannot schedule new futures after shutdown".
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    with pytest.raises(InputError, match=r"The executor \(ThreadPoolExecutor\) takes no work: cannot schedule new "
+                                         r"futures after shutdown\. Pass one that is open"):
+        bisect(tiny_chain(), "CPU", "CPU:f32", [[np.zeros((1, 8), np.float32)]] * 2, executor=pool, progress=False)
+
+
+@pytest.mark.slow
+@CLUSTERS
+def test_a_dask_client_itself_is_taken_and_a_scheduler_without_workers_is_refused(cluster):
+    # A Client (not its get_executor()) ended in "AttributeError: 'Future' object has no attribute '_condition'";
+    # a scheduler with no worker waited silently for its stall limit (half an hour a pass).
+    distributed = pytest.importorskip("distributed")
+    assert _figures(_run(Samples(_data()[:8]), cluster)) == _figures(_run(Samples(_data()[:8])))
+    from bisect_ov.samples import executors
+
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0", silence_logs=50) as empty, \
+            distributed.Client(empty) as client:
+        with pytest.raises(InputError, match=r"Client has no worker \(none joined within 1 s\): start workers"):
+            executors._has_workers(client, "Client", timeout=1)
+
+
+def test_a_cluster_s_wrapped_failure_is_told_by_its_cause_without_terminal_colours():
+    # A loader failing on Ray put "RayTaskError(RuntimeError): \x1b[36mray::run_batch()\x1b[39m (pid=...) ^^^^ File
+    # ..." into the report's notes (boxes in the HTML): the cause's sentence, no escape, no traceback.
+    from bisect_ov.core.errors import cause_of, first_line
+
+    class TaskError(Exception):  # what Ray raises: its text a coloured traceback, the original kept as `cause`
+        def __init__(self, cause):
+            super().__init__("\x1b[36mray::run_batch()\x1b[39m (pid=7)\n  File \"w.py\", line 3\n    ^^^^\nboom")
+            self.cause = cause
+
+    wrapped = TaskError(RuntimeError("sample #9: loader(9) raised DecodeError: bad file"))
+    assert first_line(wrapped) == "sample #9: loader(9) raised DecodeError: bad file"
+    assert type(cause_of(wrapped)) is RuntimeError
+    assert first_line(RuntimeError("\x1b[31mred\x1b[0m text")) == "red text"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
+
 import numpy as np
 import pytest
 from openvino import opset13 as ops
@@ -217,3 +220,29 @@ def test_the_samples_line_says_how_many_errors_are_not_finite():
     assert "final error mean 2.0e-01," in line([0.1, 0.3])
     assert "final error mean 2.0e-01 over the 2 finite (1 not finite)," in line([0.1, float("inf"), 0.3])
     assert "final error not finite on any sample," in line([float("inf"), float("inf")])
+
+
+def test_files_named_relative_to_the_caller_are_found_from_another_folder(tmp_path, monkeypatch):
+    # `--inputs ../samples` with a cluster: the paths travelled as typed and a worker in another folder read
+    # "Input file not found: '../samples/s_0.npy'". They are made absolute where the samples are listed.
+    x = np.ones((1, 3, 32, 32), np.float32)
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "work").mkdir()
+    for i in range(2):
+        np.save(tmp_path / "samples" / f"s_{i}.npy", x * (i + 1))
+    monkeypatch.chdir(tmp_path / "work")
+    listed = Samples(["../samples/s_0.npy", pathlib.Path("../samples/s_1.npy")])
+    folder = as_samples("../samples")
+    monkeypatch.chdir(tmp_path)  # a worker elsewhere
+    for path in (listed.load(0), listed.load(1), folder.load(1)):
+        assert os.path.isabs(path) and os.path.isfile(path), path
+    assert folder.file_of(1) == "s_1.npy"
+    report = bisect(synthetic.demo(), "CPU:f32", "EMU:f16", listed, progress=False)  # read from here, not 'work'
+    assert report.samples.count == 2
+
+
+def test_a_loader_that_returns_nothing_is_told_so():
+    # loader(i) that forgot its return: "Input 'x' [?,3,?,?] f32 has a dynamic shape, so random inputs cannot be made".
+    samples = Samples(loader=lambda i: None, count=3)
+    with pytest.raises(InputError, match=r"Sample #0: loader\(0\) returned None: return the sample"):
+        bisect(synthetic.demo(), "CPU:f32", "EMU:f16", samples, progress=False)

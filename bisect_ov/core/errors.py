@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["BisectError", "InputError", "DeviceError", "CaptureError", "WriteError", "CaptureWriteError", "first_line",
+__all__ = ["BisectError", "InputError", "DeviceError", "CaptureError", "WriteError", "CaptureWriteError", "first_line", "cause_of",
            "interrupted", "raise_if_interrupted"]
 
 # pybind11's text for a Python exception that crossed C++: "KeyboardInterrupt: <message>", on a line of its own
@@ -51,6 +51,15 @@ class CaptureWriteError(CaptureError, WriteError):
     """A capture file cannot be written."""
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours, as a cluster's task errors carry them
+
+
+def cause_of(err: BaseException) -> BaseException:
+    """The exception a cluster's wrapper stands for (Ray's ``RayTaskError`` keeps it as ``cause``), else `err`."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) and cause is not err else err
+
+
 def first_line(err: BaseException) -> str:
     """The informative sentence of an exception's text, for one-line messages.
 
@@ -58,7 +67,8 @@ def first_line(err: BaseException) -> str:
     a user can act on is usually the last remaining line. Other text wrapped over several lines (Python's own
     multiprocessing advice ends "...section in https://docs.python.org/...") is one sentence, its start kept.
     """
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    err = cause_of(err)
+    lines = [line.strip() for line in _ANSI.sub("", str(err)).splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith(("Exception from", "Check '"))]
     if useful and len(useful) == len(lines):
         return " ".join(useful)[:300]

@@ -37,7 +37,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.engine.runner import run_both
 from bisect_ov.run.devices import Device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs_noted
-from bisect_ov.samples.sources import sample_result
+from bisect_ov.samples.sources import loaded, sample_result
 
 __all__ = ["ModelPayload", "Plan", "Batch", "BatchResult", "execute", "prepare_pair", "run_batch"]
 
@@ -154,7 +154,7 @@ def _load(loader: Callable[[int], Any], index: int) -> Any:
     """`loader(index)`, a failure naming the sample (still a failure of the batch, which may run again: a disk or
     a service may come back); a bad sample the loader itself refuses stays the user's (`InputError`)."""
     try:
-        return loader(index)
+        return loaded(loader(index), index)
     except InputError:
         raise
     except Exception as err:

@@ -64,6 +64,8 @@ class RayExecutor(Executor):
         self._tasks: dict[Any, Any] = {}  # fn -> its Ray remote function, made once
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        if not self._ray.is_initialized():  # ray.remote would start a local instance: not the cluster it was given
+            raise RuntimeError("cannot schedule new futures after shutdown: Ray was shut down (ray.shutdown())")
         task = self._tasks.get(fn)
         if task is None:
             task = self._tasks[fn] = self._ray.remote(fn)
@@ -145,7 +147,11 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
     if spec is None or spec == "in-process":
         return None, "in-process", lambda: None
     if not isinstance(spec, str):
-        return spec, type(spec).__name__, lambda: None
+        label = type(spec).__name__
+        if not isinstance(spec, Executor) and callable(getattr(spec, "get_executor", None)):  # a Dask Client
+            _has_workers(spec, label)
+            spec = spec.get_executor()
+        return spec, label, lambda: None
     kind, _, rest = spec.partition(":")
     if kind in ("processes", "threads"):
         if kind == "threads":
@@ -164,6 +170,11 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
         except Exception as err:
             raise InputError(f"Cannot reach the Dask scheduler at {address}: {first_line(err)}. Start one with "
                              "'dask scheduler' and workers with 'dask worker ADDRESS'.") from err
+        try:
+            _has_workers(client, f"The Dask scheduler at {address}")
+        except InputError:
+            client.close()
+            raise
         return client.get_executor(), f"dask {address}", client.close
     if kind == "ray":
         ray_address = spec if rest else None
@@ -179,6 +190,17 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
                              f"{first_line(err)}.") from err
         return ray_pool, f"ray {ray_address or 'local'}", ray_pool.shutdown
     raise AssertionError(f"check_executor let '{spec}' through")  # pragma: no cover
+
+
+def _has_workers(client: Any, what: str, timeout: float = 30.0) -> None:
+    """Refuse a Dask client whose scheduler has no worker within `timeout` seconds: its tasks would wait for one
+    (the run's stall limit is half an hour per pass)."""
+    try:
+        client.wait_for_workers(1, timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - a timeout, or a closed client
+        why = f"none joined within {timeout:.0f} s" if isinstance(err, TimeoutError) else first_line(err).rstrip(".")
+        raise InputError(f"{what} has no worker ({why}): start workers with 'dask worker ADDRESS', or check the "
+                         "client is open.") from err
 
 
 def executor_width(executor: Executor | None) -> int:

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.spread import Distribution
-from bisect_ov.core.errors import DeviceError, InputError, first_line
+from bisect_ov.core.errors import DeviceError, InputError, cause_of, first_line
 from bisect_ov.engine.runner import Runner
 from bisect_ov.model.taps import Tap, tap_model
 from bisect_ov.samples.batches import Batch, BatchResult, ModelPayload, Plan, execute, run_batch
@@ -73,6 +73,7 @@ class SampleRun:
         self.prompts = prompts  # a PromptInputs when the samples are LLM prompts
         self.executor, self.label, self._close_executor = open_executor(executor)
         self.per_unit, self.retries, self.progress, self.owned = samples_per_batch, batch_retries, progress, owned
+        self.accepted = False  # whether the executor has taken any batch of this run
 
     def remote(self, runner: Runner) -> bool:
         """True when batches go to the executor: recorded sides replay from a file here, and framework sides
@@ -212,12 +213,17 @@ class SampleRun:
                 pending: dict[Future, tuple[Batch, int]], lost: list[int], failures: list[str]) -> None:
         try:
             pending[submit(batch)] = (batch, attempt)
+            self.accepted = True
         except Exception as err:  # a broken pool refuses new work: the batch is reported, not dropped
+            if not self.accepted:  # it never took any (shut down, a closed Dask client): the user's to fix
+                raise InputError(f"The executor ({self.label}) takes no work: {first_line(err).rstrip('.')}. Pass one "
+                                 "that is open (a running pool, a Dask client's get_executor(), Ray before "
+                                 "ray.shutdown()).") from err
             self._fail(batch, err, lost, failures)
 
     def _fail(self, batch: Batch, error: BaseException, lost: list[int], failures: list[str]) -> None:
         message = (f"batch {batch.number} (samples {_span(batch)}) failed after {self.retries + 1} attempt(s): "
-                   f"{type(error).__name__}: {first_line(error)}")
+                   f"{type(cause_of(error)).__name__}: {first_line(error)}")
         log.warning("%s", message)
         failures.append(message)
         lost.extend(batch.indices)

@@ -33,7 +33,7 @@ from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import SamplesSummary
 from bisect_ov.run.inputs import load_arrays
 
-__all__ = ["Samples", "as_samples", "load_folder", "SampleSummary", "PassLog", "sample_result", "classifier_outputs",
+__all__ = ["Samples", "as_samples", "load_folder", "loaded", "SampleSummary", "PassLog", "sample_result", "classifier_outputs",
            "flips"]
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,8 @@ class Samples:
         elif isinstance(samples, (list, tuple)):
             if not samples:
                 raise InputError("Samples(...) is empty: give at least one sample.")
-            self._items, self._count = samples, len(samples)
+            # Files named relative to this process's folder are found by workers in other folders (a cluster's)
+            self._items, self._count = [_absolute(sample) for sample in samples], len(samples)
         elif samples is not None and hasattr(samples, "__iter__") and not isinstance(samples, (str, bytes, dict)):
             self._source = iter(samples)
         else:
@@ -151,7 +152,7 @@ class Samples:
         """Sample `index`, a generator's as the path of its spill file (which `prepare_inputs` reads)."""
         if self.loader is not None:
             try:
-                return self.loader(index)
+                return loaded(self.loader(index), index)
             except InputError:
                 raise
             except Exception as err:
@@ -214,6 +215,21 @@ class Samples:
             log.debug("Sample #%d not spilled (%s); kept in memory", index, err)
             path.unlink(missing_ok=True)
             return sample
+
+
+def loaded(sample: Any, index: int) -> Any:
+    """`sample`, what `loader(index)` returned; None (a loader that forgot to return) is refused by name."""
+    if sample is None:
+        raise InputError(f"Sample #{index}: loader({index}) returned None: return the sample (a dict of arrays by "
+                         "input name, a list of arrays, an array, or the path of a .npz/.npy file).")
+    return sample
+
+
+def _absolute(sample: Any) -> Any:
+    """`sample` as an absolute path when it names a file (a ``.npz``/``.npy``), else as it is."""
+    if isinstance(sample, pathlib.PurePath):
+        return pathlib.Path(os.path.abspath(sample))
+    return os.path.abspath(sample) if isinstance(sample, (str, os.PathLike)) else sample
 
 
 def load_folder(folder: pathlib.Path) -> Samples:
