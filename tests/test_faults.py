@@ -205,3 +205,20 @@ def test_a_fault_at_an_embedding_lookup_is_named_there(kind):
     assert report.culprits[0].name == "emb"
     benign = bisect(model, "CPU:f32", "EMU:bf16", inputs, progress=False)
     assert benign.first_divergences == (), benign.to_text()
+
+
+def test_a_constant_past_f16_s_range_is_named_as_the_cause():
+    # x * 3e6 then * (1 / 3e6): the f16 target stores 3e6 as 65,504, so the first product is 46x too small. The
+    # report read only "error 250.4x the tolerance of f16 rounding for this op" beside "headroom -5.5".
+    from openvino import Model, opset13 as ops
+
+    x = ops.parameter([1, 64], np.float32, name="x")
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32) / 8
+    h = ops.tanh(ops.matmul(x, ops.constant(w), False, False), name="h")
+    up = ops.multiply(h, ops.constant(np.float32(3e6), name="big"), name="scale_up")
+    down = ops.multiply(up, ops.constant(np.float32(1 / 3e6)), name="scale_down")
+    report = bisect(Model([ops.result(down)], [x], "scaled"), "CPU:f32", "EMU:f16", progress=False)
+    assert report.first_divergence.name == "scale_up", report.to_text()
+    cause = next(c for c in report.first_divergence.diagnosis if c.kind == "constant_range")
+    assert "its constant input 'big' reaches 3e+06, beyond f16's largest value 65,504" in cause.text
+    assert not any(c.kind == "constant_range" for c in report.node("h").diagnosis)

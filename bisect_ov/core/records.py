@@ -31,9 +31,11 @@ __all__ = ["DeviceInfo", "Fix", "ScaleFactor", "KernelSetting", "Clamp", "Remedy
 # "foreign_inputs" (a twin's extra ops feed the node), "exact" (an integer-exact result checked), "note" (anything
 # else, as a shape mismatch). Diagnoses (sources and amplifiers): "overflow", "underflow", "cancellation",
 # "long_reduction", "over_tolerance" (none of those: how far over its tolerance it is), "compressed_weights" (the
-# model stores the op's weights in f16 and another framework computes with the original ones).
+# model stores the op's weights in f16 and another framework computes with the original ones), "concentrated" (a
+# few elements far off), "constant_range" (a constant input past the target precision's range).
 CAUSE_KINDS = ("nonfinite", "f16_limit", "int_limit", "kernel_difference", "foreign_inputs", "exact", "note",
-               "overflow", "underflow", "cancellation", "long_reduction", "over_tolerance", "compressed_weights")
+               "overflow", "underflow", "cancellation", "long_reduction", "over_tolerance", "compressed_weights",
+               "concentrated", "constant_range")
 
 
 @dataclass(frozen=True)

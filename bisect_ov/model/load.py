@@ -82,8 +82,12 @@ def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
     if path.is_dir():
         irs = sorted(p.name for p in path.glob("openvino*.xml"))
         if irs and not (path / "saved_model.pb").exists():  # an optimum-intel export: its IRs, not a SavedModel
+            models = [name for name in irs if "tokenizer" not in name]  # a tokenizer turns text into the ids
+            if len(models) == 1:
+                raise InputError(f"'{path}' is an export folder ({', '.join(irs)}): pass its model, "
+                                 f"'{path / models[0]}'.")
             raise InputError(f"'{path}' is a folder of OpenVINO IRs ({', '.join(irs)}): pass one of them, e.g. "
-                             f"'{path / irs[0]}', or compare the whole pipeline with bisect-ov pipeline '{path}'.")
+                             f"'{path / (models or irs)[0]}', or compare the whole pipeline with bisect-ov pipeline '{path}'.")
         # A TensorFlow SavedModel is a folder; convert_model reads it.
         try:
             return ov.convert_model(str(path))

@@ -7,12 +7,15 @@ See ARCHITECTURE.md for the data flow and the record each stage hands on.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
 import textwrap
 from dataclasses import fields, replace
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
+
+from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
@@ -162,24 +165,36 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
         model = sides.model
         setup = open_comparison(model, sides.ref, sides.target, sides.inputs, target_model, options, clock,
                                 truth=sides.truth)
+    # Which stage runs, on a bar of its own (a 24-layer model's compiles take seconds with nothing else moving)
+    bar = tqdm(total=6, desc="bisect", unit="stage", disable=not setup.runner.progress, leave=False,
+               bar_format="{desc}: {n_fmt}/{total_fmt} stages [{elapsed}]")
+
+    @contextlib.contextmanager
+    def stage(name: str, doing: str) -> Iterator[None]:
+        bar.set_description_str(f"bisect: {doing}")
+        with clock.stage(name):
+            yield
+        bar.update(1)
+
     try:
-        with clock.stage("plain"):
+        with stage("plain", "untouched runs (compile and run both sides)"):
             examined = run_untouched(setup)
             setup = replace(setup, untouched=None)  # the samples pass's compiles: released once that run is made
-        with clock.stage("generate"):
+        with stage("generate", "generation steps"):
             generation, examined = generate(setup, examined)
-        with clock.stage("measure"):
+        with stage("measure", "measuring tensors"):
             measurement = measure(setup, examined)
-        with clock.stage("score"):
+        with stage("score", "scoring"):
             scored = score(setup, examined, measurement)
-        with clock.stage("experiments"):
+        with stage("experiments", "experiments (local errors, impact, fix)"):
             findings = experiments(setup, examined, measurement, scored)
             scored = decide(setup, examined, measurement, scored, findings)
             truth = judge_truth(setup, examined, measurement, scored)
-        with clock.stage("assemble"):
+        with stage("assemble", "report"):
             report = assemble(setup, examined, measurement, scored, findings, model_source=model,
                               target_source=target_model, generation=generation, truth=truth)
             return dataclasses.replace(report, reads=reads)
     finally:
+        bar.close()
         if setup.samples is not None:  # an executor setup from a name, a generator's spill folder
             setup.samples.close()

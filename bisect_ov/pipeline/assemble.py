@@ -19,6 +19,7 @@ import pathlib
 from dataclasses import replace
 from typing import Any, Sequence
 
+import numpy as np
 import openvino as ov
 
 from bisect_ov.analysis.diagnosis import diagnose, kernel_difference, observations
@@ -27,6 +28,7 @@ from bisect_ov.analysis.spread import Distribution
 from bisect_ov.analysis.tolerance import unit_roundoff
 from bisect_ov.core import codec
 from bisect_ov.core.fileio import atomic_paths
+from bisect_ov.core.numeric import F16_MAX
 from bisect_ov.core.records import Cause, InputInfo, RunOptions, StageCost, ToleranceInfo, Truth
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.local import LOCAL_SHARE
@@ -389,8 +391,9 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.
             judged = "quantization" if node.name in tolerance_quantized else precision
-            causes += diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, judged,
-                               node.op_type, given=given_tolerance)
+            causes += [*_constants_beyond(graph, key, precision, s.role),
+                       *diagnose(s.role, s.error, s.tolerance, node.reduction_length, node_stats[0], inputs, judged,
+                                 node.op_type, given=given_tolerance)]
         # A stand-in's numbers are its carrier's: the movement op's local error, impact and group.
         measured_as = stand_in.get(key, key)
         group = groups.get(measured_as, ())
@@ -420,3 +423,21 @@ def _over_samples(spread: Distribution | None, tolerance: float) -> dict[str, fl
     if spread is None or not spread.count:
         return {}
     return {**spread.summary(), "over_tolerance": spread.count_above(tolerance)}
+
+
+def _constants_beyond(graph: ModelGraph, key: str, precision: str, role: str) -> list[Cause]:
+    """A source's or amplifier's floating constant input past the range of the target's `precision`: a device that
+    stores it there holds its largest value instead (the values saturate), which no rounding of the data explains."""
+    limit = {"f16": F16_MAX}.get(precision)
+    if limit is None or role not in ("source", "amplifier"):
+        return []
+    for k, port in graph[key].inputs:
+        if graph[k].kind == "constant" and graph[k].outputs[port].is_float:
+            values = graph.constant_value(k)
+            largest = float(np.max(np.abs(values[np.isfinite(values)]), initial=0.0))
+            if largest > limit:
+                return [Cause("constant_range", f"its constant input '{graph[k].name}' reaches {largest:.3g}, beyond "
+                              f"{precision}'s largest value {limit:,.0f}: a device that stores it in {precision} holds "
+                              f"{limit:,.0f} there instead; keep that constant in f32 or rescale it",
+                              {"constant_max": largest, "limit": limit})]
+    return []

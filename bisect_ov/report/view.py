@@ -291,7 +291,9 @@ def _first(n: "NodeResult", metric: str, report: "Report | None" = None) -> Firs
 def verdict(report: "Report") -> Verdict:
     """Where it starts, how bad, why (see `Verdict`)."""
     metric = report.metric
-    worst = max(report.outputs, key=lambda o: o.error, default=None)
+    # The headline's output: one over its tolerance first, then the model's own (logits) before a stateful model's
+    # variables ('state:...'), then the largest error.
+    worst = max(report.outputs, key=lambda o: (o.diverged, not o.name.startswith("state:"), o.error), default=None)
     firsts = report.first_divergences
     absorbed = tuple(n for n in report.nodes if n.absorbed)
     aside = tuple(n for n in report.nodes if n.set_aside)

@@ -70,6 +70,14 @@ def test_a_model_a_frontend_read_is_labelled_by_its_format_not_the_frontend_s_na
 
 def test_a_folder_of_irs_names_them_not_a_savedmodel(tmp_path):
     # An optimum-intel export folder was read as a TensorFlow SavedModel: "Could not open the file saved_model.pb"
-    ov.save_model(tiny_chain(), tmp_path / "openvino_model.xml")
-    with pytest.raises(InputError, match=r"is a folder of OpenVINO IRs \(openvino_model.xml\): pass one of them"):
+    # An LLM export's tokenizers were offered first ("e.g. 'openvino_detokenizer.xml', or ... bisect-ov pipeline",
+    # which refuses a folder of one model): its one model is named.
+    for name in ("openvino_model.xml", "openvino_tokenizer.xml", "openvino_detokenizer.xml"):
+        ov.save_model(tiny_chain(), tmp_path / name)
+    with pytest.raises(InputError, match=r"is an export folder \(openvino_detokenizer.xml, openvino_model.xml, "
+                                         r"openvino_tokenizer.xml\): pass its model, '.*openvino_model.xml'\.$"):
+        load_model(str(tmp_path))
+    ov.save_model(tiny_chain(), tmp_path / "openvino_encoder_model.xml")
+    with pytest.raises(InputError, match=r"is a folder of OpenVINO IRs .*: pass one of them, e.g. '.*openvino_encoder_"
+                                         r"model.xml', or compare the whole pipeline with bisect-ov pipeline"):
         load_model(str(tmp_path))

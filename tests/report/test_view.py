@@ -260,3 +260,14 @@ def test_ops_sharing_a_name_are_told_apart_in_the_text_and_a_shared_name_is_refu
         report.node("same")
     assert report.node("same#2") is nodes[1] and report.node(f"#{nodes[2].index}") is nodes[2]
     assert "same#2" in report.to_text(top=len(nodes))
+
+
+def test_the_headline_output_is_the_models_own_before_a_variable_unless_only_a_variable_is_over():
+    # A 32-layer stateful Llama's verdict read "Final output 'state:past_key_values.25.keypresent.25.key'" above its
+    # logits, both within their tolerance.
+    out = V2.outputs[0]
+    logits = dataclasses.replace(out, name="logits", error=1e-3, tolerance=4e-3)
+    state = dataclasses.replace(out, name="state:past_key_values.25.key", error=2e-3, tolerance=4e-3)
+    assert view(dataclasses.replace(V2, outputs=(state, logits))).verdict.worst_output.name == "logits"
+    over = dataclasses.replace(state, error=9e-3)
+    assert view(dataclasses.replace(V2, outputs=(over, logits))).verdict.worst_output.name == over.name
