@@ -15,10 +15,12 @@ import textwrap
 from dataclasses import fields, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
+import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
+from bisect_ov.core.errors import DeviceError
 from bisect_ov.core.fileio import files_read
 from bisect_ov.engine.ledger import Clock
 from bisect_ov.pipeline.assemble import assemble
@@ -31,6 +33,7 @@ from bisect_ov.pipeline.stages import experiments, open_comparison, run_untouche
 from bisect_ov.pipeline.truth import judge_truth
 from bisect_ov.report.report import Report
 from bisect_ov.run.devices import Device
+from bisect_ov.run.inputs import parameter_specs
 
 __all__ = ["bisect", "run", "documented"]
 
@@ -149,6 +152,18 @@ def bisect(
     return run(model, ref, target, inputs, options, target_model=target_model)
 
 
+def _made_up(err: DeviceError, setup: Any) -> DeviceError:
+    """`err` with the inputs that were made up for a model of dynamic shapes, and how to give others."""
+    specs = parameter_specs(setup.comparison.graph.model)  # the sample's order
+    if all(spec.pshape.is_static for spec in specs):
+        return err
+    shapes = ", ".join(f"'{spec.name}' {list(np.shape(a))}" for spec, a in zip(specs, setup.sample.ref))
+    said = str(err) if str(err).endswith(".") else f"{err}."
+    return DeviceError(f"{said} The inputs were made up ({shapes}: batch 1 and {setup.options.prompt_length} tokens "
+                       "where a dimension is dynamic): give inputs of the shapes the model runs at (inputs=, --input, "
+                       "--inputs), or another prompt_length (--prompt-length).")
+
+
 def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, options: BisectOptions, *,
         target_model: Any = None) -> Report:
     """`bisect()` with its options as one record: the stages of `bisect_ov.pipeline.stages`, composed."""
@@ -178,7 +193,13 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
 
     try:
         with stage("plain", "untouched runs (compile and run both sides)"):
-            examined = run_untouched(setup)
+            try:
+                examined = run_untouched(setup)
+            except DeviceError as err:  # on inputs it made up, at shapes the model may not run at: say which
+                said = _made_up(err, setup) if sides.inputs is None else err
+                if said is err:
+                    raise
+                raise said from err
             setup = replace(setup, untouched=None)  # the samples pass's compiles: released once that run is made
         with stage("generate", "generation steps"):
             generation, examined = generate(setup, examined)

@@ -223,3 +223,22 @@ def test_a_text_input_is_refused_as_text():
     for given in (None, {"x": np.ones(2, np.float32), "st": np.array(["a", "b"])}):
         with pytest.raises(InputError, match=r"Input 'st' \[2\] string holds text"):
             prepare_inputs(model, given)
+
+
+def test_a_device_failure_on_made_up_inputs_says_which_shapes_were_made_up():
+    # A BERT traced at 128 tokens with dynamic input_ids/attention_mask read only "Inference failed on CPU: Eltwise
+    # shape infer input shapes dim index: 1 mismatch": its inputs had been made up at 16 tokens.
+    from bisect_ov import bisect
+    from bisect_ov.core.errors import DeviceError
+
+    ids = ops.parameter(ov.PartialShape([-1, -1]), np.int64, name="input_ids")
+    mask = ops.parameter(ov.PartialShape([-1, -1]), np.int64, name="attention_mask")
+    table = ops.constant(np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32))
+    h = ops.add(ops.gather(table, ids, ops.constant(np.int64(0))),
+                ops.constant(np.random.default_rng(1).standard_normal((1, 128, 8)).astype(np.float32)))
+    model = ov.Model([ops.multiply(h, ops.unsqueeze(ops.convert(mask, "f32"), ops.constant(np.int64(-1)))).output(0)],
+                     [ids, mask], "bertish")
+    with pytest.raises(DeviceError, match=r"The inputs were made up \('input_ids' \[1, 16\], 'attention_mask' \[1, 16\]: "
+                                          r"batch 1 and 16 tokens .* or another prompt_length \(--prompt-length\)\."):
+        bisect(model, "CPU:f32", "CPU:f32", progress=False)
+    assert not bisect(model, "CPU:f32", "CPU:f32", prompt_length=128, progress=False).diverges
