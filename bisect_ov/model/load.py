@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import openvino as ov
 
 from bisect_ov.core.errors import InputError, first_line, raise_if_interrupted
+from bisect_ov.core.fileio import onnx_external_files
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,11 @@ def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
             f"Unknown model format '{suffix or '(no suffix)'}' for '{path}'. "
             f"Supported: {', '.join(_FILE_SUFFIXES)} files, an ov.Model, or an object openvino.convert_model accepts."
         )
+    if suffix == ".onnx":  # its weights kept in files beside it: a missing one read "Invalid usage of method ..."
+        missing = [f.name for f in onnx_external_files(path) if not f.is_file()]
+        if missing:
+            raise InputError(f"'{path}' keeps its weights in external data file(s) that are missing: "
+                             f"{', '.join(missing[:4])}. Put them beside it, as the model names them.")
     try:
         with native_stderr_to_log(f"reading '{path.name}'"):
             if suffix in (".xml", ".onnx"):

@@ -224,6 +224,12 @@ def prepare_inputs_noted(model: ov.Model, inputs: Any = None, *, seed: int = 0,
             notes.append(f"Input {spec.describe()} was given as {given.dtype} and cast to {spec.type_name}, the model's "
                          "input type" + (" (exactly: no value changed)." if exact else
                                          f"; the values were rounded to {spec.type_name} before either side ran."))
+        if "input_ids" in spec.names and np.issubdtype(array.dtype, np.integer) and array.size:
+            rows = vocabulary_size(model, "input_ids")
+            beyond = int(np.count_nonzero(array >= rows)) if rows else 0
+            if beyond:
+                notes.append(f"Input {spec.describe()} holds {beyond:,} token id(s) of {rows:,} or more, past the "
+                             f"embedding table's {rows:,} rows: its lookup gives no token's values there, on both sides.")
     return checked, tuple(notes)
 
 

@@ -81,3 +81,20 @@ def test_a_folder_of_irs_names_them_not_a_savedmodel(tmp_path):
     with pytest.raises(InputError, match=r"is a folder of OpenVINO IRs .*: pass one of them, e.g. '.*openvino_encoder_"
                                          r"model.xml', or compare the whole pipeline with bisect-ov pipeline"):
         load_model(str(tmp_path))
+
+
+def test_an_onnx_model_whose_external_data_is_missing_says_so(tmp_path):
+    # It read "Cannot read model ...: Invalid usage of method for externally stored data in file (w.data, offset: 0,
+    # data_length: 256)".
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((8, 8), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w])
+    onnx.save(helper.make_model(graph), tmp_path / "m.onnx", save_as_external_data=True, location="w.data",
+              size_threshold=0)
+    assert load_model(str(tmp_path / "m.onnx")) is not None
+    (tmp_path / "w.data").unlink()
+    with pytest.raises(InputError, match=r"keeps its weights in external data file\(s\) that are missing: w\.data\. Put"):
+        load_model(str(tmp_path / "m.onnx"))

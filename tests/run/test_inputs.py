@@ -242,3 +242,16 @@ def test_a_device_failure_on_made_up_inputs_says_which_shapes_were_made_up():
                                           r"batch 1 and 16 tokens .* or another prompt_length \(--prompt-length\)\."):
         bisect(model, "CPU:f32", "CPU:f32", progress=False)
     assert not bisect(model, "CPU:f32", "CPU:f32", prompt_length=128, progress=False).diverges
+
+
+def test_token_ids_past_the_vocabulary_are_noted():
+    # Ids 50 and 2**40 into a 10-row embedding were taken without a word.
+    from bisect_ov.run.inputs import prepare_inputs_noted
+
+    ids = ops.parameter([1, 4], np.int64, name="input_ids")
+    table = ops.constant(np.ones((10, 4), np.float32))
+    model = ov.Model([ops.gather(table, ids, ops.constant(np.int64(0))).output(0)], [ids])
+    _, notes = prepare_inputs_noted(model, {"input_ids": np.array([[1, 50, 2 ** 40, 3]])})
+    assert notes == ("Input 'input_ids' [1,4] i64 holds 2 token id(s) of 10 or more, past the embedding table's 10 "
+                     "rows: its lookup gives no token's values there, on both sides.",)
+    assert prepare_inputs_noted(model, {"input_ids": np.array([[1, 9, 2, 3]])})[1] == ()
