@@ -104,7 +104,7 @@ def measure(setup: Setup, examined: Examined) -> Measurement:
         for t in measured.stats:
             limits[t.key] = max(limits.get(t.key, 0.0), plan.node(t.key, t.port))
     spread = (node_spread(engine.runner, list(measured.stats), setup.samples, partial(metric_value, metric=options.metric),
-                          seed=options.seed, limits=limits)
+                          seed=options.seed, limits=limits, skip=setup.summary.missing)
               if setup.samples is not None and setup.summary is not None and options.node_spread else NodeSpread())
     return Measurement(dict(measured.stats), groups, name, fell_back, dict(spread.errors), dict(spread.ref_absmax),
                        search.local_runs if fusion and not fell_back else {}, faithful, reproduced, dict(measured.exact),

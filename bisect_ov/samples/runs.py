@@ -29,7 +29,7 @@ import pickle
 import re
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Future, wait
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 import openvino as ov
 from tqdm import tqdm
@@ -114,11 +114,13 @@ class SampleRun:
         if self.owned:
             self.samples.close()
 
-    def batches(self) -> Iterator[Batch]:
-        """The samples cut into batches, read as the batches are handed out."""
+    def batches(self, skip: Collection[int] = ()) -> Iterator[Batch]:
+        """The samples cut into batches, read as the batches are handed out; none of those in `skip`."""
         batch: list[tuple[int, Any]] = []
         number = 0
         for index, sample in self.samples.stream():
+            if index in skip:
+                continue
             batch.append((index, sample))
             if len(batch) == self.per_unit:
                 yield self._unit(number, batch)
@@ -134,21 +136,24 @@ class SampleRun:
         return Batch(number, tuple(i for i, _ in batch), tuple(s.travelling(i, x) for i, x in batch), s.loader,
                     tuple(s.names_file(i, x) for i, x in batch))
 
-    def drive(self, submit: Callable[[Batch], Future], desc: str) -> tuple[list[BatchResult], PassLog]:
-        """Hand out the batches (about two per worker in flight), retry failures, collect results in batch order.
+    def drive(self, submit: Callable[[Batch], Future], desc: str, skip: Collection[int] = ()
+              ) -> tuple[list[BatchResult], PassLog]:
+        """Hand out the batches (about two per worker in flight), retry failures, collect results in batch order;
+        the samples in `skip` (lost by an earlier pass: a sample that kills its worker would again) are not run.
 
-        Returns the results and the pass's log (with the sample indices of batches that failed every attempt).
+        Returns the results and the pass's log (with the sample indices of batches that failed every attempt, and
+        those skipped).
         """
         window = 2 * executor_width(self.executor) + 1
         total = -(-len(self.samples) // self.per_unit) if self.samples.kind != "generator" else None
         pending: dict[Future, tuple[Batch, int]] = {}
         results: list[BatchResult] = []
-        lost: list[int] = []
+        lost: list[int] = list(skip)
         seconds: list[float] = []
         failures: list[str] = []
         workers: set[str] = set()
         retried = 0
-        source = self.batches()
+        source = self.batches(frozenset(skip))
         exhausted = False
         with tqdm(total=total, desc=desc, unit="batch", disable=not self.progress, leave=False) as bar:
             while pending or not exhausted:
@@ -343,10 +348,11 @@ def run_samples(runner: Runner, run: SampleRun, error_of: Callable[[TensorStats]
 
 def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
                 error_of: Callable[[TensorStats], float], *, seed: int = 0,
-                limits: Mapping[str, float] | None = None) -> NodeSpread:
+                limits: Mapping[str, float] | None = None, skip: Collection[int] = ()) -> NodeSpread:
     """Error of each tapped node over all samples, merged over the batches (`Distribution.summary` gives mean,
     median, 90th percentile, max, the worst sample and the count; `count_above` the samples over a limit), and
-    the largest magnitude each node's floating outputs reach on the reference over all samples.
+    the largest magnitude each node's floating outputs reach on the reference over all samples (but those in
+    `skip`, the samples the outputs pass lost).
 
     With `limits` (a tolerance per node key), each sample's first node in graph order over its limit is kept
     in the result's ``first_over`` (sample index -> node key, "" when none is)."""
@@ -370,7 +376,7 @@ def node_spread(runner: Runner, taps: Sequence[Tap], run: SampleRun,
             run, plan, remote,
             lambda: runner.compile_pair(ref_tapped.model, target_tapped.model, ref_taps=ref_tapped.added_outputs,
                                          target_taps=target_tapped.added_outputs),
-            models, "samples over nodes")
+            models, "samples over nodes", skip=skip)
     _count_runs(runner, len(run.samples) - len(passed.lost))
     merged: dict[str, Distribution] = {}
     absmax: dict[str, float] = {}
@@ -404,7 +410,8 @@ def _count_runs(runner: Runner, samples: int) -> None:
 
 
 def _run_batches(run: SampleRun, plan: Plan, remote: bool, compile_here: Callable[[], Any],
-               models: tuple[ov.Model, ov.Model | None], label: str) -> tuple[list[BatchResult], PassLog, Any]:
+               models: tuple[ov.Model, ov.Model | None], label: str, skip: Collection[int] = ()
+               ) -> tuple[list[BatchResult], PassLog, Any]:
     """Every batch of `plan`: on the run's executor when `remote`, else in this process with the (ref, target)
     compiles `compile_here()` makes. Returns the batch results, the pass's log and those compiles (None when
     remote)."""
@@ -413,10 +420,10 @@ def _run_batches(run: SampleRun, plan: Plan, remote: bool, compile_here: Callabl
         assert pool is not None
         # A retry carries the plan itself: the worker that held the shared copy may be the one that died (Dask
         # then cancels every task that needs it, however often it runs again).
-        return (*run.drive(lambda u: pool.submit(run_batch, shared if u.attempt == 0 else plan, u), label), None)
+        return (*run.drive(lambda u: pool.submit(run_batch, shared if u.attempt == 0 else plan, u), label, skip), None)
     compiled = compile_here()
     inline = Inline()
-    return (*run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), label), compiled)
+    return (*run.drive(lambda u: inline.submit(execute, plan, u, compiled, models), label, skip), compiled)
 
 
 def _listed(indices: Sequence[int], most: int = 20) -> str:
