@@ -246,3 +246,16 @@ def test_a_loader_that_returns_nothing_is_told_so():
     samples = Samples(loader=lambda i: None, count=3)
     with pytest.raises(InputError, match=r"Sample #0: loader\(0\) returned None: return the sample"):
         bisect(synthetic.demo(), "CPU:f32", "EMU:f16", samples, progress=False)
+
+
+def test_the_samples_line_says_where_they_ran_and_the_median():
+    # Where the samples ran was in the JSON only; the error's spread was its mean and max.
+    from concurrent.futures import ThreadPoolExecutor
+
+    inputs = [{"input": np.random.default_rng(i).standard_normal((1, 3, 32, 32)).astype(np.float32)} for i in range(5)]
+    with ThreadPoolExecutor(2) as pool:
+        report = bisect(synthetic.demo(), "CPU:f32", "EMU:f16", inputs, executor=pool, progress=False)
+    errors = sorted(report.samples.errors)
+    line = next(line for line in report.to_text().splitlines() if line.startswith("Samples:"))
+    assert line.startswith("Samples: 5 run on both sides on ThreadPoolExecutor (1 worker process); final error mean ")
+    assert f"median {errors[2]:.1e}," in line, line

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -322,7 +323,10 @@ def _samples(report: "Report") -> Block | None:
     nonfinite = sum(not math.isfinite(e) for e in measured)
     mean = (f"mean {fmt(samples.error_mean)}" if not nonfinite else "not finite on any sample" if nonfinite == len(measured)
             else f"mean {fmt(samples.error_mean)} over the {len(measured) - nonfinite} finite ({nonfinite} not finite)")
-    line = (f"Samples: {samples.count} run on both sides; final error {mean}, "
+    median = f", median {fmt(statistics.median(measured))}" if len(measured) > 2 and not nonfinite else ""
+    processes = f" ({samples.workers} worker process{'es' if samples.workers != 1 else ''})" if samples.workers else ""
+    where = "" if samples.executor in ("", "in-process") else f" on {samples.executor}{processes}"
+    line = (f"Samples: {samples.count} run on both sides{where}; final error {mean}{median}, "
             f"max {fmt(samples.error_max)} (sample #{samples.worst}"
             + (f", '{samples.worst_file}'" if samples.worst_file else "") + ", " + (
                 "on which the search ran)" if samples.examined in (None, samples.worst)
