@@ -457,3 +457,22 @@ def test_a_cluster_s_wrapped_failure_is_told_by_its_cause_without_terminal_colou
     assert first_line(wrapped) == "sample #9: loader(9) raised DecodeError: bad file"
     assert type(cause_of(wrapped)) is RuntimeError
     assert first_line(RuntimeError("\x1b[31mred\x1b[0m text")) == "red text"
+
+
+def _sigint_ignored() -> bool:
+    """Run on a pool worker: whether SIGINT is ignored there."""
+    import signal as signals
+
+    return signals.getsignal(signals.SIGINT) in (signals.SIG_IGN, int(signals.SIG_IGN))
+
+
+def test_a_local_process_pool_leaves_ctrl_c_to_the_driver():
+    # Ctrl-C reaches every process of the terminal's group: each 'processes:N' worker printed its own
+    # "Process SpawnProcess-3: Traceback ... KeyboardInterrupt" under the one-line "bisect-ov: interrupted".
+    from bisect_ov.samples.executors import open_executor
+
+    pool, _, close = open_executor("processes:1")
+    try:
+        assert pool.submit(_sigint_ignored).result(timeout=120) is True
+    finally:
+        close()

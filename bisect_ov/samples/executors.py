@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import signal
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -121,6 +122,12 @@ def check_executor(spec: Any) -> Any:
     return spec
 
 
+def _leave_interrupts_to_the_driver() -> None:
+    """A pool worker's start: Ctrl-C reaches every process of the terminal's group, and the driver stops the run
+    and the pool (each worker printed its own KeyboardInterrupt traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _start_method(pool: ProcessPoolExecutor) -> str | None:
     """How the pool starts its workers (``fork``, ``spawn``, ``forkserver``); None when it does not say."""
     context = getattr(pool, "_mp_context", None)
@@ -157,7 +164,8 @@ def open_executor(spec: Any) -> tuple[Executor | None, str, Callable[[], None]]:
         if kind == "threads":
             pool: Executor = ThreadPoolExecutor(int(rest))
         else:  # a forked child would inherit OpenVINO's threads mid-state: start fresh interpreters
-            pool = ProcessPoolExecutor(int(rest), mp_context=multiprocessing.get_context("spawn"))
+            pool = ProcessPoolExecutor(int(rest), mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=_leave_interrupts_to_the_driver)
         return pool, spec, lambda: pool.shutdown(wait=True, cancel_futures=True)
     if kind in ("dask", "tcp", "tls"):
         address = "tcp:" + rest if kind == "dask" else spec
