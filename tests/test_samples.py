@@ -84,6 +84,10 @@ def test_samples_recorded_on_several_machines_merge_and_replay(tmp_path):
                     fix=False, progress=False)
     assert report.samples.count == 3 and not report.diverges  # the same f32 CPU recorded every shard
     assert report.target.name == "capture:all.npz"
+    # A sample the merged capture lacks: it quoted one recorded hash and shape, and suggested the capture's seed.
+    with pytest.raises(InputError, match=r"None of the 3 input sets recorded in the capture 'all.npz' is this one"):
+        bisect(model, "CPU", f"capture:{merged}", Samples([*samples, synthetic.sample_inputs(model, seed=9)]),
+               progress=False)
 
 
 def test_feature_maps_are_not_classifiers_ties_are_agreement_and_no_answer_differs():

@@ -227,6 +227,11 @@ class RecordedCompiled:
             raise CaptureError(f"The capture '{cap.path.name}' was captured with {len(cap.input_names)} input(s); got {len(inputs)}.")
         digest = inputs_hash(cap.input_names, inputs)
         sample = cap.current if cap.inputs_hash == digest else cap.find_sample(digest)
+        if sample is None and len(cap.samples) > 1:  # a merged capture: none of its input sets is this one
+            raise CaptureError(
+                f"None of the {len(cap.samples)} input sets recorded in the capture '{cap.path.name}' is this one "
+                f"(hash {digest[:16]}...): run with the samples it recorded (RecordedDevice(...).inputs), or record "
+                "these inputs too and merge the captures.")
         if sample is None:
             recorded = ", ".join(f"{i['name']} {i['shape']} {i['dtype']}" for i in cap.header["model"]["inputs"])
             given = ", ".join(f"{list(np.shape(a))} {np.asarray(a).dtype}" for a in inputs)
