@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             to_null(sys.stdout)
             console.reader_gone = True
             code = EXIT_READER_GONE
-        return console.exit_code(code, lost=EXIT_USER_ERROR, gone=EXIT_READER_GONE)
+        return console.exit_code(code, lost=EXIT_USER_ERROR, gone=EXIT_READER_GONE, ran=(EXIT_OK, EXIT_DIVERGES))
 
 
 def _main(argv: list[str], console: Console) -> int:

@@ -50,16 +50,18 @@ class Console:
 
     def columns(self) -> int:
         """The report's default width: a terminal's own, from 40 to 120 columns; 120 into a file or a pipe."""
-        if not self.text.isatty():
+        isatty = getattr(self.text, "isatty", None)
+        if not callable(isatty) or not isatty():
             return 120
         return min(120, max(40, shutil.get_terminal_size((120, 24)).columns))
 
-    def exit_code(self, code: int, *, lost: int, gone: int) -> int:
-        """The command's exit code: `gone` when the reader went away, `lost` (said on stderr) when stdout took none
-        of the report's text (the files asked for are written all the same), else `code`."""
+    def exit_code(self, code: int, *, lost: int, gone: int, ran: tuple[int, ...]) -> int:
+        """The command's exit code: `gone` when the reader went away, `lost` (said on stderr) when a command that
+        ran to its end (exit code in `ran`: the files asked for are written) could not write its text to stdout,
+        else `code`."""
         if self.reader_gone:
             return gone
-        if self.lost is not None:
+        if self.lost is not None and code in ran:
             self.error(f"bisect-ov: error: the report's text could not be written to stdout "
                        f"({self.lost.strerror or self.lost}); the files asked for are written.")
             return lost
