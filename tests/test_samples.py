@@ -260,6 +260,7 @@ def test_the_samples_line_says_where_they_ran_and_the_median():
     with ThreadPoolExecutor(2) as pool:
         report = bisect(synthetic.demo(), "CPU:f32", "EMU:f16", inputs, executor=pool, progress=False)
     errors = sorted(report.samples.errors)
-    line = next(line for line in report.to_text().splitlines() if line.startswith("Samples:"))
+    text = " ".join(report.to_text().split())  # the line wraps
+    line = text[text.index("Samples:"):]
     assert line.startswith("Samples: 5 run on both sides on ThreadPoolExecutor (1 worker process); final error mean ")
     assert f"median {errors[2]:.1e}," in line, line
