@@ -32,7 +32,7 @@ from bisect_ov.core.records import Cause
 
 __all__ = ["observations", "diagnose", "kernel_difference", "overflow", "underflow", "concentrated", "kind_of_text", "Cause",
            "CANCELLATION_RATIO", "LONG_REDUCTION", "CANCELLING_OPS", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED", "REDUCING", "PRODUCTS",
-           "LIPSCHITZ", "peak_error", "own_peak_error", "is_concentrated", "is_concentrated_own"]
+           "LIPSCHITZ", "peak_error", "own_peak_error", "is_concentrated", "is_concentrated_own", "is_cancelling"]
 
 # Ops whose output can be much smaller than their inputs by subtracting nearly equal values.
 CANCELLING_OPS = frozenset({"Subtract", "Add", "MVN", "ReduceSum", "ReduceMean", "MatMul", "Convolution",
@@ -129,13 +129,12 @@ def diagnose(
     if found:
         return found
     scale_in = max((s.ref_absmax for s in inputs), default=0.0)
-    cancelling = not op_type or op_type in CANCELLING_OPS
     # Before a few elements far off: cancellation magnifies rounding most in the output's smallest elements.
-    found = [] if cancelling and output.ref_absmax > 0 and scale_in > CANCELLATION_RATIO * output.ref_absmax else \
-        concentrated(output, tolerance, op_type, factors=len(inputs))
+    cancels = is_cancelling(op_type, scale_in, output.ref_absmax)
+    found = [] if cancels else concentrated(output, tolerance, op_type, factors=len(inputs))
     if found:
         return found
-    if cancelling and output.ref_absmax > 0 and scale_in > CANCELLATION_RATIO * output.ref_absmax:
+    if cancels:
         ratio = scale_in / output.ref_absmax
         return [Cause(
             "cancellation",
@@ -201,6 +200,12 @@ def own_peak_error(stats: TensorStats) -> float | None:
     if peak_error(stats) is None or not stats.max_elem_rel:
         return None
     return stats.max_elem_rel
+
+
+def is_cancelling(op_type: str, input_max: float, output_max: float) -> bool:
+    """An op that subtracts or sums (`CANCELLING_OPS`; any op when `op_type` is not given) whose inputs reach
+    `CANCELLATION_RATIO` times its output's largest magnitude (on the reference): it cancels."""
+    return (not op_type or op_type in CANCELLING_OPS) and output_max > 0 and input_max > CANCELLATION_RATIO * output_max
 
 
 def is_concentrated(peak: float, rel_l2: float, tolerance: float) -> bool:

@@ -13,7 +13,7 @@ import math
 from dataclasses import replace
 from typing import Callable, Collection, Mapping
 
-from bisect_ov.analysis.diagnosis import CANCELLATION_RATIO, CANCELLING_OPS, is_concentrated, own_peak_error, peak_error
+from bisect_ov.analysis.diagnosis import is_cancelling, is_concentrated, own_peak_error, peak_error
 from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge, whole_unit
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import CALIBRATED_METRICS, unit_roundoff
@@ -100,16 +100,16 @@ def expected(examined: Examined, measurement: Measurement, findings: Findings, m
 
 
 def cancelling(graph: ModelGraph, measurement: Measurement) -> frozenset[str]:
-    """Keys of measured nodes that cancel (`CANCELLING_OPS`) values `CANCELLATION_RATIO` times larger than their
-    output, as measured on the reference: rounding of the inputs is magnified most in the output's smallest
+    """Keys of measured nodes that cancel (`is_cancelling`: they subtract or sum values 10 times larger than their
+    output), as measured on the reference: rounding of the inputs is magnified most in the output's smallest
     elements, so a few elements far off is cancellation's mark there, not a fault's (the diagnosis says so)."""
     found = set()
     for tap, s in measurement.stats.items():
-        if tap.key not in graph or graph[tap.key].op_type not in CANCELLING_OPS or s.integer or s.ref_absmax <= 0:
+        if tap.key not in graph or s.integer:
             continue
         scale_in = max((i.ref_absmax for k, port in graph.data_inputs(tap.key)
                         if (i := measurement.stats.get(Tap(k, port))) is not None), default=0.0)
-        if scale_in > CANCELLATION_RATIO * s.ref_absmax:
+        if graph[tap.key].op_type and is_cancelling(graph[tap.key].op_type, scale_in, s.ref_absmax):
             found.add(tap.key)
     return frozenset(found)
 
