@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import io
 import os
 import pathlib
@@ -311,6 +312,14 @@ def onnx_external_files(path: str | os.PathLike) -> tuple[pathlib.Path, ...]:
     path = pathlib.Path(path)
     if path.suffix.lower() != ".onnx" or not path.is_file():
         return ()
+    state = path.stat()  # one run asks up to three times (the command's checks, the reader, the report's reads)
+    return _external_files(str(path), state.st_mtime_ns, state.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _external_files(name: str, modified: int, size: int) -> tuple[pathlib.Path, ...]:
+    """`onnx_external_files` of the ONNX file `name` as it was when `modified` and of `size` bytes (the cache key)."""
+    path = pathlib.Path(name)
     import onnx  # only for an ONNX path
 
     try:
