@@ -75,7 +75,7 @@ from openvino import opset13 as ops
 
 from bisect_ov.analysis.bodies import WITH_BODIES
 from bisect_ov.core.errors import InputError
-from bisect_ov.run import lowp
+from bisect_ov.run import lowp, pyops
 from bisect_ov.run.lowp import PRECISIONS, round_array
 
 __all__ = ["PRECISIONS", "REDUCTION_OPS", "EmulatedAccumulation", "EmulatedRound", "emulate_precision", "keeps_precision",
@@ -151,6 +151,7 @@ class EmulatedRound(ov.Op):
         self.precision = lowp.check_precision(precision, allow_f32=False)
         self._round = _rounder(self.precision)
         super().__init__(self, inputs)
+        pyops.made(self)
 
     def validate_and_infer_types(self) -> None:
         self.set_output_type(0, self.get_input_element_type(0), self.get_input_partial_shape(0))
@@ -198,6 +199,7 @@ class EmulatedAccumulation(ov.Op):
         self.precision = lowp.check_precision(precision, allow_f32=False)
         self._round = _rounder(self.precision)
         super().__init__(self, inputs)
+        pyops.made(self)
 
     def validate_and_infer_types(self) -> None:
         # The original op type infers the output shape, on Parameters of the inputs' shapes. Types: the CPU

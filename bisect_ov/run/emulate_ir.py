@@ -32,6 +32,7 @@ import openvino as ov
 from openvino import opset13 as ops
 
 from bisect_ov.core.errors import InputError
+from bisect_ov.run import pyops
 from bisect_ov.run.emulate import emulate_precision
 
 __all__ = ["SAVEABLE_REDUCTIONS", "lane_sum_ops", "round_ops", "saveable_emulation"]
@@ -176,23 +177,27 @@ def saveable_emulation(model: ov.Model, precision: str, *, reductions: bool = Fa
         An unknown precision; with `reductions`, an MVN, MatMul or ScaledDotProductAttention that accumulates
         in the low precision, or a reduction of dynamic shape (no opset form here).
     """
-    emulated = emulate_precision(model, precision, reductions=reductions, lanes=lanes)
-    for node in list(emulated.get_ordered_ops()):
-        kind = node.get_type_name()
-        if kind == "EmulatedAccumulation":
-            if node.kind not in SAVEABLE_REDUCTIONS:
-                raise InputError(
-                    f"'{node.get_friendly_name()}' ({node.kind}) accumulates in {precision} with a Python kernel that "
-                    f"has no opset form here (only {sorted(SAVEABLE_REDUCTIONS)} do), so it cannot be saved.")
-            rounded = _accumulation(node, precision)
-        elif kind == "EmulatedRound":
-            rounded = round_ops(node.input_value(0), precision, node.get_friendly_name())
-        else:
-            continue
-        out = node.output(0)
-        names = out.get_names()
-        for target in list(out.get_target_inputs()):
-            target.replace_source_output(rounded)
-        rounded.get_tensor().set_names(names)
+    with pyops.collecting() as made:  # replaced below: nothing runs them (`bisect_ov.run.pyops`)
+        try:
+            emulated = emulate_precision(model, precision, reductions=reductions, lanes=lanes)
+            for node in list(emulated.get_ordered_ops()):
+                kind = node.get_type_name()
+                if kind == "EmulatedAccumulation":
+                    if node.kind not in SAVEABLE_REDUCTIONS:
+                        raise InputError(
+                            f"'{node.get_friendly_name()}' ({node.kind}) accumulates in {precision} with a Python kernel that "
+                            f"has no opset form here (only {sorted(SAVEABLE_REDUCTIONS)} do), so it cannot be saved.")
+                    rounded = _accumulation(node, precision)
+                elif kind == "EmulatedRound":
+                    rounded = round_ops(node.input_value(0), precision, node.get_friendly_name())
+                else:
+                    continue
+                out = node.output(0)
+                names = out.get_names()
+                for target in list(out.get_target_inputs()):
+                    target.replace_source_output(rounded)
+                rounded.get_tensor().set_names(names)
+        finally:
+            pyops.release(made)
     emulated.validate_nodes_and_infer_types()
     return emulated

@@ -10,12 +10,14 @@ saved or handed on, and its infer requests share one interpreter (the GIL).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import replace
 
 import openvino as ov
 
 from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.core.records import DeviceInfo
+from bisect_ov.run import pyops
 from bisect_ov.run.device_base import Device
 from bisect_ov.run.openvino_device import OpenVINOCompiled, OpenVINODevice
 
@@ -87,7 +89,25 @@ class EmulatedDevice(OpenVINODevice):
             from bisect_ov.model.scaling import scale_activations
 
             model = scale_activations(model, self.activation_scale)
-        emulated = emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes)
+        with pyops.collecting() as made:  # freed with the compile (`bisect_ov.run.pyops`)
+            try:
+                compiled, without = self._compile_emulated(
+                    emulate_precision(model, self.precision, reductions=self.reductions, lanes=self.lanes), extra)
+            except BaseException:
+                pyops.release(made)
+                raise
+        weakref.finalize(compiled.compiled, pyops.release, made)
+        acc = (f"reductions accumulate in {self.precision} over {self.lanes} lane(s)" if self.reductions
+               else "ops accumulate in f32")
+        compiled.info = replace(
+            compiled.info, precision=self.precision, requested_precision=self.precision, emulated=True,
+            note=f"emulated on the CPU: values rounded to {self.precision} between ops; {acc}{without}",
+            precision_counts={},
+        )
+        return compiled
+
+    def _compile_emulated(self, emulated: ov.Model, extra: dict[str, str] | None) -> tuple[OpenVINOCompiled, str]:
+        """Compile the emulated model in f32; the note on a retry without snippets (empty when none ran)."""
         # Runs in f32 and rounds at every boundary itself: tap outputs stay f32.
         without = ""
         try:
@@ -103,11 +123,4 @@ class EmulatedDevice(OpenVINODevice):
             except DeviceError:
                 raise err from None
             without = f"; compiled without the CPU plugin's snippets (SNIPPETS_MODE=DISABLE): with them, {err}"
-        acc = (f"reductions accumulate in {self.precision} over {self.lanes} lane(s)" if self.reductions
-               else "ops accumulate in f32")
-        compiled.info = replace(
-            compiled.info, precision=self.precision, requested_precision=self.precision, emulated=True,
-            note=f"emulated on the CPU: values rounded to {self.precision} between ops; {acc}{without}",
-            precision_counts={},
-        )
-        return compiled
+        return compiled, without
