@@ -96,7 +96,7 @@ class EmulatedDevice(OpenVINODevice):
             except BaseException:
                 pyops.release(made)
                 raise
-        weakref.finalize(compiled.compiled, pyops.release, made)
+        weakref.finalize(compiled.compiled, pyops.release, made).atexit = False  # at exit the process frees all
         acc = (f"reductions accumulate in {self.precision} over {self.lanes} lane(s)" if self.reductions
                else "ops accumulate in f32")
         compiled.info = replace(
