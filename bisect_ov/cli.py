@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import logging
 import pathlib
+import shlex
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
@@ -51,7 +52,6 @@ log = logging.getLogger(__name__)
 def printable(text: str, *, keep: str = "") -> str:
     """`bisect_ov.report.text.printable`, imported when first needed (it imports the report's view)."""
     from bisect_ov.report.text import printable as escaped
-
     return escaped(text, keep=keep)
 
 
@@ -467,8 +467,8 @@ def _capture(args, console: Console) -> int:
         console.say(printable(f"Recorded {len(cap.taps)} tensors of {cap.model_label} on {info.name} "
                               f"({info.full_name or info.device}, {info.precision}) into {path} "
                               f"({path.stat().st_size / 1e6:.1f} MB, {cap.mode} mode)."))
-        console.say(printable(f"Compare on another machine: bisect-ov {args.model} --ref capture:{path} "
-                              f"--target {args.device}"))
+        console.say(printable(f"Compare on another machine: bisect-ov {shlex.quote(str(args.model))} --ref "
+                              f"{shlex.quote(f'capture:{path}')} --target {shlex.quote(str(args.device))}"))
     return EXIT_OK
 
 
@@ -496,7 +496,7 @@ def _repro(args, console: Console) -> int:
     console.say("\n" + printable(f"Reproducer of '{written.node}' ({written.op_type}, {len(written.nodes)} node(s){grown}) "
                           f"written to {written.folder}: {report.metric} {written.error:.2e} on the target against the "
                           f"{written.held_to} {written.local_error:.2e} (tolerance {written.tolerance:.2e}){anonymized}. Run: "
-                          f"python {pathlib.Path(written.folder) / 'run.py'}"))
+                          f"python {shlex.quote(str(pathlib.Path(written.folder) / 'run.py'))}"))
     return EXIT_OK
 
 

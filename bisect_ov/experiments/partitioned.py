@@ -57,7 +57,7 @@ def _twin_segment(engine, segment, outputs, values, final):
 
     return twin_segment(engine, segment, outputs, values, final)
 
-__all__ = ["mixed_run", "contribution_curve", "smallest_range", "first_prefix", "PrefixCuts", "target_in_pieces",
+__all__ = ["mixed_run", "output_scales", "contribution_curve", "smallest_range", "first_prefix", "PrefixCuts", "target_in_pieces",
            "impact", "find_fix", "Fix",
            "patch_model"]
 
@@ -74,6 +74,9 @@ class MixedRuns:
     cache: dict[frozenset, float] = field(default_factory=dict)
     runs: int = 0
     failures: list[str] = field(default_factory=list)  # what the plugin said where an assignment could not run
+    # Each final output's factor (the tightest output tolerance over its own), so that the worst output is judged
+    # against its own tolerance on one scale: an output of a looser tolerance was held to the tightest one's.
+    scales: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         self.order = [n.key for n in self.engine.runner.graph.candidates()]
@@ -96,14 +99,26 @@ class MixedRuns:
             return math.inf
 
     def error(self, on_target: set[str] | frozenset) -> float:
-        """Final-output error (worst output) when exactly `on_target` runs on the target."""
+        """Final-output error (worst output, each scaled by `scales` when given) when exactly `on_target` runs on
+        the target."""
         key = frozenset(on_target)
         if key not in self.cache:
             run = _twin_mixed_run if self.engine.runner.comparison.twin else mixed_run
-            self.cache[key] = max((self.error_of(s) for s in run(self.engine, key, self.order)), default=0.0)
+            errors = [self.error_of(s) for s in run(self.engine, key, self.order)]
+            if self.scales:
+                errors = [e * f for e, f in zip(errors, self.scales)]
+            self.cache[key] = max(errors, default=0.0)
             self.runs += 1
             self.bar.update(1)
         return self.cache[key]
+
+
+def output_scales(tolerances: Sequence[float], limit: float | None) -> tuple[float, ...]:
+    """Each final output's factor for `MixedRuns.scales`: the tightest tolerance over its own; none when one
+    `limit` holds for every output, or the tolerances are alike."""
+    if limit is not None or len(set(tolerances)) < 2 or min(tolerances) <= 0:
+        return ()
+    return tuple(min(tolerances) / t for t in tolerances)
 
 
 def mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None
@@ -365,7 +380,8 @@ def patch_model(model, names: Sequence[str]):
 
     ``disable_fp16_compression_0`` (and ``precise_0``, another spelling) keep an op out of the f16
     conversion in the GPU and NPU plugins; OpenVINO 2026 serialises the mark as ``DisablePrecisionConversion``.
-    The CPU plugin ignores it (it has no per-node precision).
+    The CPU plugin keeps some marked ops in f32 and fuses others with unmarked ones (OpenVINO 2026.4): a patched
+    model runs there as a mix the partitioned runs did not measure.
     """
     clone = model.clone()
     wanted = set(names)
@@ -404,7 +420,8 @@ def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units:
 
     The first divergences; for a cancellation, the producers of its inputs (the damage is done when they are
     stored in low precision); the node range whose delegation alone reproduces the error; then every node
-    whose local error exceeds its tolerance, largest first; then the rest of the ranking.
+    whose local error exceeds its tolerance, largest first; then the rest of the ranking; then the producers of every
+    first divergence (a node that amplifies its inputs' rounding needs them kept too).
     """
     ordered: list[tuple[str, ...]] = []
 
@@ -427,4 +444,9 @@ def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units:
             add(key)
     for key in ranking:
         add(key)
+    # A node may amplify the rounding of what it reads, as a Softmax of logits offset by a large constant does
+    # (shift-invariant, yet its f16 input loses the small differences): kept alone it still reads them rounded.
+    for key in first:
+        for producer, _ in graph.data_inputs(key):
+            add(producer)
     return ordered

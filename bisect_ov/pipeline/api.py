@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.analysis.tolerance import Tolerance
-from bisect_ov.core.errors import DeviceError
+from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.core.fileio import files_read
 from bisect_ov.engine.ledger import Clock
 from bisect_ov.pipeline.assemble import assemble
@@ -170,6 +170,12 @@ def run(model: Any, ref: str | Device, target: str | Device, inputs: Any, option
     options.tolerance_model().check_metric(options.metric)
     if options.patched_model is not None:
         from bisect_ov.core.fileio import labelled_files, refuse_overlaps
+
+        if target_model is not None:
+            raise InputError("patched_model (--patched-model) marks the model's nodes to stay in f32 on GPU/NPU; against "
+                             "target_model (--target-model) the fix keeps the twin's layers as the model has them, which "
+                             "no mark does: write the nodes as an NNCF ignored scope (--ignored-scope, or "
+                             "report.ignored_scope()) and quantize again with it.")
 
         refuse_overlaps(labelled_files("patched_model", options.patched_model),
                         [*labelled_files("the model", model), *labelled_files("target_model", target_model)])

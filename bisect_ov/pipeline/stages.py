@@ -50,6 +50,7 @@ from bisect_ov.experiments.partitioned import (
     MixedRuns,
     contribution_curve,
     find_fix,
+    output_scales,
     smallest_range,
     suspects_for_fix,
 )
@@ -438,7 +439,8 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             # Rounding alone for the units that could be origins: it decides whether they are.
             baseline = rounding_baseline(engine, {k: u for k, u in units_run.items() if k in suspects}, device,
                                          setup.error_of, max_bytes=options.tap_bytes, counts=plan.counts)
-        runs = MixedRuns(engine, setup.error_of)
+        runs = MixedRuns(engine, setup.error_of,
+                         scales=output_scales([o.tolerance for o in scored.outputs], planned.fix_limit))
         try:
             curve = contribution_curve(runs, planned.curve) if planned.curve else []
             delegation = smallest_range(runs) if planned.delegation else None
@@ -450,7 +452,8 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             fix, scale_factor, clamp, kernel_setting = None, None, None, None
             limit = (planned.fix_limit if planned.fix_limit is not None
                      else min((o.tolerance for o in scored.outputs), default=0.0))
-            final = max((o.error for o in scored.outputs), default=0.0)
+            final = max((o.error * f for o, f in zip(scored.outputs, runs.scales or (1.0,) * len(scored.outputs))),
+                        default=0.0)
             if planned.kernel_setting and not final <= limit:
                 kernel_setting = without_generated_kernels(engine, setup.error_of, limit, final)
             if planned.fix:
@@ -472,8 +475,9 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                     pattern_of = {n.key: pattern(n.name) for n in engine.runner.graph.candidates()}
                     fix = find_fix(runs, candidates, limit, pattern_of=pattern_of)
                 # What each remedy that solves costs is measured when remedies are asked for (fix=True).
-                scale_factor, clamp, fix, kernel_setting = remedy_costs(engine, setup.error_of, scale_factor, clamp,
-                                                                        fix, kernel_setting)
+                scale_factor, clamp, fix, kernel_setting = remedy_costs(
+                    engine, setup.error_of, scale_factor, clamp, fix, kernel_setting,
+                    patched=options.patched_model is not None)
         finally:
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,

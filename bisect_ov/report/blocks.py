@@ -60,12 +60,22 @@ def _steps(report: "Report") -> Block | None:
 
 
 def _fix_tolerance(report: "Report") -> str:
-    """The tolerance a fix is held to: the final output's, or with several the tightest of them (the fix's error
-    is the largest over the outputs)."""
+    """The tolerance a fix is held to: the final output's, or with several of different tolerances the tightest of
+    them, each output's error scaled to it (`bisect_ov.experiments.partitioned.output_scales`)."""
     assert report.fix is not None
+    if _scaled(report):
+        return (f"{fmt(report.fix.tolerance)}, the tightest of the final outputs' tolerances (each output's error "
+                "scaled by it over its own),")
     if len(report.outputs) > 1:
-        return f"{fmt(report.fix.tolerance)}, the tightest of the final outputs' tolerances,"
+        return f"{fmt(report.fix.tolerance)}, the final outputs' tolerance,"
     return f"its tolerance {fmt(report.fix.tolerance)}"
+
+
+def _scaled(report: "Report") -> bool:
+    """Whether the fix held each output to its own tolerance on the tightest one's scale (no limit given, and
+    outputs of different tolerances)."""
+    given = report.options is not None and report.options.fix_tolerance is not None
+    return not given and len({o.tolerance for o in report.outputs}) > 1
 
 
 # A name OpenVINO or a converter made up from a process-wide counter (``Multiply_4330``: a convolution its
@@ -96,9 +106,11 @@ def _fix(report: "Report") -> Block | None:
                              f"within {_fix_tolerance(report)} ({fix.runs} partitioned runs"
                              + (f"; tried: {tried})." if tried else "; no suspect to try)."), *failed))
     # What the fix reached comes after "to"; an unsolved fix says it reached it and that the tolerance was not met.
-    reached = (f"brings the final error from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance "
+    scale = " of the worst output, each scaled to the tightest tolerance," if _scaled(report) else ""
+    reached = (f"brings the final error{scale} from {fmt(fix.error_before)} to {fmt(fix.error_after)} (tolerance "
                f"{fmt(fix.tolerance)})" if fix.solved else
-               f"takes the final error from {fmt(fix.error_before)} to {fmt(fix.error_after)}, still over its tolerance "
+               f"takes the final error{scale} from {fmt(fix.error_before)} to {fmt(fix.error_after)}, still over its "
+               "tolerance "
                f"{fmt(fix.tolerance)} (not solved)")
     minimal = ("; each is needed: with any one of them back on the target the final error is over the tolerance "
                "(checked)" if fix.minimal else "")
@@ -108,19 +120,23 @@ def _fix(report: "Report") -> Block | None:
         lines.append("  as patterns (the same op in each repeated block): " + "; ".join(fix.patterns))
     lines.append("  keep: " + ", ".join(keep[:12]) + (f" ... ({len(keep)} in all)" if len(keep) > 12 else ""))
     if fix.patched_model:
-        lines.append(f"  patched model (disable_fp16_compression on those nodes, for GPU/NPU): {fix.patched_model}")
+        lines.append(f"  patched model (those nodes marked to stay in f32, rt_info 'precise_0', saved as "
+                     f"DisablePrecisionConversion, which the GPU and NPU plugins honour): {fix.patched_model}")
     elif report.options is not None and report.options.patched_model and not fix.solved:
         lines.append(f"  patched model not written to {report.options.patched_model}: the fix is not solved")
     if report.target_model and keep:
-        lines.append(f"  NNCF: ignored_scope=nncf.IgnoredScope(names={report.ignored_scope()!r})")
+        lines.append(f"  NNCF: ignored_scope=nncf.IgnoredScope(names={report.ignored_scope()!r}) (quantizing again "
+                     "calibrates the other nodes anew: measure the new model, its error is not the one above)")
         made_up = made_up_names(report.ignored_scope())
         if made_up:
             lines.append(f"  {', '.join(made_up)}: named by the converter from a counter, so another conversion of "
                          "the same model names it otherwise (NNCF then refuses the scope): quantize this IR file as "
                          "saved (ov.Core().read_model) for these names to hold")
     if fix.error_on_target is not None:
-        held = "it holds" if fix.error_on_target <= fix.tolerance else "over the tolerance: the partitioned runs do not"
-        lines.append(f"  on the target as a patched model (those nodes marked disable_fp16_compression, run whole): "
+        held = ("it holds" if fix.error_on_target <= fix.tolerance else "over the tolerance: this device does not keep "
+                "those nodes in f32 as the partitioned runs did (its plugin ignores some marks, or fuses marked ops with "
+                "unmarked ones)")
+        lines.append(f"  on the target as a patched model (those nodes marked to stay in f32, run whole): "
                      f"final error {fmt(fix.error_on_target)}, {held}")
     return Block("fix", tuple(lines + failed + _cost(fix.cost)))
 
@@ -274,7 +290,8 @@ def _clamp(report: "Report") -> Block | None:
     found = report.clamp
     if found is None:
         return None
-    shown = ", ".join(f"'{name}' at {fmt(bound)}" for name, bound in found.bounds[:4])
+    # The bound as it is (65504, not "6.6e+04": a clamp at the rounded value overflows f16 again).
+    shown = ", ".join(f"'{name}' at {bound:.8g}" for name, bound in found.bounds[:4])
     shown += f" and {len(found.bounds) - 4} more" if len(found.bounds) > 4 else ""
     if not found.solved:
         return Block("clamp", (

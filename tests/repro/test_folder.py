@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shlex
 
 import numpy as np
 import openvino as ov
@@ -195,12 +196,14 @@ def test_the_cli_checks_the_destination_before_the_run(demo_xml, tmp_path, capsy
 
 
 def test_the_cli_writes_html_and_the_ignored_scope_it_is_asked_for(demo_xml, tmp_path, capsys):
-    code = main(["repro", str(demo_xml), "-o", str(tmp_path / "r"), *CLI_CHEAP, "--html", str(tmp_path / "r.html"),
+    code = main(["repro", str(demo_xml), "-o", str(tmp_path / "my r"), *CLI_CHEAP, "--html", str(tmp_path / "r.html"),
                  "--fix", "--ignored-scope", str(tmp_path / "scope.json")])
     out = capsys.readouterr().out
     assert code == 0 and "Reproducer of 'inorm/sub'" in out
+    # The command to run it, quoted (a folder with a space in its name broke the copied command).
+    assert f"Run: python {shlex.quote(str(tmp_path / 'my r' / 'run.py'))}" in " ".join(out.split())
     assert "<html" in (tmp_path / "r.html").read_text().lower()
-    assert '"names"' in (tmp_path / "scope.json").read_text() and (tmp_path / "r" / "run.py").is_file()
+    assert '"names"' in (tmp_path / "scope.json").read_text() and (tmp_path / "my r" / "run.py").is_file()
 
 
 def _named_model(site: str) -> ov.Model:
