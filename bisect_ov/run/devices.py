@@ -40,6 +40,7 @@ from bisect_ov.run.bf16 import bf16_to_f32, kept_outputs
 from bisect_ov.run.device_base import Compiled, Device, infer_each
 from bisect_ov.run.emulated_device import EmulatedDevice
 from bisect_ov.run.openvino_device import (
+    DYNAMIC_QUANTIZATION,
     PRECISION_SUFFIXES,
     VIRTUAL_DEVICES,
     OpenVINOCompiled,
@@ -99,7 +100,9 @@ def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, rol
         Properties for `compile_model`; merged over those a precision suffix sets.
     role
         ``ref`` or ``target``. The reference gets ``INFERENCE_PRECISION_HINT=f32`` when neither the name nor
-        `config` chooses a precision and the device supports the property.
+        `config` chooses a precision and the device supports the property; an f32 reference computes compressed
+        weights' matrix products without int8 activations (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0`` on models that
+        hold such weights) unless `config` sets that property.
 
     Raises
     ------
@@ -170,7 +173,12 @@ def _openvino_device(spec: str, config: dict[str, Any], role: str) -> Device:
     if (role == "ref" and not any(k in merged for k in _PRECISION_KEYS) and listed
             and all(supports_property(d, "INFERENCE_PRECISION_HINT") for d in listed)):
         merged["INFERENCE_PRECISION_HINT"] = "f32"
-    return OpenVINODevice(device, merged, name=spec)
+    made = OpenVINODevice(device, merged, name=spec)
+    # An f32 reference computes compressed weights' matrix products in f32 (`OpenVINODevice.exact_weights`), unless
+    # the user sets the property.
+    made.exact_weights = (role == "ref" and merged.get("INFERENCE_PRECISION_HINT") == "f32" and DYNAMIC_QUANTIZATION
+                          not in merged and bool(listed) and all(supports_property(d, DYNAMIC_QUANTIZATION) for d in listed))
+    return made
 
 
 register_device(lambda name: True, _openvino_device)  # the fallback: any other name is an OpenVINO device

@@ -244,3 +244,37 @@ def test_interrupted_reads_the_cause_chain_and_pybind11s_text():
     assert interrupted(wrapped)
     assert not interrupted(RuntimeError("node 'KeyboardInterrupt_3' has no input"))
     assert not interrupted(DeviceError("Inference failed")) and not interrupted(None)
+
+
+def _int8_weight_matmul():
+    """x @ W with W stored as int8 and a per-column scale (the weight-compression pattern NNCF writes)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(0)
+    q = rng.integers(-127, 128, (256, 256)).astype(np.int8)
+    scale = rng.uniform(0.001, 0.01, (1, 256)).astype(np.float32)
+    x = ops.parameter([1, 16, 256], np.float32, name="x")
+    weight = ops.multiply(ops.convert(ops.constant(q), ov.Type.f32), ops.constant(scale))
+    return ov.Model([ops.matmul(x, weight, False, False).output(0)], [x], "int8_weights"), q.astype(np.float32) * scale
+
+
+def test_an_f32_reference_does_not_quantize_activations_for_compressed_weights():
+    """The CPU quantizes activations to int8 for compressed-weight matrix products even in f32: a reference that
+    did carried 5.3e-03 on an int8-weight Llama and named its first projections against EMU:f16."""
+    model, weight = _int8_weight_matmul()
+    x = np.random.default_rng(1).standard_normal((1, 16, 256)).astype(np.float32)
+    exact = x.astype(np.float64) @ weight.astype(np.float64)
+
+    def error(device) -> float:
+        out = device._compile(model).infer([x], share_outputs=False)[0]
+        return float(np.linalg.norm(out - exact) / np.linalg.norm(exact))
+
+    ref = make_device("CPU:f32", role="ref")
+    assert error(ref) < 1e-5
+    compiled = ref._compile(model)
+    supported = "DYNAMIC_QUANTIZATION_GROUP_SIZE" in openvino_device.shared_core().get_property("CPU", "SUPPORTED_PROPERTIES")
+    assert compiled.info.config.get("DYNAMIC_QUANTIZATION_GROUP_SIZE") == ("0" if supported else None)  # said
+    assert "DYNAMIC_QUANTIZATION_GROUP_SIZE" not in ref._compile(tiny_chain()).info.config  # no such weights: unchanged
+    assert not make_device("CPU:f32", {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}, role="ref").exact_weights
+    assert not make_device("CPU:f32", role="target").exact_weights and not make_device("CPU:bf16", role="ref").exact_weights
