@@ -127,7 +127,7 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
     ref_compiled = {n: compile_component(ref_device, c) for n, c in components.items()}
     target_compiled = {n: compile_component(target_device, c) for n, c in on_target.items()}
     precision = next(iter(target_compiled.values())).info.precision
-    tolerances = {n: _output_tolerance(c, precision) for n, c in components.items()}
+    tolerances: dict[str, Any] = {n: partial(_output_tolerance, c, precision) for n, c in components.items()}
     seconds: dict[str, float] = {}
     saved = pipe.requests()
     try:
@@ -142,6 +142,7 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
         seconds["free_running"] = time.perf_counter() - start
     finally:
         pipe.use(saved)
+    tolerances = {n: r.tolerance if not callable(r.tolerance) else r.tolerance({}) for n, r in shadowed.items()}
     results = tuple(_result(n, shadowed[n], alone[n], tolerances[n], precision) for n in components)
     # A pipeline whose result is an image: how far the target's free-running image is from the reference's, against
     # the tolerance of the component that makes it (the last).
@@ -381,10 +382,10 @@ def _tokenizer(pipe: Pipeline):
         return AutoTokenizer.from_pretrained(folder)
 
 
-def _output_tolerance(component: Component, precision: str) -> float:
+def _output_tolerance(component: Component, precision: str, shapes: Mapping[str, list[int]]) -> float:
     """The smallest of the component's own outputs' tolerances (as `bisect()`'s plan computes them) for the
-    target's precision."""
-    graph = ModelGraph(component.run_model)
+    target's precision, at the input `shapes` of its first call (as bisect() of a call sees it: `_static`)."""
+    graph = ModelGraph(_static(component.run_model, shapes) if shapes else component.run_model)
     plan = make_plan(Tolerance(precision=precision), graph)
     keys = [r.key for r in graph.results()][: len(component.outputs)]
     return min((plan.output(k) for k in keys), default=plan.limit)

@@ -231,9 +231,7 @@ class Engine:
         Outputs hand values on like taps, in the precision the device stores activations in, except the
         model's own outputs (`final`), which the plugin produces as the plain model would.
         """
-        with self.runner.clock("compile"):
-            compiled = compile_piece(self.runner, side, piece, final, self.untouched.target_runtime)
-        return self._run_compiled(side, (piece, compiled), values, final)[0]
+        return self._run_compiled(side, self._compile_piece(side, piece, values, final), values, final)[0]
 
     def run_segment(self, side: str, segment: Sequence[str], outputs: Sequence[Tap], make_piece: Callable[[], Any],
                     values: Mapping[Tap, np.ndarray], final: frozenset[Tap] = frozenset(), *, keep: bool = True
@@ -248,9 +246,7 @@ class Engine:
         key = (side, tuple(segment), tuple(outputs))
         found = self._pieces.get(key)
         if found is None:
-            piece = make_piece()
-            with self.runner.clock("compile"):
-                found = (piece, compile_piece(self.runner, side, piece, final, self.untouched.target_runtime))
+            found = self._compile_piece(side, make_piece(), values, final)
             if keep:
                 if len(self._pieces) >= PIECE_CACHE:
                     self._pieces.pop(next(iter(self._pieces)))
@@ -259,6 +255,20 @@ class Engine:
         if again is not found and key in self._pieces:
             self._pieces[key] = again
         return out
+
+    def _compile_piece(self, side: str, piece: Any, values: Mapping[Tap, np.ndarray], final: frozenset[Tap]
+                       ) -> tuple[Any, Any]:
+        """Compile a piece; one the plugin refuses to compile (an input nothing reads: "... contains empty child
+        edge", in a decoder whose encoder states only its cache uses) is compiled again as `static_piece` makes
+        it, once. The (piece, compile)."""
+        with self.runner.clock("compile"):
+            try:
+                return piece, compile_piece(self.runner, side, piece, final, self.untouched.target_runtime)
+            except DeviceError:
+                static = static_piece(piece, self.sample, side, values)
+                if static is None:
+                    raise
+                return static, compile_piece(self.runner, side, static, final, self.untouched.target_runtime)
 
     def _run_compiled(self, side: str, found: tuple[Any, Any], values: Mapping[Tap, np.ndarray], final: frozenset[Tap]
                       ) -> tuple[list[np.ndarray], tuple[Any, Any]]:

@@ -63,11 +63,12 @@ def run_compiled_piece(runner: Runner, sample: Sample, side: str, piece, compile
 
 
 def static_piece(piece, sample: Sample, side: str, values: Mapping[Tap, np.ndarray]):
-    """`piece` with every input's shape fixed to the value it is fed, or None when none is dynamic or the model
-    does not take them. The CPU plugin fails at run time on some pieces of dynamic shape whose inputs reach the
-    outputs only through shape computations (a Phi-3 piece holding the first layer's KV-cache input: "Node
-    state:... contains dead weak ptr"), or an input that is empty (a prefill's KV cache of length 0: "... contains
-    empty child edge"); with static shapes those computations fold away, and an empty input is a constant."""
+    """`piece` with every input's shape fixed to the value it is fed, empty inputs folded and inputs nothing
+    reads dropped, or None when that changes nothing or the model does not take them. The CPU plugin fails at
+    run time on some pieces of dynamic shape whose inputs reach the outputs only through shape computations (a
+    Phi-3 piece holding the first layer's KV-cache input: "Node state:... contains dead weak ptr"), or an input
+    that is empty (a prefill's KV cache of length 0: "... contains empty child edge"); with static shapes those
+    computations fold away, and an empty input is a constant."""
     import dataclasses
 
     import openvino as ov
@@ -75,13 +76,13 @@ def static_piece(piece, sample: Sample, side: str, values: Mapping[Tap, np.ndarr
     from openvino import passes
 
     params = piece.model.get_parameters()
-    if all(p.get_partial_shape().is_static for p in params):
-        return None
+    static = all(p.get_partial_shape().is_static for p in params)
     arrays = sample.target if side == "target" else sample.ref
     feed = [values[t] for t in piece.fed] + [arrays[i] for i in piece.model_inputs]
     model = piece.model.clone()
     try:
         model.reshape({i: ov.PartialShape(list(np.shape(a))) for i, a in enumerate(feed)})
+        empties = [p for p, v in zip(model.get_parameters(), feed) if not np.size(v)]
         for param, value in zip(model.get_parameters(), feed):
             if not np.size(value):  # an empty input (a prefill's KV cache of length 0) is a constant: it folds away
                 empty = ops.constant(np.zeros(np.shape(value), param.get_element_type().to_dtype()))
@@ -96,6 +97,8 @@ def static_piece(piece, sample: Sample, side: str, values: Mapping[Tap, np.ndarr
     live = {op.get_name() for op in model.get_ordered_ops()}  # what the results still read
     used = [i for i, p in enumerate(model.get_parameters())
             if any(t.get_node().get_name() in live for t in p.output(0).get_target_inputs())]
+    if static and not empties and len(used) == len(params):
+        return None  # nothing to fold or drop: the piece as it was
     if len(used) < len(params):
         kept = [model.get_parameters()[i] for i in used]
         model = ov.Model(model.get_results(), kept, "piece")

@@ -36,6 +36,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bisect_ov.analysis.metrics import TensorStats, compare
+from bisect_ov.analysis.movement import carried_from
 from bisect_ov.core.errors import DeviceError, first_line
 from bisect_ov.core.records import Cause, Clamp, CurvePoint, Delegation, Fix, KernelSetting, LayerSensitivity, ScaleFactor
 from bisect_ov.engine.engine import Engine
@@ -449,4 +450,6 @@ def suspects_for_fix(graph, ranking: Sequence[str], first: Sequence[str], units:
     for key in first:
         for producer, _ in graph.data_inputs(key):
             add(producer)
+            for carried in carried_from(graph, producer):  # through ops that only move values, to what computed them
+                add(carried)
     return ordered

@@ -42,19 +42,19 @@ ScaledDotProductAttention with a ``sink`` input. Emulated models must be compile
 
 How
 ---
-The CPU plugin removes ``Convert(f32->f16) -> Convert(f16->f32)`` pairs (they come out bit-identical to
-f32), so the rounding is an `openvino.Op` implemented in Python (`EmulatedRound`, and
-`EmulatedAccumulation` for the reductions): the CPU plugin runs such an op as a ``Reference`` layer that
-calls its ``evaluate`` on the tensor (f16 rounding through OpenVINO's Convert kernels, which are vectorised;
-bf16 rounding and the reductions in numpy). One op per rounded tensor keeps the emulated model about twice
-the size of the original and its compile about as fast. (Rounding written as OpenVINO arithmetic, the
-only form the plugin does not optimise away, took ~16 ops per tensor and minutes to compile at BERT's size.)
+The CPU plugin removes ``Convert(f32->f16) -> Convert(f16->f32)`` pairs (they come out bit-identical to f32), so the
+rounding is an `openvino.Op` implemented in Python (`EmulatedRound`, and `EmulatedAccumulation` for the reductions):
+the CPU plugin runs such an op as a ``Reference`` layer that calls its ``evaluate`` on the tensor (f16 rounding
+through OpenVINO's Convert kernels, which are vectorised; bf16 rounding and the reductions in numpy). One op per
+rounded tensor keeps the emulated model about twice the size of the original and its compile about as fast.
+(Rounding written as OpenVINO arithmetic, the only form the plugin does not optimise away, took ~16 ops per tensor
+and minutes to compile at BERT's size.)
 
 Consequences of ops written in Python:
 
-* An emulated model cannot be saved to IR (``ov.save_model``) or read back without these classes: keep the
-  original model and emulate again (`bisect_ov.run.devices.EmulatedDevice` emulates inside its compile,
-  so nothing else ever holds an emulated model). ``ov.Model.clone()`` keeps the ops.
+* An emulated model cannot be saved to IR or read back without these classes: keep the original and emulate
+  again (`EmulatedDevice` emulates inside its compile). OpenVINO never frees a Python op, nor the graph above
+  it: the device frees them with its compile (`bisect_ov.run.pyops`); a model emulated here directly stays.
 * ``evaluate`` runs with the GIL held (numpy releases it inside large array operations): parallel infer
   requests of one emulated model, or two emulated compiles running at once, interleave their Python parts.
 
@@ -528,9 +528,9 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
             suffix = f"/out{out.get_index()}" if node.get_output_size() > 1 else ""
             prefix = f"{node.get_friendly_name()}/{tag}{suffix}"
             if node.get_instance_id() in data:
-                # A node kept in f32 hands its value unrounded to the others kept and to the model's outputs.
-                readers = [t for t in targets if not (keeps and (keeps_precision(t.get_node())
-                                                                 or t.get_node().get_type_name() == "Result"))]
+                # A node kept in f32 hands its value unrounded to others kept and to outputs; a shape op reads no value: no rounding
+                readers = [t for t in targets if t.get_node().get_type_name() not in _SHAPE_OPS and not (keeps and (
+                    keeps_precision(t.get_node()) or t.get_node().get_type_name() == "Result"))]
                 if not readers:
                     continue
                 r = _round(out, precision, prefix)

@@ -76,6 +76,8 @@ def test_saved_sentences_of_every_other_kind_read_back(text, kind):
 class _Node:
     key: str
     is_candidate: bool = True
+    op_type: str = "Add"
+    kind: str = "compute"
 
 
 class _Chain:
@@ -99,10 +101,12 @@ class _Chain:
 
 def test_the_fix_search_tries_a_cancellations_producers_by_kind_not_by_words():
     def suspects(cause: Cause) -> list[tuple[str, ...]]:
-        return suspects_for_fix(_Chain(), ("b",), ("b",), {}, {}, {}, {"b": (cause,)}, None)
+        return suspects_for_fix(_Chain(), ("b", "c"), ("b",), {}, {}, {}, {"b": (cause,)}, None)
 
-    assert suspects(Cause("cancellation", "inputs much larger than the output")) == [("b",), ("a",)]
-    assert suspects(Cause("note", "cancellation: a note that only reads like one")) == [("b",)]
+    # A cancellation's producers come next to it; any first divergence's producers come last, after the ranking
+    # (a node that amplifies its inputs' rounding, kept alone, still reads them rounded).
+    assert suspects(Cause("cancellation", "inputs much larger than the output")) == [("b",), ("a",), ("c",)]
+    assert suspects(Cause("note", "cancellation: a note that only reads like one")) == [("b",), ("c",), ("a",)]
 
 
 def test_a_tolerance_the_user_gave_is_not_called_roundings():

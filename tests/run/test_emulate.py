@@ -610,3 +610,22 @@ def test_a_loop_is_compared_as_one_node_and_the_report_says_its_body_is_not_tapp
     assert looped.error > looped.tolerance and report.first_divergence is looped
     assert not any(c.kind == "concentrated" for c in looped.diagnosis)
     assert any("runs a body of ops inside it: those ops are not tapped" in note for note in report.notes)
+
+
+def test_a_static_input_read_only_for_its_shape_is_not_rounded():
+    """A decoder's encoder states read only by a ShapeOf (its cross-attention cache comes from past inputs): the
+    rounding op the emulation put after that input was all that read it once the plugin folded the ShapeOf of a
+    static model, and the compile failed ("Node encoder_hidden_states contains empty child edge")."""
+    rng = np.random.default_rng(0)
+    x = ops.parameter([1, 8, 16], np.float32, name="x")
+    states = ops.parameter([1, 5, 16], np.float32, name="encoder_hidden_states")
+    shape = ops.shape_of(states)
+    target = ops.concat([ops.gather(shape, ops.constant(np.array([0])), ops.constant(np.int64(0))),
+                         ops.constant(np.array([8], np.int64)),
+                         ops.gather(shape, ops.constant(np.array([2])), ops.constant(np.int64(0)))], 0)
+    h = ops.matmul(x, ops.constant(rng.standard_normal((16, 16)).astype(np.float32)), False, False)
+    model = ov.Model([ops.softmax(ops.reshape(h, target, False), -1).output(0)], [x, states], "shape_only_input")
+    xs = rng.standard_normal((1, 8, 16)).astype(np.float32)
+    (out,) = run(emulate_precision(model, "f16"), xs, np.zeros((1, 5, 16), np.float32))
+    (exact,) = run(model, xs, np.zeros((1, 5, 16), np.float32))
+    assert out.shape == (1, 8, 16) and np.abs(out - exact).max() < 1e-2
