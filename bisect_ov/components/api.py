@@ -28,7 +28,7 @@ from bisect_ov.analysis.metrics import compare
 from bisect_ov.analysis.tolerance import Tolerance
 from bisect_ov.components.calls import Component, ComponentRequest, compile_component
 from bisect_ov.components.folder import Pipeline, offline, open_pipeline, quiet
-from bisect_ov.core.errors import DeviceError, InputError
+from bisect_ov.core.errors import BisectError, DeviceError, InputError, first_line
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.load import load_model
 from bisect_ov.pipeline.api import run
@@ -223,14 +223,21 @@ def _generate(pipe: Pipeline, requests: Mapping[str, ComponentRequest], given: M
     import torch
 
     pipe.use(dict(requests))
-    with offline(), quiet(), torch.no_grad():
-        if pipe.family.main_input == "prompt":
-            pipe.obj.set_progress_bar_config(disable=True)  # its own bar per denoising loop
-            out = pipe.obj(given["prompt"], num_inference_steps=denoising_steps, output_type="np",
-                           generator=torch.Generator().manual_seed(seed))
-            return (), np.asarray(out.images, dtype=np.float32)
-        out = pipe.obj.generate(**{k: torch.from_numpy(v) for k, v in given.items()}, max_new_tokens=max_new_tokens,
-                                do_sample=False, num_beams=1)
+    try:
+        with offline(), quiet(), torch.no_grad():
+            if pipe.family.main_input == "prompt":
+                pipe.obj.set_progress_bar_config(disable=True)  # its own bar per denoising loop
+                out = pipe.obj(given["prompt"], num_inference_steps=denoising_steps, output_type="np",
+                               generator=torch.Generator().manual_seed(seed))
+                return (), np.asarray(out.images, dtype=np.float32)
+            out = pipe.obj.generate(**{k: torch.from_numpy(v) for k, v in given.items()}, max_new_tokens=max_new_tokens,
+                                    do_sample=False, num_beams=1)
+    except BisectError:
+        raise
+    except Exception as err:  # the pipeline's own code (optimum's, transformers') refused the inputs: the user's error
+        raise InputError(f"The {pipe.family.name} pipeline's own generation failed on these inputs: "
+                         f"{type(err).__name__}: {first_line(err)} Give inputs as its processor makes them for this "
+                         "model (token ids holding its image token once per image, pixel values of its image size).") from err
     return tuple(int(t) for t in np.asarray(out)[0]), None
 
 

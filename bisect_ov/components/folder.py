@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import pathlib
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
@@ -50,13 +52,22 @@ def quiet() -> Iterator[None]:
     disabled safety checker, are not the user's to act on. Their verbosity is restored afterwards."""
     import importlib
 
-    loggers = []
-    for name in ("transformers.utils.logging", "diffusers.utils.logging"):
+    loggers, levels = [], []
+    for name, variable in (("transformers.utils.logging", "TRANSFORMERS_VERBOSITY"),
+                           ("diffusers.utils.logging", "DIFFUSERS_VERBOSITY")):
+        # Importing it logs already (diffusers: "Multiple distributions found for package optimum"): at its first
+        # import its level comes from the environment, unless the user set one; afterwards it is its default.
+        first = name.split(".")[0] not in sys.modules and variable not in os.environ
+        if first:
+            os.environ[variable] = "error"
         try:
             loggers.append(importlib.import_module(name))
         except ImportError:  # diffusers is needed for diffusion pipelines only
             continue
-    levels = [lg.get_verbosity() for lg in loggers]
+        finally:
+            if first:
+                del os.environ[variable]
+        levels.append(logging.WARNING if first else loggers[-1].get_verbosity())
     for lg in loggers:
         lg.set_verbosity_error()
     try:

@@ -333,6 +333,10 @@ def test_a_benign_llava_does_not_diverge_and_its_inputs_are_checked():
         bisect_pipeline(folder, "CPU:f32", "CPU:f32", {"input_ids": [1, 127, 9], "pixel_values": pixels[:, :, :16]})
     with pytest.raises(InputError, match="not a prompt"):
         bisect_pipeline(folder, "CPU:f32", "CPU:f32", prompt="a cat")
+    # What the pipeline's own generate() refuses (two image tokens, one image: optimum's ValueError) is the user's
+    # error, said in one line (it was a traceback and exit 1, the code that means "diverges").
+    with pytest.raises(InputError, match="pipeline's own generation failed on these inputs: ValueError"):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", {"input_ids": [1, 127, 127, 9], "pixel_values": pixels})
 
 
 # ----- Stable Diffusion: OVStableDiffusionPipeline, a prompt in, an image out -------------------------------------
