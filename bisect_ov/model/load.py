@@ -81,9 +81,17 @@ def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
     if not path.exists():
         raise InputError(f"Model file not found: '{path}'. Check the path; the current directory is '{os.getcwd()}'.")
     if path.is_dir():
+        if (path / "model_index.json").is_file():  # a diffusers export: its models in subfolders
+            parts = sorted(p.parent.name for p in path.glob("*/openvino_model.xml"))
+            raise InputError(f"'{path}' is a diffusion pipeline export (model_index.json; models in {', '.join(parts)}): "
+                             f"compare the whole pipeline with bisect-ov pipeline '{path}', or pass one model, e.g. "
+                             f"'{path / (parts or ['unet'])[0] / 'openvino_model.xml'}'.")
         irs = sorted(p.name for p in path.glob("openvino*.xml"))
         if irs and not (path / "saved_model.pb").exists():  # an optimum-intel export: its IRs, not a SavedModel
             models = [name for name in irs if "tokenizer" not in name]  # a tokenizer turns text into the ids
+            if not models:
+                raise InputError(f"'{path}' holds only a tokenizer ({', '.join(irs)}): it turns text into token ids. "
+                                 "Compare the model that reads them (in the export folder above it).")
             if len(models) == 1:
                 raise InputError(f"'{path}' is an export folder ({', '.join(irs)}): pass its model, "
                                  f"'{path / models[0]}'.")
@@ -118,6 +126,9 @@ def _read_file(path: pathlib.Path, core: ov.Core) -> ov.Model:
             return ov.convert_model(str(path))
     except Exception as err:
         raise_if_interrupted(err)
+        if "opset: extension" in str(err) and "tokenizer" in path.name:
+            raise InputError(f"'{path}' is an openvino-tokenizers model (text in, token ids out): bisect_ov compares "
+                             "models on numeric tensors. Compare the model that reads its token ids.") from err
         raise InputError(f"Cannot read model '{path}': {first_line(err)}. Is the file complete and valid?") from err
 
 

@@ -209,8 +209,10 @@ class PromptInputs:
             names = param.get_names()
             hit = next((sample[n] for n in names if n in sample), None)
             if hit is None:
-                raise InputError(f"The prompt lacks the input {sorted(names)} the model's variables start from; "
-                                 f"it has {sorted(map(str, sample))}.")
+                raise InputError(f"The prompt lacks the input {sorted(names)}, from which the model's variables (its "
+                                 f"cache) start; it has {sorted(map(str, sample))}. Give that input too (--input "
+                                 "NAME=FILE.npy, or a key of the dict or .npz), or token ids alone, from which the "
+                                 "usual mask and positions follow.")
             arrays.append(np.asarray(hit))
         return run_initialiser(compiled, arrays, self.variables)
 

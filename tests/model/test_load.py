@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import onnx
 import openvino as ov
@@ -81,6 +83,28 @@ def test_a_folder_of_irs_names_them_not_a_savedmodel(tmp_path):
     with pytest.raises(InputError, match=r"is a folder of OpenVINO IRs .*: pass one of them, e.g. '.*openvino_encoder_"
                                          r"model.xml', or compare the whole pipeline with bisect-ov pipeline"):
         load_model(str(tmp_path))
+
+
+def test_a_diffusion_export_a_tokenizer_folder_and_a_tokenizer_file_are_named_as_such(tmp_path):
+    # A diffusers export read "Could not open ... saved_model.pb ... Pass an IR .xml, an .onnx, or a SavedModel
+    # folder"; its tokenizer folder suggested the pipeline command (which refused it); a tokenizer file read
+    # "unsupported opset: extension. Is the file complete and valid?".
+    sd = tmp_path / "sd"
+    for part in ("unet", "vae_decoder", "text_encoder"):
+        (sd / part).mkdir(parents=True)
+        ov.save_model(tiny_chain(), sd / part / "openvino_model.xml")
+    (sd / "model_index.json").write_text('{"_class_name": "StableDiffusionPipeline"}')
+    with pytest.raises(InputError, match=r"is a diffusion pipeline export .*models in text_encoder, unet, vae_decoder"
+                                         r"\): compare the whole pipeline with bisect-ov pipeline"):
+        load_model(str(sd))
+    (sd / "tokenizer").mkdir()
+    ov.save_model(tiny_chain(), sd / "tokenizer" / "openvino_tokenizer.xml")
+    with pytest.raises(InputError, match=r"holds only a tokenizer \(openvino_tokenizer.xml\): it turns text into token"):
+        load_model(str(sd / "tokenizer"))
+    xml = sd / "tokenizer" / "openvino_tokenizer.xml"
+    xml.write_text(re.sub(r'version="opset\d+"', 'version="extension"', xml.read_text(), count=2))
+    with pytest.raises(InputError, match=r"is an openvino-tokenizers model \(text in, token ids out\)"):
+        load_model(str(xml))
 
 
 def test_an_onnx_model_whose_external_data_is_missing_says_so(tmp_path):
