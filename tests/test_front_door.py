@@ -167,3 +167,27 @@ def test_the_command_refuses_bad_options_in_one_line_before_running(tmp_path, ar
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "c.npz").exists()
+
+
+def test_a_checkpoint_and_a_partial_vision_language_export_say_what_to_do(tmp_path):
+    """An un-exported checkpoint read "model_type 'llava' ... is not a pipeline family bisect_ov knows" (it is);
+    an export that stopped after its language model read "holds one model ... give it to bisect()"."""
+    import json
+
+    import openvino as ov
+
+    from bisect_ov.components.folder import family_of
+    from tests.conftest import tiny_chain
+
+    checkpoint = tmp_path / "hf"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps({"model_type": "llava"}))
+    with pytest.raises(InputError, match=r"holds no OpenVINO IR: export it first, e.g. optimum-cli export openvino"):
+        family_of(checkpoint)
+    partial = tmp_path / "qwen2vl"
+    partial.mkdir()
+    (partial / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "vision_config": {}}))
+    ov.save_model(tiny_chain(), partial / "openvino_language_model.xml")
+    with pytest.raises(InputError, match=r"looks like a vision-language export .*'qwen2_vl'.* lacks "
+                                         r"openvino_vision_embeddings_model.xml.*export it again, whole"):
+        family_of(partial)

@@ -123,6 +123,11 @@ def run_pipeline(pipeline: Any, ref: str | Device, target: str | Device, inputs:
     given = _generation_inputs(pipe, inputs, prompt, options.seed)
     components = {n: Component(n, m) for n, m in pipe.models.items()}
     replaced = {n: Component(n, load_model(m)) for n, m in (target_models or {}).items()}
+    for name, component in replaced.items():  # another model altogether failed in its first call, in the plugin's words
+        theirs, ours = (sorted(i.get_any_name() for i in c.model.inputs) for c in (component, components[name]))
+        if theirs != ours:
+            raise InputError(f"target_models['{name}'] takes the inputs {theirs}; the pipeline's {name} takes {ours}: "
+                             "give a model of that component (its export quantized or converted otherwise).")
     on_target = {n: replaced.get(n, c) for n, c in components.items()}
     ref_compiled = {n: compile_component(ref_device, c) for n, c in components.items()}
     target_compiled = {n: compile_component(target_device, c) for n, c in on_target.items()}

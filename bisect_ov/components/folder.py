@@ -187,6 +187,15 @@ def family_of(folder: pathlib.Path) -> Family:
     if model_type in NOT_YET:
         raise InputError(f"'{folder}' holds a {NOT_YET[model_type]} export, not supported yet; supported: {_supported()}.")
     irs = [f for f in files if f.endswith(".xml")]
+    if not irs:  # a checkpoint (save_pretrained), not its OpenVINO export
+        raise InputError(f"'{folder}' (model_type '{model_type}') holds no OpenVINO IR: export it first, e.g. "
+                         f"optimum-cli export openvino --model '{folder}' OUT_FOLDER, and give OUT_FOLDER.")
+    if (model_type in VISUAL or "vision_config" in config) and "openvino_vision_embeddings_model.xml" not in irs:
+        # an export that stopped after its language model (optimum refused the vision part)
+        raise InputError(f"'{folder}' looks like a vision-language export (config.json model_type '{model_type}') but "
+                         f"lacks openvino_vision_embeddings_model.xml; it has {irs}: export it again, whole"
+                         + ("." if model_type in VISUAL else f" (as a pipeline bisect_ov runs {', '.join(VISUAL)}; give "
+                            "one of its models to bisect() meanwhile)."))
     if "openvino_vision_embeddings_model.xml" in irs:
         if model_type not in VISUAL:
             raise InputError(f"'{folder}' holds a vision-language export of model_type '{model_type}', not supported "

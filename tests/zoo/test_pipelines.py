@@ -235,6 +235,11 @@ def test_bad_inputs_and_components_are_refused_before_anything_runs(tmp_path):
     folder = pipelines.folder("t5")
     with pytest.raises(InputError, match=r"not components of this seq2seq pipeline \(\['encoder', 'decoder'\]\)"):
         bisect_pipeline(folder, "CPU:f32", "CPU:f32", TOKENS, target_models={"vae": _read("t5", "encoder")})
+    # Another model in a component's place failed at its first call in the plugin's words ("ParameterMismatch: Can
+    # not clone with new dims"): its inputs are checked first.
+    with pytest.raises(InputError, match=r"target_models\['decoder'\] takes the inputs \['attention_mask', 'input_ids'\]; "
+                                         r"the pipeline's decoder takes \['beam_idx', "):
+        bisect_pipeline(folder, "CPU:f32", "CPU:f32", TOKENS, target_models={"decoder": _read("t5", "encoder")})
     with pytest.raises(InputError, match=r"Token ids must lie in \[0, 128\)"):
         bisect_pipeline(folder, "CPU:f32", "CPU:f32", [5, 500])
     with pytest.raises(InputError, match="integer token ids"):
