@@ -225,6 +225,9 @@ def test_folders_that_are_not_a_supported_pipeline_say_what_they_hold(tmp_path):
     whisper = tmp_path / "whisper"
     whisper.mkdir()
     (whisper / "config.json").write_text(json.dumps({"model_type": "whisper", "is_encoder_decoder": True}))
+    with pytest.raises(InputError, match=r"holds no OpenVINO IR: export it first, e.g. optimum-cli export openvino"):
+        bisect_pipeline(whisper, "CPU:f32", "CPU:f32")
+    (whisper / "openvino_encoder_model.xml").write_text("<net/>")
     with pytest.raises(InputError, match=r"looks like a speech_seq2seq export .* lacks"):
         bisect_pipeline(whisper, "CPU:f32", "CPU:f32")
     with pytest.raises(InputError, match="no config.json"):
