@@ -47,7 +47,7 @@ __all__ = ["FAMILIES", "Family", "Pipeline", "open_pipeline", "family_of", "offl
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """transformers' and diffusers' own warnings held back for the duration (while the pipeline is loaded and
+    """transformers', diffusers' and optimum's own warnings held back for the duration (while the pipeline is loaded and
     generates): what optimum-intel tries when it loads a Whisper folder, generation settings it overrides, a
     disabled safety checker, are not the user's to act on. Their verbosity is restored afterwards."""
     import importlib
@@ -70,9 +70,13 @@ def quiet() -> Iterator[None]:
         levels.append(logging.WARNING if first else loggers[-1].get_verbosity())
     for lg in loggers:
         lg.set_verbosity_error()
+    optimum = logging.getLogger("optimum")  # optimum-intel's own ("Could not infer whether the model was already
+    before = optimum.level                   # converted ...", read from a hub cache a local folder never has)
+    optimum.setLevel(logging.ERROR)
     try:
         yield
     finally:
+        optimum.setLevel(before)
         for lg, level in zip(loggers, levels):
             lg.set_verbosity(level)
 
