@@ -33,13 +33,13 @@ The rules, in the order they are applied (each reads the evidence, none edits an
 5. **Absorbed with diverging outputs**: a node whose measured consumers come back within their tolerance and
    whose impact is below the outputs' tolerance; a source whose impact is a small share of the final error and
    of the outputs' tolerance (a bystander), while another source with local error of its own remains.
-   **Dominant origins**: a node whose local error is over its tolerance and whose impact alone takes the outputs
-   over their tolerance with `MOST` of the final error is a first divergence, also below a source by growth
-   (unless an origin with evidence of its own is named upstream of it); a first divergence whose local error is
-   within its tolerance is then not one (it amplified what it was handed), unless its impact so explains the
-   outputs (a twin's unit runs alone without its input quantizers, which its impact run holds). Where no impact can be measured (a
-   side that cannot run pieces of the model: another framework, a recording), a local error over its tolerance
-   and `EXCESS` times its rounding-only one stands in for the impact.
+   **Dominant origins**: a node whose local error is over its tolerance (a source by growth: whatever its local
+   error, which a twin's unit measures without its input quantizers) and whose impact alone takes the outputs over
+   their tolerance with `MOST` of the final error is a first divergence, also below a source by growth (unless an
+   origin with evidence of its own is named upstream of it); a first divergence whose local error is within its
+   tolerance is then not one (it amplified what it was handed), unless its impact so explains the outputs. Where
+   no impact can be measured (another framework, a recording), a local error over its tolerance and `EXCESS` times
+   its rounding-only one stands in.
 6. **Data movement never originates**: a Reshape, Transpose, Split, Slice, Concat, Gather ... adds no error. A
    first divergence there is named at the arithmetic node that produced the values it moves (`moved_inputs`: a
    Gather's table, not its indices; walking up through other movement ops), which it stands for when that node
@@ -208,8 +208,7 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
         absorbed = _absorbed_by_consumers(graph, ev, nodes, diverged, limit, protected | internal)
         bystanders = _bystanders(graph, ev, nodes, diverged, limit, final, protected, absorbed, internal,
                                  explained=bool(dominant - internal))
-    scores = score_graph(graph, ev.errors, ev.tolerances, min_growth=ev.min_growth,
-                         absorbed=absorbed | bystanders, internal=internal)
+    scores = score_graph(graph, ev.errors, ev.tolerances, min_growth=ev.min_growth, absorbed=absorbed | bystanders, internal=internal)
     nodes = dict(scores.nodes)
     first = list(scores.first)
     # rule 2: where the overflow starts, and where a few elements go wrong, is named whatever growth says (in
@@ -411,8 +410,9 @@ def _dominant(diverged: list[str], ev: Evidence, nodes: Mapping[str, NodeScore],
     local error `EXCESS` times its rounding-only one instead."""
     found = set()
     for key in diverged:
-        local = ev.local.get(key)
-        if local is None or local <= nodes[key].tolerance:
+        local, s = ev.local.get(key), nodes[key]  # a source over inputs within whose impact explains the outputs is
+        if local is None or (local <= s.tolerance and not (  # one, its local run within (a twin's lacks its quantizers)
+                s.role == "source" and s.inherited <= s.tolerance and _explains(ev, key, final, limit))):
             continue
         if _explains(ev, key, final, limit):
             found.add(key)
