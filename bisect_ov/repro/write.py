@@ -112,14 +112,21 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
                           ref_precision=precision["ref"]) for keys in growth(graph, unit, max_nodes=max_nodes)]
     values = _ref_values(comparison, source.sample, [t for p in pieces for t in p.fed_taps()] + outputs)
     plain = plain_goal(report, culprit)
-    local = plain if plain is not None else culprit.local_error if culprit.local_error is not None else culprit.error
+    # Against a quantized twin a local error runs the node without its input quantizers, which the piece holds.
+    quantized = comparison.twin and bool(comparison.match.quantized)
+    local_error = culprit.local_error if not quantized else None
+    local = plain if plain is not None else local_error if local_error is not None else culprit.error
     held_to = ("error in the plain run" if plain is not None else
-               "local error" if culprit.local_error is not None else "error in the run")
+               "local error" if local_error is not None else "error in the run")
     if plain is not None:
         notes.append((f"The taps were unfaithful: the piece is held to '{culprit.name}''s error in the plain run, not "
                       "to a local error measured by a piece the target compiled otherwise.",
                       "The taps were unfaithful: the piece is held to the node's error in the plain run, not to a "
                       "local error measured by a piece the target compiled otherwise."))
+    elif quantized and culprit.local_error is not None:
+        notes.append((f"Against a twin '{culprit.name}''s local error ran it without its input quantizers, which the "
+                      "piece holds: the piece is held to its error in the run.", "Against a twin a node's local error "
+                      "runs it without its input quantizers, which the piece holds: it is held to its error in the run."))
     elif culprit.local_error is None:
         notes.append((f"No local error was measured for '{culprit.name}': the piece is held to its error in the run.",
                       "No local error was measured for the node: the piece is held to its error in the run."))
@@ -140,7 +147,9 @@ def write_repro(report: Any, source: ReproSource, folder: str | os.PathLike, *, 
         if chosen is None:
             sizes = ", ".join(f"{len(p.keys)} node(s): {_fmt(e)}" for p, e in zip(pieces, attempts))
             raise InputError(
-                f"No piece around '{culprit.name}' reproduces its {held_to} {_fmt(local)} (tolerance "
+                f"No piece around '{culprit.name}'" + (f" (standing for '{node}', which cannot be cut out alone)"
+                                                       if node is not None and str(node) != culprit.name else "")
+                + f" reproduces its {held_to} {_fmt(local)} (tolerance "
                 f"{_fmt(culprit.tolerance)}, within {factor:g}x) on {report.target.name}: {sizes}. The divergence needs "
                 f"more of the model than {max_nodes} nodes upstream (max_nodes=), or the node's error is inherited; "
                 "nothing was written.")
