@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import openvino as ov
@@ -35,6 +35,7 @@ from bisect_ov.analysis.metrics import TensorStats, compare
 from bisect_ov.analysis.spread import Distribution
 from bisect_ov.core.errors import InputError
 from bisect_ov.engine.runner import run_both
+from bisect_ov.model.state import STATE_PREFIX
 from bisect_ov.run.devices import Device
 from bisect_ov.run.inputs import align_inputs, prepare_inputs_noted
 from bisect_ov.samples.sources import loaded, sample_result
@@ -137,8 +138,21 @@ def prepare_pair(index: int | None, sample: Any, ref_model: ov.Model, target_mod
     try:
         if prompts is not None and sample is None:
             prompts.check_length(prompt_length)
-        given = prompts.expand(sample) if prompts is not None and sample is not None else sample
+        if prompts is not None and isinstance(sample, (str, os.PathLike)):
+            from bisect_ov.samples.prompts import read_prompt  # (it imports this module)
+
+            asked: Any = read_prompt(sample)  # what expand reads first: the inputs given, for the note below
+            given = prompts.expand(asked)
+        else:
+            asked = sample
+            given = prompts.expand(sample) if prompts is not None and sample is not None else sample
         ref_arrays, notes = prepare_inputs_noted(ref_model, given, seed=seed, prompt_length=prompt_length)
+        made = sorted(str(k) for k in given if k not in asked and not str(k).startswith(STATE_PREFIX)) if isinstance(
+            given, Mapping) and isinstance(asked, Mapping) else []
+        if made:  # they follow from input_ids as an LLM's do: a mask that attends to every token, padding too
+            notes += (f"Input(s) {', '.join(made)} not given: made from input_ids as for a prompt (a full attention "
+                      "mask, every token attended, padding included; positions from 0; zeros for token types and the "
+                      "beam index). Give them to use others.",)
         if target_model is None:
             return ref_arrays, ref_arrays, notes
         target, paired = align_inputs(ref_model, target_model, ref_arrays)

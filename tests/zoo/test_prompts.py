@@ -182,3 +182,19 @@ def test_prompts_in_files_take_every_form_an_in_memory_prompt_takes(tmp_path):
     given = bisect(model, "CPU:f32", "CPU:f32", {"input_ids": prompts[1]}, target_model=twin, progress=False,
                    impact=0, noise=False)  # 1-D ids by name: one prompt
     assert given.first_divergence is not None and given.first_divergence.name == EMBEDDING, given.to_text()
+
+
+def test_inputs_made_beside_the_token_ids_given_are_said(tmp_path):
+    """A BERT given only its token ids (a file holding input_ids, pad tokens included) ran with a full attention
+    mask and zero token types, unsaid: the padding was attended."""
+    from bisect_ov.zoo import cache
+
+    model = cache.load("bert")
+    full = cache.sample_inputs("bert", model=model)
+    np.savez(tmp_path / "ids.npz", input_ids=full["input_ids"])
+    report = bisect(model, "CPU:f32", "EMU:f16", str(tmp_path / "ids.npz"), progress=False)
+    made = [n for n in report.notes if "not given: made from input_ids" in n]
+    assert len(made) == 1 and "attention_mask" in made[0] and "padding included" in made[0]
+    np.savez(tmp_path / "all.npz", **full)
+    assert not any("not given" in n for n in bisect(model, "CPU:f32", "EMU:f16", str(tmp_path / "all.npz"),
+                                                    progress=False).notes)
