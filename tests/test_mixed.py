@@ -180,7 +180,7 @@ class _Runs(MixedRuns):
 
     def __init__(self, order, ok, failing=()):  # no engine: the runs are made up
         self.order, self.ok, self.cache, self.runs = list(order), {frozenset(s) for s in ok}, {}, 0
-        self.failing, self.failures = {frozenset(s) for s in failing}, []
+        self.failing, self.failures, self.outputs, self.scales = {frozenset(s) for s in failing}, [], {}, ()
 
     def error(self, on_target):
         key = frozenset(on_target)

@@ -75,9 +75,10 @@ class MixedRuns:
     cache: dict[frozenset, float] = field(default_factory=dict)
     runs: int = 0
     failures: list[str] = field(default_factory=list)  # what the plugin said where an assignment could not run
-    # Each final output's factor (the tightest output tolerance over its own), so that the worst output is judged
-    # against its own tolerance on one scale: an output of a looser tolerance was held to the tightest one's.
+    # Each final output's factor for the fix's error (the tightest output tolerance over its own), so that each
+    # output is held to its own tolerance on one scale: an output of a looser tolerance was held to the tightest's.
     scales: tuple[float, ...] = ()
+    outputs: dict[frozenset, tuple[float, ...]] = field(default_factory=dict)  # each output's error, by assignment
 
     def __post_init__(self) -> None:
         self.order = [n.key for n in self.engine.runner.graph.candidates()]
@@ -88,27 +89,29 @@ class MixedRuns:
         self.bar.close()
 
     def error_or_inf(self, on_target: set[str] | frozenset) -> float:
-        """`error`, or inf where a piece of that assignment does not compile or run on its side (the plugin refuses
-        some pieces it would run inside the whole model): such an assignment is no fix. The failure is kept
-        (`failures`) and the assignment not tried again."""
+        """The fix's error: `error` with each output scaled by `scales`, or inf where a piece of that assignment
+        does not compile or run on its side (the plugin refuses some pieces it would run inside the whole model):
+        such an assignment is no fix. The failure is kept (`failures`) and the assignment not tried again."""
         try:
-            return self.error(on_target)
+            if not self.scales:
+                return self.error(on_target)
+            self.error(on_target)
+            return max(e * f for e, f in zip(self.outputs[frozenset(on_target)], self.scales))
         except DeviceError as err:
             log.info("A partitioned run could not run on its side, and counts as no fix: %s", first_line(err))
             self.failures.append(first_line(err))
             self.cache[frozenset(on_target)] = math.inf
+            self.outputs[frozenset(on_target)] = (math.inf,) * max(1, len(self.scales))
             return math.inf
 
     def error(self, on_target: set[str] | frozenset) -> float:
-        """Final-output error (worst output, each scaled by `scales` when given) when exactly `on_target` runs on
-        the target."""
+        """Final-output error (worst output) when exactly `on_target` runs on the target (each output's in
+        `outputs`)."""
         key = frozenset(on_target)
         if key not in self.cache:
             run = _twin_mixed_run if self.engine.runner.comparison.twin else mixed_run
-            errors = [self.error_of(s) for s in run(self.engine, key, self.order)]
-            if self.scales:
-                errors = [e * f for e, f in zip(errors, self.scales)]
-            self.cache[key] = max(errors, default=0.0)
+            self.outputs[key] = tuple(self.error_of(s) for s in run(self.engine, key, self.order))
+            self.cache[key] = max(self.outputs[key], default=0.0)
             self.runs += 1
             self.bar.update(1)
         return self.cache[key]

@@ -75,8 +75,8 @@ def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale
                 scale_factor = dataclasses.replace(scale_factor,
                                                    cost=cost(device, model, compile_variant(engine, device, model)))
         if clamp is not None and clamp.solved:
-            patched = clamp_after(model, dict(clamp.bounds))
-            clamp = dataclasses.replace(clamp, cost=cost(target, patched, compile_variant(engine, target, patched)))
+            clamped = clamp_after(model, dict(clamp.bounds))
+            clamp = dataclasses.replace(clamp, cost=cost(target, clamped, compile_variant(engine, target, clamped)))
         # A twin's fix keeps layers unquantized (no marks). A patched model the user will run is run whole here
         # even where the plugin is not known to honour marks: the CPU's keeps some marked ops in f32 and fuses
         # others with unmarked ones, and a patched demo gave 4.7e-01 there against 9.0e-02 untouched.

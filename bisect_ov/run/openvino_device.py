@@ -212,7 +212,7 @@ class OpenVINODevice(Device):
         # What an AUTO/HETERO/MULTI plain compile really ran on: (device, properties), read back once.
         self._ran: tuple[str, dict[str, Any]] | None = None
         # An f32 reference (`bisect_ov.run.devices.make_device`): compressed weights' matrix products run without
-        # the int8 activations the CPU gives them at any precision (`unquantized`).
+        # the int8 activations the CPU gives them at any precision (`DYNAMIC_QUANTIZATION` 0, `compressed_weights`).
         self.exact_weights = False
 
     @property
