@@ -21,9 +21,11 @@ live device under the default strategy; taken from the full pass alone they were
 
 The file format is described in `bisect_ov.capture.format`.
 
-Devices: `capture` builds its device with ``make_device(device, config, role="target")``, so it runs as asked:
+Devices: `capture` builds its device with ``make_device(device, config, role="capture")``, so it runs as asked:
 plain ``CPU`` is the plugin's default (bf16 on CPUs with AVX512_BF16 or AMX); write ``CPU:f32`` for an f32
-run. Recording in the ``ref`` role would force f32 and hide exactly the behaviour the capture is for.
+run, which, as a reference's, computes compressed weights' matrix products without int8 activations (give
+``DYNAMIC_QUANTIZATION_GROUP_SIZE`` in `config` to record the plugin's default). Recording in the ``ref`` role
+would force f32 and hide exactly the behaviour the capture is for.
 
 Writing streams one tensor at a time into a temporary file in the target folder, renamed over `path` only
 when complete (`os.replace`): memory stays bounded by one compile's taps (`max_tap_bytes`), and a failure
@@ -113,8 +115,8 @@ def record(
         Anything `bisect_ov.model.load.load_model` takes.
     device
         A device name as for `bisect()` (``CPU``, ``CPU:f32``, ``GPU``, ``EMU:f16``) or a `Device`. Built with
-        ``role="target"``: the device runs exactly as asked (plain ``CPU`` is the plugin's default precision,
-        bf16 on CPUs with AVX512_BF16/AMX); ask for ``CPU:f32`` to record an f32 run.
+        ``role="capture"``: the device runs exactly as asked (plain ``CPU`` is the plugin's default precision,
+        bf16 on CPUs with AVX512_BF16/AMX); ask for ``CPU:f32`` to record an f32 run (exact as a reference's).
     inputs
         As for `bisect()`: None (random, from `seed`), a dict, a list, an array or a ``.npz``/``.npy`` path.
         They are stored in the capture, and `RecordedDevice` refuses other inputs.
@@ -172,7 +174,7 @@ def record(
                          "or record the stateless export (optimum-intel: export with stateful=False).")
     graph = ModelGraph(ov_model)
     side = framework_side(device, model)  # "ORT" names ONNX Runtime on an ONNX file, as in bisect()
-    dev = side if side is not None else make_device(device, dict(config or {}), role="target")
+    dev = side if side is not None else make_device(device, dict(config or {}), role="capture")
     arrays = prepare_inputs(ov_model, plain_inputs(inputs), seed=seed)
     if isinstance(dev, FrameworkSide):  # PyTorch or ONNX Runtime: matched to the model, its matched tensors recorded
         dev = dev.bind(graph, arrays)

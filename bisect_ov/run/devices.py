@@ -37,10 +37,10 @@ from typing import Any, Callable
 from bisect_ov.core.errors import InputError
 from bisect_ov.core.records import DeviceInfo  # re-exported: its home is the records module
 from bisect_ov.run.bf16 import bf16_to_f32, kept_outputs
+from bisect_ov.run.compressed import DYNAMIC_QUANTIZATION
 from bisect_ov.run.device_base import Compiled, Device, infer_each
 from bisect_ov.run.emulated_device import EmulatedDevice
 from bisect_ov.run.openvino_device import (
-    DYNAMIC_QUANTIZATION,
     PRECISION_SUFFIXES,
     VIRTUAL_DEVICES,
     OpenVINOCompiled,
@@ -99,10 +99,11 @@ def make_device(spec: str | Device, config: dict[str, Any] | None = None, *, rol
     config
         Properties for `compile_model`; merged over those a precision suffix sets.
     role
-        ``ref`` or ``target``. The reference gets ``INFERENCE_PRECISION_HINT=f32`` when neither the name nor
-        `config` chooses a precision and the device supports the property; an f32 reference computes compressed
-        weights' matrix products without int8 activations (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0`` on models that
-        hold such weights) unless `config` sets that property.
+        ``ref``, ``target`` or ``capture`` (a target whose f32 run is exact as a reference's). The reference gets
+        ``INFERENCE_PRECISION_HINT=f32`` when neither the name nor `config` chooses a precision and the device
+        supports the property; an f32 reference (or capture) computes compressed weights' matrix products without
+        int8 activations (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0`` on models that hold such weights) unless `config`
+        sets that property.
 
     Raises
     ------
@@ -176,8 +177,10 @@ def _openvino_device(spec: str, config: dict[str, Any], role: str) -> Device:
     made = OpenVINODevice(device, merged, name=spec)
     # An f32 reference computes compressed weights' matrix products in f32 (`OpenVINODevice.exact_weights`), unless
     # the user sets the property.
-    made.exact_weights = (role == "ref" and merged.get("INFERENCE_PRECISION_HINT") == "f32" and DYNAMIC_QUANTIZATION
-                          not in merged and bool(listed) and all(supports_property(d, DYNAMIC_QUANTIZATION) for d in listed))
+    # A capture's f32 run is a reference for another machine: the same.
+    f32 = PRECISION_SUFFIXES.get(str(made.config.get("INFERENCE_PRECISION_HINT", "")).lower()) == "f32"
+    made.exact_weights = (role in ("ref", "capture") and f32 and DYNAMIC_QUANTIZATION not in merged and bool(listed)
+                          and all(supports_property(d, DYNAMIC_QUANTIZATION) for d in listed))
     return made
 
 

@@ -30,10 +30,10 @@ from bisect_ov.core.errors import DeviceError, InputError, first_line, raise_if_
 from bisect_ov.core.records import DeviceInfo
 from bisect_ov.model.runtime import RuntimeGraph, read_runtime_graph
 from bisect_ov.run.bf16 import Widened, as_input, bf16_to_f32
+from bisect_ov.run.compressed import DYNAMIC_QUANTIZATION, compressed_weights, quantizing
 from bisect_ov.run.device_base import Device
 
-__all__ = ["DYNAMIC_QUANTIZATION", "compressed_weights", "PRECISION_SUFFIXES", "VIRTUAL_DEVICES", "SNIPPETS",
-           "CACHE_PRECISION", "GENERATED_LAYER", "OpenVINOCompiled",
+__all__ = ["PRECISION_SUFFIXES", "VIRTUAL_DEVICES", "SNIPPETS", "CACHE_PRECISION", "GENERATED_LAYER", "OpenVINOCompiled",
            "OpenVINODevice", "available_devices", "capabilities", "cpu_supports_bf16", "listed_devices", "shared_core",
            "supports_property"]
 
@@ -173,23 +173,6 @@ class OpenVINOCompiled:
         return results  # type: ignore[return-value]
 
 
-# The CPU quantizes activations to int8 (groups of 32) for matrix products of compressed (int8/int4) weights, at
-# any precision: an f32 reference carried that error (5.3e-03 on an int8-weight Llama against EMU:f16) and named
-# the first layer's projections.
-DYNAMIC_QUANTIZATION = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
-_COMPRESSED = frozenset({"i8", "u8", "i4", "u4", "nf4", "f4e2m1", "f8e4m3", "f8e5m2"})
-
-
-def compressed_weights(model: ov.Model) -> bool:
-    """Whether `model` holds weights stored in a compressed type and converted to a float type where read."""
-    for op in model.get_ordered_ops():
-        if op.get_type_name() == "Convert" and op.get_output_element_type(0).is_real():
-            source = op.input_value(0).get_node()
-            if source.get_type_name() == "Constant" and source.get_output_element_type(0).get_type_name() in _COMPRESSED:
-                return True
-    return False
-
-
 class OpenVINODevice(Device):
     """An OpenVINO plugin device with a property dict.
 
@@ -237,7 +220,7 @@ class OpenVINODevice(Device):
         """Its device name and properties; a subclass that compiles otherwise is refused unless it says how."""
         if type(self)._compile is not OpenVINODevice._compile:
             return super().repro_side(info, role)
-        config = {**self.config, **({DYNAMIC_QUANTIZATION: "0"} if self.exact_weights else {})}
+        config = {**self.config, **({DYNAMIC_QUANTIZATION: "0"} if info.config.get(DYNAMIC_QUANTIZATION) == "0" else {})}
         return {"device": self.device, "config": {str(k): str(v) for k, v in config.items()}}
 
     @property
@@ -312,7 +295,12 @@ class OpenVINODevice(Device):
                 self._ran = (ran[0], {**_own_properties(ran[0], self.config), **ran[1]})
         info = self._info(compiled, runtime, device=device)
         if exact:
-            info = replace(info, config={**info.config, DYNAMIC_QUANTIZATION: "0"})
+            info = replace(info, config={**info.config, DYNAMIC_QUANTIZATION: "0"}, note="; ".join(filter(None, (
+                info.note, "compressed weights' matrix products in f32, activations not quantized"))))
+        elif not (taps or fed or self.exact_weights) and (group := quantizing(compiled, model)):
+            info = replace(info, note="; ".join(filter(None, (
+                info.note, f"activations of compressed-weight matrix products quantized to int8 in groups of {group} "
+                f"(the plugin's {DYNAMIC_QUANTIZATION}; 0 turns it off)"))))
         try:  # the infer request is made here: a plugin that compiles a graph it cannot run fails at this point
             return OpenVINOCompiled(compiled, info, runtime)
         except Exception as err:
@@ -549,4 +537,6 @@ def _type_taps(model: ov.Model, taps: tuple[int, ...], precision: str, fed: tupl
 
 
 def _prop_str(value: Any) -> Any:
+    if isinstance(value, ov.Type):  # hints.inference_precision: ov.Type.f32, as OpenVINO's own examples write it
+        return value.get_type_name()
     return value if isinstance(value, (str, int, float, bool)) else str(value)

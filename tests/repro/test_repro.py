@@ -103,6 +103,9 @@ def test_the_cases_culprits_reproduce(case, tmp_path):
     assert record.node == culprit == report.first_divergence.name
     check_fresh(tmp_path / case, tmp_path, record)
     written = {p.name for p in (tmp_path / case).iterdir()}
+    # No compressed weights here: the reference runs with its properties as they were (the setting an f32
+    # reference takes for compressed weights was written into every reproducer)
+    assert "DYNAMIC_QUANTIZATION" not in (tmp_path / case / "repro.json").read_text()
     if case == "case3":
         assert "target_piece.xml" in written  # the twin's own piece
         # Its local error ran the node without its input quantizers, which the piece holds: a CNN twin's culprit

@@ -278,3 +278,27 @@ def test_an_f32_reference_does_not_quantize_activations_for_compressed_weights()
     assert "DYNAMIC_QUANTIZATION_GROUP_SIZE" not in ref._compile(tiny_chain()).info.config  # no such weights: unchanged
     assert not make_device("CPU:f32", {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "32"}, role="ref").exact_weights
     assert not make_device("CPU:f32", role="target").exact_weights and not make_device("CPU:bf16", role="ref").exact_weights
+
+
+def test_compressed_weights_are_said_and_every_f32_spelling_or_capture_is_exact():
+    """The report said "CPU:f32 ran f32" on both sides while only the reference ran compressed weights' products
+    exactly; "FP32", ov.Type.f32 and a capture's "CPU:f32" lost the setting (the capture, used as a reference on
+    another machine, then read DIVERGES)."""
+    import openvino as ov
+
+    from bisect_ov.run.compressed import quantizing
+
+    model, _ = _int8_weight_matmul()
+    ref = make_device("CPU:f32", role="ref")._compile(model)
+    target = make_device("CPU:f32", role="target")._compile(model)
+    if ref.info.config.get("DYNAMIC_QUANTIZATION_GROUP_SIZE") == "0":
+        assert "activations not quantized" in ref.info.note
+    group = quantizing(target.compiled, model)
+    assert ("quantized to int8 in groups of" in target.info.note) == bool(group)
+    assert "quantized" not in make_device("CPU:f32", role="target")._compile(tiny_chain()).info.note
+    exact = make_device("CPU:f32", role="ref").exact_weights
+    for spec, config, role in (("CPU", {"INFERENCE_PRECISION_HINT": "FP32"}, "ref"),
+                               ("CPU", {"INFERENCE_PRECISION_HINT": ov.Type.f32}, "ref"), ("CPU:f32", {}, "capture")):
+        assert make_device(spec, config, role=role).exact_weights == exact
+    assert not make_device("CPU", role="capture").exact_weights  # the plugin's own default, as asked
+    assert make_device("CPU", {"INFERENCE_PRECISION_HINT": ov.Type.f32}, role="ref").config["INFERENCE_PRECISION_HINT"] == "f32"
