@@ -240,9 +240,11 @@ def _generate(pipe: Pipeline, requests: Mapping[str, ComponentRequest], given: M
     except BisectError:
         raise
     except Exception as err:  # the pipeline's own code (optimum's, transformers') refused the inputs: the user's error
+        images = " (token ids holding its image token once per image, pixel values of its image size)" if \
+            pipe.family.name == "visual_causal_lm" else ""
         raise InputError(f"The {pipe.family.name} pipeline's own generation failed on these inputs: "
                          f"{type(err).__name__}: {first_line(err)} Give inputs as its processor makes them for this "
-                         "model (token ids holding its image token once per image, pixel values of its image size).") from err
+                         f"model{images}.") from err
     return tuple(int(t) for t in np.asarray(out)[0]), None
 
 
