@@ -18,7 +18,7 @@ debugging makes it). Each patched model is one compile and one run of the whole 
 from __future__ import annotations
 
 import logging
-from typing import Callable, Collection, Mapping
+from typing import Callable, Collection, Mapping, Sequence
 
 from bisect_ov.analysis.judge import measured_inputs
 from bisect_ov.analysis.metrics import TensorStats
@@ -60,7 +60,7 @@ def overflow_origins(graph, stats: Collection[tuple[str, int, TensorStats]],
 
 
 def find_clamp(engine: Engine, error_of: Callable[[TensorStats], float], limit: float, error_before: float,
-               origins: Mapping[str, float]) -> Clamp | None:
+               origins: Mapping[str, float], scales: Sequence[float] = ()) -> Clamp | None:
     """The clamps after `origins` (node key -> bound) that bring the final error under `limit`, made 1-minimal,
     or the record of the clamps that did not (see the module docstring); None when there is nothing to clamp or
     the patched model cannot be made or run."""
@@ -78,7 +78,7 @@ def find_clamp(engine: Engine, error_of: Callable[[TensorStats], float], limit: 
         nonlocal runs
         patched = clamp_after(model, {names[k]: origins[k] for k in keys})
         runs += 1
-        error = final_error(engine, compile_variant(engine, target, patched), error_of)
+        error = final_error(engine, compile_variant(engine, target, patched), error_of, scales)
         log.info("Clamps after %d node(s): final error %.3e (limit %.3e)", len(keys), error, limit)
         return error
 

@@ -17,7 +17,7 @@ compile generated at least one kernel.
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Callable, Sequence
 
 from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import BisectError
@@ -41,7 +41,7 @@ def generated_kernels(layers: tuple[RuntimeLayer, ...]) -> tuple[str, ...]:
 
 
 def without_generated_kernels(engine: Engine, error_of: Callable[[TensorStats], float], limit: float,
-                              final: float) -> KernelSetting | None:
+                              final: float, scales: Sequence[float] = ()) -> KernelSetting | None:
     """The untouched target model compiled without generated kernels and run whole (see the module docstring);
     None when the target has no such setting or its plain compile generated no kernel."""
     target = engine.runner.comparison.target
@@ -53,7 +53,7 @@ def without_generated_kernels(engine: Engine, error_of: Callable[[TensorStats], 
         return None
     try:
         compiled = compile_variant(engine, device, engine.runner.comparison.target_graph.model)
-        after = final_error(engine, compiled, error_of)
+        after = final_error(engine, compiled, error_of, scales)
     except (BisectError, RuntimeError) as err:  # an auxiliary run: the verdict stands without it
         log.info("The target without generated kernels did not run: %s", err)
         return None

@@ -21,7 +21,7 @@ import functools
 import logging
 import pathlib
 import tempfile
-from typing import Callable
+from typing import Callable, Sequence
 
 import openvino as ov
 
@@ -42,7 +42,8 @@ __all__ = ["remedy_costs"]
 
 def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale_factor: ScaleFactor | None,
                  clamp: Clamp | None, fix: Fix | None, kernel_setting: KernelSetting | None = None, *,
-                 patched: bool = False) -> tuple[ScaleFactor | None, Clamp | None, Fix | None, KernelSetting | None]:
+                 patched: bool = False, scales: Sequence[float] = ()
+                 ) -> tuple[ScaleFactor | None, Clamp | None, Fix | None, KernelSetting | None]:
     """`scale_factor`, `clamp`, `fix` and `kernel_setting` with the cost of each one that solves (see the module
     docstring). `patched`: the fix's patched model is written, so it runs whole on any target, marks or not."""
     target = engine.runner.comparison.target
@@ -90,7 +91,7 @@ def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale
                     ov.save_model(marked, str(saved), compress_to_fp16=False)
                     marked = shared_core().read_model(str(saved))
                 compiled = compile_variant(engine, target, marked)
-                fix = dataclasses.replace(fix, error_on_target=final_error(engine, compiled, error_of),
+                fix = dataclasses.replace(fix, error_on_target=final_error(engine, compiled, error_of, scales),
                                           cost=cost(target, marked, compiled))
                 del compiled, marked  # before the folder goes
     except (BisectError, RuntimeError) as err:

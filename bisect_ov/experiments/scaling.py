@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 from bisect_ov.analysis.headroom import headroom as headroom_of
 from bisect_ov.analysis.metrics import TensorStats
@@ -49,7 +49,8 @@ def first_factor(headroom: float) -> float:
 
 
 def find_scale_factor(engine: Engine, error_of: Callable[[TensorStats], float], limit: float, error_before: float,
-                      headroom: float, *, max_factor: float = MAX_FACTOR) -> ScaleFactor | None:
+                      headroom: float, *, max_factor: float = MAX_FACTOR, scales: Sequence[float] = ()
+                      ) -> ScaleFactor | None:
     """The smallest power-of-two activation scale factor that brings the final error under `limit` (see the
     module docstring); None when the target has no such setting.
 
@@ -76,7 +77,7 @@ def find_scale_factor(engine: Engine, error_of: Callable[[TensorStats], float], 
         if factor not in tried:
             device = target.with_activation_scale(factor)
             assert device is not None
-            tried[factor] = final_error(engine, compile_variant(engine, device, model), error_of)
+            tried[factor] = final_error(engine, compile_variant(engine, device, model), error_of, scales)
             log.info("Activation scale factor %g: final error %.3e (limit %.3e)", factor, tried[factor], limit)
         return tried[factor]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -33,14 +33,15 @@ def compile_variant(engine: Engine, device: Any, model: Any) -> Any:
     return compiled
 
 
-def final_error(engine: Engine, compiled: Any, error_of: Callable[[TensorStats], float]) -> float:
+def final_error(engine: Engine, compiled: Any, error_of: Callable[[TensorStats], float],
+                scales: Sequence[float] = ()) -> float:
     """The worst final-output error of `compiled` (a variant of the target model) on the examined sample, against
-    the reference's untouched outputs."""
+    the reference's untouched outputs (each output's scaled by `scales` when given: `MixedRuns.scales`)."""
     out = compiled.infer(list(engine.sample.target))
     engine.runner.ran("target")
     n = len(engine.runner.graph.model.outputs)
     finals = engine.runner.final_outputs(list(engine.untouched.ref_final), [np.array(a) for a in out], n)
-    return max((error_of(s) for _, _, s in finals), default=0.0)
+    return max((error_of(s) * (scales[i] if scales else 1.0) for i, (_, _, s) in enumerate(finals)), default=0.0)
 
 
 def latency(engine: Engine, compiled: Any, repeats: int = REPEATS) -> float:

@@ -455,16 +455,16 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             final = max((o.error * f for o, f in zip(scored.outputs, runs.scales or (1.0,) * len(scored.outputs))),
                         default=0.0)
             if planned.kernel_setting and not final <= limit:
-                kernel_setting = without_generated_kernels(engine, setup.error_of, limit, final)
+                kernel_setting = without_generated_kernels(engine, setup.error_of, limit, final, runs.scales)
             if planned.fix:
                 least = least_headroom(stats.values())
                 if planned.scale_factor and not final <= limit and least < 0:
                     # The cheapest remedy first: an f16 overflow the plugin's activation scaling may cure.
-                    scale_factor = find_scale_factor(engine, setup.error_of, limit, final, least)
+                    scale_factor = find_scale_factor(engine, setup.error_of, limit, final, least, scales=runs.scales)
                 if planned.clamp and not final <= limit:
                     # Next, a patched model: clamps where the values leave f16's range.
                     origins = overflow_origins(engine.runner.graph, [(t.key, t.port, st) for t, st in stats.items()])
-                    clamp = find_clamp(engine, setup.error_of, limit, final, origins)
+                    clamp = find_clamp(engine, setup.error_of, limit, final, origins, runs.scales)
                 if twin and engine.runner.match.quantized:
                     candidates = twin_fix_candidates(engine, sensitivity, local, scores.first)
                     fix = find_fix(runs, candidates, limit)
@@ -477,7 +477,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
                 # What each remedy that solves costs is measured when remedies are asked for (fix=True).
                 scale_factor, clamp, fix, kernel_setting = remedy_costs(
                     engine, setup.error_of, scale_factor, clamp, fix, kernel_setting,
-                    patched=options.patched_model is not None)
+                    patched=options.patched_model is not None, scales=runs.scales)
         finally:
             runs.close()
     return Findings(local_errors=local, impacts=impact, fix=fix, curve=curve, delegation=delegation, runs=runs.runs,
