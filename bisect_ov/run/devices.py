@@ -175,9 +175,8 @@ def _openvino_device(spec: str, config: dict[str, Any], role: str) -> Device:
             and all(supports_property(d, "INFERENCE_PRECISION_HINT") for d in listed)):
         merged["INFERENCE_PRECISION_HINT"] = "f32"
     made = OpenVINODevice(device, merged, name=spec)
-    # An f32 reference computes compressed weights' matrix products in f32 (`OpenVINODevice.exact_weights`), unless
-    # the user sets the property.
-    # A capture's f32 run is a reference for another machine: the same.
+    # An f32 reference, and a capture's f32 run (a reference for another machine), computes compressed weights'
+    # matrix products in f32 (`OpenVINODevice.exact_weights`), unless the user sets the property.
     f32 = PRECISION_SUFFIXES.get(str(made.config.get("INFERENCE_PRECISION_HINT", "")).lower()) == "f32"
     made.exact_weights = (role in ("ref", "capture") and f32 and DYNAMIC_QUANTIZATION not in merged and bool(listed)
                           and all(supports_property(d, DYNAMIC_QUANTIZATION) for d in listed))

@@ -528,13 +528,13 @@ def emulate_precision(model: ov.Model, precision: str = "f16", *, reductions: bo
             suffix = f"/out{out.get_index()}" if node.get_output_size() > 1 else ""
             prefix = f"{node.get_friendly_name()}/{tag}{suffix}"
             if node.get_instance_id() in data:
-                # A node kept in f32 hands its value unrounded to others kept and to outputs; a shape op reads no value: no rounding
-                readers = [t for t in targets if t.get_node().get_type_name() not in _SHAPE_OPS and not (keeps and (
-                    keeps_precision(t.get_node()) or t.get_node().get_type_name() == "Result"))]
+                # A node kept in f32 hands its value unrounded to others kept and to outputs; a shape op reads no value
+                values = [t for t in targets if t.get_node().get_type_name() not in _SHAPE_OPS]
+                readers = [t for t in values if not (keeps and (keeps_precision(t.get_node()) or t.get_node().get_type_name() == "Result"))]
                 if not readers:
                     continue
                 r = _round(out, precision, prefix)
-                _redirect(readers, out, r, move_names=node.get_type_name() != "Parameter" and len(readers) == len(targets))
+                _redirect(readers, out, r, move_names=node.get_type_name() != "Parameter" and len(readers) == len(values))
                 rounded[(node.get_instance_id(), out.get_index())] = r
             else:
                 _round_static(node, out, targets, data, precision, prefix)

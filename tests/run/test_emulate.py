@@ -629,3 +629,17 @@ def test_a_static_input_read_only_for_its_shape_is_not_rounded():
     (out,) = run(emulate_precision(model, "f16"), xs, np.zeros((1, 5, 16), np.float32))
     (exact,) = run(model, xs, np.zeros((1, 5, 16), np.float32))
     assert out.shape == (1, 8, 16) and np.abs(out - exact).max() < 1e-2
+
+
+def test_a_tensor_a_shape_op_also_reads_gives_its_name_to_the_rounded_value():
+    """The rounded tensor takes the names (a tensor name denotes the stored value): a shape op among the readers,
+    which reads no value and is left unrounded, kept them on the unrounded one."""
+    x = ops.parameter([2, 3], np.float32, name="x")
+    y = ops.relu(x)
+    y.output(0).get_tensor().set_names({"y"})
+    z = ops.reshape(ops.negative(y), ops.shape_of(y), False)
+    emulated = emulate_precision(ov.Model([z.output(0)], [x], "shape_reader"), "f16")
+    named = [op for op in emulated.get_ordered_ops() if any("y" in o.get_names() for o in op.outputs())]
+    assert [op.get_type_name() for op in named] == ["EmulatedRound"]
+    (out,) = run(emulated, np.full((2, 3), 1 / 3, np.float32))
+    assert np.all(out == -np.float32(np.float16(1 / 3)))
