@@ -410,11 +410,11 @@ def _dominant(diverged: list[str], ev: Evidence, nodes: Mapping[str, NodeScore],
     local error `EXCESS` times its rounding-only one instead."""
     found = set()
     for key in diverged:
-        local, s = ev.local.get(key), nodes[key]  # a source over inputs within whose impact explains the outputs is
-        if local is None or (local <= s.tolerance and not (  # one, its local run within (a twin's lacks its quantizers)
-                s.role == "source" and s.inherited <= s.tolerance and _explains(ev, key, final, limit))):
+        local, s, explains = ev.local.get(key), nodes[key], _explains(ev, key, final, limit)
+        # A source over inputs within whose impact explains the outputs is one whatever its local run (a twin's lacks its input quantizers)
+        if local is None or (local <= s.tolerance and not (explains and s.role == "source" and s.inherited <= s.tolerance)):
             continue
-        if _explains(ev, key, final, limit):
+        if explains:
             found.add(key)
         elif not ev.impacts_possible and (ratio := excess(local, ev.expected.get(key))) is not None and ratio >= EXCESS:
             found.add(key)

@@ -261,14 +261,21 @@ class Engine:
         """Compile a piece; one the plugin refuses to compile (an input nothing reads: "... contains empty child
         edge", in a decoder whose encoder states only its cache uses) is compiled again as `static_piece` makes
         it, once. The (piece, compile)."""
-        with self.runner.clock("compile"):
-            try:
+        try:
+            with self.runner.clock("compile"):
                 return piece, compile_piece(self.runner, side, piece, final, self.untouched.target_runtime)
-            except DeviceError:
-                static = static_piece(piece, self.sample, side, values)
-                if static is None:
-                    raise
-                return static, compile_piece(self.runner, side, static, final, self.untouched.target_runtime)
+        except DeviceError as err:
+            return self._static_compile(side, piece, values, final, err)
+
+    def _static_compile(self, side: str, piece: Any, values: Mapping[Tap, np.ndarray], final: frozenset[Tap],
+                        refused: DeviceError) -> tuple[Any, Any]:
+        """(`static_piece` of `piece`, its compile), for a piece the plugin `refused`; that error again when the
+        static piece changes nothing."""
+        static = static_piece(piece, self.sample, side, values)
+        if static is None:
+            raise refused
+        with self.runner.clock("compile"):
+            return static, compile_piece(self.runner, side, static, final, self.untouched.target_runtime)
 
     def _run_compiled(self, side: str, found: tuple[Any, Any], values: Mapping[Tap, np.ndarray], final: frozenset[Tap]
                       ) -> tuple[list[np.ndarray], tuple[Any, Any]]:
@@ -276,12 +283,8 @@ class Engine:
         (`static_piece`), once. Its outputs and the (piece, compile) that gave them."""
         try:
             return run_compiled_piece(self.runner, self.sample, side, *found, values), found
-        except DeviceError:
-            static = static_piece(found[0], self.sample, side, values)
-            if static is None:
-                raise
-            with self.runner.clock("compile"):
-                found = (static, compile_piece(self.runner, side, static, final, self.untouched.target_runtime))
+        except DeviceError as err:
+            found = self._static_compile(side, found[0], values, final, err)
             return run_compiled_piece(self.runner, self.sample, side, *found, values), found
 
     # ----- the target against itself -----------------------------------------------------------------

@@ -41,6 +41,7 @@ from bisect_ov.core.errors import DeviceError, first_line
 from bisect_ov.core.records import Cause, Clamp, CurvePoint, Delegation, Fix, KernelSetting, LayerSensitivity, ScaleFactor
 from bisect_ov.engine.engine import Engine
 from bisect_ov.experiments.baseline import Baseline
+from bisect_ov.experiments.whole import worst
 from bisect_ov.model.partition import cut_after, extract, segments
 from bisect_ov.model.taps import Tap
 
@@ -58,7 +59,7 @@ def _twin_segment(engine, segment, outputs, values, final):
 
     return twin_segment(engine, segment, outputs, values, final)
 
-__all__ = ["mixed_run", "output_scales", "contribution_curve", "smallest_range", "first_prefix", "PrefixCuts", "target_in_pieces",
+__all__ = ["mixed_run", "contribution_curve", "smallest_range", "first_prefix", "PrefixCuts", "target_in_pieces",
            "impact", "find_fix", "Fix",
            "patch_model"]
 
@@ -75,8 +76,8 @@ class MixedRuns:
     cache: dict[frozenset, float] = field(default_factory=dict)
     runs: int = 0
     failures: list[str] = field(default_factory=list)  # what the plugin said where an assignment could not run
-    # Each final output's factor for the fix's error (the tightest output tolerance over its own), so that each
-    # output is held to its own tolerance on one scale: an output of a looser tolerance was held to the tightest's.
+    # Each final output's factor for the fix's error (`bisect_ov.experiments.whole.output_scales`): an output of a
+    # looser tolerance was held to the tightest one's.
     scales: tuple[float, ...] = ()
     outputs: dict[frozenset, tuple[float, ...]] = field(default_factory=dict)  # each output's error, by assignment
 
@@ -96,7 +97,7 @@ class MixedRuns:
             if not self.scales:
                 return self.error(on_target)
             self.error(on_target)
-            return max(e * f for e, f in zip(self.outputs[frozenset(on_target)], self.scales))
+            return worst(self.outputs[frozenset(on_target)], self.scales)
         except DeviceError as err:
             log.info("A partitioned run could not run on its side, and counts as no fix: %s", first_line(err))
             self.failures.append(first_line(err))
@@ -115,14 +116,6 @@ class MixedRuns:
             self.runs += 1
             self.bar.update(1)
         return self.cache[key]
-
-
-def output_scales(tolerances: Sequence[float], limit: float | None) -> tuple[float, ...]:
-    """Each final output's factor for `MixedRuns.scales`: the tightest tolerance over its own; none when one
-    `limit` holds for every output, or the tolerances are alike."""
-    if limit is not None or len(set(tolerances)) < 2 or min(tolerances) <= 0:
-        return ()
-    return tuple(min(tolerances) / t for t in tolerances)
 
 
 def mixed_run(engine: Engine, on_target: frozenset[str] | set[str], order: Sequence[str] | None = None

@@ -20,10 +20,24 @@ from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.records import RemedyCost
 from bisect_ov.engine.engine import Engine
 
-__all__ = ["compile_variant", "final_error", "latency", "remedy_cost", "REPEATS"]
+__all__ = ["compile_variant", "final_error", "latency", "remedy_cost", "output_scales", "worst", "REPEATS"]
 
 REPEATS = 7
 """Timed inferences per model for a remedy's cost (after one warm-up): the median of these is its latency."""
+
+
+def output_scales(tolerances: Sequence[float], limit: float | None) -> tuple[float, ...]:
+    """Each final output's factor for a remedy's error (`worst`): the tightest tolerance over its own, so that each
+    output is held to its own tolerance on one scale; none when one `limit` holds for every output, or the
+    tolerances are alike."""
+    if limit is not None or len(set(tolerances)) < 2 or min(tolerances) <= 0:
+        return ()
+    return tuple(min(tolerances) / t for t in tolerances)
+
+
+def worst(errors: Sequence[float], scales: Sequence[float] = ()) -> float:
+    """The largest of the final outputs' `errors`, each times its factor in `scales` when given (`output_scales`)."""
+    return max((e * (scales[i] if scales else 1.0) for i, e in enumerate(errors)), default=0.0)
 
 
 def compile_variant(engine: Engine, device: Any, model: Any) -> Any:
@@ -36,12 +50,12 @@ def compile_variant(engine: Engine, device: Any, model: Any) -> Any:
 def final_error(engine: Engine, compiled: Any, error_of: Callable[[TensorStats], float],
                 scales: Sequence[float] = ()) -> float:
     """The worst final-output error of `compiled` (a variant of the target model) on the examined sample, against
-    the reference's untouched outputs (each output's scaled by `scales` when given: `MixedRuns.scales`)."""
+    the reference's untouched outputs (each output's scaled by `scales` when given: `worst`)."""
     out = compiled.infer(list(engine.sample.target))
     engine.runner.ran("target")
     n = len(engine.runner.graph.model.outputs)
     finals = engine.runner.final_outputs(list(engine.untouched.ref_final), [np.array(a) for a in out], n)
-    return max((error_of(s) * (scales[i] if scales else 1.0) for i, (_, _, s) in enumerate(finals)), default=0.0)
+    return worst([error_of(s) for _, _, s in finals], scales)
 
 
 def latency(engine: Engine, compiled: Any, repeats: int = REPEATS) -> float:

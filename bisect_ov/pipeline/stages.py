@@ -50,7 +50,6 @@ from bisect_ov.experiments.partitioned import (
     MixedRuns,
     contribution_curve,
     find_fix,
-    output_scales,
     smallest_range,
     suspects_for_fix,
 )
@@ -58,6 +57,7 @@ from bisect_ov.experiments.partitioned import impact as impact_of
 from bisect_ov.experiments.remedies import remedy_costs
 from bisect_ov.experiments.scaling import find_scale_factor, least_headroom
 from bisect_ov.experiments.twin import foreign_weights_note, layer_sensitivity, twin_fix_candidates, twin_tolerance
+from bisect_ov.experiments.whole import output_scales, worst
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model, model_label
@@ -452,8 +452,7 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             fix, scale_factor, clamp, kernel_setting = None, None, None, None
             limit = (planned.fix_limit if planned.fix_limit is not None
                      else min((o.tolerance for o in scored.outputs), default=0.0))
-            final = max((o.error * f for o, f in zip(scored.outputs, runs.scales or (1.0,) * len(scored.outputs))),
-                        default=0.0)
+            final = worst([o.error for o in scored.outputs], runs.scales)
             if planned.kernel_setting and not final <= limit:
                 kernel_setting = without_generated_kernels(engine, setup.error_of, limit, final, runs.scales)
             if planned.fix:

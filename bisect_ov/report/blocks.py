@@ -61,7 +61,7 @@ def _steps(report: "Report") -> Block | None:
 
 def _fix_tolerance(report: "Report") -> str:
     """The tolerance a fix is held to: the final output's, or with several of different tolerances the tightest of
-    them, each output's error scaled to it (`bisect_ov.experiments.partitioned.output_scales`)."""
+    them, each output's error scaled to it (`bisect_ov.experiments.whole.output_scales`)."""
     assert report.fix is not None
     if _scaled(report):
         return (f"{fmt(report.fix.tolerance)}, the tightest of the final outputs' tolerances (each output's error "
