@@ -32,10 +32,11 @@ __all__ = ["DeviceInfo", "Fix", "ScaleFactor", "KernelSetting", "Clamp", "Remedy
 # else, as a shape mismatch). Diagnoses (sources and amplifiers): "overflow", "underflow", "cancellation",
 # "long_reduction", "over_tolerance" (none of those: how far over its tolerance it is), "compressed_weights" (the
 # model stores the op's weights in f16 and another framework computes with the original ones), "concentrated" (a
-# few elements far off), "constant_range" (a constant input past the target precision's range).
+# few elements far off), "constant_range" (a constant input past the target precision's range),
+# "quantized_activations" (the target's plugin quantizes the activations of a product over compressed weights).
 CAUSE_KINDS = ("nonfinite", "f16_limit", "int_limit", "kernel_difference", "foreign_inputs", "exact", "note",
                "overflow", "underflow", "cancellation", "long_reduction", "over_tolerance", "compressed_weights",
-               "concentrated", "constant_range")
+               "concentrated", "constant_range", "quantized_activations")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class DeviceInfo:
     openvino_version: str = ""
     # A side replayed from a recording (`bisect_ov.capture`), not run here.
     recorded: bool = False
+    # The group size its plugin quantized the activations of compressed-weight matrix products to int8 in
+    # (``DYNAMIC_QUANTIZATION_GROUP_SIZE``, `bisect_ov.run.compressed`); 0: it did not, or the model has no such weights.
+    activation_groups: int = 0
 
     @property
     def label(self) -> str:

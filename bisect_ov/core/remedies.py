@@ -140,7 +140,9 @@ class ScaleFactor:
 @dataclass(frozen=True)
 class KernelSetting:
     """The target compiled once more with a property that replaces the kernels its plugin generates for fused
-    subgraphs by its ordinary ones (the CPU plugin's ``SNIPPETS_MODE=DISABLE``), run whole on the examined sample:
+    subgraphs by its ordinary ones (the CPU plugin's ``SNIPPETS_MODE=DISABLE``), or that stops it quantizing the
+    activations of matrix products over compressed weights (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``; `kernels` are then
+    those products), run whole on the examined sample:
     the final error with it (`error_after`) against the plain run's (`error_before`), both against the reference.
     `kernels`: the generated kernels of the plain compile, each as its output node and the model's ops it fused
     (``"out: a, b, out"``). When it solves, the divergence is made by those kernels, not by the model's numbers."""
@@ -168,6 +170,12 @@ class KernelSetting:
     def explains(self) -> bool:
         """It solves a divergence far beyond the tolerance (`MARGIN` times): the generated kernels make it."""
         return self.solved and self.error_before > self.MARGIN * self.tolerance
+
+    @property
+    def quantization(self) -> bool:
+        """The setting stops the plugin quantizing compressed-weight products' activations to int8
+        (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``; `kernels` are those products), not its generated kernels."""
+        return self.option == "DYNAMIC_QUANTIZATION_GROUP_SIZE"
 
     @property
     def setting(self) -> str:

@@ -29,6 +29,7 @@ from bisect_ov.analysis.metrics import TensorStats
 from bisect_ov.core.errors import BisectError
 from bisect_ov.core.records import Clamp, Fix, KernelSetting, ScaleFactor
 from bisect_ov.engine.engine import Engine
+from bisect_ov.experiments.generated import setting_device
 from bisect_ov.experiments.partitioned import patch_model
 from bisect_ov.experiments.peak import peak_memory
 from bisect_ov.experiments.whole import compile_variant, final_error, latency, remedy_cost
@@ -66,7 +67,7 @@ def remedy_costs(engine: Engine, error_of: Callable[[TensorStats], float], scale
 
     try:
         if kernel_setting is not None and kernel_setting.solved:
-            device = target.without_generated_kernels()
+            device = setting_device(target, kernel_setting)
             if device is not None:
                 kernel_setting = dataclasses.replace(
                     kernel_setting, cost=cost(device, model, compile_variant(engine, device, model)))

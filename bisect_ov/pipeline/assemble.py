@@ -43,6 +43,7 @@ from bisect_ov.pipeline.measure import faithful_nodes
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.report.report import NodeResult, Report
 from bisect_ov.repro import ReproSource
+from bisect_ov.run.compressed import DYNAMIC_QUANTIZATION, compressed_products
 
 __all__ = ["assemble", "run_notes", "record_of", "save_marked", "save_patched"]
 
@@ -347,6 +348,9 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
     # that reads them differ from the framework's, which computes with the original ones.
     compressed = ({k: q.weight_type for k, q in find_quantization(graph).items() if q.weight_type in ("f16", "bf16")}
                   if two_implementations else {})
+    # A target that quantizes compressed-weight products' activations to int8 (`bisect_ov.run.compressed`).
+    groups_of = session.untouched.target.info.activation_groups
+    quantized = set(compressed_products(graph.model)) if groups_of and not session.runner.comparison.twin else set()
     results = []
     for key in graph.order:
         if key not in by_key or key not in scores.nodes:
@@ -387,6 +391,11 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
                                 f"computes with the original f32 ones, each rounded by up to {unit_roundoff(stored):.1e} "
                                 "here; save the model with compress_to_fp16=False to compare the conversion itself",
                                 {"weight_roundoff": unit_roundoff(stored)}))
+        elif key in quantized and s.role in ("source", "amplifier"):
+            causes.append(Cause("quantized_activations", f"activations quantized: its weights are compressed, so the "
+                                f"target's plugin quantizes its input to int8 in groups of {groups_of} "
+                                f"({DYNAMIC_QUANTIZATION}) where the reference computes from the values as they are; "
+                                f"{DYNAMIC_QUANTIZATION}=0 turns it off", {"group": groups_of}))
         else:
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.

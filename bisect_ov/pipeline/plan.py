@@ -43,6 +43,7 @@ __all__ = ["Plan", "Fusion", "Experiments", "make_plan", "plan_fusion", "plan_ex
 EXPERIMENT_TITLES = {"local": "local errors", "baseline": "the rounding-only baseline", "impact": "impact runs",
                      "scale_factor": "the activation scale factor search",
                      "kernel_setting": "the run without generated kernels",
+                     "activation_setting": "the run without activation quantization",
                      "clamp": "the clamp remedy",
                      "fix": "the fix search", "delegation": "the delegation range", "curve": "the contribution curve",
                      "sensitivity": "layer sensitivity"}
@@ -100,6 +101,10 @@ class Experiments:
         The untouched target compiled without the kernels its plugin generates for fused subgraphs, run whole
         (`experiments.generated`), when the outputs diverge: a target that computes in f32, has such a setting
         (the CPU plugin) and runs the model the reference runs (not a twin).
+    activation_setting
+        The untouched target compiled without quantizing the activations of compressed-weight matrix products
+        (``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``), run whole (`experiments.generated`), when the outputs diverge: a
+        target whose plain compile quantized them, with that setting, running the reference's model (not a twin).
     delegation, curve, sensitivity
         The delegation range, the contribution curve's points, layer sensitivity (a twin).
     left_out
@@ -114,6 +119,7 @@ class Experiments:
     scale_factor: bool = False
     clamp: bool = False
     kernel_setting: bool = False
+    activation_setting: bool = False
     delegation: bool = False
     curve: int = 0
     sensitivity: bool = False
@@ -127,7 +133,7 @@ class Experiments:
     @property
     def any(self) -> bool:
         """Whether any experiment runs."""
-        return self.local or self.partitioned or self.kernel_setting
+        return self.local or self.partitioned or self.kernel_setting or self.activation_setting
 
     def note(self) -> str | None:
         """One sentence for the report naming what was asked for and left out, and why; None when nothing was."""
@@ -140,9 +146,11 @@ class Experiments:
         return "Not run: " + "; ".join(parts) + "."
 
 
-def plan_experiments(options: "ResolvedOptions", comparison: Comparison, precision: str | None) -> Experiments:
+def plan_experiments(options: "ResolvedOptions", comparison: Comparison, precision: str | None,
+                     activation_groups: int = 0) -> Experiments:
     """The `Experiments` of a run from its resolved options (`ResolvedOptions`: the budget and what the sides
-    can do already applied) and the precision the target ran (which decides the rounding-only baseline)."""
+    can do already applied), the precision the target ran (which decides the rounding-only baseline) and the
+    group size its plain compile quantized compressed-weight products' activations in (`DeviceInfo`)."""
     applies = baseline_device(comparison, precision)  # None: no rounding-only baseline for this comparison
     device = applies if options.baseline else None
     left_out = tuple((name, why) for name, why in options.left_out if name != "baseline" or applies is not None)
@@ -159,6 +167,8 @@ def plan_experiments(options: "ResolvedOptions", comparison: Comparison, precisi
                        clamp=bool(options.fix) and precision == "f16",
                        kernel_setting=(options.generated_kernels and precision == "f32" and not comparison.twin
                                        and comparison.target.without_generated_kernels() is not None),
+                       activation_setting=(options.generated_kernels and activation_groups > 0 and not comparison.twin
+                                           and comparison.target.without_activation_quantization() is not None),
                        delegation=bool(options.delegation), curve=int(options.curve),
                        sensitivity=bool(options.sensitivity and comparison.twin), left_out=left_out)
 

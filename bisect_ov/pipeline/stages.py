@@ -43,7 +43,7 @@ from bisect_ov.engine.runner import Runner
 from bisect_ov.engine.untouched import TargetRun, exposable, ready_taps, run_reference, run_target
 from bisect_ov.experiments.baseline import rounding_baseline
 from bisect_ov.experiments.clamping import find_clamp, overflow_origins
-from bisect_ov.experiments.generated import without_generated_kernels
+from bisect_ov.experiments.generated import better_setting, without_activation_quantization, without_generated_kernels
 from bisect_ov.experiments.local import local_errors, local_units, split_known
 from bisect_ov.experiments.partitioned import (
     Findings,
@@ -312,8 +312,9 @@ def run_untouched(setup: Setup) -> Examined:
     engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion,
                      keep=kept.append if keep else None)
     tolerance = _tolerance(options, comparison, engine.untouched.ref_info, engine.untouched.target.info)
+    groups = engine.untouched.target.info.activation_groups if engine.untouched.target.info is not None else 0
     return Examined(engine, make_plan(tolerance, comparison.graph, fusion,
-                                      plan_experiments(options, comparison, tolerance.precision),
+                                      plan_experiments(options, comparison, tolerance.precision, groups),
                                       two_implementations=two_implementations(comparison, tolerance.precision or ""),
                                       default_model=options.tolerance is None),
                     kept_ref=kept[0] if kept else None)
@@ -455,6 +456,9 @@ def experiments(setup: Setup, examined: Examined, measurement: Measurement, scor
             final = worst([o.error for o in scored.outputs], runs.scales)
             if planned.kernel_setting and not final <= limit:
                 kernel_setting = without_generated_kernels(engine, setup.error_of, limit, final, runs.scales)
+            if planned.activation_setting and not final <= limit and not (kernel_setting and kernel_setting.solved):
+                kernel_setting = better_setting(kernel_setting, without_activation_quantization(
+                    engine, setup.error_of, limit, final, runs.scales))
             if planned.fix:
                 least = least_headroom(stats.values())
                 if planned.scale_factor and not final <= limit and least < 0:

@@ -19,6 +19,7 @@ from bisect_ov.report.numbers import fmt
 from bisect_ov.report.remedies import rank
 
 if TYPE_CHECKING:
+    from bisect_ov.core.records import KernelSetting
     from bisect_ov.report.report import Report
 
 __all__ = ["Block", "experiment_blocks"]
@@ -224,6 +225,8 @@ def _kernel_setting(report: "Report") -> Block | None:
     found = report.kernel_setting
     if found is None:
         return None
+    if found.quantization:
+        return _quantization_setting(found)
     lead = (f"Generated kernels: compiled without them ({found.setting}), the target's final error is "
             f"{fmt(found.error_after)} (from {fmt(found.error_before)}, tolerance {fmt(found.tolerance)}) on "
             f"{found.device}")
@@ -237,6 +240,26 @@ def _kernel_setting(report: "Report") -> Block | None:
            f"within tolerance, but the plain run was only {found.error_before / found.tolerance:.1f}x over it: how the "
            f"{count} generated kernel(s) sum is one of the differences between correct kernels, not shown to be a "
            "defect.")
+    lines = [f"{lead}: {why}",
+             f"  apply: core.compile_model(model, \"{device}\", {{\"{found.option}\": \"{found.value}\"}})"]
+    return Block("kernel_setting", tuple(lines + _cost(found.cost)))
+
+
+def _quantization_setting(found: "KernelSetting") -> Block:
+    """The untouched target compiled without quantizing compressed-weight products' activations, run whole."""
+    count = len(found.kernels)
+    names = ", ".join(f"'{k}'" for k in found.kernels[:4]) + (f" and {count - 4} more" if count > 4 else "")
+    lead = (f"Activation quantization: compiled without it ({found.setting}), the target's final error is "
+            f"{fmt(found.error_after)} (from {fmt(found.error_before)}, tolerance {fmt(found.tolerance)}) on "
+            f"{found.device}")
+    if not found.solved:
+        return Block("kernel_setting", (f"{lead}: the plugin's int8 quantization of the activations of the {count} "
+                                        f"matrix product(s) over compressed weights ({names}) does not explain the "
+                                        "divergence.",))
+    device = found.device.split(":")[0].split(" (")[0]
+    why = (f"the divergence is made by the plugin quantizing the activations of the {count} matrix product(s) over "
+           f"compressed weights to int8 ({names}), not by the model's numbers or its precision." if found.explains else
+           f"within tolerance, but the plain run was only {found.error_before / found.tolerance:.1f}x over it.")
     lines = [f"{lead}: {why}",
              f"  apply: core.compile_model(model, \"{device}\", {{\"{found.option}\": \"{found.value}\"}})"]
     return Block("kernel_setting", tuple(lines + _cost(found.cost)))

@@ -13,7 +13,7 @@ from typing import Any
 
 import openvino as ov
 
-__all__ = ["DYNAMIC_QUANTIZATION", "compressed_weights", "quantizing"]
+__all__ = ["DYNAMIC_QUANTIZATION", "compressed_weights", "compressed_products", "quantizing"]
 
 DYNAMIC_QUANTIZATION = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
 _COMPRESSED = frozenset({"i8", "u8", "i4", "u4", "u3", "u2", "u1", "u6", "nf4", "f4e2m1", "f8e4m3", "f8e5m2", "f8e8m0"})
@@ -26,6 +26,38 @@ def compressed_weights(model: ov.Model) -> bool:
             source = op.input_value(0).get_node()
             if source.get_type_name() == "Constant" and source.get_output_element_type(0).get_type_name() in _COMPRESSED:
                 return True
+    return False
+
+
+# Ops between a compressed weight and the product reading it (decompression: zero point, scale, regrouping).
+_DECOMPRESSION = frozenset({"Convert", "Subtract", "Multiply", "Reshape", "Transpose", "Unsqueeze", "Squeeze"})
+_PRODUCTS = frozenset({"MatMul", "Convolution", "GroupConvolution"})
+
+
+def compressed_products(model: ov.Model) -> tuple[str, ...]:
+    """The matrix products (and convolutions) of `model` that read a compressed weight through its decompression
+    ops, by name, in topological order."""
+    found = []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() in _PRODUCTS and any(_decompressed(v.get_node()) for v in op.input_values()):
+            found.append(op.get_friendly_name())
+    return tuple(found)
+
+
+def _decompressed(node: Any, depth: int = 6) -> bool:
+    """Whether `node` computes a float value from a compressed constant with decompression ops only."""
+    kind = node.get_type_name()
+    if kind == "Constant":
+        return False
+    if kind not in _DECOMPRESSION or depth == 0:
+        return False
+    for value in node.input_values():
+        source = value.get_node()
+        if (kind == "Convert" and source.get_type_name() == "Constant"
+                and source.get_output_element_type(0).get_type_name() in _COMPRESSED):
+            return True
+        if source.get_type_name() != "Constant" and _decompressed(source, depth - 1):
+            return True
     return False
 
 

@@ -139,6 +139,12 @@ class Device:
         uses it."""
         return None
 
+    def without_activation_quantization(self) -> "Device | None":
+        """This device computing compressed-weight matrix products from unquantized activations (the plugins'
+        ``DYNAMIC_QUANTIZATION_GROUP_SIZE=0``); None when it has no such setting (an emulated device, a framework
+        or a recorded run) or already uses it."""
+        return None
+
     def provides(self, graph) -> frozenset | None:
         """The tensors (`Tap`s of `graph`) this device has values for; None: every tensor of the model.
 

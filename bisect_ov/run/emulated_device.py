@@ -68,6 +68,10 @@ class EmulatedDevice(OpenVINODevice):
         """None: the emulation's kernels are its rewrite of the model, not a plugin's choice."""
         return None
 
+    def without_activation_quantization(self) -> None:
+        """None: the emulation computes every product in f32 from its rounded values."""
+        return None
+
     def with_activation_scale(self, factor: float) -> "EmulatedDevice | None":
         """This emulated device applying the activation scaling a GPU applies for ``ACTIVATIONS_SCALE_FACTOR``
         (`bisect_ov.model.scaling`, written from the plugin's documented behaviour) before rounding; None for

@@ -254,6 +254,16 @@ class OpenVINODevice(Device):
             return None  # AUTO/HETERO/MULTI would need the setting per device; none is tried there
         return self._with_setting(*SNIPPETS)
 
+    def without_activation_quantization(self) -> "OpenVINODevice | None":
+        """This device with ``DYNAMIC_QUANTIZATION_GROUP_SIZE=0`` (`bisect_ov.run.compressed`) when its plugin lists
+        the property and it is not set to 0 already: compressed-weight matrix products computed from the
+        activations as they are, not quantized to int8."""
+        device, config = self.runs_on
+        if (self.virtual or str(config.get(DYNAMIC_QUANTIZATION)) == "0"
+                or not supports_property(device, DYNAMIC_QUANTIZATION)):
+            return None  # AUTO/HETERO/MULTI would need the setting per device; none is tried there
+        return self._with_setting(DYNAMIC_QUANTIZATION, "0")
+
     def _with_setting(self, key: str, value: str) -> "OpenVINODevice":
         """This device with the compile property `key` set to `value`, named so. A copy, so that a subclass (a
         device that wraps the plugin) stays itself with the setting."""
@@ -298,7 +308,7 @@ class OpenVINODevice(Device):
             info = replace(info, config={**info.config, DYNAMIC_QUANTIZATION: "0"}, note="; ".join(filter(None, (
                 info.note, "compressed weights' matrix products in f32, activations not quantized"))))
         elif not (taps or fed or self.exact_weights or self.emulated) and (group := quantizing(compiled, model)):
-            info = replace(info, note="; ".join(filter(None, (
+            info = replace(info, activation_groups=group, note="; ".join(filter(None, (
                 info.note, f"activations of compressed-weight matrix products quantized to int8 in groups of {group} "
                 f"(the plugin's {DYNAMIC_QUANTIZATION}; 0 turns it off)"))))
         try:  # the infer request is made here: a plugin that compiles a graph it cannot run fails at this point
