@@ -527,8 +527,9 @@ class ResolvedOptions(BisectOptions):
         "With many samples, each measured node's error is summarised over every sample (each sample runs again "
         "with the measured tensors exposed); False: the samples are only run and ranked by final-output error.")})
     generated_kernels: bool = field(default=True, metadata={"check": check_flag, "doc": (
-        "An f32 target on the CPU whose outputs diverge runs once more without the kernels its plugin generates "
-        "(`bisect_ov.experiments.generated`: one compile); False under ``budget='fast'``.")})
+        "An f32 target on the CPU whose outputs diverge runs once more without the kernels its plugin generates, "
+        "and a target that quantized compressed-weight products' activations once more without that "
+        "(`bisect_ov.experiments.generated`: one compile each); False under ``budget='fast'``.")})
     left_out: tuple[tuple[str, str], ...] = field(default=(), metadata={"check": lambda _, value: tuple(value), "doc": (
         "(experiment option, why) for each experiment asked for that does not run here (the budget, or what the "
         "sides can do).")})
