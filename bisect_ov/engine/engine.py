@@ -28,11 +28,16 @@ from bisect_ov.engine.pieces import compile_piece, run_compiled_piece, static_pi
 from bisect_ov.engine.runner import Runner, run_both, same_bits
 from bisect_ov.engine.streamed import can_stream, stream
 from bisect_ov.engine.untouched import Untouched
+from bisect_ov.model.graph import weight_bytes
 from bisect_ov.model.taps import Tap, TappedModel, plan_chunks, tap_model, tensor_sizes
 
-__all__ = ["Engine", "PIECE_CACHE", "Ahead", "one_compile", "start_ahead"]
+__all__ = ["Engine", "PIECE_CACHE", "PIECE_CACHE_FLOOR", "Ahead", "one_compile", "start_ahead"]
 
 PIECE_CACHE = 256  # compiled segments kept for reuse by partitioned runs
+# The weights those kept compiles may hold together: the model's, and at least this much. Impact runs of a 24-layer
+# BERT (1.3 GB of weights) against EMU:f16 kept six prefix and suffix pieces of 0.5 to 0.6 GB each alive to the end
+# (3.5 GB) before the bound; models this small keep every piece.
+PIECE_CACHE_FLOOR = 256 * 2**20
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,7 +87,14 @@ class Engine:
         self.sample = sample
         self.untouched = untouched
         self._pieces: dict[tuple, tuple[Any, Any]] = {}  # (side, segment, outputs) -> (piece, compiled)
+        self._piece_bytes: dict[tuple, int] = {}  # the same keys -> bytes of the piece's weights
         self._ahead = ahead
+
+    @cached_property
+    def piece_budget(self) -> int:
+        """Bytes of weights the kept compiled pieces may hold together (`run_segment`): the model's, at least
+        `PIECE_CACHE_FLOOR`."""
+        return max(PIECE_CACHE_FLOOR, weight_bytes(self.runner.graph.model))
 
     @cached_property
     def tensor_sizes(self) -> dict[Tap, int]:
@@ -240,17 +252,20 @@ class Engine:
 
         A fix search or a delegation search runs the same segments again and again (everything between two
         kept nodes); compiling each once keeps a search over a deep model affordable. At most `PIECE_CACHE`
-        compiled pieces are kept, the oldest dropped first; with ``keep=False`` the compile is released after
-        its run (a segment run once).
+        compiled pieces holding at most `piece_budget` bytes of weights together are kept, the oldest dropped
+        first; with ``keep=False`` the compile is released after its run (a segment run once).
         """
         key = (side, tuple(segment), tuple(outputs))
         found = self._pieces.get(key)
         if found is None:
             found = self._compile_piece(side, make_piece(), values, final)
             if keep:
-                if len(self._pieces) >= PIECE_CACHE:
-                    self._pieces.pop(next(iter(self._pieces)))
-                self._pieces[key] = found
+                size = weight_bytes(found[0].model)
+                while self._pieces and (len(self._pieces) >= PIECE_CACHE
+                                        or sum(self._piece_bytes.values()) + size > self.piece_budget):
+                    oldest = next(iter(self._pieces))
+                    del self._pieces[oldest], self._piece_bytes[oldest]
+                self._pieces[key], self._piece_bytes[key] = found, size
         out, again = self._run_compiled(side, found, values, final)
         if again is not found and key in self._pieces:
             self._pieces[key] = again
