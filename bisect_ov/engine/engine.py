@@ -31,7 +31,7 @@ from bisect_ov.engine.untouched import Untouched
 from bisect_ov.model.graph import weight_bytes
 from bisect_ov.model.taps import Tap, TappedModel, plan_chunks, tap_model, tensor_sizes
 
-__all__ = ["Engine", "PIECE_CACHE", "PIECE_CACHE_FLOOR", "Ahead", "one_compile", "start_ahead"]
+__all__ = ["Engine", "PIECE_CACHE", "PIECE_CACHE_FLOOR", "Ahead", "one_compile", "start_ahead", "ran_ahead"]
 
 PIECE_CACHE = 256  # compiled segments kept for reuse by partitioned runs
 # The weights those kept compiles may hold together: the model's, and at least this much. Impact runs of a 24-layer
@@ -44,10 +44,21 @@ PIECE_CACHE_FLOOR = 256 * 2**20
 class Ahead:
     """The target's compile of `taps` exposed, started beside the reference's untouched run (`start_ahead`):
     the first measurement takes it when it measures exactly these taps (it is counted then), and drops it
-    otherwise. `compiled` resolves to (the tapped target model, its compile)."""
+    otherwise. `compiled` resolves to (the tapped target model, its compile). With `outputs`, the compile ran
+    already, as an emulated target's untouched run (`ran_ahead`): counted there, its outputs are the
+    measurement's and its compile is gone (None)."""
 
     taps: tuple[Tap, ...]
     compiled: Future
+    outputs: tuple[np.ndarray, ...] | None = None
+
+
+def ran_ahead(tapped: TappedModel, taps: Sequence[Tap], outputs: Sequence[np.ndarray]) -> Ahead:
+    """The first measurement of `taps` made already (an emulated target's untouched run exposed them): its
+    tapped target model and outputs (copies)."""
+    done: Future = Future()
+    done.set_result((tapped, None))
+    return Ahead(tuple(taps), done, tuple(outputs))
 
 
 def one_compile(runner: Runner, taps: Sequence[Tap], max_bytes: int | None, sizes: Mapping[Tap, int] | None,
@@ -159,15 +170,19 @@ class Engine:
             ref_positions = [ready.index[t] for t in taps]
             n_original = ready.model.n_original_outputs
             with self.runner.clock("compile and infer"):
-                if ahead is not None and ahead.taps == tuple(taps):
-                    target_tapped, target_c = ahead.compiled.result()
-                    runner.count_compile("target")
+                if ahead is not None and ahead.taps == tuple(taps) and ahead.outputs is not None:
+                    target_tapped, target_c = ahead.compiled.result()  # ran and counted in the untouched run
+                    target_out = ahead.outputs
                 else:
-                    target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
-                    target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
-                target_out = target_c.infer(self.sample.target)
-            runner.ran("target")
-            if not target_c.info.emulated:
+                    if ahead is not None and ahead.taps == tuple(taps):
+                        target_tapped, target_c = ahead.compiled.result()
+                        runner.count_compile("target")
+                    else:
+                        target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
+                        target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
+                    target_out = target_c.infer(self.sample.target)
+                    runner.ran("target")
+            if target_c is not None and not target_c.info.emulated:
                 runner.note("target", target_c)
         else:
             target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])

@@ -2,7 +2,7 @@
 next one (`bisect_ov.pipeline.records`):
 
     open_comparison(model, ref, target, inputs, target_model, options)  -> Setup
-    run_untouched(setup)                                                    -> Examined     (engine, tolerance)
+    run_untouched(setup)                                  -> Examined     (engine, tolerance; `pipeline.untouched`)
     generate(setup, examined)                           -> (Generation | None, Examined)  (`pipeline.generate`)
     measure(setup, examined)                                               -> Measurement (`pipeline.measure`)
     score(setup, examined, measurement)                                    -> Scored
@@ -21,26 +21,22 @@ import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from bisect_ov.analysis.bodies import bodies_note
 from bisect_ov.analysis.diagnosis import Cause, diagnose
-from bisect_ov.analysis.exactness import exact_candidates
 from bisect_ov.analysis.judge import NOTABLE
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.names import pattern
 from bisect_ov.analysis.scoring import Scores, score_graph
-from bisect_ov.analysis.tolerance import unit_roundoff
 from bisect_ov.capture.device import plan_recorded
 from bisect_ov.core.errors import DeviceError, InputError
 from bisect_ov.core.records import DeviceInfo, Noise
 from bisect_ov.engine.comparison import Comparison, Sample
-from bisect_ov.engine.engine import Ahead, Engine, one_compile, start_ahead
 from bisect_ov.engine.ledger import Clock, Ledger
 from bisect_ov.engine.runner import Runner
-from bisect_ov.engine.untouched import TargetRun, exposable, ready_taps, run_reference, run_target
 from bisect_ov.experiments.baseline import rounding_baseline
 from bisect_ov.experiments.clamping import find_clamp, overflow_origins
 from bisect_ov.experiments.generated import better_setting, without_activation_quantization, without_generated_kernels
@@ -56,28 +52,27 @@ from bisect_ov.experiments.partitioned import (
 from bisect_ov.experiments.partitioned import impact as impact_of
 from bisect_ov.experiments.remedies import remedy_costs
 from bisect_ov.experiments.scaling import find_scale_factor, least_headroom
-from bisect_ov.experiments.twin import foreign_weights_note, layer_sensitivity, twin_fix_candidates, twin_tolerance
+from bisect_ov.experiments.twin import foreign_weights_note, layer_sensitivity, twin_fix_candidates
 from bisect_ov.experiments.whole import output_scales, worst
 from bisect_ov.frameworks.side import FrameworkSide
 from bisect_ov.model.graph import ModelGraph, weight_bytes
 from bisect_ov.model.load import load_model, model_label
 from bisect_ov.model.match import identity_match, match_nodes
 from bisect_ov.model.state import Stateless, is_stateful, make_stateless
-from bisect_ov.model.taps import Tap, tensor_sizes
-from bisect_ov.pipeline.measure import AHEAD_BYTES, over_tolerance
-from bisect_ov.pipeline.options import BisectOptions, ResolvedOptions
-from bisect_ov.pipeline.plan import Fusion, make_plan, plan_experiments, plan_fusion, two_implementations
+from bisect_ov.model.taps import Tap
+from bisect_ov.pipeline.measure import over_tolerance
+from bisect_ov.pipeline.options import BisectOptions
+from bisect_ov.pipeline.plan import make_plan, two_implementations
 from bisect_ov.pipeline.records import Examined, Measurement, Scored, Setup
 from bisect_ov.pipeline.sides import bind_sides
+from bisect_ov.pipeline.untouched import comparison_precision, comparison_tolerance, examine, run_untouched
 from bisect_ov.report.report import OutputResult
 from bisect_ov.run.devices import make_device
 from bisect_ov.run.inputs import parameter_specs, prepare_inputs_noted
-from bisect_ov.run.stateful import runs_stateful
 from bisect_ov.samples.batches import prepare_pair
 from bisect_ov.samples.prompts import PromptInputs, is_prompt, sweep_prompts
 from bisect_ov.samples.runs import SampleRun, run_samples
 from bisect_ov.samples.sources import Samples, SampleSummary, as_samples
-from bisect_ov.search.strategies import Prefetch, strategy_class
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +274,7 @@ def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptio
         return worst, (f"Prompt-length sweep, final-output error by length: {errors}. The samples ran on an executor, "
                        f"so the worst length ({lengths[worst]} tokens) is examined node by node.")
     # As `run_untouched` will judge the examined sample.
-    tolerance = _tolerance(options, runner.comparison, *infos)
+    tolerance = comparison_tolerance(options, runner.comparison, *infos)
     limit = make_plan(tolerance, graph, two_implementations=two_implementations(runner.comparison, tolerance.precision or ""),
                       default_model=options.tolerance is None).limit
     over = [i for i, e in enumerate(summary.errors) if not e <= limit]
@@ -291,91 +286,6 @@ def _sweep_examined(summary: SampleSummary, runner: Runner, options: BisectOptio
     since = "" if len(over) == len(lengths) - start else " (not at every longer length)"
     return start, text + (f"The outputs diverge from {lengths[start]} tokens on{since}; that length is examined node by "
                           "node.")
-
-
-def run_untouched(setup: Setup) -> Examined:
-    """Run the untouched model on both sides (the target first); set the tolerance from the precision really used.
-
-    An f32 reference's plain run can expose the tensors later stages measure, so it need not compile again:
-    with `full`, the first chunk (both sides then tap the same tensors); against a lower-precision target,
-    the fusion-group boundaries (or every tensor, for bisection) and the integer nodes' operands, when they
-    fit one compile's budget. Not against an f32 target: exposing other tensors than the target does moves
-    f32 results by ~1e-5 where ops cancel (measured on the demo's instance norm), which is noise against bf16
-    or f16 rounding but a false divergence between two f32 runs. With fusion taps beyond the budget, the
-    reference's plain run is the streamed measurement itself (`bisect_ov.engine.untouched`).
-    """
-    runner, options, comparison = setup.runner, setup.options, setup.comparison
-    target_run = run_target(runner, setup.sample, compiled=setup.untouched)
-    fusion = plan_fusion(comparison, target_run.runtime, target_run.untappable)
-    kept: list[Any] = []  # the steps run the same form: the reference's compile is kept for them
-    keep = setup.runs_steps and not runs_stateful(runner.device("ref"))  # else they run the stateful model
-    engine = examine(runner, setup.sample, options, target_run=target_run, fusion=fusion,
-                     keep=kept.append if keep else None)
-    tolerance = _tolerance(options, comparison, engine.untouched.ref_info, engine.untouched.target.info)
-    groups = engine.untouched.target.info.activation_groups if engine.untouched.target.info is not None else 0
-    return Examined(engine, make_plan(tolerance, comparison.graph, fusion,
-                                      plan_experiments(options, comparison, tolerance.precision, groups),
-                                      two_implementations=two_implementations(comparison, tolerance.precision or ""),
-                                      default_model=options.tolerance is None),
-                    kept_ref=kept[0] if kept else None)
-
-
-def _tolerance(options: BisectOptions, comparison: Comparison, ref: DeviceInfo | None, target: DeviceInfo | None):
-    """The tolerance model for the precision the two sides really ran; a quantized twin's includes its
-    quantization (`twin_tolerance`)."""
-    precision = comparison_precision(ref, target, comparison.target_graph if comparison.twin else None)
-    tolerance = options.tolerance_model().with_precision(precision)
-    if comparison.twin and comparison.match.quantized:
-        tolerance = twin_tolerance(tolerance, comparison.graph, comparison.target_graph, comparison.match)
-    return tolerance
-
-
-def examine(runner: Runner, sample: Sample, options: ResolvedOptions | None = None, *,
-            target_run: TargetRun | None = None, fusion: Fusion | None = None,
-            keep: Callable[[Any], None] | None = None) -> Engine:
-    """The untouched run of `sample` on both sides, as the engine that measures it. Without `options` the
-    reference exposes nothing and the target runs once (a generation step examined afresh). `target_run`: the
-    untouched target's run already made; `fusion`: its fused kernels already read (`plan_fusion`); `keep`:
-    receives the reference's untouched compile (`engine.untouched.run_reference`)."""
-    if target_run is None:
-        target_run = run_target(runner, sample)
-    if options is None or target_run.compiled is not None:
-        return Engine(runner, sample, run_reference(runner, sample, target_run, keep=keep))
-    comparison = runner.comparison
-    target = comparison.target
-    lower = target.emulated or target.activation_precision not in ("f32", "")
-    graph = comparison.graph
-    if fusion is None:
-        fusion = plan_fusion(comparison, target_run.runtime, target_run.untappable)
-    exact = exact_candidates(graph) if lower and comparison.exact_checks else []
-    exact_taps = (*(Tap(k, 0) for k in exact), *(Tap(i, p) for k in exact for i, p in graph.data_inputs(k)))
-    max_bytes = options.tap_bytes
-    strategy = strategy_class(options.strategy)
-    sizes = tensor_sizes(graph, list(sample.ref)) or None
-    prefetch = Prefetch(fusion.boundaries, fusion.units, sizes, max_bytes, exact_taps, lower)
-    wanted, compared = strategy.prefetch(comparison, prefetch)
-    stream_bytes = max_bytes if lower and strategy.streams else None
-    ahead = _ahead(runner, strategy.first_taps(comparison, prefetch), wanted, max_bytes, stream_bytes, sizes,
-                   target_run)
-    return Engine(runner, sample, run_reference(runner, sample, target_run, taps=wanted, stream_bytes=stream_bytes,
-                                                streamed_taps=compared, keep=keep), ahead)
-
-
-def _ahead(runner: Runner, first: Sequence[Tap] | None, wanted: Sequence[Tap], max_bytes: int | None,
-           stream_bytes: int | None, sizes: Mapping[Tap, int] | None, target_run: TargetRun) -> Ahead | None:
-    """The target's compile for the search's first measurement, started beside the reference's untouched run (a
-    compile leaves part of the cores idle), when that measurement is known (`Strategy.first_taps`), is one
-    compile whose reference values the untouched run exposes (`run_reference`'s `taps`, fitting one compile of
-    an f32 reference), on a device that compiles pieces, and the model is small enough that both compiles at
-    once cost little memory (`AHEAD_BYTES` of weights, twice that of tensors)."""
-    comparison, untappable = runner.comparison, target_run.untappable
-    exposed = ready_taps(comparison, *exposable(comparison, wanted, untappable, stream_bytes, sizes))
-    if (not first or not exposed or not runner.target.can_run_pieces
-            or weight_bytes(runner.target_graph.model) > AHEAD_BYTES
-            or sum((sizes or {}).values()) > 2 * AHEAD_BYTES):
-        return None
-    taps = one_compile(runner, first, max_bytes, sizes, untappable)
-    return start_ahead(runner, taps) if taps is not None and set(taps) <= set(exposed) else None
 
 
 def score(setup: Setup, examined: Examined, measurement: Measurement) -> Scored:
@@ -545,15 +455,3 @@ def diagnosis_of(graph: ModelGraph, stats: dict[Tap, TensorStats], scores: Score
     inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
     return diagnose(s.role, s.error, s.tolerance, node.reduction_length, stats[taps[0]] if taps else None, inputs, "",
                     node.op_type)
-
-
-def comparison_precision(ref: DeviceInfo | None, target: DeviceInfo | None, target_graph: ModelGraph | None) -> str:
-    """The coarsest precision in play: it sets the expected rounding error."""
-    if ref is None or target is None:
-        raise InputError("Both sides must have run before the precision in play is known.")
-    candidates = [ref.precision, target.precision]
-    if target_graph is not None:
-        # Quantizers (FakeQuantize, compressed weights) have their own model (`twin.twin_tolerance`); only
-        # activations stored in a lower float precision change the rounding of every node.
-        candidates += [t.dtype for n in target_graph.candidates() for t in n.outputs if t.dtype in ("f16", "bf16")]
-    return max(candidates, key=unit_roundoff)
