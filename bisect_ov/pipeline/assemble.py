@@ -348,9 +348,13 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
     # that reads them differ from the framework's, which computes with the original ones.
     compressed = ({k: q.weight_type for k, q in find_quantization(graph).items() if q.weight_type in ("f16", "bf16")}
                   if two_implementations else {})
-    # A target that quantizes compressed-weight products' activations to int8 (`bisect_ov.run.compressed`).
-    groups_of = session.untouched.target.info.activation_groups
-    quantized = set(compressed_products(graph.model)) if groups_of and not session.runner.comparison.twin else set()
+    # A side that quantizes compressed-weight products' activations to int8 where the other does not
+    # (`bisect_ov.run.compressed`): the target, or a reference given the setting.
+    sizes = {"target": session.untouched.target.info.activation_groups, "ref": session.untouched.ref_info.activation_groups}
+    quantizing = next((side for side, g in sizes.items() if g and sizes["ref" if side == "target" else "target"] != g),
+                      None)
+    quantized = (set(compressed_products(graph.model)) if quantizing is not None and not session.runner.comparison.twin
+                 else set())
     results = []
     for key in graph.order:
         if key not in by_key or key not in scores.nodes:
@@ -391,11 +395,13 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
                                 f"computes with the original f32 ones, each rounded by up to {unit_roundoff(stored):.1e} "
                                 "here; save the model with compress_to_fp16=False to compare the conversion itself",
                                 {"weight_roundoff": unit_roundoff(stored)}))
-        elif key in quantized and s.role in ("source", "amplifier"):
+        elif key in quantized and quantizing is not None and s.role != "ok":  # its own error, whatever it inherits
+            other = "reference" if quantizing == "target" else "target"
             causes.append(Cause("quantized_activations", f"activations quantized: its weights are compressed, so the "
-                                f"target's plugin quantizes its input to int8 in groups of {groups_of} "
-                                f"({DYNAMIC_QUANTIZATION}) where the reference computes from the values as they are; "
-                                f"{DYNAMIC_QUANTIZATION}=0 turns it off", {"group": groups_of}))
+                                f"{'target' if quantizing == 'target' else 'reference'}'s plugin quantizes its input to "
+                                f"int8 in groups of {sizes[quantizing]} ({DYNAMIC_QUANTIZATION}) where the {other} "
+                                f"computes from the values as they are; {DYNAMIC_QUANTIZATION}=0 turns it off",
+                                {"group": sizes[quantizing]}))
         else:
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.

@@ -93,7 +93,9 @@ def test_a_divergence_the_quantization_makes_goes_with_the_setting_and_is_named(
     assert "quantized_activations" in kinds and "long_reduction" not in kinds
     text = _flat(report)
     assert "Activation quantization: compiled without it (DYNAMIC_QUANTIZATION_GROUP_SIZE=0)" in text
-    assert 'apply: core.compile_model(model, "CPU", {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"})' in text
+    # as the target compiled, with the setting: the plugin's default precision (bf16 on some CPUs) would not solve
+    assert ('apply: core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", '
+            '"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"})') in text
     again = type(report).from_dict(json.loads(json.dumps(report.to_dict())))  # a saved report keeps them
     assert again.kernel_setting == found and again.target.activation_groups == 32
 
@@ -151,3 +153,40 @@ def test_the_cpu_plugin_s_own_quantization_is_found_where_it_quantizes():
     assert found is not None and found.quantization and found.explains, found
     assert report.first_divergence is not None and report.first_divergence.name == "fc0"
     assert "quantized_activations" in [c.kind for c in report.first_divergence.diagnosis]
+
+
+def test_a_setting_that_removes_most_of_the_error_says_so_and_applies_as_the_target_compiled():
+    """A bf16 target whose quantized activations made 86% of a divergence read "does not explain the divergence";
+    the apply line dropped the target's precision (compiled as printed, the CPU ran bf16 and still diverged)."""
+    from types import SimpleNamespace
+
+    from bisect_ov.core.records import DeviceInfo
+    from bisect_ov.report.blocks import _kernel_setting
+
+    target = DeviceInfo(name="CPU:bf16", device="CPU", config={"INFERENCE_PRECISION_HINT": "bf16"})
+
+    def block(before: float, after: float) -> str:
+        found = KernelSetting(option=DYNAMIC_QUANTIZATION, value="0", error_before=before, error_after=after,
+                              tolerance=3.1e-2, device="CPU:bf16", kernels=("q_proj", "k_proj"))
+        return " ".join(" ".join(_kernel_setting(SimpleNamespace(kernel_setting=found, target=target)).lines).split())
+
+    assert "makes most of the divergence (86% of the final error), not all of it" in block(2.8e-1, 3.8e-2)
+    assert "does not explain the divergence" in block(2.8e-1, 1.4e-1)
+    assert ('apply: core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "bf16", '
+            '"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"})') in block(2.8e-1, 1e-2)
+
+
+def test_a_reference_that_quantizes_is_said_to_be_the_side_that_does():
+    """Given the setting on the reference and 0 on the target, the products read "error 5240x the tolerance of f32
+    rounding" with no word of the quantization (only a target's was looked at)."""
+    model, inputs = _mlp()
+    if not _plugin_quantizes(model):
+        pytest.skip("this CPU plugin does not quantize compressed-weight products' activations at f32")
+    report = bisect(model, ref="CPU:f32", target="CPU:f32", inputs=inputs, ref_config={DYNAMIC_QUANTIZATION: "32"},
+                    target_config={DYNAMIC_QUANTIZATION: "0"})
+    assert report.ref.activation_groups == 32 and report.target.activation_groups == 0
+    first = report.first_divergence
+    assert first is not None and first.name == "fc0"
+    cause = next(c for c in first.diagnosis if c.kind == "quantized_activations")
+    assert "the reference's plugin quantizes its input" in cause.text and "where the target computes" in cause.text
+    assert report.kernel_setting is None  # the target has nothing to turn off

@@ -80,7 +80,8 @@ def test_a_fault_the_generated_kernels_make_goes_without_them_and_is_named(chain
     assert any("shifted" in k.split(": ", 1)[1] for k in found.kernels)
     text = _flat(report)
     assert "the divergence is made by the" in text
-    assert 'apply: core.compile_model(model, "CPU", {"SNIPPETS_MODE": "DISABLE"})' in text
+    # the properties the target ran with too: the precision without them is the plugin's default (bf16 here)
+    assert 'apply: core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "SNIPPETS_MODE": "DISABLE"})' in text
     assert "The first divergence 'shifted' is inside one" in text
     path = tmp_path / "report.json"
     report.save(path)
@@ -185,7 +186,7 @@ def test_a_setting_that_only_tips_a_near_miss_under_the_tolerance_is_not_called_
     def block(before: float, after: float) -> str:
         found = KernelSetting(option="SNIPPETS_MODE", value="DISABLE", error_before=before, error_after=after,
                               tolerance=1e-5, device="CPU:f32", kernels=("out: a, b, out",))
-        shown = _kernel_setting(SimpleNamespace(kernel_setting=found, first_divergence=None))
+        shown = _kernel_setting(SimpleNamespace(kernel_setting=found, first_divergence=None, target=None))
         return " ".join(" ".join(shown.lines).split())
 
     assert KernelSetting("SNIPPETS_MODE", "DISABLE", 6.8e-2, 7.7e-8, 1e-5, "CPU:f32").explains
