@@ -46,8 +46,8 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    stored nothing of its own (a fused kernel's member) or whose error it only carries; the movement op inherits.
    When nothing computes those values (weights or model inputs: an embedding lookup), or the producer was
    measured clean and the movement op's error is `min_growth` times the producer's (or its few wrong elements
-   are, rule 2), the values changed at the movement op (a twin's own input or table, a kernel that moved them
-   wrongly): it is named.
+   are, rule 2; not a part it selects with no element further off: `only_selects`), the values changed at the
+   movement op (a twin's own input or table, a kernel that moved them wrongly): it is named.
 7. **No silent "no divergence"**: when nothing is named but a node's local error is over its tolerance and
    `EXCESS` times its rounding-only one, that node is the origin.
 8. **Fidelity**: when the taps were rejected, nothing measured through them is named; a node localized by
@@ -77,7 +77,7 @@ from bisect_ov.analysis.diagnosis import (
     is_concentrated,
     is_concentrated_own,
 )
-from bisect_ov.analysis.movement import MOVEMENT, RESCALING, carried_from
+from bisect_ov.analysis.movement import MOVEMENT, RESCALING, carried_from, only_selects
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
 from bisect_ov.core.numeric import F32_AGREEMENT
 from bisect_ov.model.graph import walk
@@ -256,8 +256,8 @@ def judge(graph: Any, ev: Evidence) -> Verdict:
     for key in list(first):  # rule 6
         if key in ev.movement:
             at = _arithmetic_producer(graph, key, ev)
-            if at is None or at in nodes and (key in spikes
-                                              or nodes[key].error >= ev.min_growth * max(nodes[at].error, 0.0)):
+            if at is None or at in nodes and (key in spikes or nodes[key].error >= ev.min_growth * max(
+                    nodes[at].error, 0.0)) and not only_selects(graph[key].op_type, ev.max_abs.get(key), ev.max_abs.get(at)):
                 # Nothing computes the values it moves (they come from the weights or the model's inputs, as an
                 # embedding lookup's), or its producer was measured clean (of the spread error, or of its few
                 # wrong elements): its values changed between the two (a twin's foreign input, a kernel that

@@ -16,6 +16,7 @@ from typing import Callable, Collection, Mapping
 from bisect_ov.analysis.diagnosis import is_cancelling, is_concentrated, own_peak_error, peak_error
 from bisect_ov.analysis.judge import NOTABLE, STEPS, Evidence, Verdict, judge, whole_unit
 from bisect_ov.analysis.metrics import TensorStats
+from bisect_ov.analysis.movement import carried_from
 from bisect_ov.analysis.tolerance import CALIBRATED_METRICS, unit_roundoff
 from bisect_ov.experiments.partitioned import Findings
 from bisect_ov.model.fusion import KernelTensors
@@ -111,7 +112,12 @@ def cancelling(graph: ModelGraph, measurement: Measurement) -> frozenset[str]:
                         if (i := measurement.stats.get(Tap(k, port))) is not None), default=0.0)
         if graph[tap.key].op_type and is_cancelling(graph[tap.key].op_type, scale_in, s.ref_absmax):
             found.add(tap.key)
-    return frozenset(found)
+    # A movement op carries the values of the node that computed them (`carried_from`): where that node cancels, so
+    # do they (a Squeeze after a cancelling batched MatMul in a state-space scan, a Transpose after x - mean, read
+    # "concentrated" with the outputs equal).
+    moved = {tap.key for tap in measurement.stats if tap.key in graph and tap.key not in found
+             and (chain := carried_from(graph, tap.key)) and chain[-1] in found}
+    return frozenset(found | moved)
 
 
 def largest_errors(measurement: Measurement) -> dict[str, float]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from bisect_ov.analysis.judge import CONCENTRATED, MOVEMENT, OWN_CONCENTRATED, SPIKE, STEPS, Evidence, Topology, judge, whole_unit
-from bisect_ov.analysis.movement import carried_from
+from bisect_ov.analysis.movement import carried_from, only_selects
 
 TOL = 1e-2
 
@@ -400,6 +400,19 @@ CASES = {
         {"fc": 4e-3, "round": 0.01, "t": 0.01, "gelu": 0.01}, (), outputs=((5e-3, TOL),),
         tolerances={k: 0.031 for k in ("fc", "round", "t", "gelu")},
         peaks={"fc": 4e-3, "round": 0.3, "t": 0.3, "gelu": 0.3}),
+    # A Split taking 9 of its producer's values whose relative error is 2.25x the producer's (the part it took is
+    # further off for its size), no element further off than there: it selected, it changed nothing (an
+    # EfficientViM's benign bf16 run named the split). Named at the producer, as rule 6 does.
+    "a split selects a part further off for its size": Case(
+        _chain(("ln", "MVN"), ("conv", "Convolution"), ("split", "VariadicSplit"), ("fc", "MatMul")),
+        {"ln": 0.063, "conv": 0.085, "split": 0.19, "fc": 0.64}, ("conv",),
+        tolerances={"ln": 0.096, **{k: 0.056 for k in ("conv", "split", "fc")}},
+        outputs=((0.082, 0.047),), max_abs={"conv": 0.03, "split": 0.02, "fc": 0.05}, roles={"split": "inherits"}),
+    # ... while a Split with an element further off than anywhere in its producer changed values: named.
+    "a split with an element its producer lacks": Case(
+        _chain(("ln", "MVN"), ("conv", "Convolution"), ("split", "VariadicSplit"), ("fc", "MatMul")),
+        {"ln": 0.01, "conv": 0.01, "split": 0.19, "fc": 0.2}, ("split",), tolerances={k: 0.056 for k in ("conv", "split", "fc")},
+        outputs=((0.082, 0.047),), max_abs={"conv": 0.003, "split": 0.02, "fc": 0.05}),
     # The taps were unfaithful and partitioned runs localized a node: only it is named.
     "unfaithful, localized": Case(CHAIN, {"relu": 0.1, "mul": 0.1}, ("fc",), rejected=True, localized="fc"),
     "unfaithful": Case(CHAIN, {"relu": 0.1, "mul": 0.1}, (), rejected=True),
@@ -417,6 +430,7 @@ def _invariants(case: Case, verdict) -> None:
                 producer = chain[0]
                 assert producer in nodes, key
                 assert nodes[key].error >= ev.min_growth * nodes[producer].error or key in verdict.spikes, key
+                assert not only_selects(case.graph[key].op_type, ev.max_abs.get(key), ev.max_abs.get(producer)), key
         assert key in nodes or key == case.localized, f"named without being measured: {key}"
     assert verdict.ranking[:len(verdict.first)] == verdict.first, "first divergences must rank first"
     for key in verdict.overflow:
