@@ -190,3 +190,12 @@ def test_a_reference_that_quantizes_is_said_to_be_the_side_that_does():
     cause = next(c for c in first.diagnosis if c.kind == "quantized_activations")
     assert "the reference's plugin quantizes its input" in cause.text and "where the target computes" in cause.text
     assert report.kernel_setting is None  # the target has nothing to turn off
+
+
+def test_it_is_not_tried_for_a_twin():
+    """A twin's target model differs from the reference's (its weights compressed on purpose): the setting would
+    not say what the reference's model does, and the twin's own tolerance holds its quantization."""
+    model, inputs = _mlp(("f32", "f32", "f32"))
+    twin, _ = _mlp()
+    report = bisect(model, ref="CPU:f32", target=Quantizing("fc1"), inputs=inputs, target_model=twin)
+    assert report.target.activation_groups == 32 and report.kernel_setting is None
