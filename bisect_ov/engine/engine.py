@@ -170,18 +170,19 @@ class Engine:
             ref_positions = [ready.index[t] for t in taps]
             n_original = ready.model.n_original_outputs
             with self.runner.clock("compile and infer"):
-                made = ahead.outputs if ahead is not None and ahead.taps == tuple(taps) else None
+                taken = ahead if ahead is not None and ahead.taps == tuple(taps) else None
+                made = taken.outputs if taken is not None else None  # run and counted in the untouched run
                 same_run = made is not None
-                if ahead is not None and made is not None:
-                    target_tapped, target_c = ahead.compiled.result()  # ran and counted in the untouched run
+                if taken is not None:
+                    target_tapped, target_c = taken.compiled.result()
+                else:
+                    target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
+                    target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
+                if made is not None:
                     target_out = made
                 else:
-                    if ahead is not None and ahead.taps == tuple(taps):
-                        target_tapped, target_c = ahead.compiled.result()
+                    if taken is not None:  # started ahead: counted when used
                         runner.count_compile("target")
-                    else:
-                        target_tapped = tap_model(self.runner.target_graph, [self.runner.target_of[t] for t in taps])
-                        target_c = runner.compile("target", target_tapped.model, taps=target_tapped.added_outputs)
                     target_out = target_c.infer(self.sample.target)
                     runner.ran("target")
             if target_c is not None and not target_c.info.emulated:

@@ -350,9 +350,8 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
                   if two_implementations else {})
     # A side that quantizes compressed-weight products' activations to int8 where the other does not
     # (`bisect_ov.run.compressed`): the target, or a reference given the setting.
-    sizes = {"target": session.untouched.target.info.activation_groups, "ref": session.untouched.ref_info.activation_groups}
-    quantizing = next((side for side, g in sizes.items() if g and sizes["ref" if side == "target" else "target"] != g),
-                      None)
+    target_dq, ref_dq = session.untouched.target.info.activation_groups, session.untouched.ref_info.activation_groups
+    quantizing = "target" if target_dq and target_dq != ref_dq else "reference" if ref_dq and ref_dq != target_dq else None
     quantized = (set(compressed_products(graph.model)) if quantizing is not None and not session.runner.comparison.twin
                  else set())
     results = []
@@ -395,13 +394,12 @@ def node_results(session: Engine, measurement: Measurement, scored: Scored, prec
                                 f"computes with the original f32 ones, each rounded by up to {unit_roundoff(stored):.1e} "
                                 "here; save the model with compress_to_fp16=False to compare the conversion itself",
                                 {"weight_roundoff": unit_roundoff(stored)}))
-        elif key in quantized and quantizing is not None and s.role != "ok":  # its own error, whatever it inherits
-            other = "reference" if quantizing == "target" else "target"
+        elif key in quantized and s.role != "ok":  # its own error, whatever it inherits
+            size, other = (target_dq, "reference") if quantizing == "target" else (ref_dq, "target")
             causes.append(Cause("quantized_activations", f"activations quantized: its weights are compressed, so the "
-                                f"{'target' if quantizing == 'target' else 'reference'}'s plugin quantizes its input to "
-                                f"int8 in groups of {sizes[quantizing]} ({DYNAMIC_QUANTIZATION}) where the {other} "
-                                f"computes from the values as they are; {DYNAMIC_QUANTIZATION}=0 turns it off",
-                                {"group": sizes[quantizing]}))
+                                f"{quantizing}'s plugin quantizes its input to int8 in groups of {size} "
+                                f"({DYNAMIC_QUANTIZATION}) where the {other} computes from the values as they are; "
+                                f"{DYNAMIC_QUANTIZATION}=0 turns it off", {"group": size}))
         else:
             inputs = [stats[Tap(k, p)] for k, p in graph.data_inputs(key) if Tap(k, p) in stats]
             # A twin's node judged by the quantization model: its tolerance is the quantization's, not rounding's.

@@ -115,9 +115,8 @@ def _fix(report: "Report") -> Block | None:
                f"{fmt(fix.tolerance)} (not solved)")
     minimal = ("; each is needed: with any one of them back on the target the final error is over the tolerance "
                "(checked)" if fix.minimal else "")
-    same = report.target is not None and report.ref is not None and report.target.precision == report.ref.precision
-    where = (f"on the reference (as it computes them: the target runs {report.ref.precision} too)" if same
-             else f"on the reference ({report.ref.precision})")
+    where = (f"on the reference (as it computes them: the target runs {report.ref.precision} too)"
+             if report.same_precision else f"on the reference ({report.ref.precision})")
     lines = [f"Fix: keeping {len(keep)} node(s) {where} {reached}, verified by "
              f"partitioned runs ({fix.runs} in all){minimal}:"]
     if fix.patterns:
@@ -230,9 +229,7 @@ def _kernel_setting(report: "Report") -> Block | None:
         return None
     if found.quantization:
         return _quantization_setting(report, found)
-    lead = (f"Generated kernels: compiled without them ({found.setting}), the target's final error is "
-            f"{fmt(found.error_after)} (from {fmt(found.error_before)}, tolerance {fmt(found.tolerance)}) on "
-            f"{found.device}")
+    lead = _setting_lead("Generated kernels: compiled without them", found)
     count = len(found.kernels)
     if not found.solved:
         return Block("kernel_setting", (f"{lead}: the {count} kernel(s) the plugin generated for fused subgraphs do "
@@ -245,23 +242,25 @@ def _kernel_setting(report: "Report") -> Block | None:
     return Block("kernel_setting", (f"{lead}: {why}", _apply(report, found), *_cost(found.cost)))
 
 
+def _setting_lead(title: str, found: "KernelSetting") -> str:
+    """What the target compiled with `found`'s setting gave, against its plain run and the tolerance."""
+    return (f"{title} ({found.setting}), the target's final error is {fmt(found.error_after)} (from "
+            f"{fmt(found.error_before)}, tolerance {fmt(found.tolerance)}) on {found.device}")
+
+
 def _apply(report: "Report", found: "KernelSetting") -> str:
     """The line that compiles the model as the target did, with `found`'s setting: the target's own properties
     (its precision among them) and the setting."""
-    side = report.target
-    device = side.device if side is not None else found.device.split(":")[0].split(" (")[0]
-    config = {**(side.config if side is not None else {}), found.option: found.value}
+    config = {**report.target.config, found.option: found.value}
     shown = ", ".join(f"\"{k}\": \"{v}\"" for k, v in config.items())
-    return f"  apply: core.compile_model(model, \"{device}\", {{{shown}}})"
+    return f"  apply: core.compile_model(model, \"{report.target.device}\", {{{shown}}})"
 
 
 def _quantization_setting(report: "Report", found: "KernelSetting") -> Block:
     """The untouched target compiled without quantizing compressed-weight products' activations, run whole."""
     count = len(found.kernels)
     names = ", ".join(f"'{k}'" for k in found.kernels[:4]) + (f" and {count - 4} more" if count > 4 else "")
-    lead = (f"Activation quantization: compiled without it ({found.setting}), the target's final error is "
-            f"{fmt(found.error_after)} (from {fmt(found.error_before)}, tolerance {fmt(found.tolerance)}) on "
-            f"{found.device}")
+    lead = _setting_lead("Activation quantization: compiled without it", found)
     what = (f"the plugin's int8 quantization of the activations of the {count} matrix product(s) over compressed "
             f"weights ({names})")
     if not found.solved:

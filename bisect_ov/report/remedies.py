@@ -62,8 +62,7 @@ def rank(report: "Report") -> list[Remedy]:
     if report.fix is not None:
         fix = report.fix
         on_target = fix.error_on_target is None or fix.error_on_target <= fix.tolerance  # applied as the user would
-        same = report.target is not None and report.ref is not None and report.target.precision == report.ref.precision
-        kept = "run as on the reference" if same else f"kept in {report.ref.precision if report.ref else 'f32'}"
+        kept = "run as on the reference" if report.same_precision else f"kept in {report.ref.precision}"
         add("fix", f"{len(fix.on_reference)} node(s) {kept}", fix.solved and on_target, fix.cost)
     order = {r.kind: i for i, r in enumerate(found)}
     return sorted(found, key=lambda r: (not r.solves, r.too_slow, math.inf if r.slowdown is None else r.slowdown,

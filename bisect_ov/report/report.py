@@ -401,10 +401,15 @@ class Report:
         return [index[k] for k in node.inputs if k in index]
 
     @property
+    def same_precision(self) -> bool:
+        """Whether both sides ran one precision (f32 against f32): then what differs is how they compute, not in
+        what."""
+        return self.ref.precision == self.target.precision
+
+    @property
     def kernel_differences(self) -> list[NodeResult]:
         """Nodes that ran differently on the two sides although nothing asked for it (see `kernel_difference`)."""
-        same = self.ref.precision == self.target.precision
-        return [n for n in self.nodes if kernel_difference(n.runtime, same)]
+        return [n for n in self.nodes if kernel_difference(n.runtime, self.same_precision)]
 
     def consumers_of(self, name: str | int) -> list[NodeResult]:
         """The compared nodes that read `name`."""

@@ -180,13 +180,14 @@ def test_a_real_generated_attention_kernel_that_is_off_in_f32_is_found(tmp_path)
 def test_a_setting_that_only_tips_a_near_miss_under_the_tolerance_is_not_called_a_defect():
     from types import SimpleNamespace
 
-    from bisect_ov.core.records import KernelSetting
+    from bisect_ov.core.records import DeviceInfo, KernelSetting
     from bisect_ov.report.blocks import _kernel_setting
 
     def block(before: float, after: float) -> str:
         found = KernelSetting(option="SNIPPETS_MODE", value="DISABLE", error_before=before, error_after=after,
                               tolerance=1e-5, device="CPU:f32", kernels=("out: a, b, out",))
-        shown = _kernel_setting(SimpleNamespace(kernel_setting=found, first_divergence=None, target=None))
+        target = DeviceInfo(name="CPU:f32", device="CPU", config={"INFERENCE_PRECISION_HINT": "f32"})
+        shown = _kernel_setting(SimpleNamespace(kernel_setting=found, first_divergence=None, target=target))
         return " ".join(" ".join(shown.lines).split())
 
     assert KernelSetting("SNIPPETS_MODE", "DISABLE", 6.8e-2, 7.7e-8, 1e-5, "CPU:f32").explains
