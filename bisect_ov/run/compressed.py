@@ -21,12 +21,15 @@ _COMPRESSED = frozenset({"i8", "u8", "i4", "u4", "u3", "u2", "u1", "u6", "nf4", 
 
 def compressed_weights(model: ov.Model) -> bool:
     """Whether `model` holds weights stored in a compressed type and converted to a float type where read."""
-    for op in model.get_ordered_ops():
-        if op.get_type_name() == "Convert" and op.get_output_element_type(0).is_real():
-            source = op.input_value(0).get_node()
-            if source.get_type_name() == "Constant" and source.get_output_element_type(0).get_type_name() in _COMPRESSED:
-                return True
-    return False
+    return any(_decompresses(op) for op in model.get_ordered_ops())
+
+
+def _decompresses(op: Any) -> bool:
+    """Whether `op` converts a constant stored in a compressed type to a float type."""
+    if op.get_type_name() != "Convert" or not op.get_output_element_type(0).is_real():
+        return False
+    source = op.input_value(0).get_node()
+    return source.get_type_name() == "Constant" and source.get_output_element_type(0).get_type_name() in _COMPRESSED
 
 
 # Ops between a compressed weight and the product reading it (decompression: zero point, scale, regrouping).
@@ -46,19 +49,11 @@ def compressed_products(model: ov.Model) -> tuple[str, ...]:
 
 def _decompressed(node: Any, depth: int = 6) -> bool:
     """Whether `node` computes a float value from a compressed constant with decompression ops only."""
-    kind = node.get_type_name()
-    if kind == "Constant":
+    if _decompresses(node):
+        return True
+    if node.get_type_name() not in _DECOMPRESSION or depth == 0:
         return False
-    if kind not in _DECOMPRESSION or depth == 0:
-        return False
-    for value in node.input_values():
-        source = value.get_node()
-        if (kind == "Convert" and source.get_type_name() == "Constant"
-                and source.get_output_element_type(0).get_type_name() in _COMPRESSED):
-            return True
-        if source.get_type_name() != "Constant" and _decompressed(source, depth - 1):
-            return True
-    return False
+    return any(_decompressed(value.get_node(), depth - 1) for value in node.input_values())
 
 
 def quantizing(compiled: Any, model: ov.Model) -> int:
