@@ -77,7 +77,7 @@ def kernel_difference(folder: str | pathlib.Path | None = None) -> float:
 
 def run(*, progress: bool = False, folder: str | pathlib.Path | None = None) -> dict[str, Report]:
     """The attention on ``CPU:f32`` against ONNX Runtime: ``{"attention": report}``. `folder`: where the ONNX
-    file is written (a temporary folder by default)."""
+    file is written (by default a new temporary folder, left in place: the report's reproducer reads the file)."""
     if folder is None:
         folder = tempfile.mkdtemp(prefix="case6_")
     path = attention_onnx(pathlib.Path(folder) / "attention.onnx")

@@ -316,7 +316,7 @@ def test_case5_fix_covers_every_layer_as_a_pattern_and_is_verified(case5):
 def test_case6_the_generated_attention_is_named_its_setting_verified_and_a_reproducer_written(tmp_path):
     pytest.importorskip("onnxruntime")
     off = case6_generated_attention.kernel_difference()
-    report = case6_generated_attention.run()["attention"]
+    report = case6_generated_attention.run(folder=tmp_path)["attention"]
     attention = {"scores", "weights", "mixed", "heads"}
     if off < 1e-5:
         # This plugin's generated kernel is exact: both sides agree, and nothing is named.

@@ -7,6 +7,7 @@ end of the session (``pytest -n auto`` included: workers inherit the controller'
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import pathlib
@@ -23,7 +24,10 @@ def configure(config) -> None:
         return  # an xdist worker: the controller has set everything
     if not os.environ.get(CACHE_ENV):
         cache = getattr(config, "cache", None)
-        folder = cache.mkdir("bisect_ov_zoo") if cache is not None else tempfile.mkdtemp(prefix="bisect_ov_zoo_")
+        # Without pytest's cache (-p no:cacheprovider) one folder per user under the temporary directory, reused
+        # by the next run: a new folder each run left tens of MB behind every time.
+        folder = (cache.mkdir("bisect_ov_zoo") if cache is not None
+                  else pathlib.Path(tempfile.gettempdir()) / f"bisect_ov_zoo-{getpass.getuser()}")
         os.environ[CACHE_ENV] = str(folder)
     if not os.environ.get(RESULTS_ENV):
         results = pathlib.Path(os.environ[CACHE_ENV]) / "results"
