@@ -48,8 +48,9 @@ The rules, in the order they are applied (each reads the evidence, none edits an
    measured clean and the movement op's error is `min_growth` times the producer's (or its few wrong elements
    are, rule 2; not a part it selects with no element further off: `only_selects`), the values changed at the
    movement op (a twin's own input or table, a kernel that moved them wrongly): it is named.
-7. **No silent "no divergence"**: when nothing is named but a node's local error is over its tolerance and
-   `EXCESS` times its rounding-only one, that node is the origin.
+7. **No silent "no divergence"**: when nothing is named but a node's local error is `EXCESS` times its
+   rounding-only one and at least `OWN_SHARE` of its tolerance, that node is the origin, within its tolerance or
+   not (with diverging outputs, rounding-only local errors are measured for nodes within their tolerance only).
 8. **Fidelity**: when the taps were rejected, nothing measured through them is named; a node localized by
    partitioned runs is the only first divergence.
 9. **Ranking**: first divergences first, always (in graph order); then the other sources and amplifiers, those
@@ -79,16 +80,19 @@ from bisect_ov.analysis.diagnosis import (
 )
 from bisect_ov.analysis.movement import MOVEMENT, RESCALING, carried_from, only_selects
 from bisect_ov.analysis.scoring import NodeScore, Scores, score_graph
+from bisect_ov.analysis.topology import Topology
 from bisect_ov.core.numeric import F32_AGREEMENT
-from bisect_ov.model.graph import walk
 
 __all__ = ["Evidence", "Verdict", "Topology", "judge", "carried_from", "whole_unit", "excess", "measured_inputs", "MOVEMENT",
-           "RESCALING", "REDUCING", "STEPS", "EXCESS", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED"]
+           "RESCALING", "REDUCING", "STEPS", "EXCESS", "OWN_SHARE", "MOST", "NOTABLE", "SPIKE", "CONCENTRATED", "OWN_CONCENTRATED"]
 
 # Ops whose output steps as its input crosses a threshold: a value within rounding of a step gives a whole step
 # of difference at a few elements, which is their nature, not a fault.
 STEPS = frozenset({"FakeQuantize", "Round", "Floor", "Ceiling", "Sign", "Select", "Quantize", "Dequantize"})
 EXCESS = 4.0  # a local error this many times the rounding-only one is worse than its precision explains
+# ... and is an origin though within its tolerance (rule 7) from this share of it: the tolerance allows about 8
+# unit roundoffs, a node's own rounding is about one, so half the tolerance is already 4 of them.
+OWN_SHARE = 0.5
 MOST = 0.5  # an impact of at least this share of the final error accounts for most of it
 NOTABLE = 0.1  # ... when it is this share of the outputs' tolerance and beyond f32-level agreement
 
@@ -463,12 +467,12 @@ def whole_unit(graph: Any, key: str, unit: Collection[str], kernel_of: Callable[
 
 
 def _far_beyond_rounding(ev: Evidence, nodes: Mapping[str, NodeScore]) -> str | None:
-    """Rule 7: the measured node whose local error is over its tolerance and the most times its rounding-only one
-    (at least `EXCESS`); None when there is none."""
+    """Rule 7: the measured node whose local error is at least `OWN_SHARE` of its tolerance and the most times its
+    rounding-only one (at least `EXCESS`); None when there is none."""
     best, best_ratio = None, EXCESS
     for key, local in ev.local.items():
         s = nodes.get(key)
-        if s is None or key in ev.movement or local <= s.tolerance:
+        if s is None or key in ev.movement or local < OWN_SHARE * s.tolerance:
             continue
         ratio = excess(local, ev.expected.get(key))
         if ratio is not None and ratio >= best_ratio:
@@ -497,64 +501,3 @@ def _with(s: NodeScore, **changes: Any) -> NodeScore:
 
 def _ordered(graph: Any, keys: Collection[str]) -> tuple[str, ...]:
     return tuple(sorted(keys, key=lambda k: graph[k].index if k in graph else math.inf))
-
-
-class Topology:
-    """A graph as the judge reads it, given by hand: nodes in topological order as ``(key, op_type, inputs)``,
-    ``op_type`` ``"Parameter"`` for a model input, ``"Constant"`` for weights (no data input) and ``"Result"``
-    for an output. `ModelGraph` offers the same reads (iteration, ``[key]``, `data_inputs`, `upstream`,
-    `downstream`); this one needs no model, for tests and for callers that keep a graph of their own.
-
-    Examples
-    --------
-    >>> g = Topology([("x", "Parameter", ()), ("a", "MatMul", ("x",)), ("t", "Transpose", ("a",))])
-    >>> g.data_inputs("t")
-    [('a', 0)]
-    """
-
-    @dataclass(frozen=True)
-    class _Port:
-        port: int = 0
-
-    @dataclass(frozen=True)
-    class _Node:
-        key: str
-        name: str
-        op_type: str
-        kind: str
-        index: int
-        inputs: tuple[tuple[str, int], ...]
-        outputs: tuple[Any, ...]
-
-    def __init__(self, nodes: Any) -> None:
-        self._nodes: dict[str, Topology._Node] = {}
-        self._consumers: dict[str, list[str]] = {}
-        for index, (key, op_type, inputs) in enumerate(nodes):
-            kind = {"Parameter": "parameter", "Result": "result", "Constant": "constant"}.get(op_type, "compute")
-            outputs = () if kind == "result" else (Topology._Port(0),)
-            self._nodes[key] = Topology._Node(key, key, op_type, kind, index, tuple((i, 0) for i in inputs), outputs)
-            self._consumers[key] = []
-            for i in inputs:
-                self._consumers[i].append(key)
-
-    def __iter__(self):
-        return iter(self._nodes.values())
-
-    def __getitem__(self, key: str) -> Any:
-        return self._nodes[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._nodes
-
-    def data_inputs(self, key: str) -> list[tuple[str, int]]:
-        return [(k, p) for k, p in self._nodes[key].inputs if self._nodes[k].kind != "constant"]
-
-    def upstream(self, key: str, *, stop: Any = None, include_self: bool = True) -> set[str]:
-        return self._walk(key, stop, include_self, lambda k: [i for i, _ in self.data_inputs(k)])
-
-    def downstream(self, key: str, *, stop: Any = None, include_self: bool = True) -> set[str]:
-        return self._walk(key, stop, include_self, lambda k: self._consumers[k])
-
-    @staticmethod
-    def _walk(key: str, stop: Any, include_self: bool, step: Any) -> set[str]:
-        return walk(key, step, stop=stop, include_self=include_self)

@@ -27,7 +27,7 @@ import numpy as np
 
 from bisect_ov.analysis.bodies import bodies_note
 from bisect_ov.analysis.diagnosis import Cause, diagnose
-from bisect_ov.analysis.judge import NOTABLE
+from bisect_ov.analysis.judge import NOTABLE, OWN_SHARE
 from bisect_ov.analysis.metrics import TensorStats, metric_value
 from bisect_ov.analysis.names import pattern
 from bisect_ov.analysis.scoring import Scores, score_graph
@@ -436,15 +436,17 @@ def _impacts(runs: MixedRuns, suspects: list[str], units: dict[str, tuple[str, .
 
 
 def _origin_candidates(setup: Setup, scored: Scored, local: dict[str, float]) -> list[str]:
-    """The nodes the rounding-only baseline is measured for: only where it decides something. That is when the
-    final outputs are within their tolerance (over it, the verdict stands on them) and a diverged node makes
-    local error over its own tolerance (`origins` can name no other); none, most of the time, so a benign job
-    pays nothing for it."""
-    flips = len(setup.summary.flips_top1) if setup.summary is not None else 0
-    if not scored.outputs or flips or any(o.diverged for o in scored.outputs):
+    """The nodes the rounding-only baseline is measured for: only where it decides something, the nodes whose
+    local error is at least `OWN_SHARE` of their tolerance (rules 3 and 7 can name no other). When the outputs
+    diverge, only those of them within their tolerance: growth and impacts judge the others, and rule 7 may name
+    one where nothing else is (a node that makes 0.7 of its tolerance, amplified past theirs by what follows). None,
+    most of the time, so a benign job pays nothing for it."""
+    if not scored.outputs:
         return []
-    nodes = scored.scores.nodes
-    return [k for k, e in local.items() if k in nodes and nodes[k].diverged and e > scored.tolerances.get(k, 0.0)]
+    flips = len(setup.summary.flips_top1) if setup.summary is not None else 0
+    diverging = bool(flips) or any(o.diverged for o in scored.outputs)
+    return [k for k, e in local.items() if k in scored.scores.nodes
+            and OWN_SHARE * (tolerance := scored.tolerances.get(k, 0.0)) <= e and not (diverging and e > tolerance)]
 
 
 # ----- helpers shared by the stages -------------------------------------------------------------------------

@@ -282,8 +282,14 @@ def _first(n: "NodeResult", metric: str, report: "Report | None" = None) -> Firs
              + (f" and {len(members) - 3} more" if len(members) > 3 else "") + " too (fused with it, not measured on "
              "their own): the error may start in any of them (strategy='full' measures each)."
              if members and not inside else "")
+    own = ""
+    if within and n.local_error is not None and n.expected_error:
+        # Named within tolerance for making far more error than its precision explains (the judge's rule 7).
+        precision = report.tolerance.precision if report is not None and report.tolerance.precision else "the target's"
+        own = (f" Run alone on the reference's inputs it makes {fmt(n.local_error)}, "
+               f"{fmt_growth(n.local_error / max(n.expected_error, 1e-7))} what {precision} rounding alone makes there.")
     text = (f"'{n.label}': {metric} {fmt(n.error)} {'within' if within else '>'} tolerance {fmt(n.tolerance)}, its inputs carry "
-            f"{fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}." + (f" {inside}" if inside else "") + fused)
+            f"{fmt(n.input_error)} (growth {fmt_growth(n.growth)}){why}." + own + (f" {inside}" if inside else "") + fused)
     ratio = n.error / n.tolerance if n.tolerance and math.isfinite(n.error) else math.inf
     return FirstDivergence(n, n.diagnosis, ratio, _samples(n, metric), text, inside)
 

@@ -169,6 +169,23 @@ CASES = {
     "origin within tolerance": Case(
         CHAIN, {"conv": 0.03, "relu": 0.05, "mul": 0.05}, ("relu",), outputs=((5e-3, TOL),),
         local={"conv": 0.02, "relu": 0.05}, expected={"conv": 0.015, "relu": 0.005}, roles={"conv": "absorbed"}),
+    # Every node within tolerance, but one makes 8x what rounding alone makes there, over half its tolerance (a
+    # fault in a fused attention, one value in a thousand doubled: ViT's SDPA at 1.7e-02, rounding 2.2e-03,
+    # tolerance 3.1e-02): named, not "no divergence".
+    "far beyond rounding within tolerance": Case(
+        CHAIN, {"conv": 4e-3, "relu": 0.018, "mul": 0.018, "fc": 0.018}, ("relu",), outputs=((3e-3, 0.031),),
+        tolerances={k: 0.031 for k in ("conv", "relu", "mul", "fc")},
+        local={"relu": 0.0175, "mul": 1.7e-3}, expected={"relu": 2.2e-3, "mul": 1.5e-3}),
+    # The same ratio under half the tolerance, or over half the tolerance but under `EXCESS` times rounding's:
+    # what the target's own kernels may do; nothing named.
+    "beyond rounding, far within tolerance": Case(
+        CHAIN, {"conv": 4e-3, "relu": 0.012, "mul": 0.012, "fc": 0.012}, (), outputs=((3e-3, 0.031),),
+        tolerances={k: 0.031 for k in ("conv", "relu", "mul", "fc")},
+        local={"relu": 0.012}, expected={"relu": 1.5e-3}),
+    "over half the tolerance, near rounding": Case(
+        CHAIN, {"conv": 4e-3, "relu": 0.02, "mul": 0.02, "fc": 0.02}, (), outputs=((3e-3, 0.031),),
+        tolerances={k: 0.031 for k in ("conv", "relu", "mul", "fc")},
+        local={"relu": 0.02}, expected={"relu": 6e-3}),
     # Within tolerance and nothing beyond rounding: no divergence, the diverged nodes absorbed.
     "absorbed rounding": Case(
         CHAIN, {"conv": 0.03, "relu": 0.03}, (), outputs=((5e-3, TOL),), local={"conv": 0.02},
