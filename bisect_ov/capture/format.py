@@ -59,6 +59,7 @@ import numpy as np
 from bisect_ov.core import checks
 from bisect_ov.core.errors import CaptureError, CaptureWriteError, InputError
 from bisect_ov.core.fileio import atomic_file
+from bisect_ov.core.host import cpu_flags, cpu_model
 from bisect_ov.model.graph import ModelGraph
 from bisect_ov.model.runtime import RuntimeGraph, RuntimeLayer
 
@@ -195,19 +196,11 @@ def host_info() -> dict[str, Any]:
     """OS, machine, CPU model and the int8/bf16/f16-relevant CPU flags (Linux); never the host name."""
     info: dict[str, Any] = {"system": platform.system(), "release": platform.release(), "machine": platform.machine(),
                             "python": platform.python_version(), "numpy": np.__version__}
-    cpuinfo = pathlib.Path("/proc/cpuinfo")
-    if info["system"] == "Linux" and cpuinfo.is_file():
-        flags: set[str] = set()
-        try:
-            for line in cpuinfo.read_text(errors="replace").splitlines():
-                key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and "cpu_model" not in info:
-                    info["cpu_model"] = value.strip()
-                elif key == "flags" and not flags:
-                    flags = set(value.split())
-        except OSError:
-            pass
+    flags = cpu_flags()
+    if info["system"] == "Linux" and flags is not None:
+        model = cpu_model()
+        if model is not None:
+            info["cpu_model"] = model
         info["cpu_flags"] = [f for f in CPU_FLAGS if f in flags]
     else:
         info["processor"] = platform.processor()

@@ -307,7 +307,7 @@ class OpenVINODevice(Device):
         if exact:
             info = replace(info, config={**info.config, DYNAMIC_QUANTIZATION: "0"}, note="; ".join(filter(None, (
                 info.note, "compressed weights' matrix products in f32, activations not quantized"))))
-        elif not (taps or fed or self.exact_weights or self.emulated) and (group := quantizing(compiled, model)):
+        elif not (taps or fed or self.exact_weights or self.emulated) and (group := quantizing(compiled, model, self.runs_on[0])):
             info = replace(info, activation_groups=group, note="; ".join(filter(None, (
                 info.note, f"activations of compressed-weight matrix products quantized to int8 in groups of {group} "
                 f"(the plugin's {DYNAMIC_QUANTIZATION}; 0 turns it off)"))))

@@ -138,7 +138,7 @@ def _plugin_quantizes(model) -> bool:
     core = shared_core()
     if DYNAMIC_QUANTIZATION not in core.get_property("CPU", "SUPPORTED_PROPERTIES"):
         return False
-    return bool(quantizing(core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}), model))
+    return bool(quantizing(core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"}), model, "CPU"))
 
 
 def test_the_cpu_plugin_s_own_quantization_is_found_where_it_quantizes():
@@ -199,3 +199,21 @@ def test_it_is_not_tried_for_a_twin():
     twin, _ = _mlp()
     report = bisect(model, ref="CPU:f32", target=Quantizing("fc1"), inputs=inputs, target_model=twin)
     assert report.target.activation_groups == 32 and report.kernel_setting is None
+
+
+def test_a_cpu_without_integer_dot_products_is_not_said_to_quantize(monkeypatch):
+    """The CPU plugin reports its group size (32) on a CPU whose kernels cannot quantize (an AVX2-only EPYC computes
+    the products in f32, the same bits as with the setting at 0): the report said the target quantized them."""
+    import bisect_ov.run.compressed as compressed
+
+    model, _ = _mlp()
+    compiled = shared_core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    if compiled.get_property(DYNAMIC_QUANTIZATION) == 0:
+        pytest.skip("this CPU plugin reports no group size")
+    monkeypatch.setattr(compressed, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert quantizing(compiled, model, "CPU") == 0
+    assert quantizing(compiled, model, "GPU") > 0  # another plugin's word is kept
+    monkeypatch.setattr(compressed, "cpu_flags", lambda: frozenset({"avx2", "avx_vnni"}))
+    assert quantizing(compiled, model, "CPU") > 0
+    monkeypatch.setattr(compressed, "cpu_flags", lambda: None)  # flags unknown: the plugin's word
+    assert quantizing(compiled, model, "CPU") > 0

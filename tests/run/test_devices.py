@@ -293,7 +293,7 @@ def test_compressed_weights_are_said_and_every_f32_spelling_or_capture_is_exact(
     target = make_device("CPU:f32", role="target")._compile(model)
     if ref.info.config.get("DYNAMIC_QUANTIZATION_GROUP_SIZE") == "0":
         assert "activations not quantized" in ref.info.note
-    group = quantizing(target.compiled, model)
+    group = quantizing(target.compiled, model, "CPU")
     assert ("quantized to int8 in groups of" in target.info.note) == bool(group)
     assert "quantized" not in make_device("CPU:f32", role="target")._compile(tiny_chain()).info.note
     exact = make_device("CPU:f32", role="ref").exact_weights
