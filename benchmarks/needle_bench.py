@@ -83,10 +83,11 @@ HELD_OUT = {"holdout": ("holdout", "HOLDOUT", "load_holdout"), "holdout2": ("hol
             "holdout10": ("holdout10", "HOLDOUT10", "load_holdout10"),
             "holdout11": ("holdout11", "HOLDOUT11", "load_holdout11"),
             "holdout12": ("holdout12", "HOLDOUT12", "load_holdout12"),
-            "holdout13": ("holdout13", "HOLDOUT13", "load_holdout13")}
+            "holdout13": ("holdout13", "HOLDOUT13", "load_holdout13"),
+            "holdout14": ("holdout14", "HOLDOUT14", "load_holdout14")}
 # Each held-out set's ordinal, in `HELD_OUT`'s order (the flags' help and the summary name them so).
 NTH = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth", "eleventh", "twelfth",
-       "thirteenth")
+       "thirteenth", "fourteenth")
 # A fault "changes the final outputs" when some output moves by more than this (relative L2): f32 rounding.
 UNCHANGED = 1e-6
 # Ops that only move or select values (and the masks built from them); faults go on arithmetic by default.
